@@ -1,0 +1,54 @@
+//! The one error type of `nimble-graph`: everything a user-supplied graph can get wrong.
+
+use thiserror::Error;
+
+/// Why a task graph could not be built, read or written.
+///
+/// Every variant names the offending node or position, so a command-line tool can print the
+/// message as is and a user can find the problem in their file.
+#[derive(Debug, Error)]
+pub enum GraphError {
+    /// Two nodes were given the same id.
+    #[error("duplicate node id {id}: node ids must be unique")]
+    DuplicateId { id: u64 },
+
+    /// An edge names an id that no node has.
+    #[error("edge [{from}, {to}] names unknown node id {missing}: every edge endpoint must be the id of a node")]
+    UnknownId { from: u64, to: u64, missing: u64 },
+
+    /// An edge goes from a node to itself.
+    #[error("self-edge on node {id}: a task cannot depend on itself")]
+    SelfEdge { id: u64 },
+
+    /// The dependencies contain a cycle; `cycle` lists the ids around it, first id repeated last.
+    #[error("cycle in task graph through node {id} ({op}): {}", format_cycle(.cycle))]
+    Cycle { id: u64, op: String, cycle: Vec<u64> },
+
+    /// The JSON text is malformed or does not follow the task-graph schema.
+    #[error("malformed task-graph JSON at line {line}, column {column}: {message}")]
+    Json { line: usize, column: usize, message: String },
+
+    /// A synthetic-graph specification could not be parsed.
+    #[error("invalid synthetic graph `{spec}`: {reason}")]
+    InvalidSpec { spec: String, reason: String },
+
+    /// A node index passed to an API is out of range (a programming error in the caller, reported
+    /// instead of panicking).
+    #[error("node index {index} out of range for a graph of {len} nodes")]
+    IndexOutOfRange { index: usize, len: usize },
+
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn format_cycle(cycle: &[u64]) -> String {
+    cycle.iter().map(u64::to_string).collect::<Vec<_>>().join(" -> ")
+}
+
+/// The result type of `nimble-graph`.
+pub type Result<T, E = GraphError> = std::result::Result<T, E>;
