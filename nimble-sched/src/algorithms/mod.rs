@@ -1,0 +1,117 @@
+//! The registered stream-assignment algorithms.
+//!
+//! Adding an algorithm: write `src/algorithms/NAME.rs` with a type implementing
+//! [`StreamAssigner`](crate::StreamAssigner), declare the module below, and add one
+//! [`AlgorithmInfo`] line to [`ALGORITHMS`]. The CLI, the experiments and the property tests
+//! (every registered algorithm's plans must verify) pick it up from there.
+
+mod greedy;
+mod level;
+mod nimble;
+mod round_robin;
+mod single;
+
+pub use greedy::Greedy;
+pub use level::Level;
+pub use nimble::{chain_decomposition, merge_chains, Chains, Nimble};
+pub use round_robin::RoundRobin;
+pub use single::Single;
+
+use crate::error::{Result, SchedError};
+use crate::StreamAssigner;
+
+/// One registry entry.
+pub struct AlgorithmInfo {
+    /// Name used to select it (before any `:ARGUMENT`).
+    pub name: &'static str,
+    /// How to write it with its argument, e.g. `round-robin:K`.
+    pub usage: &'static str,
+    /// One line for `nimble-bench algos`.
+    pub summary: &'static str,
+    /// Builds an instance from the text after the colon, if any.
+    pub build: fn(Option<&str>) -> Result<Box<dyn StreamAssigner>>,
+}
+
+/// Every registered algorithm, in the order `algos` lists them.
+pub const ALGORITHMS: &[AlgorithmInfo] = &[
+    AlgorithmInfo {
+        name: "nimble",
+        usage: "nimble",
+        summary: "Nimble (NeurIPS'20): MEG + max bipartite matching into chains, chains merged onto streams; max concurrency, fewest syncs",
+        build: |argument| no_argument("nimble", argument, Box::new(Nimble { merge_chains: true })),
+    },
+    AlgorithmInfo {
+        name: "nimble-chains",
+        usage: "nimble-chains",
+        summary: "Nimble's Algorithm 1 as printed: one stream per matching chain, no merge step",
+        build: |argument| no_argument("nimble-chains", argument, Box::new(Nimble { merge_chains: false })),
+    },
+    AlgorithmInfo {
+        name: "single",
+        usage: "single",
+        summary: "everything on one stream (plain single-stream CUDA-graph capture)",
+        build: |argument| no_argument("single", argument, Box::new(Single)),
+    },
+    AlgorithmInfo {
+        name: "round-robin",
+        usage: "round-robin:K",
+        summary: "i-th task in topological order on stream i mod K (K defaults to 4)",
+        build: |argument| {
+            let streams = match argument {
+                None => 4,
+                Some(text) => text.parse().ok().filter(|&k: &usize| k >= 1).ok_or_else(|| {
+                    SchedError::InvalidArgument {
+                        algorithm: "round-robin".into(),
+                        argument: text.into(),
+                        expected: "a stream count of at least 1, as in round-robin:4".into(),
+                    }
+                })?,
+            };
+            Ok(Box::new(RoundRobin { streams }))
+        },
+    },
+    AlgorithmInfo {
+        name: "level",
+        usage: "level",
+        summary: "wavefront: the i-th task of each DAG level on stream i",
+        build: |argument| no_argument("level", argument, Box::new(Level)),
+    },
+    AlgorithmInfo {
+        name: "greedy",
+        usage: "greedy",
+        summary: "Opara-style: inherit the first input's stream if its first consumer, else a new stream",
+        build: |argument| no_argument("greedy", argument, Box::new(Greedy)),
+    },
+];
+
+fn no_argument(
+    algorithm: &str,
+    argument: Option<&str>,
+    assigner: Box<dyn StreamAssigner>,
+) -> Result<Box<dyn StreamAssigner>> {
+    match argument {
+        None => Ok(assigner),
+        Some(text) => Err(SchedError::InvalidArgument {
+            algorithm: algorithm.into(),
+            argument: text.into(),
+            expected: "no argument".into(),
+        }),
+    }
+}
+
+/// Builds the algorithm named by `spec` (`nimble`, `round-robin:8`, …).
+///
+/// # Errors
+/// [`SchedError::UnknownAlgorithm`] listing the registered names, or
+/// [`SchedError::InvalidArgument`].
+pub fn by_name(spec: &str) -> Result<Box<dyn StreamAssigner>> {
+    let (name, argument) = match spec.split_once(':') {
+        Some((name, argument)) => (name, Some(argument)),
+        None => (spec, None),
+    };
+    let info = ALGORITHMS.iter().find(|a| a.name == name).ok_or_else(|| SchedError::UnknownAlgorithm {
+        name: spec.into(),
+        known: ALGORITHMS.iter().map(|a| a.usage).collect::<Vec<_>>().join(", "),
+    })?;
+    (info.build)(argument)
+}

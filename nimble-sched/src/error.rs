@@ -1,0 +1,18 @@
+//! The one error type of `nimble-sched`.
+
+use thiserror::Error;
+
+/// Why an algorithm could not be selected.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum SchedError {
+    /// No registered algorithm has this name.
+    #[error("unknown algorithm `{name}`; registered algorithms: {known}")]
+    UnknownAlgorithm { name: String, known: String },
+
+    /// The algorithm's argument (after the colon) is missing or malformed.
+    #[error("invalid argument `{argument}` for algorithm `{algorithm}`: expected {expected}")]
+    InvalidArgument { algorithm: String, argument: String, expected: String },
+}
+
+/// The result type of `nimble-sched`.
+pub type Result<T, E = SchedError> = std::result::Result<T, E>;

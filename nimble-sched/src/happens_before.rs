@@ -1,0 +1,45 @@
+//! The happens-before relation of a plan: stream order plus event syncs.
+//!
+//! Shared by plan construction (which adds only the syncs the relation does not yet imply) and
+//! the checker (which proves every dependency is in it), so both reason about plans the same way.
+
+use nimble_graph::bitset::BitMatrix;
+
+/// Happens-before sets built node by node in issue order.
+///
+/// Row `v` holds every node that is guaranteed to finish before `v` starts: the earlier nodes of
+/// `v`'s stream, the sources of `v`'s syncs, and transitively what happens before those.
+pub(crate) struct HappensBefore {
+    before: BitMatrix,
+    last_on_stream: Vec<Option<usize>>,
+}
+
+impl HappensBefore {
+    pub(crate) fn new(nodes: usize, streams: usize) -> Self {
+        HappensBefore { before: BitMatrix::new(nodes, nodes), last_on_stream: vec![None; streams] }
+    }
+
+    /// Starts node `v` on `stream`: it inherits what happens before its stream predecessor.
+    pub(crate) fn issue(&mut self, v: usize, stream: usize) {
+        if let Some(previous) = self.last_on_stream[stream].replace(v) {
+            self.before.union_rows(v, previous);
+            self.before.set(v, previous);
+        }
+    }
+
+    /// Records a sync `u -> v`: everything before `u`, and `u`, now happens before `v`.
+    pub(crate) fn sync(&mut self, u: usize, v: usize) {
+        self.before.union_rows(v, u);
+        self.before.set(v, u);
+    }
+
+    /// Whether `u` is known to finish before `v` starts.
+    pub(crate) fn ordered(&self, u: usize, v: usize) -> bool {
+        self.before.get(v, u)
+    }
+
+    /// The rows built so far (row = node, bits = nodes before it).
+    pub(crate) fn matrix(&self) -> &BitMatrix {
+        &self.before
+    }
+}

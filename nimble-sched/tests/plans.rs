@@ -1,0 +1,197 @@
+//! Every registered algorithm's plans verify; Nimble's keep the paper's guarantees; the checker
+//! catches broken plans; Hopcroft–Karp agrees with petgraph.
+
+use nimble_graph::matching::hopcroft_karp;
+use nimble_graph::{Node, SyntheticSpec, TaskGraph, TaskGraphBuilder};
+use nimble_sched::algorithms::{self, chain_decomposition, ALGORITHMS};
+use nimble_sched::{verify, Analysis, SchedError, StreamPlan, Violation};
+use petgraph::graph::UnGraph;
+use proptest::prelude::*;
+
+/// Every registered algorithm, with an argument where it takes one.
+fn all_algorithms() -> Vec<String> {
+    ALGORITHMS.iter().map(|a| if a.usage.contains(':') { format!("{}:3", a.name) } else { a.name.to_string() }).collect()
+}
+
+fn build(n: usize, edges: &[(usize, usize)]) -> TaskGraph {
+    let mut builder = TaskGraphBuilder::new();
+    for i in 0..n {
+        builder.add_node(Node::new(i as u64, "op").with_duration(1.0 + (i % 7) as f64)).unwrap();
+    }
+    for &(a, b) in edges {
+        builder.add_edge(a as u64, b as u64).unwrap();
+    }
+    builder.build().unwrap()
+}
+
+fn random_dag() -> impl Strategy<Value = (usize, Vec<(usize, usize)>)> {
+    (1usize..60).prop_flat_map(|n| {
+        let pairs = proptest::collection::vec((0..n, 0..n), 0..n * 3);
+        (Just(n), pairs.prop_map(|p| p.into_iter().filter(|(a, b)| a < b).collect()))
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn every_algorithm_produces_valid_plans((n, edges) in random_dag()) {
+        let graph = build(n, &edges);
+        let analysis = Analysis::new(&graph);
+        for name in all_algorithms() {
+            let plan = algorithms::by_name(&name).unwrap().assign(&analysis);
+            let report = verify(&analysis, &plan);
+            prop_assert!(report.is_valid(), "{}: {:?}", name, report.violations);
+            prop_assert!(report.redundant_syncs.is_empty(), "{}: redundant {:?}", name, report.redundant_syncs);
+            prop_assert_eq!(plan.stream_of.iter().max().map_or(0, |s| s + 1), plan.streams);
+        }
+    }
+
+    #[test]
+    fn nimble_keeps_the_papers_guarantees((n, edges) in random_dag()) {
+        let graph = build(n, &edges);
+        let analysis = Analysis::new(&graph);
+        let matching = chain_decomposition(&analysis).matching_size;
+        let bound = analysis.meg_edge_count() - matching;
+        let width = analysis.width();
+        let merged = algorithms::by_name("nimble").unwrap().assign(&analysis);
+        let chains = algorithms::by_name("nimble-chains").unwrap().assign(&analysis);
+        for plan in [&merged, &chains] {
+            let report = verify(&analysis, plan);
+            prop_assert!(report.max_logical_concurrency, "{} serializes {:?}", plan.algorithm, report.serialized_pair);
+            prop_assert!(plan.syncs.len() <= bound, "{}: {} syncs > |E'| - |M| = {}", plan.algorithm, plan.syncs.len(), bound);
+            prop_assert!(plan.streams >= width);
+        }
+        prop_assert_eq!(chains.streams, n - matching);
+        prop_assert!(merged.streams <= chains.streams);
+    }
+
+    #[test]
+    fn hopcroft_karp_matches_petgraph((n, edges) in random_dag()) {
+        // The bipartite graph of Algorithm 1: left copy u, right copy v for each edge u -> v.
+        let adjacency: Vec<Vec<usize>> = (0..n)
+            .map(|u| edges.iter().filter(|e| e.0 == u).map(|e| e.1).collect())
+            .collect();
+        let ours = hopcroft_karp(n, &adjacency);
+        let bipartite = UnGraph::<(), ()>::from_edges(edges.iter().map(|&(u, v)| (u as u32, (n + v) as u32)));
+        let theirs = petgraph::algo::maximum_matching(&bipartite);
+        prop_assert_eq!(ours.size(), theirs.edges().count());
+        for (u, v) in ours.pairs() {
+            prop_assert!(edges.contains(&(u, v)));
+        }
+    }
+}
+
+#[test]
+fn fan_gets_one_stream_per_branch_and_minimal_syncs() {
+    let graph = SyntheticSpec::Fan { branches: 4, depth: 3 }.generate();
+    let analysis = Analysis::new(&graph);
+    let plan = algorithms::by_name("nimble").unwrap().assign(&analysis);
+    assert_eq!(plan.streams, 4);
+    // The source shares a stream with one branch and the sink with one: 3 forks + 3 joins.
+    assert_eq!(plan.syncs.len(), 6);
+    let single = algorithms::by_name("single").unwrap().assign(&analysis);
+    assert_eq!((single.streams, single.syncs.len()), (1, 0));
+    assert!(!verify(&analysis, &single).max_logical_concurrency);
+}
+
+#[test]
+fn merge_step_cuts_streams_without_losing_concurrency() {
+    // Two diamonds in sequence: 0 -> {1,2} -> 3 -> {4,5} -> 6. Matching gives 3 chains, e.g.
+    // 0-1-3-4-6, 2, 5; chain "2" reaches "5", so the merge leaves 2 streams (the width).
+    let graph = build(7, &[(0, 1), (0, 2), (1, 3), (2, 3), (3, 4), (3, 5), (4, 6), (5, 6)]);
+    let analysis = Analysis::new(&graph);
+    let chains = algorithms::by_name("nimble-chains").unwrap().assign(&analysis);
+    let merged = algorithms::by_name("nimble").unwrap().assign(&analysis);
+    assert_eq!((chains.streams, merged.streams, analysis.width()), (3, 2, 2));
+    assert!(verify(&analysis, &merged).max_logical_concurrency);
+}
+
+#[test]
+fn transitive_parents_get_no_syncs() {
+    // A chain 0 -> 1 -> 2 -> 5, and nodes 3 and 4 that each read 0, 1 and 2. Only one of
+    // {3, 4, 5} can follow 2 on its stream; each of the others has three cross-stream parents
+    // but needs one wait (on 2), which implies 0 and 1. The reference code waited on all three.
+    let graph = build(6, &[(0, 1), (1, 2), (2, 5), (0, 3), (1, 3), (2, 3), (0, 4), (1, 4), (2, 4)]);
+    let analysis = Analysis::new(&graph);
+    let plan = algorithms::by_name("nimble").unwrap().assign(&analysis);
+    let report = verify(&analysis, &plan);
+    assert!(report.is_valid() && report.redundant_syncs.is_empty());
+    let cross_stream_parents = graph.edges().filter(|&(u, v)| plan.stream_of[u] != plan.stream_of[v]).count();
+    assert_eq!(plan.syncs.len(), 2);
+    assert!(cross_stream_parents >= 4, "{cross_stream_parents} cross-stream parent edges");
+    assert!(plan.syncs.iter().all(|&(u, _)| u == 2));
+}
+
+#[test]
+fn checker_catches_broken_plans() {
+    let graph = SyntheticSpec::Fan { branches: 3, depth: 2 }.generate();
+    let analysis = Analysis::new(&graph);
+    let good = algorithms::by_name("nimble").unwrap().assign(&analysis);
+    assert!(verify(&analysis, &good).is_valid());
+
+    let mut missing = good.clone();
+    missing.syncs.pop();
+    assert!(verify(&analysis, &missing).violations.iter().any(|v| matches!(v, Violation::UnenforcedDependency { .. })));
+
+    let mut backwards = good.clone();
+    let (u, v) = backwards.syncs[0];
+    backwards.syncs[0] = (v, u);
+    let violations = verify(&analysis, &backwards).violations;
+    assert!(violations.contains(&Violation::SyncBeforeRecord { from: v, to: u }), "{violations:?}");
+
+    let mut reordered = good.clone();
+    reordered.order.reverse();
+    assert!(verify(&analysis, &reordered).violations.iter().any(|v| matches!(v, Violation::OrderNotTopological { .. })));
+
+    let mut short = good.clone();
+    short.stream_of.pop();
+    assert!(matches!(verify(&analysis, &short).violations[0], Violation::Malformed(_)));
+
+    let mut out_of_range = good.clone();
+    out_of_range.stream_of[0] = 99;
+    assert_eq!(verify(&analysis, &out_of_range).violations, vec![Violation::StreamOutOfRange { node: 0, stream: 99 }]);
+
+    let mut redundant = good.clone();
+    let sink = graph.len() - 1;
+    let source_stream_sync = (0, sink);
+    redundant.syncs.push(source_stream_sync);
+    let report = verify(&analysis, &redundant);
+    assert!(report.is_valid());
+    assert!(report.redundant_syncs.contains(&source_stream_sync), "{:?}", report.redundant_syncs);
+}
+
+#[test]
+fn registry_errors_name_the_problem() {
+    let unknown = algorithms::by_name("nimbel").err().unwrap();
+    assert!(matches!(unknown, SchedError::UnknownAlgorithm { .. }));
+    assert!(unknown.to_string().contains("nimble, nimble-chains, single, round-robin:K"));
+    for bad in ["round-robin:0", "round-robin:x", "nimble:2", "single:"] {
+        assert!(matches!(algorithms::by_name(bad).err().unwrap(), SchedError::InvalidArgument { .. }), "{bad}");
+    }
+    assert_eq!(algorithms::by_name("round-robin").unwrap().name(), "round-robin:4");
+    for info in ALGORITHMS {
+        let name = if info.usage.contains(':') { format!("{}:2", info.name) } else { info.name.to_string() };
+        assert_eq!(algorithms::by_name(&name).unwrap().name(), name);
+    }
+}
+
+#[test]
+fn plan_json_uses_user_ids() {
+    let graph = TaskGraph::from_json_str(r#"{"nodes":[{"id":40,"op":"a"},{"id":7,"op":"b"},{"id":9,"op":"c"}],"edges":[[40,7],[40,9]]}"#).unwrap();
+    let analysis = Analysis::new(&graph);
+    let plan = algorithms::by_name("nimble").unwrap().assign(&analysis);
+    let json = plan.to_json(&analysis);
+    assert_eq!(json["order"], serde_json::json!([40, 7, 9]));
+    assert_eq!(json["streams"], 2);
+    assert_eq!(json["stream_of"]["40"], json["stream_of"]["7"]);
+    assert_eq!(json["sync_edges"], serde_json::json!([[40, 9]]));
+}
+
+#[test]
+fn assignments_with_sparse_labels_are_renumbered() {
+    let graph = build(3, &[(0, 1)]);
+    let analysis = Analysis::new(&graph);
+    let plan = StreamPlan::from_assignment(&analysis, "custom", &[17, 17, 5], None);
+    assert_eq!((plan.streams, plan.stream_of.clone()), (2, vec![0, 0, 1]));
+}
