@@ -1,1 +1,110 @@
-fn main(){}
+//! `nimble-bench`: the command-line driver of the Nimble project.
+//!
+//! The top layer: it parses arguments, loads graphs, calls the library crates and prints
+//! results. Errors are printed as one line and exit with status 2.
+
+mod output;
+mod scheduling;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use scheduling::{GraphSource, Mode, SimulatorArgs};
+
+#[derive(Parser, Debug)]
+#[command(name = "nimble-bench", version, about = "Nimble: ahead-of-time, multi-stream GPU task scheduling — scheduling, simulation and experiments")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// List the registered stream-assignment algorithms
+    Algos,
+    /// Assign streams to a task graph and print the plan
+    Assign {
+        #[command(flatten)]
+        source: GraphSource,
+        /// Algorithm name from `algos` (e.g. nimble, round-robin:4)
+        #[arg(long, default_value = "nimble")]
+        algo: String,
+        /// Print one JSON object instead of a summary
+        #[arg(long)]
+        json: bool,
+    },
+    /// Simulate a plan on a model GPU and compare it with a single stream
+    Simulate {
+        #[command(flatten)]
+        source: GraphSource,
+        #[arg(long, default_value = "nimble")]
+        algo: String,
+        /// Launch mode
+        #[arg(long, value_enum, default_value = "graph")]
+        mode: Mode,
+        #[command(flatten)]
+        simulator: SimulatorArgs,
+        #[arg(long)]
+        json: bool,
+        /// Write the simulated timeline as Chrome-trace JSON (open in Perfetto)
+        #[arg(long, value_name = "OUT.json")]
+        trace: Option<PathBuf>,
+    },
+    /// Write the plan as Graphviz DOT, nodes colored by stream, syncs in red
+    Dot {
+        #[command(flatten)]
+        source: GraphSource,
+        #[arg(long, default_value = "nimble")]
+        algo: String,
+        /// Output file (default: stdout)
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// Run every registered algorithm (or --algos a,b) on one graph: streams, syncs, simulated time
+    Compare {
+        #[command(flatten)]
+        source: GraphSource,
+        /// Comma-separated algorithm names (default: all registered)
+        #[arg(long)]
+        algos: Option<String>,
+        #[command(flatten)]
+        simulator: SimulatorArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Generate a synthetic task graph as JSON
+    Gen {
+        /// chain:N, fan:B[:D], nasnet:C[:SEED], layered:N[:SEED], dnn:N[:SEED]
+        #[arg(long, value_name = "SPEC")]
+        synthetic: String,
+        /// Output file (default: stdout)
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Algos => scheduling::algos(),
+        Command::Assign { source, algo, json } => scheduling::assign(&source, &algo, json),
+        Command::Simulate { source, algo, mode, simulator, json, trace } => {
+            scheduling::simulate_command(&source, &algo, mode, &simulator, json, trace.as_ref())
+        }
+        Command::Dot { source, algo, out } => scheduling::dot(&source, &algo, out.as_ref()),
+        Command::Compare { source, algos, simulator, json } => scheduling::compare(&source, algos.as_deref(), &simulator, json),
+        Command::Gen { synthetic, out } => scheduling::generate(&synthetic, out.as_ref()),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse(); // usage errors: clap prints them and exits with status 2
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -38,12 +38,10 @@ pub enum GraphError {
     IndexOutOfRange { index: usize, len: usize },
 
     /// Reading or writing a file failed.
-    #[error("{path}: {source}")]
-    Io {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    /// The I/O error is part of the message rather than a `source`, so printing the error
+    /// chain does not repeat it.
+    #[error("{path}: {error}")]
+    Io { path: String, error: std::io::Error },
 }
 
 fn format_cycle(cycle: &[u64]) -> String {

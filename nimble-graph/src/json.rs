@@ -45,7 +45,7 @@ impl TaskGraph {
     pub fn read_json(path: impl AsRef<Path>) -> Result<TaskGraph> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path)
-            .map_err(|source| GraphError::Io { path: path.display().to_string(), source })?;
+            .map_err(|error| GraphError::Io { path: path.display().to_string(), error })?;
         TaskGraph::from_json_str(&text)
     }
 
@@ -67,7 +67,7 @@ impl TaskGraph {
 
 /// Writes `bytes` to `path` through a temporary file in the same directory and a rename.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    let io = |source| GraphError::Io { path: path.display().to_string(), source };
+    let io = |error| GraphError::Io { path: path.display().to_string(), error };
     let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let temporary = path.with_file_name(format!(".{file_name}.{}.tmp", std::process::id()));
     std::fs::write(&temporary, bytes).map_err(io)?;

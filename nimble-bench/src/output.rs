@@ -1,0 +1,26 @@
+//! Writing results: stdout that tolerates a closed pipe, and files written atomically.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+/// Prints `text` (plus a newline) to stdout. A reader that went away (`| head`) is not an
+/// error: the command has said what it had to say.
+pub fn emit(text: &str) -> Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match writeln!(stdout, "{text}").and_then(|()| stdout.flush()) {
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("writing to stdout"),
+    }
+}
+
+/// Prints a JSON value on one line.
+pub fn emit_json(value: &serde_json::Value) -> Result<()> {
+    emit(&serde_json::to_string(value).context("serializing JSON")?)
+}
+
+/// Writes `text` to `path` through a temporary file, so a failure leaves no partial file.
+pub fn write_file(path: &Path, text: &str) -> Result<()> {
+    nimble_graph::json::write_atomically(path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))
+}

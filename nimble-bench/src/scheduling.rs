@@ -1,0 +1,318 @@
+//! The scheduling-layer commands: `algos`, `gen`, `assign`, `simulate`, `dot`, `compare`.
+//! They need no GPU and no libtorch.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use nimble_graph::{DotOptions, SyntheticSpec, TaskGraph};
+use nimble_sched::algorithms::{self, ALGORITHMS};
+use nimble_sched::{simulate, verify, Analysis, LaunchMode, SimulatorConfig, StreamPlan};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::output::{emit, emit_json, write_file};
+
+/// Where the task graph comes from: a JSON file or a synthetic specification.
+#[derive(Args, Debug)]
+#[group(required = true, multiple = false)]
+pub struct GraphSource {
+    /// Task graph in the JSON schema of nimble-graph
+    #[arg(long, value_name = "FILE")]
+    graph: Option<PathBuf>,
+    /// Synthetic graph: chain:N, fan:B[:D], nasnet:C[:SEED], layered:N[:SEED], dnn:N[:SEED]
+    #[arg(long, value_name = "SPEC")]
+    synthetic: Option<String>,
+}
+
+impl GraphSource {
+    pub fn load(&self) -> Result<TaskGraph> {
+        match (&self.graph, &self.synthetic) {
+            (Some(path), _) => {
+                let context = || format!("reading {}", path.display());
+                let text = std::fs::read_to_string(path).with_context(context)?;
+                TaskGraph::from_json_str(&text).with_context(context)
+            }
+            (None, Some(spec)) => Ok(spec.parse::<SyntheticSpec>()?.generate()),
+            (None, None) => unreachable!("clap requires one source"),
+        }
+    }
+}
+
+/// Simulator parameters; defaults are the H100/H200 measurements documented in nimble-sched.
+#[derive(Args, Debug)]
+pub struct SimulatorArgs {
+    /// Host cost of one eager kernel launch, µs (about 12 to model PyTorch eager)
+    #[arg(long, value_name = "US")]
+    launch_us: Option<f64>,
+    /// Latency between a kernel's end and a dependent kernel's start, µs
+    #[arg(long, value_name = "US")]
+    dependency_latency_us: Option<f64>,
+    /// Most kernels running at once
+    #[arg(long, value_name = "N")]
+    max_concurrent: Option<usize>,
+    /// Duration of nodes that have no duration_us, µs
+    #[arg(long, value_name = "US")]
+    default_duration_us: Option<f64>,
+    /// SM share of nodes without an sm_share attribute, in [0, 1] (0: no limit)
+    #[arg(long, value_name = "SHARE")]
+    sm_share: Option<f64>,
+}
+
+impl SimulatorArgs {
+    fn config(&self, mode: Mode) -> Result<SimulatorConfig> {
+        let mut config = match mode {
+            Mode::Graph => SimulatorConfig::graph(),
+            Mode::Eager => SimulatorConfig::eager(),
+        };
+        let non_negative = |name: &str, value: Option<f64>| -> Result<Option<f64>> {
+            match value {
+                Some(v) if !(v >= 0.0 && v.is_finite()) => anyhow::bail!("--{name} must be a non-negative number, got {v}"),
+                other => Ok(other),
+            }
+        };
+        if let Some(v) = non_negative("launch-us", self.launch_us)? {
+            config.eager_launch_us = v;
+        }
+        if let Some(v) = non_negative("dependency-latency-us", self.dependency_latency_us)? {
+            config.dependency_latency_us = v;
+        }
+        if let Some(v) = non_negative("default-duration-us", self.default_duration_us)? {
+            config.default_duration_us = v;
+        }
+        if let Some(v) = non_negative("sm-share", self.sm_share)? {
+            anyhow::ensure!(v <= 1.0, "--sm-share must be in [0, 1], got {v}");
+            config.default_sm_share = v;
+        }
+        if let Some(n) = self.max_concurrent {
+            anyhow::ensure!(n >= 1, "--max-concurrent must be at least 1");
+            config.max_concurrent_kernels = n;
+        }
+        Ok(config)
+    }
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Mode {
+    /// one CUDA-graph launch of the whole plan
+    Graph,
+    /// kernel-by-kernel launches from the host
+    Eager,
+}
+
+/// `algos`: one line per registered algorithm.
+pub fn algos() -> Result<()> {
+    let width = ALGORITHMS.iter().map(|a| a.usage.len()).max().unwrap_or(0);
+    for info in ALGORITHMS {
+        emit(&format!("{:width$}  {}", info.usage, info.summary))?;
+    }
+    Ok(())
+}
+
+/// `gen`: write a synthetic graph as JSON.
+pub fn generate(spec: &str, out: Option<&PathBuf>) -> Result<()> {
+    let graph = spec.parse::<SyntheticSpec>()?.generate();
+    match out {
+        Some(path) => write_file(path, &graph.to_json_string()),
+        None => emit(&graph.to_json_string()),
+    }
+}
+
+/// A plan with the time it took to compute, analysis included.
+struct TimedPlan {
+    plan: StreamPlan,
+    assign_ms: f64,
+}
+
+fn assign_timed<'g>(graph: &'g TaskGraph, algorithm: &str) -> Result<(Analysis<'g>, TimedPlan)> {
+    let assigner = algorithms::by_name(algorithm)?;
+    let started = Instant::now();
+    let analysis = Analysis::new(graph);
+    let plan = assigner.assign(&analysis);
+    let assign_ms = started.elapsed().as_secs_f64() * 1e3;
+    Ok((analysis, TimedPlan { plan, assign_ms }))
+}
+
+/// `assign`: the plan, as a summary or as JSON.
+pub fn assign(source: &GraphSource, algorithm: &str, as_json: bool) -> Result<()> {
+    let graph = source.load()?;
+    let (analysis, timed) = assign_timed(&graph, algorithm)?;
+    let plan = &timed.plan;
+    let report = verify(&analysis, plan);
+    anyhow::ensure!(report.is_valid(), "algorithm {} produced an invalid plan: {}", plan.algorithm, report.violations[0]);
+    if as_json {
+        let mut value = plan.to_json(&analysis);
+        let extra = json!({
+            "nodes": graph.len(),
+            "edges": graph.edge_count(),
+            "meg_edges": analysis.meg_edge_count(),
+            "width": report.width,
+            "max_logical_concurrency": report.max_logical_concurrency,
+            "assign_ms": timed.assign_ms,
+        });
+        value.as_object_mut().expect("a plan is a JSON object").extend(extra.as_object().expect("object").clone());
+        return emit_json(&value);
+    }
+    emit(&format!(
+        "{}: {} nodes, {} edges ({} in the MEG), width {}\n{} streams, {} syncs, max logical concurrency: {}, assigned in {:.3} ms",
+        plan.algorithm,
+        graph.len(),
+        graph.edge_count(),
+        analysis.meg_edge_count(),
+        report.width,
+        plan.streams,
+        plan.syncs.len(),
+        yes_no(report.max_logical_concurrency),
+        timed.assign_ms
+    ))?;
+    for (stream, nodes) in plan.stream_sequences().iter().enumerate() {
+        let ids: Vec<String> = nodes.iter().map(|&v| graph.id_of(v).to_string()).collect();
+        emit(&format!("stream {stream}: {}", ids.join(" ")))?;
+    }
+    let syncs: Vec<String> = plan.syncs.iter().map(|&(u, v)| format!("{}->{}", graph.id_of(u), graph.id_of(v))).collect();
+    emit(&format!("syncs: {}", if syncs.is_empty() { "none".to_string() } else { syncs.join(" ") }))
+}
+
+/// `simulate`: makespan of the plan and of `single`, optionally a Chrome trace.
+pub fn simulate_command(
+    source: &GraphSource,
+    algorithm: &str,
+    mode: Mode,
+    simulator: &SimulatorArgs,
+    as_json: bool,
+    trace: Option<&PathBuf>,
+) -> Result<()> {
+    let graph = source.load()?;
+    let config = simulator.config(mode)?;
+    let (analysis, timed) = assign_timed(&graph, algorithm)?;
+    let single = algorithms::by_name("single")?.assign(&analysis);
+    let result = simulate(&graph, &timed.plan, &config);
+    let baseline = simulate(&graph, &single, &config);
+    if let Some(path) = trace {
+        write_file(path, &serde_json::to_string(&result.to_chrome_trace(&graph, &timed.plan))?)?;
+    }
+    let speedup = baseline.makespan_us / result.makespan_us;
+    if as_json {
+        return emit_json(&json!({
+            "algorithm": timed.plan.algorithm,
+            "mode": config.mode,
+            "nodes": graph.len(),
+            "streams": timed.plan.streams,
+            "syncs": timed.plan.syncs.len(),
+            "makespan_us": result.makespan_us,
+            "host_end_us": result.host_end_us,
+            "busy_us": result.busy_us,
+            "single_makespan_us": baseline.makespan_us,
+            "speedup_over_single": speedup,
+            "critical_path_us": graph.critical_path().length_us,
+            "config": config,
+        }));
+    }
+    emit(&format!(
+        "{} ({} mode): makespan {:.1} µs on {} streams with {} syncs; single stream {:.1} µs ({:.2}x); critical path {:.1} µs",
+        timed.plan.algorithm,
+        mode_name(config.mode),
+        result.makespan_us,
+        timed.plan.streams,
+        timed.plan.syncs.len(),
+        baseline.makespan_us,
+        speedup,
+        graph.critical_path().length_us
+    ))
+}
+
+/// `dot`: Graphviz of the plan.
+pub fn dot(source: &GraphSource, algorithm: &str, out: Option<&PathBuf>) -> Result<()> {
+    let graph = source.load()?;
+    let (_, timed) = assign_timed(&graph, algorithm)?;
+    let title = format!("{}: {} streams, {} syncs", timed.plan.algorithm, timed.plan.streams, timed.plan.syncs.len());
+    let text = graph.to_dot(DotOptions { stream_of: Some(&timed.plan.stream_of), sync_edges: &timed.plan.syncs, title: Some(&title) });
+    match out {
+        Some(path) => write_file(path, &text),
+        None => emit(text.trim_end()),
+    }
+}
+
+/// `compare`: every registered algorithm (or a chosen few) on one graph.
+pub fn compare(source: &GraphSource, names: Option<&str>, simulator: &SimulatorArgs, as_json: bool) -> Result<()> {
+    let graph = source.load()?;
+    let names: Vec<String> = match names {
+        Some(list) => list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect(),
+        None => ALGORITHMS.iter().map(|a| a.name.to_string()).collect(),
+    };
+    let assigners = names.iter().map(|n| algorithms::by_name(n)).collect::<Result<Vec<_>, _>>()?;
+    let (graph_config, eager_config) = (simulator.config(Mode::Graph)?, simulator.config(Mode::Eager)?);
+    let analysis = Analysis::new(&graph);
+    let critical_path_us = graph.critical_path().length_us;
+    let width = analysis.width();
+    let mut rows = Vec::new();
+    for assigner in &assigners {
+        let started = Instant::now();
+        let plan = assigner.assign(&analysis);
+        let assign_ms = started.elapsed().as_secs_f64() * 1e3;
+        let report = verify(&analysis, &plan);
+        anyhow::ensure!(report.is_valid(), "algorithm {} produced an invalid plan: {}", plan.algorithm, report.violations[0]);
+        rows.push(CompareRow {
+            algorithm: plan.algorithm.clone(),
+            streams: plan.streams,
+            syncs: plan.syncs.len(),
+            max_logical_concurrency: report.max_logical_concurrency,
+            graph_makespan_us: simulate(&graph, &plan, &graph_config).makespan_us,
+            eager_makespan_us: simulate(&graph, &plan, &eager_config).makespan_us,
+            assign_ms,
+        });
+    }
+    let summary = json!({
+        "nodes": graph.len(), "edges": graph.edge_count(), "meg_edges": analysis.meg_edge_count(),
+        "width": width, "critical_path_us": critical_path_us, "algorithms": rows,
+    });
+    if as_json {
+        return emit_json(&summary);
+    }
+    emit(&format!(
+        "{} nodes, {} edges ({} in the MEG), width {}, critical path {:.1} µs; simulated with the default H100/H200 parameters\n",
+        graph.len(),
+        graph.edge_count(),
+        analysis.meg_edge_count(),
+        width,
+        critical_path_us
+    ))?;
+    emit(&format!("{:<16} {:>7} {:>7} {:>9} {:>12} {:>12} {:>10}", "algorithm", "streams", "syncs", "max-conc", "graph µs", "eager µs", "assign ms"))?;
+    for row in &rows {
+        emit(&format!(
+            "{:<16} {:>7} {:>7} {:>9} {:>12.1} {:>12.1} {:>10.3}",
+            row.algorithm,
+            row.streams,
+            row.syncs,
+            yes_no(row.max_logical_concurrency),
+            row.graph_makespan_us,
+            row.eager_makespan_us,
+            row.assign_ms,
+        ))?;
+    }
+    Ok(())
+}
+
+/// One algorithm's line of `compare`.
+#[derive(Serialize)]
+struct CompareRow {
+    algorithm: String,
+    streams: usize,
+    syncs: usize,
+    max_logical_concurrency: bool,
+    graph_makespan_us: f64,
+    eager_makespan_us: f64,
+    assign_ms: f64,
+}
+
+fn yes_no(value: bool) -> &'static str {
+    if value { "yes" } else { "no" }
+}
+
+fn mode_name(mode: LaunchMode) -> &'static str {
+    match mode {
+        LaunchMode::Graph => "graph",
+        LaunchMode::Eager => "eager",
+    }
+}

@@ -1,0 +1,98 @@
+//! The command line as a user meets it: output formats, files written, and one-line errors with
+//! exit status 2 for every kind of bad input.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn nimble_bench(arguments: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nimble-bench")).args(arguments).output().expect("the binary runs")
+}
+
+fn stdout(output: &Output) -> String {
+    assert!(output.status.success(), "failed: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout.clone()).expect("utf-8 output")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let directory = std::env::temp_dir().join(format!("nimble-bench-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).unwrap();
+    directory.join(name)
+}
+
+fn write(name: &str, text: &str) -> PathBuf {
+    let path = scratch(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn assign_json_has_the_documented_fields() {
+    let path = write("diamond.json", r#"{"nodes":[{"id":5,"op":"a"},{"id":6,"op":"b"},{"id":7,"op":"c"},{"id":8,"op":"d"}],"edges":[[5,6],[5,7],[6,8],[7,8],[5,8]]}"#);
+    let text = stdout(&nimble_bench(&["assign", "--graph", path.to_str().unwrap(), "--algo", "nimble", "--json"]));
+    let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for field in ["algorithm", "nodes", "edges", "meg_edges", "streams", "syncs", "stream_of", "order", "sync_edges", "assign_ms"] {
+        assert!(value.get(field).is_some(), "missing {field} in {text}");
+    }
+    assert_eq!((value["nodes"].as_u64(), value["edges"].as_u64(), value["meg_edges"].as_u64()), (Some(4), Some(5), Some(4)));
+    assert_eq!(value["streams"], 2);
+    assert_eq!(value["syncs"], 2);
+    assert_eq!(value["order"][0], 5);
+    assert_eq!(value["sync_edges"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn bad_input_gives_one_line_and_status_2() {
+    let malformed = write("malformed.json", "{\"nodes\":[\n  {\"id\":1,\"op\":\"a\"},\n  {\"id\":2 \"op\":\"b\"}]}");
+    let cycle = write("cycle.json", r#"{"nodes":[{"id":1,"op":"a"},{"id":2,"op":"b"}],"edges":[[1,2],[2,1]]}"#);
+    let unknown = write("unknown.json", r#"{"nodes":[{"id":1,"op":"a"}],"edges":[[1,3]]}"#);
+    let duplicate = write("duplicate.json", r#"{"nodes":[{"id":1,"op":"a"},{"id":1,"op":"b"}]}"#);
+    let missing = scratch("does-not-exist.json");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["assign", "--graph", malformed.to_str().unwrap()], "line 3, column"),
+        (vec!["assign", "--graph", cycle.to_str().unwrap()], "cycle in task graph through node"),
+        (vec!["assign", "--graph", unknown.to_str().unwrap()], "unknown node id 3"),
+        (vec!["simulate", "--graph", duplicate.to_str().unwrap()], "duplicate node id 1"),
+        (vec!["dot", "--graph", missing.to_str().unwrap()], "No such file"),
+        (vec!["assign", "--synthetic", "fan:2", "--algo", "nimbel"], "unknown algorithm `nimbel`"),
+        (vec!["assign", "--synthetic", "fan:2", "--algo", "round-robin:zero"], "invalid argument"),
+        (vec!["compare", "--synthetic", "tree:3"], "unknown family"),
+        (vec!["simulate", "--synthetic", "fan:2", "--sm-share", "1.5"], "--sm-share"),
+    ];
+    for (arguments, expected) in cases {
+        let output = nimble_bench(&arguments);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{arguments:?}: {stderr}");
+        assert!(stderr.starts_with("error: ") && stderr.contains(expected), "{arguments:?}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{arguments:?}: {stderr}");
+        assert!(!stderr.contains("panicked") && !stderr.contains("backtrace"));
+    }
+    let usage = nimble_bench(&["assign"]);
+    assert_eq!(usage.status.code(), Some(2), "missing graph source is a usage error");
+}
+
+#[test]
+fn generated_graphs_feed_every_command() {
+    let graph = scratch("nasnet.json");
+    stdout(&nimble_bench(&["gen", "--synthetic", "nasnet:3", "--out", graph.to_str().unwrap()]));
+    let path = graph.to_str().unwrap();
+
+    let algos = stdout(&nimble_bench(&["algos"]));
+    assert!(algos.lines().count() >= 6 && algos.contains("round-robin:K"));
+
+    let table = stdout(&nimble_bench(&["compare", "--graph", path]));
+    for line in algos.lines() {
+        let name = line.split_whitespace().next().unwrap().trim_end_matches(":K");
+        assert!(table.contains(name), "{name} missing from compare:\n{table}");
+    }
+
+    let trace = scratch("trace.json");
+    let simulated = stdout(&nimble_bench(&["simulate", "--graph", path, "--mode", "eager", "--json", "--trace", trace.to_str().unwrap()]));
+    let simulated: serde_json::Value = serde_json::from_str(&simulated).unwrap();
+    assert!(simulated["makespan_us"].as_f64().unwrap() > 0.0);
+    assert!(simulated["single_makespan_us"].as_f64().unwrap() >= simulated["makespan_us"].as_f64().unwrap());
+    let trace: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(trace).unwrap()).unwrap();
+    assert!(trace["traceEvents"].as_array().unwrap().len() > 100);
+
+    let dot = stdout(&nimble_bench(&["dot", "--graph", path, "--algo", "greedy"]));
+    assert!(dot.starts_with("digraph") && dot.contains("greedy"));
+}
