@@ -78,7 +78,7 @@ impl TaskGraph {
         let position = self.topological_position();
         let mut covered = BitSet::new(n);
         let mut reduced = vec![Vec::new(); n];
-        for u in 0..n {
+        for (u, kept) in reduced.iter_mut().enumerate() {
             let mut successors = self.successors(u).to_vec();
             successors.sort_unstable_by_key(|&v| position[v]);
             covered.clear();
@@ -86,7 +86,7 @@ impl TaskGraph {
                 // A successor reached through another successor is reached through an earlier
                 // one in topological order, which is kept or itself covered by a kept one.
                 if !covered.contains(v) {
-                    reduced[u].push(v);
+                    kept.push(v);
                     covered.union_with(reachability.matrix().row(v));
                 }
             }

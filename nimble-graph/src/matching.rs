@@ -84,12 +84,12 @@ pub fn hopcroft_karp(right: usize, adjacency: &[Vec<usize>]) -> Matching {
     loop {
         // BFS from every free left vertex, layering left vertices by alternating-path length.
         queue.clear();
-        for u in 0..left {
+        for (u, layer_of_u) in layer.iter_mut().enumerate() {
             if matching.right_of[u].is_none() {
-                layer[u] = 0;
+                *layer_of_u = 0;
                 queue.push(u);
             } else {
-                layer[u] = UNREACHED;
+                *layer_of_u = UNREACHED;
             }
         }
         let mut found_free_right = false;
