@@ -1,6 +1,9 @@
-//! `experiments` (not implemented yet): the paper's models and experiment definitions.
+//! `experiments`: the paper's experiments and their result records.
 //!
-//! This crate will register the evaluated networks (ResNet-50/101, Inception-v3, MobileNetV2,
-//! EfficientNet-B0/B5, NASNet-A mobile and large, DARTS, AmoebaNet, and CIFAR-10 training
-//! variants) with their input shapes, and the experiments that regenerate the paper's figures,
-//! with their result records. It has no code yet and does not pretend to.
+//! Each experiment defines what it measures, runs it through the lower crates, and writes a
+//! record with [provenance](record::Provenance) that `paper-figs/results/` keeps. Today it holds
+//! the [simulator validation](simulator_validation); the paper's model zoo and the inference
+//! and training comparisons come with the nimble-torch issues.
+
+pub mod record;
+pub mod simulator_validation;

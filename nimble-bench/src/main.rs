@@ -3,7 +3,9 @@
 //! The top layer: it parses arguments, loads graphs, calls the library crates and prints
 //! results. Errors are printed as one line and exit with status 2.
 
+mod gpu;
 mod output;
+mod plots;
 mod scheduling;
 
 use std::path::PathBuf;
@@ -74,6 +76,40 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run a plan on the GPU with synthetic kernels (one per node, lasting its duration_us):
+    /// measured makespan beside the simulator's prediction
+    Synth {
+        #[command(flatten)]
+        source: GraphSource,
+        #[arg(long, default_value = "nimble")]
+        algo: String,
+        #[arg(long, value_enum, default_value = "graph")]
+        mode: Mode,
+        #[command(flatten)]
+        measure: gpu::MeasureArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Measure the simulator-validation suite on the GPU (every algorithm, both modes) and write
+    /// the result record
+    ValidateSimulator {
+        /// Result record to write
+        #[arg(long, default_value = "paper-figs/results/simulator-validation.json")]
+        out: PathBuf,
+        /// A four-graph smoke suite instead of the full one
+        #[arg(long)]
+        quick: bool,
+        #[command(flatten)]
+        measure: gpu::MeasureArgs,
+    },
+    /// Re-simulate a committed simulator-validation record with today's model (no GPU needed)
+    SimulatorReport {
+        #[arg(long, default_value = "paper-figs/results/simulator-validation.json")]
+        results: PathBuf,
+        /// Also draw simulated against measured as SVG
+        #[arg(long, value_name = "FILE")]
+        svg: Option<PathBuf>,
+    },
     /// Generate a synthetic task graph as JSON
     Gen {
         /// chain:N, fan:B[:D], nasnet:C[:SEED], layered:N[:SEED], dnn:N[:SEED]
@@ -94,6 +130,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Dot { source, algo, out } => scheduling::dot(&source, &algo, out.as_ref()),
         Command::Compare { source, algos, simulator, json } => scheduling::compare(&source, algos.as_deref(), &simulator, json),
+        Command::Synth { source, algo, mode, measure, json } => gpu::synth(&source, &algo, mode, &measure, json),
+        Command::ValidateSimulator { out, quick, measure } => gpu::validate_simulator(&out, quick, &measure),
+        Command::SimulatorReport { results, svg } => gpu::simulator_report(&results, svg.as_ref()),
         Command::Gen { synthetic, out } => scheduling::generate(&synthetic, out.as_ref()),
     }
 }

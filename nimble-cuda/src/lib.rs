@@ -1,7 +1,25 @@
-//! `nimble-cuda` (not implemented yet): CUDA streams, events and graphs on cudarc.
+//! `nimble-cuda`: CUDA streams, events and graphs on cudarc, and a synthetic-kernel executor.
 //!
-//! This crate will hold the torch-free CUDA layer: safe stream, event, capture and graph types
-//! over cudarc (dynamic loading, so it builds without CUDA and reports `NoGpu` at run time),
-//! introspection of captured graphs (node counts, parallel width), and a synthetic-kernel
-//! executor that runs any `TaskGraph` with any `StreamPlan` on the GPU, eagerly or as one
-//! graph, to validate `nimble-sched`'s simulator. It has no code yet and does not pretend to.
+//! The torch-free CUDA layer. It loads the driver dynamically, so it builds anywhere; on a
+//! machine without a driver every entry point returns [`CudaError::NoGpu`] instead of panicking
+//! ([`Gpu::probe`] checks first). [`Gpu`] opens a device and hands out streams (with
+//! priorities) and events (timing or not); [`capture`] records a stream's work in any
+//! [`CaptureMode`] into a [`Graph`], which launches, uploads and reports its
+//! [structure](GraphStructure) (node types, edges, parallel width). [`launch_sequence`] turns a
+//! `StreamPlan` into the steps an executor issues (pure, tested on the CPU), and
+//! [`SyntheticExecutor`] runs any task graph with any plan using [`SpinKernel`], eagerly or as one
+//! graph, to measure what `nimble-sched`'s simulator predicts. All `unsafe` code lives in the
+//! private `ffi` module.
+
+mod device;
+mod error;
+mod ffi;
+pub mod measure;
+mod sequence;
+mod synthetic;
+
+pub use device::{capture, CaptureMode, DeviceInfo, Gpu, Graph, GraphStructure};
+pub use error::{CudaError, Result};
+pub use measure::Samples;
+pub use sequence::{launch_sequence, recorded_nodes, LaunchStep};
+pub use synthetic::{SpinKernel, SyntheticExecutor};

@@ -30,13 +30,13 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
 use nimble_graph::TaskGraph;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::plan::StreamPlan;
 
 /// How the plan is launched.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LaunchMode {
     /// Kernel by kernel from the host, with events for syncs.

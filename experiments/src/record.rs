@@ -1,0 +1,39 @@
+//! Provenance: what every committed result record says about where and when it was measured.
+
+use nimble_cuda::DeviceInfo;
+use serde::{Deserialize, Serialize};
+
+/// Where, when, with what code and how a result was measured.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Provenance {
+    pub gpu: String,
+    pub compute_capability: String,
+    pub multiprocessors: i32,
+    /// The driver's CUDA version.
+    pub driver_cuda_version: String,
+    /// UTC time the measurement finished, RFC 3339.
+    pub date_utc: String,
+    /// Git commit of the code that measured (with `-dirty` if it had uncommitted changes).
+    pub commit: String,
+    pub warmup: usize,
+    pub iterations: usize,
+    /// How each sample was taken.
+    pub method: String,
+}
+
+impl Provenance {
+    /// Provenance for a measurement on `device`, stamped now.
+    pub fn now(device: &DeviceInfo, warmup: usize, iterations: usize, method: &str) -> Provenance {
+        Provenance {
+            gpu: device.name.clone(),
+            compute_capability: format!("{}.{}", device.compute_capability.0, device.compute_capability.1),
+            multiprocessors: device.multiprocessors,
+            driver_cuda_version: device.driver_cuda_version.clone(),
+            date_utc: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            commit: env!("NIMBLE_COMMIT").to_string(),
+            warmup,
+            iterations,
+            method: method.to_string(),
+        }
+    }
+}

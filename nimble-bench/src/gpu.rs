@@ -1,0 +1,139 @@
+//! Commands that run on a GPU (`synth`, `validate-simulator`) and the offline report of what
+//! they measured (`simulator-report`).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use experiments::simulator_validation::{self, RunOptions, ValidationRecord, QUICK_SUITE, SUITE};
+use nimble_cuda::{Gpu, SpinKernel, SyntheticExecutor};
+use nimble_sched::{algorithms, simulate, Analysis, LaunchMode, SimulatorConfig};
+use serde_json::json;
+
+use crate::output::{emit, emit_json, write_file};
+use crate::scheduling::{GraphSource, Mode};
+
+/// Measurement settings shared by the GPU commands; defaults are the paper's method.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct MeasureArgs {
+    /// Untimed runs before timing
+    #[arg(long, default_value_t = 50)]
+    warmup: usize,
+    /// Timed runs (the median is reported)
+    #[arg(long, default_value_t = 100)]
+    iters: usize,
+    /// Blocks (SMs) each synthetic kernel occupies
+    #[arg(long, default_value_t = 1)]
+    blocks: u32,
+}
+
+impl MeasureArgs {
+    fn options(&self) -> Result<RunOptions> {
+        anyhow::ensure!(self.iters >= 1, "--iters must be at least 1");
+        anyhow::ensure!(self.blocks >= 1, "--blocks must be at least 1");
+        Ok(RunOptions { warmup: self.warmup, iterations: self.iters, blocks: self.blocks })
+    }
+}
+
+fn launch_mode(mode: Mode) -> LaunchMode {
+    match mode {
+        Mode::Graph => LaunchMode::Graph,
+        Mode::Eager => LaunchMode::Eager,
+    }
+}
+
+/// `synth`: run a graph's plan with synthetic kernels; print measured and simulated makespan.
+pub fn synth(source: &GraphSource, algorithm: &str, mode: Mode, measure: &MeasureArgs, as_json: bool) -> Result<()> {
+    let graph = source.load()?;
+    let options = measure.options()?;
+    let plan = algorithms::by_name(algorithm)?.assign(&Analysis::new(&graph));
+    let gpu = Gpu::open(0)?;
+    let kernel = SpinKernel::new(&gpu, options.blocks)?;
+    let executor = SyntheticExecutor::new(&gpu, &kernel, &graph, &plan, 0.0)?;
+    let mode = launch_mode(mode);
+    let measured = executor.measure(mode, options.warmup, options.iterations)?;
+    let config = match mode {
+        LaunchMode::Graph => SimulatorConfig::graph(),
+        LaunchMode::Eager => SimulatorConfig::eager(),
+    };
+    let simulated = simulate(&graph, &plan, &config).makespan_us;
+    if as_json {
+        return emit_json(&json!({
+            "algorithm": plan.algorithm, "mode": mode, "nodes": graph.len(), "streams": plan.streams,
+            "syncs": plan.syncs.len(), "measured_median_us": measured.median_us, "measured": measured,
+            "simulated_us": simulated, "gpu": gpu.info(), "cycles_per_us": kernel.cycles_per_us,
+        }));
+    }
+    emit(&format!(
+        "{} on {}: {} mode, {} streams, {} syncs; measured {:.1} µs (median of {}, mean {:.1}, stdev {:.1}); simulated {:.1} µs ({:+.1}%)",
+        plan.algorithm,
+        gpu.info().name,
+        if mode == LaunchMode::Graph { "graph" } else { "eager" },
+        plan.streams,
+        plan.syncs.len(),
+        measured.median_us,
+        options.iterations,
+        measured.mean_us,
+        measured.stdev_us,
+        simulated,
+        (simulated - measured.median_us) / measured.median_us * 100.0
+    ))
+}
+
+/// `validate-simulator`: the whole suite, every algorithm, both modes; writes the record.
+pub fn validate_simulator(out: &Path, quick: bool, measure: &MeasureArgs) -> Result<()> {
+    let gpu = Gpu::open(0)?;
+    let suite = if quick { QUICK_SUITE } else { SUITE };
+    eprintln!("measuring {} graphs × {} algorithms × 2 modes on {}", suite.len(), simulator_validation::algorithm_names().len(), gpu.info().name);
+    let record = simulator_validation::run_suite(&gpu, suite, measure.options()?, |run| {
+        eprintln!(
+            "  {:<16} {:<14} {:<5} {:>10.1} µs measured {:>10.1} µs simulated",
+            format!("{}{}", run.graph, if run.zero_durations { "/0" } else { "" }),
+            run.algorithm,
+            if run.mode == LaunchMode::Graph { "graph" } else { "eager" },
+            run.measured.median_us,
+            run.simulated_us
+        )
+    })
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    write_file(out, &serde_json::to_string_pretty(&record)?)?;
+    report(&record, None)
+}
+
+/// `simulator-report`: re-simulate a committed record with today's model; optionally plot.
+pub fn simulator_report(results: &Path, svg: Option<&PathBuf>) -> Result<()> {
+    let text = std::fs::read_to_string(results).with_context(|| format!("reading {}", results.display()))?;
+    let record: ValidationRecord = serde_json::from_str(&text).with_context(|| format!("reading {}", results.display()))?;
+    report(&record, svg)
+}
+
+fn report(record: &ValidationRecord, svg: Option<&PathBuf>) -> Result<()> {
+    let evaluation = simulator_validation::evaluate(record, &SimulatorConfig::graph(), &SimulatorConfig::eager())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let p = &record.provenance;
+    emit(&format!(
+        "measured on {} (CUDA {} driver, {} SMs) at {} by commit {}; {} warm-ups, {} timed runs, median",
+        p.gpu, p.driver_cuda_version, p.multiprocessors, p.date_utc, p.commit, p.warmup, p.iterations
+    ))?;
+    emit(&format!("{:<18} {:<14} {:<6} {:>12} {:>12} {:>8}", "graph", "algorithm", "mode", "measured µs", "simulated µs", "error"))?;
+    for run in &evaluation.runs {
+        emit(&format!(
+            "{:<18} {:<14} {:<6} {:>12.1} {:>12.1} {:>+7.1}%",
+            format!("{}{}", run.graph, if run.zero_durations { "/0" } else { "" }),
+            run.algorithm,
+            if run.mode == LaunchMode::Graph { "graph" } else { "eager" },
+            run.measured_us,
+            run.simulated_us,
+            run.relative_error * 100.0
+        ))?;
+    }
+    emit(&format!(
+        "median |simulated − measured| / measured: graph mode {:.1}% (goal ≤ 10%), eager mode {:.1}% (goal ≤ 15%)",
+        evaluation.median_abs_error_graph * 100.0,
+        evaluation.median_abs_error_eager * 100.0
+    ))?;
+    if let Some(path) = svg {
+        crate::plots::simulated_vs_measured(path, &evaluation, &record.provenance)?;
+        emit(&format!("wrote {}", path.display()))?;
+    }
+    Ok(())
+}

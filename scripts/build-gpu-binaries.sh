@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Builds, here, everything a GPU run needs, into .gpu/ (ignored; carried by the device tool):
+# the release nimble-bench and the GPU test binaries, stripped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rm -rf .gpu && mkdir -p .gpu/tests
+cargo build --release --locked -p nimble-bench
+cp target/release/nimble-bench .gpu/
+cargo test --release --locked -p nimble-cuda --test gpu --no-run --message-format=json 2>/dev/null \
+    | python3 -c 'import json,sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        print(m["executable"], m["target"]["name"])' \
+    | while read -r executable name; do cp "$executable" ".gpu/tests/nimble-cuda-$name"; done
+strip .gpu/nimble-bench .gpu/tests/* 2>/dev/null || true
+ls -la .gpu .gpu/tests
