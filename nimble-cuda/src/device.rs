@@ -126,6 +126,7 @@ impl CaptureMode {
 /// through events) as one instantiated graph.
 ///
 /// The capture is always ended, even when `body` fails, so the stream is never left capturing.
+/// Capturing no work at all is [`CudaError::EmptyCapture`].
 /// Every stream joined into the capture must be joined back into `origin` before `body` returns.
 pub fn capture(origin: &Arc<CudaStream>, mode: CaptureMode, body: impl FnOnce() -> Result<()>) -> Result<Graph> {
     origin.begin_capture(mode.raw())?;
@@ -133,6 +134,9 @@ pub fn capture(origin: &Arc<CudaStream>, mode: CaptureMode, body: impl FnOnce() 
     let ended = origin.end_capture(CUgraphInstantiate_flags(0));
     issued?;
     let graph = ended?.ok_or(CudaError::EmptyCapture)?;
+    if ffi::captured_node_count(&graph)? == 0 {
+        return Err(CudaError::EmptyCapture);
+    }
     Ok(Graph { graph })
 }
 
@@ -154,7 +158,7 @@ impl Graph {
 
     /// The captured graph's nodes and edges.
     pub fn structure(&self) -> Result<GraphStructure> {
-        GraphStructure::read(self.graph.cu_graph())
+        Ok(GraphStructure::from_parts(ffi::captured_nodes_and_edges(&self.graph)?))
     }
 }
 
@@ -168,11 +172,8 @@ pub struct GraphStructure {
 }
 
 impl GraphStructure {
-    /// Reads a graph owned by a live `CudaGraph` of this crate.
-    fn read(graph: CUgraph) -> Result<GraphStructure> {
-        // SAFETY: callers pass the graph of a live `Graph`, which nothing else mutates.
-        let (types, edges) = unsafe { ffi::graph_nodes_and_edges(graph) }?;
-        Ok(GraphStructure { node_types: types.iter().map(node_type_name).collect(), edges })
+    fn from_parts((types, edges): (Vec<cudarc::driver::sys::CUgraphNodeType>, Vec<(usize, usize)>)) -> GraphStructure {
+        GraphStructure { node_types: types.iter().map(node_type_name).collect(), edges }
     }
 
     /// Reads a raw `CUgraph` handed over by another owner (e.g. libtorch's `CUDAGraph` built
@@ -182,7 +183,8 @@ impl GraphStructure {
     /// `graph` must be a valid `CUgraph`, alive and unmodified for the duration of the call, and
     /// its context must be current on this thread.
     pub unsafe fn from_raw(graph: CUgraph) -> Result<GraphStructure> {
-        GraphStructure::read(graph)
+        // SAFETY: forwarded to the caller's contract above.
+        Ok(GraphStructure::from_parts(unsafe { ffi::graph_nodes_and_edges(graph) }?))
     }
 
     /// Node count per type.

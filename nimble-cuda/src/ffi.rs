@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUgraph, CUgraphNode, CUgraphNodeType};
-use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaContext, CudaFunction, CudaGraph, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::error::{CudaError, Result};
 
@@ -55,6 +55,21 @@ pub(crate) fn launch_spin(stream: &CudaStream, kernel: &CudaFunction, cycles: &i
     Ok(())
 }
 
+/// Number of nodes of a graph this crate owns.
+pub(crate) fn captured_node_count(graph: &CudaGraph) -> Result<usize> {
+    let mut count = 0usize;
+    // SAFETY: `graph` is alive and owned by us for the call; a null node array asks only for
+    // the count.
+    unsafe { sys::cuGraphGetNodes(graph.cu_graph(), std::ptr::null_mut(), &mut count) }.result()?;
+    Ok(count)
+}
+
+/// Node types and edges of a graph this crate owns.
+pub(crate) fn captured_nodes_and_edges(graph: &CudaGraph) -> Result<(Vec<CUgraphNodeType>, Vec<(usize, usize)>)> {
+    // SAFETY: `graph` is a live, instantiated graph that nothing else mutates during the call.
+    unsafe { graph_nodes_and_edges(graph.cu_graph()) }
+}
+
 /// The node types and edges (as index pairs) of a CUDA graph.
 ///
 /// # Safety
@@ -67,6 +82,9 @@ pub(crate) unsafe fn graph_nodes_and_edges(graph: CUgraph) -> Result<(Vec<CUgrap
     let mut count = 0usize;
     // SAFETY: a null node array asks only for the count (driver API contract).
     unsafe { sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut count) }.result()?;
+    if count == 0 {
+        return Ok((Vec::new(), Vec::new()));
+    }
     let mut nodes: Vec<CUgraphNode> = vec![std::ptr::null_mut(); count];
     // SAFETY: `nodes` has room for `count` handles.
     unsafe { sys::cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut count) }.result()?;
@@ -84,6 +102,9 @@ pub(crate) unsafe fn graph_nodes_and_edges(graph: CUgraph) -> Result<(Vec<CUgrap
         sys::cuGraphGetEdges_v2(graph, std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), &mut edge_count)
     }
     .result()?;
+    if edge_count == 0 {
+        return Ok((types, Vec::new()));
+    }
     let mut from: Vec<CUgraphNode> = vec![std::ptr::null_mut(); edge_count];
     let mut to: Vec<CUgraphNode> = vec![std::ptr::null_mut(); edge_count];
     // SAFETY: both arrays have room for `edge_count` handles; edge data stays null.
