@@ -11,6 +11,9 @@ pub struct Provenance {
     pub multiprocessors: i32,
     /// The driver's CUDA version.
     pub driver_cuda_version: String,
+    /// The kernel driver's version (e.g. 580.159.04), when the machine reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_version: Option<String>,
     /// UTC time the measurement finished, RFC 3339.
     pub date_utc: String,
     /// Git commit of the code that measured (with `-dirty` if it had uncommitted changes).
@@ -29,6 +32,7 @@ impl Provenance {
             compute_capability: format!("{}.{}", device.compute_capability.0, device.compute_capability.1),
             multiprocessors: device.multiprocessors,
             driver_cuda_version: device.driver_cuda_version.clone(),
+            driver_version: kernel_driver_version(),
             date_utc: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
             commit: env!("NIMBLE_COMMIT").to_string(),
             warmup,
@@ -36,4 +40,12 @@ impl Provenance {
             method: method.to_string(),
         }
     }
+}
+
+/// The NVIDIA kernel module's version, from `/proc/driver/nvidia/version` (Linux).
+fn kernel_driver_version() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/driver/nvidia/version").ok()?;
+    let line = text.lines().next()?;
+    let after = line.split("Kernel Module").nth(1)?;
+    after.split_whitespace().next().map(str::to_string)
 }

@@ -99,11 +99,47 @@ pub fn validate_simulator(out: &Path, quick: bool, measure: &MeasureArgs) -> Res
     report(&record, None)
 }
 
+/// `calibrate-simulator`: fit the simulator's parameters to a record; print them as JSON (usable
+/// with `--sim-config`) and the errors before and after.
+pub fn calibrate_simulator(results: &Path, out: Option<&PathBuf>) -> Result<()> {
+    let record = read_record(results)?;
+    let prepared = simulator_validation::PreparedRuns::new(&record).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (graph_start, eager_start) = (SimulatorConfig::graph(), SimulatorConfig::eager());
+    let before = prepared.evaluate(&graph_start, &eager_start);
+    let graph = prepared.fit(&graph_start);
+    let eager = prepared.fit(&SimulatorConfig { dispatch_us: graph.dispatch_us, ..eager_start });
+    let after = prepared.evaluate(&graph, &eager);
+    let mut fitted = serde_json::to_value(SimulatorConfig { mode: LaunchMode::Graph, ..eager.clone() })?;
+    let fields = fitted.as_object_mut().expect("a config is an object");
+    fields.remove("mode");
+    for key in ["graph_launch_us", "graph_branch_us", "graph_dependency_latency_us", "dispatch_us"] {
+        fields.insert(key.into(), serde_json::to_value(&graph)?[key].clone());
+    }
+    let text = serde_json::to_string_pretty(&fitted)?;
+    if let Some(path) = out {
+        write_file(path, &text)?;
+    }
+    emit(&text)?;
+    emit(&format!(
+        "median |error|: graph {:.1}% -> {:.1}%, eager {:.1}% -> {:.1}% over {} runs of {}",
+        before.median_abs_error_graph * 100.0,
+        after.median_abs_error_graph * 100.0,
+        before.median_abs_error_eager * 100.0,
+        after.median_abs_error_eager * 100.0,
+        record.runs.len(),
+        record.provenance.gpu
+    ))
+}
+
+fn read_record(path: &Path) -> Result<ValidationRecord> {
+    let context = || format!("reading {}", path.display());
+    let text = std::fs::read_to_string(path).with_context(context)?;
+    serde_json::from_str(&text).with_context(context)
+}
+
 /// `simulator-report`: re-simulate a committed record with today's model; optionally plot.
 pub fn simulator_report(results: &Path, svg: Option<&PathBuf>) -> Result<()> {
-    let text = std::fs::read_to_string(results).with_context(|| format!("reading {}", results.display()))?;
-    let record: ValidationRecord = serde_json::from_str(&text).with_context(|| format!("reading {}", results.display()))?;
-    report(&record, svg)
+    report(&read_record(results)?, svg)
 }
 
 fn report(record: &ValidationRecord, svg: Option<&PathBuf>) -> Result<()> {

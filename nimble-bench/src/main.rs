@@ -110,6 +110,15 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         svg: Option<PathBuf>,
     },
+    /// Fit the simulator's parameters to a simulator-validation record (no GPU needed); prints
+    /// them as JSON for --sim-config
+    CalibrateSimulator {
+        #[arg(long, default_value = "paper-figs/results/simulator-validation.json")]
+        results: PathBuf,
+        /// Also write the fitted parameters to this file
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
     /// Generate a synthetic task graph as JSON
     Gen {
         /// chain:N, fan:B[:D], nasnet:C[:SEED], layered:N[:SEED], dnn:N[:SEED]
@@ -133,6 +142,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Synth { source, algo, mode, measure, json } => gpu::synth(&source, &algo, mode, &measure, json),
         Command::ValidateSimulator { out, quick, measure } => gpu::validate_simulator(&out, quick, &measure),
         Command::SimulatorReport { results, svg } => gpu::simulator_report(&results, svg.as_ref()),
+        Command::CalibrateSimulator { results, out } => gpu::calibrate_simulator(&results, out.as_ref()),
         Command::Gen { synthetic, out } => scheduling::generate(&synthetic, out.as_ref()),
     }
 }

@@ -28,6 +28,8 @@ pub fn simulated_vs_measured(path: &Path, evaluation: &Evaluation, provenance: &
             .build_cartesian_2d((low..high).log_scale(), (low..high).log_scale())?;
         chart
             .configure_mesh()
+            .x_label_formatter(&|v| format!("{v:.0}"))
+            .y_label_formatter(&|v| format!("{v:.0}"))
             .x_desc("measured makespan (µs, median)")
             .y_desc("simulated makespan (µs)")
             .draw()?;

@@ -40,15 +40,16 @@ impl GraphSource {
     }
 }
 
-/// Simulator parameters; defaults are the H100/H200 measurements documented in nimble-sched.
+/// Simulator parameters; defaults are the calibrated H200 values documented in nimble-sched.
 #[derive(Args, Debug)]
 pub struct SimulatorArgs {
+    /// JSON object overriding any of the model's parameters (the output of
+    /// `calibrate-simulator`, or a hand-written what-if)
+    #[arg(long, value_name = "FILE")]
+    sim_config: Option<PathBuf>,
     /// Host cost of one eager kernel launch, µs (about 12 to model PyTorch eager)
     #[arg(long, value_name = "US")]
     launch_us: Option<f64>,
-    /// Latency between a kernel's end and a dependent kernel's start, µs
-    #[arg(long, value_name = "US")]
-    dependency_latency_us: Option<f64>,
     /// Most kernels running at once
     #[arg(long, value_name = "N")]
     max_concurrent: Option<usize>,
@@ -61,11 +62,14 @@ pub struct SimulatorArgs {
 }
 
 impl SimulatorArgs {
-    fn config(&self, mode: Mode) -> Result<SimulatorConfig> {
-        let mut config = match mode {
-            Mode::Graph => SimulatorConfig::graph(),
-            Mode::Eager => SimulatorConfig::eager(),
-        };
+    pub fn config(&self, mode: Mode) -> Result<SimulatorConfig> {
+        let mut config = SimulatorConfig::for_mode(match mode {
+            Mode::Graph => LaunchMode::Graph,
+            Mode::Eager => LaunchMode::Eager,
+        });
+        if let Some(path) = &self.sim_config {
+            config = overridden(&config, path)?;
+        }
         let non_negative = |name: &str, value: Option<f64>| -> Result<Option<f64>> {
             match value {
                 Some(v) if !(v >= 0.0 && v.is_finite()) => anyhow::bail!("--{name} must be a non-negative number, got {v}"),
@@ -74,9 +78,6 @@ impl SimulatorArgs {
         };
         if let Some(v) = non_negative("launch-us", self.launch_us)? {
             config.eager_launch_us = v;
-        }
-        if let Some(v) = non_negative("dependency-latency-us", self.dependency_latency_us)? {
-            config.dependency_latency_us = v;
         }
         if let Some(v) = non_negative("default-duration-us", self.default_duration_us)? {
             config.default_duration_us = v;
@@ -91,6 +92,26 @@ impl SimulatorArgs {
         }
         Ok(config)
     }
+}
+
+/// `config` with the fields present in the JSON object at `path` replaced (`mode` is kept).
+fn overridden(config: &SimulatorConfig, path: &std::path::Path) -> Result<SimulatorConfig> {
+    let context = || format!("reading simulator parameters from {}", path.display());
+    let text = std::fs::read_to_string(path).with_context(context)?;
+    let overrides: serde_json::Value = serde_json::from_str(&text).with_context(context)?;
+    let serde_json::Value::Object(overrides) = overrides else {
+        anyhow::bail!("{}: expected a JSON object of simulator parameters", path.display());
+    };
+    let mut merged = serde_json::to_value(config)?;
+    let fields = merged.as_object_mut().expect("a config is an object");
+    for (key, value) in overrides {
+        if key == "mode" {
+            continue;
+        }
+        anyhow::ensure!(fields.contains_key(&key), "{}: unknown simulator parameter `{key}`; known: {}", path.display(), fields.keys().cloned().collect::<Vec<_>>().join(", "));
+        fields.insert(key, value);
+    }
+    serde_json::from_value(merged).with_context(context)
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]

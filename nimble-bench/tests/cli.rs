@@ -96,3 +96,49 @@ fn generated_graphs_feed_every_command() {
     let dot = stdout(&nimble_bench(&["dot", "--graph", path, "--algo", "greedy"]));
     assert!(dot.starts_with("digraph") && dot.contains("greedy"));
 }
+
+/// A slice of the committed GPU record (small graphs only), written where the commands can read it.
+fn small_record() -> PathBuf {
+    let committed = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../paper-figs/results/simulator-validation.json");
+    let mut record: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(committed).unwrap()).unwrap();
+    let runs = record["runs"].as_array_mut().unwrap();
+    runs.retain(|r| ["fan:8:8", "chain:200", "fan:16:1"].contains(&r["graph"].as_str().unwrap()));
+    assert!(runs.len() >= 30);
+    write("small-record.json", &record.to_string())
+}
+
+#[test]
+fn simulator_report_and_calibration_work_from_a_record() {
+    let record = small_record();
+    let svg = scratch("validation.svg");
+    let report = stdout(&nimble_bench(&["simulator-report", "--results", record.to_str().unwrap(), "--svg", svg.to_str().unwrap()]));
+    assert!(report.contains("measured on NVIDIA") && report.contains("median |simulated − measured|"), "{report}");
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+
+    let fitted_path = scratch("fitted.json");
+    let calibration = stdout(&nimble_bench(&["calibrate-simulator", "--results", record.to_str().unwrap(), "--out", fitted_path.to_str().unwrap()]));
+    assert!(calibration.contains("median |error|: graph"), "{calibration}");
+    let fitted: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&fitted_path).unwrap()).unwrap();
+    for key in ["eager_launch_us", "graph_dependency_latency_us", "dispatch_us", "max_concurrent_kernels"] {
+        assert!(fitted.get(key).is_some(), "{key} missing");
+    }
+    // The fitted parameters feed back into the simulator.
+    let simulated = stdout(&nimble_bench(&["simulate", "--synthetic", "fan:8:8", "--sim-config", fitted_path.to_str().unwrap(), "--json"]));
+    assert!(serde_json::from_str::<serde_json::Value>(&simulated).unwrap()["makespan_us"].as_f64().unwrap() > 0.0);
+
+    let unknown = write("unknown-parameter.json", r#"{"warp_speed": 9}"#);
+    let output = nimble_bench(&["simulate", "--synthetic", "fan:2", "--sim-config", unknown.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("unknown simulator parameter `warp_speed`"));
+}
+
+#[test]
+fn gpu_commands_say_there_is_no_gpu() {
+    if std::path::Path::new("/proc/driver/nvidia/version").exists() {
+        eprintln!("notice: a GPU driver is present; the no-GPU error is not exercised here");
+        return;
+    }
+    let output = nimble_bench(&["synth", "--synthetic", "fan:2"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).starts_with("error: no CUDA GPU available"));
+}

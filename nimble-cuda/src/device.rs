@@ -172,7 +172,7 @@ pub struct GraphStructure {
 }
 
 impl GraphStructure {
-    fn from_parts((types, edges): (Vec<cudarc::driver::sys::CUgraphNodeType>, Vec<(usize, usize)>)) -> GraphStructure {
+    fn from_parts((types, edges): ffi::NodesAndEdges) -> GraphStructure {
         GraphStructure { node_types: types.iter().map(node_type_name).collect(), edges }
     }
 

@@ -12,6 +12,9 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaGraph, CudaStream, LaunchCon
 
 use crate::error::{CudaError, Result};
 
+/// A graph's node types and its edges as node-index pairs.
+pub(crate) type NodesAndEdges = (Vec<CUgraphNodeType>, Vec<(usize, usize)>);
+
 /// Whether the CUDA driver library can be loaded.
 pub(crate) fn driver_library_present() -> bool {
     // SAFETY: loading libcuda runs only the driver's own initialisers; cudarc opens it the same
@@ -65,7 +68,7 @@ pub(crate) fn captured_node_count(graph: &CudaGraph) -> Result<usize> {
 }
 
 /// Node types and edges of a graph this crate owns.
-pub(crate) fn captured_nodes_and_edges(graph: &CudaGraph) -> Result<(Vec<CUgraphNodeType>, Vec<(usize, usize)>)> {
+pub(crate) fn captured_nodes_and_edges(graph: &CudaGraph) -> Result<NodesAndEdges> {
     // SAFETY: `graph` is a live, instantiated graph that nothing else mutates during the call.
     unsafe { graph_nodes_and_edges(graph.cu_graph()) }
 }
@@ -75,7 +78,7 @@ pub(crate) fn captured_nodes_and_edges(graph: &CudaGraph) -> Result<(Vec<CUgraph
 /// # Safety
 /// `graph` must be a valid `CUgraph` that is not modified or destroyed during the call; the
 /// current thread must have its context bound.
-pub(crate) unsafe fn graph_nodes_and_edges(graph: CUgraph) -> Result<(Vec<CUgraphNodeType>, Vec<(usize, usize)>)> {
+pub(crate) unsafe fn graph_nodes_and_edges(graph: CUgraph) -> Result<NodesAndEdges> {
     if graph.is_null() {
         return Err(CudaError::EmptyCapture);
     }

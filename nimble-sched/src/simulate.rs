@@ -1,14 +1,18 @@
 //! A discrete-event model of one GPU running a [`StreamPlan`], eagerly or as one CUDA graph.
 //!
 //! # The model
-//! * **Host.** In [`LaunchMode::Eager`] the host walks the issue order and pays
-//!   `eager_launch_us` per kernel, `eager_event_us` per event wait before a kernel and per event
-//!   record after a sync source; a kernel cannot start before its launch call returns. In
-//!   [`LaunchMode::Graph`] one launch costs `graph_launch_us + graph_branch_us × streams`, after
-//!   which every node is available to the GPU.
-//! * **Dependencies.** A node starts `dependency_latency_us` after the last of its stream
-//!   predecessor and the sources of its syncs finishes (the GPU enforces the plan, not the task
-//!   graph, so a wrong plan shows wrong timing rather than an error).
+//! * **Host.** In [`LaunchMode::Eager`] the host forks the plan's streams from an origin stream
+//!   (one event record and one wait per stream), walks the issue order paying `eager_launch_us`
+//!   per kernel and `eager_event_us` per event wait before a kernel and per event record after a
+//!   sync source, then joins every stream back (a record and a wait per stream); a kernel
+//!   cannot start before its launch call returns, and the run cannot end before the join is
+//!   issued. In [`LaunchMode::Graph`] the whole plan is available to the GPU
+//!   `graph_launch_us + graph_branch_us × streams` after the launch call starts.
+//! * **Dependencies.** A node starts a latency after the last of its stream predecessor and the
+//!   sources of its syncs finishes: `graph_dependency_latency_us` for every edge of a graph;
+//!   in eager mode `eager_dependency_latency_us` after the stream predecessor and
+//!   `eager_sync_latency_us` after a sync source. (The GPU enforces the plan, not the task
+//!   graph, so a wrong plan shows wrong timing rather than an error.)
 //! * **Dispatch.** The GPU front end starts at most one node per `dispatch_us`.
 //! * **Capacity.** At most `max_concurrent_kernels` kernels run at once, and the SM shares of
 //!   running kernels (node attribute `sm_share` in (0, 1], else `default_sm_share`; 0 means
@@ -18,13 +22,18 @@
 //! Ready nodes start in order of the time they became ready, ties by issue order.
 //!
 //! # Defaults and where they come from
-//! Measured on a lent H100 and H200 (CUDA 13.0, driver 580) and recorded in the project's
-//! GPU notes: a raw kernel launch costs about 3.5 µs of host time; graph replay costs about
-//! 0.8 µs per node along a dependent chain and 0.17 µs per node across 16 or more parallel
-//! branches; one graph launch costs about 4.2 µs plus 1.05 µs per parallel branch (21 µs at 16
-//! branches, 139 µs at 128). Hopper runs up to 128 kernels concurrently. The event cost
-//! (1 µs) is an estimate until the synthetic-kernel executor calibrates it. PyTorch's eager
-//! overhead per op is about 12 µs; set `eager_launch_us` to that to model framework eager mode.
+//! Fitted by `nimble-bench calibrate-simulator` to the runs in
+//! `paper-figs/results/simulator-validation.json`: 181 measured runs of `nimble-cuda`'s
+//! synthetic executor (chains, fans of 2–128 branches, NASNet-like cells, random layered DAGs of
+//! 1k–10k nodes, a DNN-like graph, and zero-duration chains and fans) under every registered
+//! algorithm, on an NVIDIA H200 (driver 580.159.04, CUDA 13.0), 2026-11-21. On that GPU an eager
+//! launch costs the host about 2.7 µs, and a graph node about 0.7 µs along a dependent chain and
+//! 0.17 µs across parallel branches; an event wait between streams adds about 3.3 µs of GPU-side
+//! latency in eager mode against 1.6 µs between kernels of one stream. The GPU does not wait for the host-side cost of launching a
+//! wide graph (about 1 µs per branch, measured separately), so `graph_branch_us` fits to
+//! 0.013 µs. Recalibrate for another GPU with `nimble-bench validate-simulator` then
+//! `calibrate-simulator`. PyTorch's eager overhead per op is about 12 µs; set `eager_launch_us`
+//! to that to model framework eager mode.
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
@@ -46,31 +55,35 @@ pub enum LaunchMode {
 }
 
 /// Parameters of the model; see the [module documentation](self).
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SimulatorConfig {
     pub mode: LaunchMode,
     pub eager_launch_us: f64,
     pub eager_event_us: f64,
+    pub eager_dependency_latency_us: f64,
+    pub eager_sync_latency_us: f64,
     pub graph_launch_us: f64,
     pub graph_branch_us: f64,
+    pub graph_dependency_latency_us: f64,
     pub dispatch_us: f64,
-    pub dependency_latency_us: f64,
     pub max_concurrent_kernels: usize,
     pub default_duration_us: f64,
     pub default_sm_share: f64,
 }
 
 impl SimulatorConfig {
-    /// Defaults for graph launch (H100/H200 measurements).
+    /// Calibrated defaults for graph launch (H200; see the module documentation).
     pub fn graph() -> Self {
         SimulatorConfig {
             mode: LaunchMode::Graph,
-            eager_launch_us: 3.5,
-            eager_event_us: 1.0,
-            graph_launch_us: 4.2,
-            graph_branch_us: 1.05,
+            eager_launch_us: 2.7,
+            eager_event_us: 0.28,
+            eager_dependency_latency_us: 1.6,
+            eager_sync_latency_us: 3.3,
+            graph_launch_us: 4.8,
+            graph_branch_us: 0.013,
+            graph_dependency_latency_us: 0.7,
             dispatch_us: 0.17,
-            dependency_latency_us: 0.8,
             max_concurrent_kernels: 128,
             default_duration_us: 0.0,
             default_sm_share: 0.0,
@@ -80,6 +93,14 @@ impl SimulatorConfig {
     /// The same defaults with eager launch.
     pub fn eager() -> Self {
         SimulatorConfig { mode: LaunchMode::Eager, ..Self::graph() }
+    }
+
+    /// The defaults for `mode`.
+    pub fn for_mode(mode: LaunchMode) -> Self {
+        match mode {
+            LaunchMode::Graph => Self::graph(),
+            LaunchMode::Eager => Self::eager(),
+        }
     }
 }
 
@@ -163,9 +184,10 @@ pub fn simulate(graph: &TaskGraph, plan: &StreamPlan, config: &SimulatorConfig) 
     // Host side: when each node may start at the earliest.
     let mut available = vec![0.0f64; n];
     let mut host_launches = Vec::new();
+    let streams = plan.streams as f64;
     let host_end_us = match config.mode {
         LaunchMode::Eager => {
-            let mut host = 0.0;
+            let mut host = config.eager_event_us * (1.0 + streams); // fork
             for &v in &plan.order {
                 host += config.eager_event_us * wait_calls[v] as f64;
                 let start = host;
@@ -176,20 +198,26 @@ pub fn simulate(graph: &TaskGraph, plan: &StreamPlan, config: &SimulatorConfig) 
                     host += config.eager_event_us;
                 }
             }
-            host
+            host + config.eager_event_us * 2.0 * streams // join
         }
         LaunchMode::Graph => {
-            let launched = config.graph_launch_us + config.graph_branch_us * plan.streams as f64;
+            let launched = config.graph_launch_us + config.graph_branch_us * streams;
             available.fill(launched);
             launched
         }
     };
+    let (stream_latency, sync_latency) = match config.mode {
+        LaunchMode::Eager => (config.eager_dependency_latency_us, config.eager_sync_latency_us),
+        LaunchMode::Graph => (config.graph_dependency_latency_us, config.graph_dependency_latency_us),
+    };
 
-    let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); n];
+    // (dependent, latency) per node: the stream predecessor comes first in `waits_for`.
+    let mut dependents: Vec<Vec<(usize, f64)>> = vec![Vec::new(); n];
     let mut remaining: Vec<usize> = waits_for.iter().map(Vec::len).collect();
     for (v, sources) in waits_for.iter().enumerate() {
-        for &u in sources {
-            dependents[u].push(v);
+        for (i, &u) in sources.iter().enumerate() {
+            let same_stream = i == 0 && plan.stream_of[u] == plan.stream_of[v];
+            dependents[u].push((v, if same_stream { stream_latency } else { sync_latency }));
         }
     }
     let duration = |v: usize| graph.node(v).duration_us.unwrap_or(config.default_duration_us).max(0.0);
@@ -227,8 +255,8 @@ pub fn simulate(graph: &TaskGraph, plan: &StreamPlan, config: &SimulatorConfig) 
             let Reverse(done) = running.pop().expect("a running kernel exists");
             running_share -= share(done.node);
             clock = done.time;
-            for &w in &dependents[done.node] {
-                available[w] = available[w].max(done.time + config.dependency_latency_us);
+            for &(w, latency) in &dependents[done.node] {
+                available[w] = available[w].max(done.time + latency);
                 remaining[w] -= 1;
                 if remaining[w] == 0 {
                     ready.push(Reverse(Timed { time: available[w], tie: position[w], node: w }));

@@ -13,7 +13,7 @@ fn plan(graph: &TaskGraph, algorithm: &str) -> StreamPlan {
 
 /// No launch or dispatch costs: only durations and dependency latency remain.
 fn ideal() -> SimulatorConfig {
-    SimulatorConfig { graph_launch_us: 0.0, graph_branch_us: 0.0, dispatch_us: 0.0, dependency_latency_us: 0.0, ..SimulatorConfig::graph() }
+    SimulatorConfig { graph_launch_us: 0.0, graph_branch_us: 0.0, dispatch_us: 0.0, graph_dependency_latency_us: 0.0, ..SimulatorConfig::graph() }
 }
 
 #[test]
@@ -22,7 +22,7 @@ fn chain_in_graph_mode_is_launch_plus_durations_plus_latencies() {
     let total: f64 = graph.nodes().iter().map(|n| n.duration_us.unwrap()).sum();
     let config = SimulatorConfig::graph();
     let result = simulate(&graph, &plan(&graph, "single"), &config);
-    let expected = config.graph_launch_us + config.graph_branch_us + total + 9.0 * config.dependency_latency_us;
+    let expected = config.graph_launch_us + config.graph_branch_us + total + 9.0 * config.graph_dependency_latency_us;
     assert!(close(result.makespan_us, expected), "{} vs {expected}", result.makespan_us);
     assert!(close(result.busy_us, total));
 }
@@ -30,12 +30,36 @@ fn chain_in_graph_mode_is_launch_plus_durations_plus_latencies() {
 #[test]
 fn eager_chain_of_tiny_kernels_is_bound_by_host_launches() {
     let graph = SyntheticSpec::Chain { nodes: 100 }.generate().with_durations(|_, _| Some(0.5));
-    let config = SimulatorConfig::eager();
+    let config = SimulatorConfig { eager_event_us: 0.0, ..SimulatorConfig::eager() };
     let result = simulate(&graph, &plan(&graph, "single"), &config);
     assert!(close(result.host_end_us, 100.0 * config.eager_launch_us));
     assert!(close(result.makespan_us, 100.0 * config.eager_launch_us + 0.5));
     let graphed = simulate(&graph, &plan(&graph, "single"), &SimulatorConfig::graph());
     assert!(graphed.makespan_us < result.makespan_us / 2.0);
+}
+
+#[test]
+fn eager_mode_pays_for_fork_join_and_sync_events() {
+    // fan:4:1 under nimble: 4 streams, 3 fork syncs and 3 join syncs. Host events: fork
+    // (1 + 4), 6 waits, 2 sync sources recorded (source and... each branch end), join (2 × 4).
+    let graph = SyntheticSpec::Fan { branches: 4, depth: 1 }.generate().with_durations(|_, _| Some(0.0));
+    let plan = plan(&graph, "nimble");
+    assert_eq!((plan.streams, plan.syncs.len()), (4, 6));
+    let sources = plan.syncs.iter().map(|s| s.0).collect::<std::collections::HashSet<_>>().len() as f64;
+    let base = SimulatorConfig { eager_event_us: 0.0, ..SimulatorConfig::eager() };
+    let priced = SimulatorConfig { eager_event_us: 1.0, ..SimulatorConfig::eager() };
+    let extra = simulate(&graph, &plan, &priced).host_end_us - simulate(&graph, &plan, &base).host_end_us;
+    assert!(close(extra, 5.0 + 6.0 + sources + 8.0), "{extra}");
+}
+
+#[test]
+fn eager_sync_edges_use_their_own_latency() {
+    let graph = SyntheticSpec::Fan { branches: 2, depth: 1 }.generate().with_durations(|_, _| Some(0.0));
+    let plan = plan(&graph, "nimble"); // 0 -> 1 on stream 0, 0 -> 2 -> 3 through syncs
+    let quiet = SimulatorConfig { eager_launch_us: 0.0, eager_event_us: 0.0, dispatch_us: 0.0, eager_dependency_latency_us: 0.0, eager_sync_latency_us: 0.0, ..SimulatorConfig::eager() };
+    let slow_syncs = SimulatorConfig { eager_sync_latency_us: 5.0, ..quiet.clone() };
+    assert!(close(simulate(&graph, &plan, &quiet).makespan_us, 0.0));
+    assert!(close(simulate(&graph, &plan, &slow_syncs).makespan_us, 10.0));
 }
 
 #[test]
