@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use scheduling::{GraphSource, Mode, SimulatorArgs};
+use scheduling::{Mode, PlanArgs, SimulatorArgs};
 
 #[derive(Parser, Debug)]
 #[command(name = "nimble-bench", version, about = "Nimble: ahead-of-time, multi-stream GPU task scheduling — scheduling, simulation and experiments")]
@@ -29,10 +29,7 @@ enum Command {
     /// Assign streams to a task graph and print the plan
     Assign {
         #[command(flatten)]
-        source: GraphSource,
-        /// Algorithm name from `algos` (e.g. nimble, round-robin:4)
-        #[arg(long, default_value = "nimble")]
-        algo: String,
+        plan: PlanArgs,
         /// Print one JSON object instead of a summary
         #[arg(long)]
         json: bool,
@@ -40,9 +37,7 @@ enum Command {
     /// Simulate a plan on a model GPU and compare it with a single stream
     Simulate {
         #[command(flatten)]
-        source: GraphSource,
-        #[arg(long, default_value = "nimble")]
-        algo: String,
+        plan: PlanArgs,
         /// Launch mode
         #[arg(long, value_enum, default_value = "graph")]
         mode: Mode,
@@ -57,9 +52,7 @@ enum Command {
     /// Write the plan as Graphviz DOT, nodes colored by stream, syncs in red
     Dot {
         #[command(flatten)]
-        source: GraphSource,
-        #[arg(long, default_value = "nimble")]
-        algo: String,
+        plan: PlanArgs,
         /// Output file (default: stdout)
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
@@ -67,7 +60,7 @@ enum Command {
     /// Run every registered algorithm (or --algos a,b) on one graph: streams, syncs, simulated time
     Compare {
         #[command(flatten)]
-        source: GraphSource,
+        source: scheduling::GraphSource,
         /// Comma-separated algorithm names (default: all registered)
         #[arg(long)]
         algos: Option<String>,
@@ -80,9 +73,7 @@ enum Command {
     /// measured makespan beside the simulator's prediction
     Synth {
         #[command(flatten)]
-        source: GraphSource,
-        #[arg(long, default_value = "nimble")]
-        algo: String,
+        plan: PlanArgs,
         #[arg(long, value_enum, default_value = "graph")]
         mode: Mode,
         #[command(flatten)]
@@ -133,13 +124,13 @@ enum Command {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Algos => scheduling::algos(),
-        Command::Assign { source, algo, json } => scheduling::assign(&source, &algo, json),
-        Command::Simulate { source, algo, mode, simulator, json, trace } => {
-            scheduling::simulate_command(&source, &algo, mode, &simulator, json, trace.as_ref())
+        Command::Assign { plan, json } => scheduling::assign(&plan.source, &plan.algo, json),
+        Command::Simulate { plan, mode, simulator, json, trace } => {
+            scheduling::simulate_command(&plan.source, &plan.algo, mode, &simulator, json, trace.as_ref())
         }
-        Command::Dot { source, algo, out } => scheduling::dot(&source, &algo, out.as_ref()),
+        Command::Dot { plan, out } => scheduling::dot(&plan.source, &plan.algo, out.as_ref()),
         Command::Compare { source, algos, simulator, json } => scheduling::compare(&source, algos.as_deref(), &simulator, json),
-        Command::Synth { source, algo, mode, measure, json } => gpu::synth(&source, &algo, mode, &measure, json),
+        Command::Synth { plan, mode, measure, json } => gpu::synth(&plan.source, &plan.algo, mode, &measure, json),
         Command::ValidateSimulator { out, quick, measure } => gpu::validate_simulator(&out, quick, &measure),
         Command::SimulatorReport { results, svg } => gpu::simulator_report(&results, svg.as_ref()),
         Command::CalibrateSimulator { results, out } => gpu::calibrate_simulator(&results, out.as_ref()),

@@ -40,6 +40,16 @@ impl GraphSource {
     }
 }
 
+/// A graph and the algorithm to plan it with.
+#[derive(Args, Debug)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub source: GraphSource,
+    /// Algorithm name from `algos` (e.g. nimble, round-robin:4)
+    #[arg(long, default_value = "nimble")]
+    pub algo: String,
+}
+
 /// Simulator parameters; defaults are the calibrated H200 values documented in nimble-sched.
 #[derive(Args, Debug)]
 pub struct SimulatorArgs {
