@@ -52,6 +52,20 @@ pub const SUITE: &[SuiteGraph] = &[
     overhead("fan:128:8"),
 ];
 
+/// Held-out graphs (other seeds and sizes) for checking a calibration on runs it was not
+/// fitted to.
+pub const HOLDOUT_SUITE: &[SuiteGraph] = &[
+    timed("chain:100"),
+    timed("fan:4:16"),
+    timed("fan:64:3"),
+    timed("nasnet:8:1"),
+    timed("layered:2000:1"),
+    timed("layered:8000:2"),
+    timed("dnn:5000:3"),
+    overhead("chain:300"),
+    overhead("fan:64:4"),
+];
+
 /// A shorter suite for smoke runs.
 pub const QUICK_SUITE: &[SuiteGraph] = &[timed("chain:200"), timed("fan:8:8"), timed("nasnet:4"), overhead("fan:16:1")];
 

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use experiments::simulator_validation::{self, RunOptions, ValidationRecord, QUICK_SUITE, SUITE};
+use experiments::simulator_validation::{self, RunOptions, ValidationRecord, HOLDOUT_SUITE, QUICK_SUITE, SUITE};
 use nimble_cuda::{Gpu, SpinKernel, SyntheticExecutor};
 use nimble_sched::{algorithms, simulate, Analysis, LaunchMode, SimulatorConfig};
 use serde_json::json;
@@ -32,6 +32,17 @@ impl MeasureArgs {
         anyhow::ensure!(self.blocks >= 1, "--blocks must be at least 1");
         Ok(RunOptions { warmup: self.warmup, iterations: self.iters, blocks: self.blocks })
     }
+}
+
+/// Which graphs `validate-simulator` measures.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Suite {
+    /// the calibration suite (15 graphs)
+    Full,
+    /// held-out graphs with other seeds and sizes, to test a calibration
+    Holdout,
+    /// four small graphs, for a smoke run
+    Quick,
 }
 
 fn launch_mode(mode: Mode) -> LaunchMode {
@@ -80,9 +91,13 @@ pub fn synth(source: &GraphSource, algorithm: &str, mode: Mode, measure: &Measur
 }
 
 /// `validate-simulator`: the whole suite, every algorithm, both modes; writes the record.
-pub fn validate_simulator(out: &Path, quick: bool, measure: &MeasureArgs) -> Result<()> {
+pub fn validate_simulator(out: &Path, suite: Suite, measure: &MeasureArgs) -> Result<()> {
     let gpu = Gpu::open(0)?;
-    let suite = if quick { QUICK_SUITE } else { SUITE };
+    let suite = match suite {
+        Suite::Full => SUITE,
+        Suite::Holdout => HOLDOUT_SUITE,
+        Suite::Quick => QUICK_SUITE,
+    };
     eprintln!("measuring {} graphs × {} algorithms × 2 modes on {}", suite.len(), simulator_validation::algorithm_names().len(), gpu.info().name);
     let record = simulator_validation::run_suite(&gpu, suite, measure.options()?, |run| {
         eprintln!(

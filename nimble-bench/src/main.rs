@@ -87,9 +87,9 @@ enum Command {
         /// Result record to write
         #[arg(long, default_value = "paper-figs/results/simulator-validation.json")]
         out: PathBuf,
-        /// A four-graph smoke suite instead of the full one
-        #[arg(long)]
-        quick: bool,
+        /// Which graphs to measure
+        #[arg(long, value_enum, default_value = "full")]
+        suite: gpu::Suite,
         #[command(flatten)]
         measure: gpu::MeasureArgs,
     },
@@ -131,7 +131,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Dot { plan, out } => scheduling::dot(&plan.source, &plan.algo, out.as_ref()),
         Command::Compare { source, algos, simulator, json } => scheduling::compare(&source, algos.as_deref(), &simulator, json),
         Command::Synth { plan, mode, measure, json } => gpu::synth(&plan.source, &plan.algo, mode, &measure, json),
-        Command::ValidateSimulator { out, quick, measure } => gpu::validate_simulator(&out, quick, &measure),
+        Command::ValidateSimulator { out, suite, measure } => gpu::validate_simulator(&out, suite, &measure),
         Command::SimulatorReport { results, svg } => gpu::simulator_report(&results, svg.as_ref()),
         Command::CalibrateSimulator { results, out } => gpu::calibrate_simulator(&results, out.as_ref()),
         Command::Gen { synthetic, out } => scheduling::generate(&synthetic, out.as_ref()),
