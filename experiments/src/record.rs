@@ -44,8 +44,32 @@ impl Provenance {
 
 /// The NVIDIA kernel module's version, from `/proc/driver/nvidia/version` (Linux).
 fn kernel_driver_version() -> Option<String> {
-    let text = std::fs::read_to_string("/proc/driver/nvidia/version").ok()?;
-    let line = text.lines().next()?;
-    let after = line.split("Kernel Module").nth(1)?;
-    after.split_whitespace().next().map(str::to_string)
+    parse_driver_version(&std::fs::read_to_string("/proc/driver/nvidia/version").ok()?)
+}
+
+/// The first dotted number after "Kernel Module" on the first line, e.g. `580.159.04` from
+/// "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build".
+fn parse_driver_version(text: &str) -> Option<String> {
+    let after = text.lines().next()?.split("Kernel Module").nth(1)?;
+    after
+        .split_whitespace()
+        .find(|word| word.contains('.') && word.chars().all(|c| c.is_ascii_digit() || c == '.'))
+        .map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_driver_version;
+
+    #[test]
+    fn driver_version_from_proc_lines() {
+        let cases = [
+            ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (nixbld@)  ", Some("580.159.04")),
+            ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023", Some("535.104.05")),
+            ("something else", None),
+        ];
+        for (line, expected) in cases {
+            assert_eq!(parse_driver_version(line).as_deref(), expected, "{line}");
+        }
+    }
 }
