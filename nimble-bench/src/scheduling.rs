@@ -302,7 +302,7 @@ pub fn compare(source: &GraphSource, names: Option<&str>, simulator: &SimulatorA
         return emit_json(&summary);
     }
     emit(&format!(
-        "{} nodes, {} edges ({} in the MEG), width {}, critical path {:.1} µs; simulated with the default H100/H200 parameters\n",
+        "{} nodes, {} edges ({} in the MEG), width {}, critical path {:.1} µs; simulated with the calibrated H200 defaults; assign ms excludes the shared reachability/MEG analysis\n",
         graph.len(),
         graph.edge_count(),
         analysis.meg_edge_count(),

@@ -40,8 +40,9 @@ fn eager_chain_of_tiny_kernels_is_bound_by_host_launches() {
 
 #[test]
 fn eager_mode_pays_for_fork_join_and_sync_events() {
-    // fan:4:1 under nimble: 4 streams, 3 fork syncs and 3 join syncs. Host events: fork
-    // (1 + 4), 6 waits, 2 sync sources recorded (source and... each branch end), join (2 × 4).
+    // fan:4:1 under nimble: 4 streams, 3 fork syncs and 3 join syncs. Host event calls: the
+    // fork (one record, 4 waits), the 6 sync waits, one record per distinct sync source, and the
+    // join (a record and a wait per stream).
     let graph = SyntheticSpec::Fan { branches: 4, depth: 1 }.generate().with_durations(|_, _| Some(0.0));
     let plan = plan(&graph, "nimble");
     assert_eq!((plan.streams, plan.syncs.len()), (4, 6));
