@@ -100,9 +100,9 @@ pub fn suite_graph(spec: &str, zero_durations: bool) -> Result<TaskGraph, nimble
     Ok(if zero_durations { graph.with_durations(|_, _| Some(0.0)) } else { graph })
 }
 
-/// Every registered algorithm (round-robin with 4 streams).
+/// Every registered algorithm, with its default argument (round-robin gets 4 streams).
 pub fn algorithm_names() -> Vec<String> {
-    ALGORITHMS.iter().map(|a| if a.usage.contains(':') { format!("{}:4", a.name) } else { a.name.to_string() }).collect()
+    ALGORITHMS.iter().map(|a| a.name.to_string()).collect()
 }
 
 /// Options of a validation run.
@@ -131,10 +131,6 @@ pub fn run_suite(
             let executor = SyntheticExecutor::new(gpu, &kernel, &graph, &plan, 0.0)?;
             for mode in [LaunchMode::Eager, LaunchMode::Graph] {
                 let measured = executor.measure(mode, options.warmup, options.iterations)?;
-                let config = match mode {
-                    LaunchMode::Eager => SimulatorConfig::eager(),
-                    LaunchMode::Graph => SimulatorConfig::graph(),
-                };
                 let run = ValidationRun {
                     graph: entry.spec.to_string(),
                     zero_durations: entry.zero_durations,
@@ -143,7 +139,7 @@ pub fn run_suite(
                     mode,
                     streams: plan.streams,
                     syncs: plan.syncs.len(),
-                    simulated_us: simulate(&graph, &plan, &config).makespan_us,
+                    simulated_us: simulate(&graph, &plan, &SimulatorConfig::for_mode(mode)).makespan_us,
                     measured,
                 };
                 progress(&run);

@@ -45,13 +45,6 @@ pub enum Suite {
     Quick,
 }
 
-fn launch_mode(mode: Mode) -> LaunchMode {
-    match mode {
-        Mode::Graph => LaunchMode::Graph,
-        Mode::Eager => LaunchMode::Eager,
-    }
-}
-
 /// `synth`: run a graph's plan with synthetic kernels; print measured and simulated makespan.
 pub fn synth(source: &GraphSource, algorithm: &str, mode: Mode, measure: &MeasureArgs, as_json: bool) -> Result<()> {
     let graph = source.load()?;
@@ -60,13 +53,9 @@ pub fn synth(source: &GraphSource, algorithm: &str, mode: Mode, measure: &Measur
     let gpu = Gpu::open(0)?;
     let kernel = SpinKernel::new(&gpu, options.blocks)?;
     let executor = SyntheticExecutor::new(&gpu, &kernel, &graph, &plan, 0.0)?;
-    let mode = launch_mode(mode);
+    let mode = LaunchMode::from(mode);
     let measured = executor.measure(mode, options.warmup, options.iterations)?;
-    let config = match mode {
-        LaunchMode::Graph => SimulatorConfig::graph(),
-        LaunchMode::Eager => SimulatorConfig::eager(),
-    };
-    let simulated = simulate(&graph, &plan, &config).makespan_us;
+    let simulated = simulate(&graph, &plan, &SimulatorConfig::for_mode(mode)).makespan_us;
     if as_json {
         return emit_json(&json!({
             "algorithm": plan.algorithm, "mode": mode, "nodes": graph.len(), "streams": plan.streams,
@@ -78,7 +67,7 @@ pub fn synth(source: &GraphSource, algorithm: &str, mode: Mode, measure: &Measur
         "{} on {}: {} mode, {} streams, {} syncs; measured {:.1} µs (median of {}, mean {:.1}, stdev {:.1}); simulated {:.1} µs ({:+.1}%)",
         plan.algorithm,
         gpu.info().name,
-        if mode == LaunchMode::Graph { "graph" } else { "eager" },
+        mode.name(),
         plan.streams,
         plan.syncs.len(),
         measured.median_us,
@@ -104,7 +93,7 @@ pub fn validate_simulator(out: &Path, suite: Suite, measure: &MeasureArgs) -> Re
             "  {:<16} {:<14} {:<5} {:>10.1} µs measured {:>10.1} µs simulated",
             format!("{}{}", run.graph, if run.zero_durations { "/0" } else { "" }),
             run.algorithm,
-            if run.mode == LaunchMode::Graph { "graph" } else { "eager" },
+            run.mode.name(),
             run.measured.median_us,
             run.simulated_us
         )
@@ -171,7 +160,7 @@ fn report(record: &ValidationRecord, svg: Option<&PathBuf>) -> Result<()> {
             "{:<18} {:<14} {:<6} {:>12.1} {:>12.1} {:>+7.1}%",
             format!("{}{}", run.graph, if run.zero_durations { "/0" } else { "" }),
             run.algorithm,
-            if run.mode == LaunchMode::Graph { "graph" } else { "eager" },
+            run.mode.name(),
             run.measured_us,
             run.simulated_us,
             run.relative_error * 100.0

@@ -73,10 +73,7 @@ pub struct SimulatorArgs {
 
 impl SimulatorArgs {
     pub fn config(&self, mode: Mode) -> Result<SimulatorConfig> {
-        let mut config = SimulatorConfig::for_mode(match mode {
-            Mode::Graph => LaunchMode::Graph,
-            Mode::Eager => LaunchMode::Eager,
-        });
+        let mut config = SimulatorConfig::for_mode(mode.into());
         if let Some(path) = &self.sim_config {
             config = overridden(&config, path)?;
         }
@@ -130,6 +127,15 @@ pub enum Mode {
     Graph,
     /// kernel-by-kernel launches from the host
     Eager,
+}
+
+impl From<Mode> for LaunchMode {
+    fn from(mode: Mode) -> LaunchMode {
+        match mode {
+            Mode::Graph => LaunchMode::Graph,
+            Mode::Eager => LaunchMode::Eager,
+        }
+    }
 }
 
 /// `algos`: one line per registered algorithm.
@@ -243,7 +249,7 @@ pub fn simulate_command(
     emit(&format!(
         "{} ({} mode): makespan {:.1} µs on {} streams with {} syncs; single stream {:.1} µs ({:.2}x); critical path {:.1} µs",
         timed.plan.algorithm,
-        mode_name(config.mode),
+        config.mode.name(),
         result.makespan_us,
         timed.plan.streams,
         timed.plan.syncs.len(),
@@ -341,9 +347,3 @@ fn yes_no(value: bool) -> &'static str {
     if value { "yes" } else { "no" }
 }
 
-fn mode_name(mode: LaunchMode) -> &'static str {
-    match mode {
-        LaunchMode::Graph => "graph",
-        LaunchMode::Eager => "eager",
-    }
-}

@@ -54,6 +54,16 @@ pub enum LaunchMode {
     Graph,
 }
 
+impl LaunchMode {
+    /// The mode's name as the CLI and the records spell it: `eager` or `graph`.
+    pub fn name(self) -> &'static str {
+        match self {
+            LaunchMode::Eager => "eager",
+            LaunchMode::Graph => "graph",
+        }
+    }
+}
+
 /// Parameters of the model; see the [module documentation](self).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SimulatorConfig {
