@@ -18,6 +18,12 @@ pub mod measure;
 mod sequence;
 mod synthetic;
 
+/// Raw driver types other owners hand over (e.g. a libtorch `CUDAGraph`'s graph, for
+/// [`GraphStructure::from_raw`]).
+pub mod sys {
+    pub use cudarc::driver::sys::CUgraph;
+}
+
 pub use device::{capture, CaptureMode, DeviceInfo, Gpu, Graph, GraphStructure};
 pub use error::{CudaError, Result};
 pub use measure::Samples;

@@ -1,7 +1,35 @@
-//! `nimble-torch` (not implemented yet): Nimble for tch-rs models.
+//! Nimble for tch-rs models: trace any forward into a task graph, assign streams with
+//! nimble-sched, capture the whole forward as one multi-stream CUDA graph, and replay it.
 //!
-//! This crate will trace any tch forward into a `nimble_graph::TaskGraph` through libtorch's
-//! RecordFunction callbacks, assign streams with `nimble-sched`, capture the whole forward as
-//! one multi-stream CUDA graph through a small C++ shim (`at::cuda::CUDAGraph`), and replay it
-//! (`Nimble::prepare`, `Nimble::forward`), for inference and training. It has no code yet and
-//! does not pretend to: see the project's issues for its specification.
+//! ```text
+//! Nimble::prepare(inputs, options)
+//!   optimize   trace into TorchScript, freeze, fold BatchNorm, fuse conv(+add)+ReLU (optional)
+//!   warm-up    two eager runs (lazy init, cuDNN's algorithm search)
+//!   trace      record the top-level ATen ops and the storages they read and write
+//!   schedule   task graph -> nimble-sched plan (streams, syncs) for the traced issue order
+//!   time ops   one gated single-stream pass with an event pair per op (duration_us)
+//!   pre-run    one pass on the planned streams (per-stream library workspaces)
+//!   capture    one pass on the planned streams inside at::cuda::CUDAGraph capture
+//! Nimble::forward(inputs)
+//!   copy into the static inputs, replay, return the static outputs
+//! ```
+//!
+//! Every pass checks that its op sequence equals the traced one and fails naming the first
+//! differing op; forwards that synchronize with the host (`.item()`, `nonzero`, copies to the
+//! CPU) are refused with the op's name. The C++ half lives in `shim/nimble_shim.cpp`; all
+//! `unsafe` is in [`ffi`](crate::ffi)'s module.
+
+mod error;
+mod ffi;
+mod nimble;
+pub mod trace;
+
+pub use error::{NimbleError, Result};
+pub use nimble::{cuda_allocated_bytes, cuda_synchronize, cuda_time, Nimble, PrepareOptions, PrepareReport, PrepareSeconds};
+pub use nimble_cuda::CaptureMode;
+pub use trace::{record, trace_forward, TensorDevice, TensorUse, Trace, TracedOp};
+
+/// Whether libtorch sees a CUDA device.
+pub fn cuda_available() -> bool {
+    ffi::cuda_device_count().map(|n| n > 0).unwrap_or(false)
+}

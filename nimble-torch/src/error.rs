@@ -1,0 +1,48 @@
+//! The crate's error type: every failure names what was wrong and, for bad input, what was
+//! expected.
+
+use thiserror::Error;
+
+/// Result alias for this crate.
+pub type Result<T, E = NimbleError> = std::result::Result<T, E>;
+
+/// What can go wrong when tracing, preparing or running a model.
+#[derive(Debug, Error)]
+pub enum NimbleError {
+    /// libtorch raised an exception in a shim call.
+    #[error("libtorch ({call}): {message}")]
+    Torch { call: &'static str, message: String },
+    /// `prepare` needs a CUDA device and there is none.
+    #[error("no CUDA device: libtorch reports CUDA unavailable (tracing and `task_graph` export still work on CPU tensors)")]
+    NoCuda,
+    /// The forward synchronizes with the host, which a CUDA graph cannot capture.
+    #[error("the forward synchronizes with the host at op #{index} ({op}, through {via}); a CUDA graph cannot capture that (remove `.item()`, `nonzero`, printing or copies to the CPU from the forward)")]
+    HostSync { index: usize, op: String, via: String },
+    /// The op sequence of a later pass differs from the traced one (data-dependent control flow).
+    #[error("the model is not static: in the {pass} pass, {detail}")]
+    OpMismatch { pass: &'static str, detail: String },
+    /// `forward` got inputs that differ from the ones `prepare` saw.
+    #[error("forward input {index}: {what} is {got}, expected {expected} (as at prepare; a prepared graph has fixed inputs)")]
+    InputMismatch { index: usize, what: &'static str, expected: String, got: String },
+    /// `forward` got the wrong number of inputs.
+    #[error("forward got {got} input tensors, expected {expected} (as at prepare)")]
+    InputCount { expected: usize, got: usize },
+    /// Bad input to `prepare`, the trace or a loader.
+    #[error("{0}")]
+    InvalidInput(String),
+    /// `forward` before a successful `prepare`.
+    #[error("the model is not prepared: call prepare first")]
+    NotPrepared,
+    /// The model's forward panicked (tch turns libtorch errors into panics).
+    #[error("the model's forward failed in the {pass} pass: {message}")]
+    ForwardFailed { pass: &'static str, message: String },
+    /// The stream-assignment algorithm could not be built or run.
+    #[error(transparent)]
+    Schedule(#[from] nimble_sched::SchedError),
+    /// The recorded graph is not a valid task graph (a bug in the dependency analysis).
+    #[error(transparent)]
+    Graph(#[from] nimble_graph::GraphError),
+    /// An invariant of this crate broke.
+    #[error("internal error: {0}")]
+    Internal(String),
+}

@@ -1,0 +1,411 @@
+//! The C++ shim's entry points and the safe types over them. All of this crate's `unsafe` lives
+//! here.
+//!
+//! Every shim call returns 0 or -1; on -1 the C++ exception's message is read back from the
+//! shim's per-thread error slot and becomes [`NimbleError::Torch`].
+
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::ptr;
+
+use tch::Tensor;
+
+use crate::error::{NimbleError, Result};
+
+#[allow(non_camel_case_types)]
+type c_tensor = torch_sys::C_tensor;
+
+extern "C" {
+    fn ns_last_error() -> *const c_char;
+    fn ns_free_string(s: *mut c_char);
+    fn ns_free_array(a: *mut *mut c_void);
+    fn ns_cuda_device_count(out: *mut c_int) -> c_int;
+    fn ns_cuda_synchronize() -> c_int;
+    fn ns_cuda_allocated_bytes(device: c_int, out: *mut i64) -> c_int;
+
+    fn ns_trace_begin() -> c_int;
+    fn ns_trace_end(out: *mut *mut c_char) -> c_int;
+
+    fn ns_schedule_new(
+        n: c_int,
+        names: *const c_char,
+        stream_of: *const c_int,
+        wait_counts: *const c_int,
+        wait_list: *const c_int,
+        record: *const u8,
+        n_streams: c_int,
+        device: c_int,
+        timing: c_int,
+        out: *mut *mut c_void,
+    ) -> c_int;
+    fn ns_schedule_free(s: *mut c_void);
+    fn ns_pass_begin(s: *mut c_void, graph: *mut c_void, capture_mode: c_int, gate_cycles: i64) -> c_int;
+    fn ns_pass_end(s: *mut c_void, graph: *mut c_void, problem: *mut *mut c_char) -> c_int;
+    fn ns_schedule_durations(s: *mut c_void, out_us: *mut f32, n: c_int) -> c_int;
+
+    fn ns_graph_new(out: *mut *mut c_void) -> c_int;
+    fn ns_graph_free(g: *mut c_void);
+    fn ns_graph_instantiate(g: *mut c_void) -> c_int;
+    fn ns_graph_replay(g: *mut c_void) -> c_int;
+    fn ns_graph_raw(g: *mut c_void, out: *mut *mut c_void) -> c_int;
+
+    fn ns_timer_new(out: *mut *mut c_void) -> c_int;
+    fn ns_timer_free(t: *mut c_void);
+    fn ns_timer_start(t: *mut c_void) -> c_int;
+    fn ns_timer_stop(t: *mut c_void, ms: *mut f32) -> c_int;
+
+    fn ns_jit_trace_begin(inputs: *const *mut c_void, n: c_int, module: *mut *mut c_void) -> c_int;
+    fn ns_jit_trace_end(module: *mut c_void, outputs: *const *mut c_void, n: c_int) -> c_int;
+    fn ns_jit_trace_abandon();
+    fn ns_jit_load(path: *const c_char, device: c_int, out: *mut *mut c_void) -> c_int;
+    fn ns_jit_free(module: *mut c_void);
+    fn ns_jit_optimize(module: *mut c_void, fuse: c_int, out: *mut *mut c_void) -> c_int;
+    fn ns_jit_forward(module: *mut c_void, inputs: *const *mut c_void, n: c_int, outputs: *mut *mut *mut c_void, n_out: *mut c_int) -> c_int;
+    fn ns_jit_node_kinds(module: *mut c_void, out: *mut *mut c_char) -> c_int;
+}
+
+/// Turns a shim status into a result, reading the shim's error message on failure.
+fn check(call: &'static str, status: c_int) -> Result<()> {
+    if status == 0 {
+        return Ok(());
+    }
+    // SAFETY: the shim keeps a NUL-terminated per-thread message that lives until the next
+    // failing call on this thread; we copy it out at once.
+    let message = unsafe { CStr::from_ptr(ns_last_error()) }.to_string_lossy().into_owned();
+    Err(NimbleError::Torch { call, message })
+}
+
+/// Takes ownership of a malloc'd string from the shim.
+fn take_string(s: *mut c_char) -> String {
+    if s.is_null() {
+        return String::new();
+    }
+    // SAFETY: the shim returned a NUL-terminated string allocated with malloc; we copy it and
+    // free it exactly once.
+    let text = unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned();
+    unsafe { ns_free_string(s) };
+    text
+}
+
+fn tensor_ptrs(tensors: &[Tensor]) -> Vec<*mut c_void> {
+    tensors.iter().map(|t| t.as_ptr() as *mut c_void).collect()
+}
+
+/// Wraps `at::Tensor*`s the shim allocated with `new` as owned tch tensors.
+///
+/// # Safety
+/// Each pointer must be a fresh `new at::Tensor(...)` that nothing else owns.
+unsafe fn adopt_tensors(array: *mut *mut c_void, n: usize) -> Vec<Tensor> {
+    let mut tensors = Vec::with_capacity(n);
+    for i in 0..n {
+        // SAFETY: per the contract above; tch's Tensor takes over the pointer and deletes it.
+        tensors.push(unsafe { Tensor::from_ptr(*array.add(i) as *mut c_tensor) });
+    }
+    tensors
+}
+
+/// Number of CUDA devices libtorch sees (0 when CUDA is unavailable).
+pub(crate) fn cuda_device_count() -> Result<usize> {
+    let mut n = 0;
+    // SAFETY: writes one int.
+    check("device_count", unsafe { ns_cuda_device_count(&mut n) })?;
+    Ok(n.max(0) as usize)
+}
+
+/// Waits for all work on the current device.
+pub(crate) fn cuda_synchronize() -> Result<()> {
+    // SAFETY: no arguments.
+    check("synchronize", unsafe { ns_cuda_synchronize() })
+}
+
+/// Bytes the CUDA caching allocator has handed out and not taken back on `device`.
+pub(crate) fn cuda_allocated_bytes(device: usize) -> Result<u64> {
+    let mut bytes = 0i64;
+    // SAFETY: writes one integer.
+    check("allocated_bytes", unsafe { ns_cuda_allocated_bytes(device as c_int, &mut bytes) })?;
+    Ok(bytes.max(0) as u64)
+}
+
+/// Starts recording the top-level ATen ops run on this thread.
+pub(crate) fn trace_begin() -> Result<()> {
+    // SAFETY: no arguments; the shim refuses to nest.
+    check("trace_begin", unsafe { ns_trace_begin() })
+}
+
+/// Stops recording and returns the trace text (format in the shim).
+pub(crate) fn trace_end() -> Result<String> {
+    let mut out = ptr::null_mut();
+    // SAFETY: the shim writes a malloc'd string on success.
+    check("trace_end", unsafe { ns_trace_end(&mut out) })?;
+    Ok(take_string(out))
+}
+
+/// Stops a recording and throws it away (for error paths).
+pub(crate) fn trace_abandon() {
+    // SAFETY: a null out pointer tells the shim to discard the trace; an error (none running) is
+    // fine to ignore here.
+    let _ = unsafe { ns_trace_end(ptr::null_mut()) };
+}
+
+/// A schedule in the shim: per-op streams, waits and events, for scheduled passes.
+pub(crate) struct Schedule {
+    raw: *mut c_void,
+    ops: usize,
+}
+
+/// A schedule's data, as plain arrays.
+pub(crate) struct ScheduleSpec<'a> {
+    pub names: &'a [&'a str],
+    pub stream_of: &'a [usize],
+    pub waits: &'a [Vec<usize>],
+    pub record: &'a [bool],
+    pub streams: usize,
+}
+
+impl Schedule {
+    /// A schedule on CUDA `device`, or (`None`) a check-only one that compares the op sequence
+    /// of a pass with the trace and schedules nothing.
+    pub(crate) fn new(spec: &ScheduleSpec<'_>, device: Option<usize>, timing: bool) -> Result<Schedule> {
+        let n = spec.names.len();
+        assert!(spec.stream_of.len() == n && spec.waits.len() == n && spec.record.len() == n, "schedule arrays cover every op");
+        let names = CString::new(spec.names.join("\n")).map_err(|_| NimbleError::Internal("an op name contains a NUL byte".into()))?;
+        let stream_of: Vec<c_int> = spec.stream_of.iter().map(|&s| s as c_int).collect();
+        let wait_counts: Vec<c_int> = spec.waits.iter().map(|w| w.len() as c_int).collect();
+        let wait_list: Vec<c_int> = spec.waits.iter().flatten().map(|&p| p as c_int).collect();
+        let record: Vec<u8> = spec.record.iter().map(|&r| r as u8).collect();
+        let mut raw = ptr::null_mut();
+        // SAFETY: every array has the length the shim reads (n, or the sum of wait counts), and
+        // lives for the call; the shim copies what it keeps.
+        check("schedule_new", unsafe {
+            ns_schedule_new(
+                n as c_int,
+                names.as_ptr(),
+                stream_of.as_ptr(),
+                wait_counts.as_ptr(),
+                wait_list.as_ptr(),
+                record.as_ptr(),
+                spec.streams as c_int,
+                device.map_or(-1, |d| d as c_int),
+                timing as c_int,
+                &mut raw,
+            )
+        })?;
+        Ok(Schedule { raw, ops: n })
+    }
+
+    /// Runs `body` as one scheduled pass (captured into `graph` when given). Returns what
+    /// `body` returned, or the problem the shim saw with the op sequence.
+    ///
+    /// The pass is always ended, also when `body` panics (the panic then continues).
+    pub(crate) fn pass<T>(
+        &self,
+        graph: Option<&CudaGraph>,
+        capture_mode: c_int,
+        gate_cycles: i64,
+        body: impl FnOnce() -> T,
+    ) -> Result<std::result::Result<T, String>> {
+        let graph_raw = graph.map_or(ptr::null_mut(), |g| g.raw);
+        // SAFETY: `self.raw` and `graph_raw` are live shim objects owned by us.
+        check("pass_begin", unsafe { ns_pass_begin(self.raw, graph_raw, capture_mode, gate_cycles) })?;
+        struct End {
+            schedule: *mut c_void,
+            graph: *mut c_void,
+            done: bool,
+        }
+        impl End {
+            fn end(&mut self) -> Result<String> {
+                self.done = true;
+                let mut problem = ptr::null_mut();
+                // SAFETY: ends the pass begun above, once.
+                check("pass_end", unsafe { ns_pass_end(self.schedule, self.graph, &mut problem) })?;
+                Ok(take_string(problem))
+            }
+        }
+        impl Drop for End {
+            fn drop(&mut self) {
+                if !self.done {
+                    let _ = self.end();
+                }
+            }
+        }
+        let mut end = End { schedule: self.raw, graph: graph_raw, done: false };
+        let value = body();
+        let problem = end.end()?;
+        Ok(if problem.is_empty() { Ok(value) } else { Err(problem) })
+    }
+
+    /// Per-op GPU time of the last (timing) pass, in microseconds.
+    pub(crate) fn durations_us(&self) -> Result<Vec<f64>> {
+        let mut out = vec![0f32; self.ops];
+        // SAFETY: the buffer holds one float per op, as the shim checks.
+        check("schedule_durations", unsafe { ns_schedule_durations(self.raw, out.as_mut_ptr(), self.ops as c_int) })?;
+        Ok(out.into_iter().map(f64::from).collect())
+    }
+}
+
+impl Drop for Schedule {
+    fn drop(&mut self) {
+        // SAFETY: allocated by ns_schedule_new, freed once.
+        unsafe { ns_schedule_free(self.raw) }
+    }
+}
+
+/// An `at::cuda::CUDAGraph` (kept after capture, so it can be inspected).
+pub(crate) struct CudaGraph {
+    raw: *mut c_void,
+}
+
+impl CudaGraph {
+    pub(crate) fn new() -> Result<CudaGraph> {
+        let mut raw = ptr::null_mut();
+        // SAFETY: writes one pointer.
+        check("graph_new", unsafe { ns_graph_new(&mut raw) })?;
+        Ok(CudaGraph { raw })
+    }
+
+    pub(crate) fn instantiate(&self) -> Result<()> {
+        // SAFETY: a live graph, captured.
+        check("graph_instantiate", unsafe { ns_graph_instantiate(self.raw) })
+    }
+
+    /// Launches the graph on the current stream.
+    pub(crate) fn replay(&self) -> Result<()> {
+        // SAFETY: a live graph.
+        check("graph_replay", unsafe { ns_graph_replay(self.raw) })
+    }
+
+    /// The captured graph's nodes and edges, read through nimble-cuda.
+    pub(crate) fn structure(&self) -> Result<nimble_cuda::GraphStructure> {
+        let mut raw = ptr::null_mut();
+        // SAFETY: writes one pointer; the graph was captured with keep_graph.
+        check("graph_raw", unsafe { ns_graph_raw(self.raw, &mut raw) })?;
+        // SAFETY: `raw` is the cudaGraph_t that `self` owns (a CUgraph: the runtime and driver
+        // handles are the same object), alive for this call; libtorch made its device's primary
+        // context current on this thread when it captured.
+        unsafe { nimble_cuda::GraphStructure::from_raw(raw as nimble_cuda::sys::CUgraph) }
+            .map_err(|e| NimbleError::Internal(format!("reading the captured graph: {e}")))
+    }
+}
+
+impl Drop for CudaGraph {
+    fn drop(&mut self) {
+        // SAFETY: allocated by ns_graph_new, freed once; releases the graph's memory pool.
+        unsafe { ns_graph_free(self.raw) }
+    }
+}
+
+/// Two timing events on the current stream.
+pub(crate) struct Timer {
+    raw: *mut c_void,
+}
+
+impl Timer {
+    pub(crate) fn new() -> Result<Timer> {
+        let mut raw = ptr::null_mut();
+        // SAFETY: writes one pointer.
+        check("timer_new", unsafe { ns_timer_new(&mut raw) })?;
+        Ok(Timer { raw })
+    }
+    pub(crate) fn start(&self) -> Result<()> {
+        // SAFETY: a live timer.
+        check("timer_start", unsafe { ns_timer_start(self.raw) })
+    }
+    /// Milliseconds since `start`, on the GPU; waits for the stream.
+    pub(crate) fn stop(&self) -> Result<f64> {
+        let mut ms = 0f32;
+        // SAFETY: a live timer; writes one float.
+        check("timer_stop", unsafe { ns_timer_stop(self.raw, &mut ms) })?;
+        Ok(f64::from(ms))
+    }
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        // SAFETY: allocated by ns_timer_new, freed once.
+        unsafe { ns_timer_free(self.raw) }
+    }
+}
+
+/// A TorchScript module (`torch::jit::Module`).
+pub(crate) struct JitModule {
+    raw: *mut c_void,
+}
+
+impl JitModule {
+    /// Records a TorchScript trace of `body` run on `inputs`.
+    pub(crate) fn trace(inputs: &[Tensor], body: impl FnOnce() -> Vec<Tensor>) -> Result<JitModule> {
+        let ins = tensor_ptrs(inputs);
+        let mut raw = ptr::null_mut();
+        // SAFETY: `ins` points at live tensors for the call; the shim writes a new module.
+        check("jit_trace_begin", unsafe { ns_jit_trace_begin(ins.as_ptr(), ins.len() as c_int, &mut raw) })?;
+        let module = JitModule { raw };
+        struct Abandon(bool);
+        impl Drop for Abandon {
+            fn drop(&mut self) {
+                if self.0 {
+                    // SAFETY: abandons the trace begun above, if still running.
+                    unsafe { ns_jit_trace_abandon() }
+                }
+            }
+        }
+        let mut abandon = Abandon(true);
+        let outputs = body();
+        let outs = tensor_ptrs(&outputs);
+        // SAFETY: live module and output tensors.
+        let ended = check("jit_trace_end", unsafe { ns_jit_trace_end(module.raw, outs.as_ptr(), outs.len() as c_int) });
+        abandon.0 = ended.is_err();
+        drop(abandon);
+        ended?;
+        Ok(module)
+    }
+
+    /// Loads a `torch.jit.save`d module onto `device` (`None`: the CPU).
+    pub(crate) fn load(path: &std::path::Path, device: Option<usize>) -> Result<JitModule> {
+        let text = path.to_str().ok_or_else(|| NimbleError::InvalidInput(format!("path {} is not UTF-8", path.display())))?;
+        let c_path = CString::new(text).map_err(|_| NimbleError::InvalidInput(format!("path {} contains a NUL byte", path.display())))?;
+        let mut raw = ptr::null_mut();
+        // SAFETY: a NUL-terminated path; the shim writes a new module.
+        check("jit_load", unsafe { ns_jit_load(c_path.as_ptr(), device.map_or(-1, |d| d as c_int), &mut raw) })?;
+        Ok(JitModule { raw })
+    }
+
+    /// Frozen and optimized for inference (see the shim's `ns_jit_optimize`).
+    pub(crate) fn optimized(&self, fuse: bool) -> Result<JitModule> {
+        let mut raw = ptr::null_mut();
+        // SAFETY: a live module; the shim writes a new one.
+        check("jit_optimize", unsafe { ns_jit_optimize(self.raw, fuse as c_int, &mut raw) })?;
+        Ok(JitModule { raw })
+    }
+
+    /// Runs `forward`; tuple or list outputs are flattened.
+    pub(crate) fn forward(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let ins = tensor_ptrs(inputs);
+        let mut array = ptr::null_mut();
+        let mut n = 0;
+        // SAFETY: live module and inputs; on success the shim writes a malloc'd array of `n`
+        // new tensors, which we adopt and then free the array.
+        check("jit_forward", unsafe { ns_jit_forward(self.raw, ins.as_ptr(), ins.len() as c_int, &mut array, &mut n) })?;
+        // SAFETY: see above.
+        let tensors = unsafe { adopt_tensors(array, n.max(0) as usize) };
+        // SAFETY: the array itself, malloc'd by the shim.
+        unsafe { ns_free_array(array) };
+        Ok(tensors)
+    }
+
+    /// Node kinds of the forward graph with their counts.
+    pub(crate) fn node_kinds(&self) -> Result<Vec<(String, usize)>> {
+        let mut out = ptr::null_mut();
+        // SAFETY: a live module; the shim writes a malloc'd string.
+        check("jit_node_kinds", unsafe { ns_jit_node_kinds(self.raw, &mut out) })?;
+        Ok(take_string(out)
+            .lines()
+            .filter_map(|line| line.rsplit_once('=').map(|(k, n)| (k.to_string(), n.parse().unwrap_or(0))))
+            .collect())
+    }
+}
+
+impl Drop for JitModule {
+    fn drop(&mut self) {
+        // SAFETY: allocated by the shim with `new`, freed once.
+        unsafe { ns_jit_free(self.raw) }
+    }
+}

@@ -1,0 +1,533 @@
+//! `Nimble`: prepare a model once (trace, optimize, schedule, pre-run, capture), then replay it.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::time::Instant;
+
+use nimble_cuda::CaptureMode;
+use nimble_graph::TaskGraph;
+use nimble_sched::{algorithms, Analysis, StreamPlan};
+use serde::Serialize;
+use tch::nn::ModuleT;
+use tch::{Device, Tensor};
+
+use crate::error::{NimbleError, Result};
+use crate::ffi::{self, CudaGraph, JitModule, Schedule, ScheduleSpec};
+use crate::trace::{panic_message, record, Trace};
+
+/// How long the timing pass holds its stream before the ops (GPU clock cycles, about 50 ms on
+/// current GPUs), so all ops are queued when they run and their events time the GPU alone.
+const TIMING_GATE_CYCLES: i64 = 100_000_000;
+
+/// What `prepare` does.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PrepareOptions {
+    /// The stream-assignment algorithm, by its nimble-sched registry name (`nimble`, `single`
+    /// for the paper's single-stream Nimble, `round-robin:4`, …).
+    pub algorithm: String,
+    /// Apply the inference rewrites first: the forward is traced into TorchScript, frozen,
+    /// BatchNorm folded into convolutions, and on CUDA convolution(+add)+ReLU fused. The model's
+    /// parameters must not require gradients (freeze its `VarStore`).
+    pub optimize: bool,
+    /// How strictly CUDA polices other calls while capturing.
+    pub capture_mode: CaptureMode,
+    /// Turn on cuDNN's benchmark mode (algorithm search in the pre-run), as the paper measured.
+    pub cudnn_benchmark: bool,
+    /// Time each op on the GPU (one extra pass), for `task_graph`'s `duration_us`.
+    pub measure_durations: bool,
+}
+
+impl PrepareOptions {
+    /// Inference with Nimble's defaults: the `nimble` algorithm, the inference rewrites,
+    /// thread-local capture, cuDNN benchmark on, op durations measured.
+    pub fn inference() -> Self {
+        PrepareOptions {
+            algorithm: "nimble".into(),
+            optimize: true,
+            capture_mode: CaptureMode::ThreadLocal,
+            cudnn_benchmark: true,
+            measure_durations: true,
+        }
+    }
+
+    /// Picks the stream-assignment algorithm by registry name.
+    pub fn algorithm(mut self, name: impl Into<String>) -> Self {
+        self.algorithm = name.into();
+        self
+    }
+
+    /// Turns the inference rewrites on or off.
+    pub fn optimize(mut self, on: bool) -> Self {
+        self.optimize = on;
+        self
+    }
+
+    /// Picks the capture mode.
+    pub fn capture_mode(mut self, mode: CaptureMode) -> Self {
+        self.capture_mode = mode;
+        self
+    }
+
+    /// Turns the per-op timing pass on or off.
+    pub fn measure_durations(mut self, on: bool) -> Self {
+        self.measure_durations = on;
+        self
+    }
+}
+
+/// What `prepare` found and built.
+#[derive(Clone, Debug, Serialize)]
+pub struct PrepareReport {
+    pub algorithm: String,
+    pub optimized: bool,
+    /// Top-level ops of one forward.
+    pub ops: usize,
+    /// Ops in the task graph (those that touch CUDA tensors).
+    pub tasks: usize,
+    pub edges: usize,
+    pub streams: usize,
+    pub syncs: usize,
+    /// Nodes of the captured CUDA graph, all kinds, and kernel nodes among them.
+    pub graph_nodes: usize,
+    pub kernel_nodes: usize,
+    /// Largest set of captured nodes no dependency path joins.
+    pub graph_width: usize,
+    /// Wall-clock seconds per step, and in all.
+    pub seconds: PrepareSeconds,
+}
+
+/// Wall-clock seconds of each step of `prepare`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PrepareSeconds {
+    pub optimize: f64,
+    pub warmup: f64,
+    pub trace: f64,
+    pub schedule: f64,
+    pub time_ops: f64,
+    pub prerun: f64,
+    pub capture: f64,
+    pub total: f64,
+}
+
+type ForwardFn = Box<dyn Fn(&[Tensor]) -> Vec<Tensor>>;
+
+enum Source {
+    Rust(ForwardFn),
+    TorchScript(JitModule),
+}
+
+/// What runs the forward after `prepare`'s optimization step.
+enum Runner<'a> {
+    Rust(&'a ForwardFn),
+    Jit(&'a JitModule),
+}
+
+impl Runner<'_> {
+    fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        match self {
+            Runner::Rust(f) => tch::no_grad(|| Ok(f(inputs))),
+            Runner::Jit(m) => tch::no_grad(|| m.forward(inputs)),
+        }
+    }
+
+    /// Runs, turning a panic (tch's way to report libtorch errors) into an error.
+    fn run_caught(&self, inputs: &[Tensor], pass: &'static str) -> Result<Vec<Tensor>> {
+        match catch_unwind(AssertUnwindSafe(|| self.run(inputs))) {
+            Ok(result) => result,
+            Err(panic) => Err(NimbleError::ForwardFailed { pass, message: panic_message(&panic) }),
+        }
+    }
+}
+
+struct Prepared {
+    // Field order is drop order: the outputs live in the graph's pool.
+    outputs: Vec<Tensor>,
+    graph: CudaGraph,
+    _schedule: Schedule,
+    inputs: Vec<Tensor>,
+    optimized: Option<JitModule>,
+    trace: Trace,
+    task_graph: TaskGraph,
+    plan: StreamPlan,
+    report: PrepareReport,
+}
+
+/// A model run the Nimble way: prepared once, then replayed as one multi-stream CUDA graph.
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use nimble_torch::{Nimble, PrepareOptions};
+/// use tch::{nn, Device, Kind, Tensor};
+/// let mut vs = nn::VarStore::new(Device::Cuda(0));
+/// let model = tch::vision::resnet::resnet50(&vs.root(), 1000);
+/// vs.freeze(); // the inference rewrites need parameters without gradients
+/// let mut nimble = Nimble::new(model);
+/// let dummy = Tensor::randn([1, 3, 224, 224], (Kind::Float, Device::Cuda(0)));
+/// nimble.prepare(&[dummy], PrepareOptions::inference())?;
+/// let input = Tensor::randn([1, 3, 224, 224], (Kind::Float, Device::Cuda(0)));
+/// let out = nimble.forward(&[input])?; // overwritten by the next forward: copy to keep it
+/// # Ok(()) }
+/// ```
+pub struct Nimble {
+    // Dropped first: the prepared graph before the model it came from.
+    prepared: Option<Prepared>,
+    source: Source,
+}
+
+impl Nimble {
+    /// Wraps a tch module (run with `train = false`) taking one input tensor.
+    pub fn new<M: ModuleT + 'static>(model: M) -> Nimble {
+        Nimble::from_fn(move |xs: &[Tensor]| vec![model.forward_t(&xs[0], false)])
+    }
+
+    /// Wraps any function of tensors to tensors.
+    pub fn from_fn(forward: impl Fn(&[Tensor]) -> Vec<Tensor> + 'static) -> Nimble {
+        Nimble { prepared: None, source: Source::Rust(Box::new(forward)) }
+    }
+
+    /// Loads a `torch.jit.save`d TorchScript module onto `device`.
+    pub fn from_torchscript(path: impl AsRef<Path>, device: Device) -> Result<Nimble> {
+        let device = match device {
+            Device::Cpu => None,
+            Device::Cuda(i) => Some(i),
+            other => return Err(NimbleError::InvalidInput(format!("device {other:?} is not supported, expected cpu or cuda"))),
+        };
+        Ok(Nimble { prepared: None, source: Source::TorchScript(JitModule::load(path.as_ref(), device)?) })
+    }
+
+    /// Records one forward on `inputs` (any device, CPU included) without preparing anything:
+    /// the trace, after the inference rewrites when `optimize`.
+    pub fn trace(&self, inputs: &[Tensor], optimize: bool) -> Result<Trace> {
+        check_inputs_given(inputs)?;
+        let optimized = if optimize { Some(self.optimized_module(inputs)?) } else { None };
+        let runner = self.runner(optimized.as_ref());
+        runner.run_caught(inputs, "warm-up")?;
+        let (trace, outputs) = record(|| runner.run(inputs))?;
+        outputs?;
+        // A second run must issue the same ops, or the model is not static.
+        scheduled_run(&single_stream_schedule(&trace, None, false)?, None, 0, 0, &runner, inputs, "check")?;
+        Ok(trace)
+    }
+
+    /// Traces, optimizes, schedules, pre-runs and captures the forward on inputs shaped like
+    /// `inputs` (their values do not matter). Preparing again replaces the previous graph.
+    ///
+    /// Needs CUDA inputs on a CUDA device. Fails, leaving the model unprepared, when the
+    /// forward synchronizes with the host, when its op sequence changes between passes, or when
+    /// the algorithm is unknown.
+    pub fn prepare(&mut self, inputs: &[Tensor], options: PrepareOptions) -> Result<&PrepareReport> {
+        self.prepared = None;
+        let started = Instant::now();
+        let mut seconds = PrepareSeconds::default();
+        check_inputs_given(inputs)?;
+        if ffi::cuda_device_count()? == 0 {
+            return Err(NimbleError::NoCuda);
+        }
+        let device = cuda_device_of(inputs)?;
+        let assigner = algorithms::by_name(&options.algorithm)?;
+        if options.cudnn_benchmark {
+            tch::Cuda::cudnn_set_benchmark(true);
+        }
+        let static_inputs: Vec<Tensor> = inputs.iter().map(|t| t.detach().copy()).collect();
+
+        let step = Instant::now();
+        let optimized = if options.optimize { Some(self.optimized_module(&static_inputs)?) } else { None };
+        seconds.optimize = step.elapsed().as_secs_f64();
+        let runner = self.runner(optimized.as_ref());
+
+        // Eager warm-up: lazy initialization, cuDNN's algorithm search (benchmark mode).
+        let step = Instant::now();
+        for _ in 0..2 {
+            runner.run_caught(&static_inputs, "warm-up")?;
+        }
+        ffi::cuda_synchronize()?;
+        seconds.warmup = step.elapsed().as_secs_f64();
+
+        let step = Instant::now();
+        let (trace, outputs) = record(|| runner.run_caught(&static_inputs, "trace"))?;
+        outputs?;
+        if let Some((index, op)) = trace.first_host_sync() {
+            return Err(NimbleError::HostSync { index, op: op.name.clone(), via: op.host_sync.clone().unwrap_or_default() });
+        }
+        if !trace.is_cuda() {
+            return Err(NimbleError::InvalidInput("the forward ran no op on a CUDA tensor: move the model's parameters to the inputs' CUDA device".into()));
+        }
+        seconds.trace = step.elapsed().as_secs_f64();
+
+        let step = Instant::now();
+        let tasks = trace.task_ops();
+        let graph = trace.task_graph(None)?;
+        let analysis = Analysis::new(&graph);
+        let assigned = assigner.assign(&analysis);
+        // Syncs for the order in which the ops will really be issued: the traced one.
+        let plan = StreamPlan::from_assignment(&analysis, assigned.algorithm.clone(), &assigned.stream_of, Some((0..graph.len()).collect()));
+        let names: Vec<&str> = trace.ops.iter().map(|op| op.name.as_str()).collect();
+        let n = trace.len();
+        let mut stream_of = vec![0usize; n];
+        let mut waits = vec![Vec::new(); n];
+        let mut record_after = vec![false; n];
+        for (i, &k) in tasks.iter().enumerate() {
+            stream_of[k] = plan.stream_of[i];
+        }
+        for &(u, v) in &plan.syncs {
+            waits[tasks[v]].push(tasks[u]);
+            record_after[tasks[u]] = true;
+        }
+        let spec = ScheduleSpec { names: &names, stream_of: &stream_of, waits: &waits, record: &record_after, streams: plan.streams.max(1) };
+        let schedule = Schedule::new(&spec, Some(device), false)?;
+        seconds.schedule = step.elapsed().as_secs_f64();
+
+        let step = Instant::now();
+        let durations = if options.measure_durations {
+            let timing = single_stream_schedule(&trace, Some(device), true)?;
+            scheduled_run(&timing, None, 0, TIMING_GATE_CYCLES, &runner, &static_inputs, "timing")?;
+            Some(timing.durations_us()?)
+        } else {
+            None
+        };
+        let task_graph = trace.task_graph(durations.as_deref())?;
+        seconds.time_ops = step.elapsed().as_secs_f64();
+
+        // Pre-run on the planned streams: per-stream cuBLAS/cuDNN workspaces, nothing new at capture.
+        let step = Instant::now();
+        scheduled_run(&schedule, None, 0, 0, &runner, &static_inputs, "pre-run")?;
+        ffi::cuda_synchronize()?;
+        seconds.prerun = step.elapsed().as_secs_f64();
+
+        let step = Instant::now();
+        let cuda_graph = CudaGraph::new()?;
+        let mode = match options.capture_mode {
+            CaptureMode::Global => 0,
+            CaptureMode::ThreadLocal => 1,
+            CaptureMode::Relaxed => 2,
+        };
+        let outputs = scheduled_run(&schedule, Some(&cuda_graph), mode, 0, &runner, &static_inputs, "capture")?;
+        cuda_graph.instantiate()?;
+        let structure = cuda_graph.structure()?;
+        cuda_graph.replay()?;
+        ffi::cuda_synchronize()?;
+        seconds.capture = step.elapsed().as_secs_f64();
+        seconds.total = started.elapsed().as_secs_f64();
+
+        let report = PrepareReport {
+            algorithm: plan.algorithm.clone(),
+            optimized: options.optimize,
+            ops: trace.len(),
+            tasks: graph.len(),
+            edges: graph.edge_count(),
+            streams: plan.streams,
+            syncs: plan.syncs.len(),
+            graph_nodes: structure.node_types.len(),
+            kernel_nodes: structure.kernel_count(),
+            graph_width: structure.width(),
+            seconds,
+        };
+        let prepared = self.prepared.insert(Prepared {
+            outputs,
+            graph: cuda_graph,
+            _schedule: schedule,
+            inputs: static_inputs,
+            optimized,
+            trace,
+            task_graph,
+            plan,
+            report,
+        });
+        Ok(&prepared.report)
+    }
+
+    /// Copies `inputs` into the graph's static inputs, replays the graph on the current stream,
+    /// and returns its outputs. The outputs are the graph's own tensors: the next `forward`
+    /// overwrites them (use [`Nimble::forward_owned`] to keep them).
+    pub fn forward(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let prepared = self.prepared.as_ref().ok_or(NimbleError::NotPrepared)?;
+        check_like(inputs, &prepared.inputs)?;
+        for (target, input) in prepared.inputs.iter().zip(inputs) {
+            let mut target = target.shallow_clone();
+            target.f_copy_(input).map_err(|e| NimbleError::Torch { call: "copy_", message: e.to_string() })?;
+        }
+        prepared.graph.replay()?;
+        Ok(prepared.outputs.iter().map(Tensor::shallow_clone).collect())
+    }
+
+    /// Like [`Nimble::forward`], but returns copies that later calls do not overwrite.
+    pub fn forward_owned(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        Ok(self.forward(inputs)?.iter().map(Tensor::copy).collect())
+    }
+
+    /// Runs the model eagerly (no graph), as prepared: after the inference rewrites when they
+    /// were applied. Before `prepare`, the model as given.
+    pub fn eager(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let optimized = self.prepared.as_ref().and_then(|p| p.optimized.as_ref());
+        self.runner(optimized).run_caught(inputs, "eager")
+    }
+
+    /// The recorded task graph (with measured `duration_us` when prepared with
+    /// `measure_durations`), ready for nimble-sched and the simulator.
+    pub fn task_graph(&self) -> Option<&TaskGraph> {
+        self.prepared.as_ref().map(|p| &p.task_graph)
+    }
+
+    /// The recorded trace of the prepared forward.
+    pub fn recorded_trace(&self) -> Option<&Trace> {
+        self.prepared.as_ref().map(|p| &p.trace)
+    }
+
+    /// The stream plan the graph was captured with (over the task graph's node indices).
+    pub fn plan(&self) -> Option<&StreamPlan> {
+        self.prepared.as_ref().map(|p| &p.plan)
+    }
+
+    /// What the last successful `prepare` built.
+    pub fn report(&self) -> Option<&PrepareReport> {
+        self.prepared.as_ref().map(|p| &p.report)
+    }
+
+    /// Node kinds of the optimized TorchScript forward (after `prepare` with `optimize`).
+    pub fn optimized_node_kinds(&self) -> Result<Option<Vec<(String, usize)>>> {
+        match self.prepared.as_ref().and_then(|p| p.optimized.as_ref()) {
+            Some(module) => Ok(Some(module.node_kinds()?)),
+            None => Ok(None),
+        }
+    }
+
+    fn runner<'a>(&'a self, optimized: Option<&'a JitModule>) -> Runner<'a> {
+        match (optimized, &self.source) {
+            (Some(module), _) => Runner::Jit(module),
+            (None, Source::TorchScript(module)) => Runner::Jit(module),
+            (None, Source::Rust(f)) => Runner::Rust(f),
+        }
+    }
+
+    /// The forward as a frozen, optimized TorchScript module.
+    fn optimized_module(&self, inputs: &[Tensor]) -> Result<JitModule> {
+        let fuse = inputs.iter().any(|t| t.device().is_cuda());
+        let explain = |e: NimbleError| match e {
+            NimbleError::Torch { message, .. } | NimbleError::ForwardFailed { message, .. } if message.contains("requires grad") => NimbleError::InvalidInput(format!(
+                "the inference rewrites trace the forward into TorchScript, which cannot take parameters that require gradients: \
+                 call `freeze()` on the model's VarStore, or prepare with `optimize(false)` ({message})"
+            )),
+            other => other,
+        };
+        let traced;
+        let module = match &self.source {
+            Source::TorchScript(module) => module,
+            Source::Rust(f) => {
+                let mut outputs = None;
+                let result = JitModule::trace(inputs, || {
+                    let out = tch::no_grad(|| catch_unwind(AssertUnwindSafe(|| f(inputs))));
+                    match out {
+                        Ok(tensors) => tensors,
+                        Err(panic) => {
+                            outputs = Some(panic_message(&panic));
+                            Vec::new()
+                        }
+                    }
+                });
+                if let Some(message) = outputs {
+                    return Err(explain(NimbleError::ForwardFailed { pass: "TorchScript trace", message }));
+                }
+                traced = result.map_err(explain)?;
+                &traced
+            }
+        };
+        let optimized = module.optimized(fuse)?;
+        // The first runs of a TorchScript module differ (profiling); settle it before tracing.
+        for _ in 0..2 {
+            Runner::Jit(&optimized).run_caught(inputs, "TorchScript warm-up")?;
+        }
+        Ok(optimized)
+    }
+}
+
+/// One scheduled pass of `runner` on `inputs` (captured into `graph` when given).
+fn scheduled_run(
+    schedule: &Schedule,
+    graph: Option<&CudaGraph>,
+    capture_mode: i32,
+    gate_cycles: i64,
+    runner: &Runner<'_>,
+    inputs: &[Tensor],
+    pass: &'static str,
+) -> Result<Vec<Tensor>> {
+    match schedule.pass(graph, capture_mode, gate_cycles, || runner.run_caught(inputs, pass))? {
+        Ok(outputs) => outputs,
+        Err(problem) => Err(NimbleError::OpMismatch { pass, detail: problem }),
+    }
+}
+
+/// Every op on one stream, no syncs: for timing ops, or (without a device) for checking that a
+/// run issues the traced op sequence.
+fn single_stream_schedule(trace: &Trace, device: Option<usize>, timing: bool) -> Result<Schedule> {
+    let n = trace.len();
+    let names: Vec<&str> = trace.ops.iter().map(|op| op.name.as_str()).collect();
+    let spec = ScheduleSpec { names: &names, stream_of: &vec![0; n], waits: &vec![Vec::new(); n], record: &vec![false; n], streams: 1 };
+    Schedule::new(&spec, device, timing)
+}
+
+fn check_inputs_given(inputs: &[Tensor]) -> Result<()> {
+    if inputs.is_empty() {
+        return Err(NimbleError::InvalidInput("no input tensors given: pass the forward's inputs (shapes matter, values do not)".into()));
+    }
+    Ok(())
+}
+
+/// The CUDA device all inputs are on.
+fn cuda_device_of(inputs: &[Tensor]) -> Result<usize> {
+    let mut device = None;
+    for (index, input) in inputs.iter().enumerate() {
+        match input.device() {
+            Device::Cuda(d) if device.is_none() || device == Some(d) => device = Some(d),
+            Device::Cuda(d) => {
+                return Err(NimbleError::InvalidInput(format!("input {index} is on cuda:{d}, expected cuda:{} like input 0", device.unwrap_or(0))))
+            }
+            other => {
+                return Err(NimbleError::InvalidInput(format!(
+                    "input {index} is on {other:?}, expected a CUDA device: prepare captures a CUDA graph (move the model and its inputs to CUDA)"
+                )))
+            }
+        }
+    }
+    device.ok_or_else(|| NimbleError::InvalidInput("no input tensors given".into()))
+}
+
+/// Checks `inputs` against the static inputs: count, device, dtype, shape.
+fn check_like(inputs: &[Tensor], expected: &[Tensor]) -> Result<()> {
+    if inputs.len() != expected.len() {
+        return Err(NimbleError::InputCount { expected: expected.len(), got: inputs.len() });
+    }
+    for (index, (got, want)) in inputs.iter().zip(expected).enumerate() {
+        let mismatch = |what, expected: String, got: String| Err(NimbleError::InputMismatch { index, what, expected, got });
+        if !got.defined() {
+            return mismatch("the tensor", "a defined tensor".into(), "undefined".into());
+        }
+        if got.device() != want.device() {
+            return mismatch("the device", format!("{:?}", want.device()), format!("{:?}", got.device()));
+        }
+        if got.kind() != want.kind() {
+            return mismatch("the dtype", format!("{:?}", want.kind()), format!("{:?}", got.kind()));
+        }
+        if got.size() != want.size() {
+            return mismatch("the shape", format!("{:?}", want.size()), format!("{:?}", got.size()));
+        }
+    }
+    Ok(())
+}
+
+/// Bytes the CUDA caching allocator has handed out on `device` and not taken back.
+pub fn cuda_allocated_bytes(device: usize) -> Result<u64> {
+    ffi::cuda_allocated_bytes(device)
+}
+
+/// Waits for all GPU work of this process.
+pub fn cuda_synchronize() -> Result<()> {
+    ffi::cuda_synchronize()
+}
+
+/// Times `body` on the GPU with CUDA events on the current stream (milliseconds).
+pub fn cuda_time(body: impl FnOnce() -> Result<()>) -> Result<f64> {
+    let timer = ffi::Timer::new()?;
+    timer.start()?;
+    body()?;
+    timer.stop()
+}

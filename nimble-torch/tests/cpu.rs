@@ -1,0 +1,177 @@
+//! Tracing and planning on CPU tensors (what CI can run): op and edge counts of tch::vision
+//! models, in-place and view handling, the static-model check, host-sync detection, the
+//! TorchScript route, and the errors a GPU-less machine gives.
+
+use std::cell::Cell;
+
+use nimble_sched::{algorithms, verify, Analysis};
+use nimble_torch::{Nimble, NimbleError, PrepareOptions, Trace};
+use tch::{nn, Device, Kind, Tensor};
+
+fn input(shape: &[i64]) -> Tensor {
+    tch::manual_seed(0);
+    Tensor::randn(shape, (Kind::Float, Device::Cpu))
+}
+
+fn count(trace: &Trace, name: &str) -> usize {
+    trace.ops.iter().filter(|op| op.name == name).count()
+}
+
+fn resnet50(frozen: bool) -> (nn::VarStore, Nimble) {
+    let mut vs = nn::VarStore::new(Device::Cpu);
+    let model = tch::vision::resnet::resnet50(&vs.root(), 1000);
+    if frozen {
+        vs.freeze();
+    }
+    (vs, Nimble::new(model))
+}
+
+#[test]
+fn resnet50_trace_has_one_node_per_layer_op_and_the_residual_structure() {
+    let (_vs, nimble) = resnet50(false);
+    let trace = nimble.trace(&[input(&[1, 3, 224, 224])], false).unwrap();
+    // 53 convolutions each followed by a BatchNorm, 16 residual adds, ReLUs after the stem, after
+    // the first two convs of each of the 16 bottlenecks and after each add: 1 + 32 + 16 = 49.
+    assert_eq!(count(&trace, "aten::conv2d"), 53);
+    assert_eq!(count(&trace, "aten::batch_norm"), 53);
+    assert_eq!(count(&trace, "aten::relu_") + count(&trace, "aten::relu"), 49);
+    assert_eq!(count(&trace, "aten::add") + count(&trace, "aten::add_"), 16);
+    assert_eq!(trace.len(), 175, "{:?}", trace.op_histogram());
+    let graph = trace.task_graph(None).unwrap();
+    assert_eq!(graph.len(), 175, "a CPU trace keeps every op");
+    // Every op but the first consumes the one before it or a residual; the four projection
+    // shortcuts (conv + BN beside the main path) are the only parallelism.
+    assert_eq!(Analysis::new(&graph).width(), 2);
+    assert_eq!(graph.edge_count(), 174 + 16, "a chain plus one skip edge per residual add");
+}
+
+#[test]
+fn vision_models_trace_to_graphs_nimble_schedules_with_full_concurrency() {
+    tch::manual_seed(0);
+    let vs = nn::VarStore::new(Device::Cpu);
+    let cases: Vec<(&str, Nimble, i64, usize, usize)> = vec![
+        // (name, model, input size, conv2d count, width): widths from the architectures —
+        // Inception-v3's widest block (E) runs 6 branches at once; MobileNetV2 and
+        // EfficientNet-B0 are chains with residual adds (width 2 at a skip).
+        ("inception-v3", Nimble::new(tch::vision::inception::v3(&(vs.root() / "inc"), 1000)), 299, 94, 6),
+        ("mobilenet-v2", Nimble::new(tch::vision::mobilenet::v2(&(vs.root() / "mb"), 1000)), 224, 52, 2),
+    ];
+    for (name, nimble, size, convs, width) in cases {
+        let trace = nimble.trace(&[input(&[1, 3, size, size])], false).unwrap();
+        assert_eq!(count(&trace, "aten::conv2d"), convs, "{name}: {:?}", trace.op_histogram());
+        let graph = trace.task_graph(None).unwrap();
+        let analysis = Analysis::new(&graph);
+        assert_eq!(analysis.width(), width, "{name}");
+        let plan = algorithms::by_name("nimble").unwrap().assign(&analysis);
+        let check = verify(&analysis, &plan);
+        assert!(check.violations.is_empty(), "{name}: {:?}", check.violations);
+        assert!(check.max_logical_concurrency, "{name}: Nimble keeps every independent pair on different streams");
+        assert!(plan.streams >= width, "{name}");
+    }
+}
+
+#[test]
+fn in_place_ops_and_views_are_ordered_after_earlier_readers() {
+    let nimble = Nimble::from_fn(|xs: &[Tensor]| {
+        let a = xs[0].relu(); // 0
+        let v = a.view([-1]); // 1: a view of a
+        let s = a.sigmoid(); // 2: reads a
+        let mut w = v.shallow_clone();
+        let _ = w.relu_(); // 3: writes a's storage through the view
+        let t = a.tanh(); // 4: must see the in-place result
+        vec![s, t]
+    });
+    let trace = nimble.trace(&[input(&[4, 4])], false).unwrap();
+    let names: Vec<&str> = trace.ops.iter().map(|op| op.name.as_str()).collect();
+    assert_eq!(names, ["aten::relu", "aten::view", "aten::sigmoid", "aten::relu_", "aten::tanh"]);
+    assert!(trace.ops[3].inputs[0].write, "the schema marks relu_'s self as written");
+    let deps = trace.dependencies();
+    assert_eq!(deps[2], vec![0], "sigmoid needs relu's result only, not the view");
+    assert_eq!(deps[3], vec![0, 1, 2], "relu_ waits for the writer and every reader since");
+    assert_eq!(deps[4], vec![3], "tanh reads what relu_ wrote");
+}
+
+#[test]
+fn a_model_whose_op_sequence_changes_is_refused_naming_the_first_differing_op() {
+    let calls = Cell::new(0);
+    let nimble = Nimble::from_fn(move |xs: &[Tensor]| {
+        calls.set(calls.get() + 1);
+        let x = xs[0].relu();
+        // Data-dependent control flow, as far as tracing can tell: odd calls take another path.
+        vec![if calls.get() % 2 == 1 { x.sigmoid() } else { x.tanh() }]
+    });
+    let error = nimble.trace(&[input(&[2, 2])], false).unwrap_err();
+    assert!(matches!(error, NimbleError::OpMismatch { .. }), "{error}");
+    let message = error.to_string();
+    assert!(message.contains("op #1") && message.contains("aten::sigmoid") && message.contains("aten::tanh"), "{message}");
+}
+
+#[test]
+fn host_syncs_are_found_in_the_trace() {
+    let nimble = Nimble::from_fn(|xs: &[Tensor]| vec![xs[0].nonzero()]);
+    let trace = nimble.trace(&[input(&[8])], false).unwrap();
+    let (index, op) = trace.first_host_sync().expect("nonzero syncs with the host");
+    assert_eq!((index, op.name.as_str()), (0, "aten::nonzero"));
+    let plain = Nimble::from_fn(|xs: &[Tensor]| vec![xs[0].relu() * 2.0]).trace(&[input(&[8])], false).unwrap();
+    assert!(plain.first_host_sync().is_none(), "{:?}", plain.ops);
+}
+
+#[test]
+fn the_inference_rewrites_fold_batchnorm_and_need_frozen_parameters() {
+    let (_vs, nimble) = resnet50(false);
+    let error = nimble.trace(&[input(&[1, 3, 224, 224])], true).unwrap_err();
+    assert!(error.to_string().contains("freeze()"), "{error}");
+
+    let (_vs, nimble) = resnet50(true);
+    let trace = nimble.trace(&[input(&[1, 3, 224, 224])], true).unwrap();
+    assert_eq!(count(&trace, "aten::batch_norm"), 0, "{:?}", trace.op_histogram());
+    assert_eq!(count(&trace, "aten::conv2d"), 53);
+    assert!(trace.len() < 175, "{}", trace.len());
+}
+
+#[test]
+fn torchscript_files_are_accepted() {
+    let mut vs = nn::VarStore::new(Device::Cpu);
+    let model = tch::vision::mobilenet::v2(&vs.root(), 10);
+    vs.freeze();
+    let x = input(&[1, 3, 64, 64]);
+    let mut forward = |xs: &[Tensor]| vec![nn::ModuleT::forward_t(&model, &xs[0], false)];
+    let module = tch::CModule::create_by_tracing("M", "forward", &[x.shallow_clone()], &mut forward).unwrap();
+    let dir = std::env::temp_dir().join(format!("nimble-torch-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("mobilenet.pt");
+    module.save(&path).unwrap();
+    let nimble = Nimble::from_torchscript(&path, Device::Cpu).unwrap();
+    let trace = nimble.trace(&[x.shallow_clone()], false).unwrap();
+    assert!(count(&trace, "aten::_convolution") + count(&trace, "aten::conv2d") == 52, "{:?}", trace.op_histogram());
+    let reference = forward(&[x.shallow_clone()]).remove(0);
+    let out = nimble.eager(&[x]).unwrap().remove(0);
+    assert_eq!((out - reference).abs().max().double_value(&[]), 0.0);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let missing = Nimble::from_torchscript(dir.join("missing.pt"), Device::Cpu).err().expect("no such file");
+    assert!(missing.to_string().contains("missing.pt"), "{missing}");
+}
+
+#[test]
+fn without_a_gpu_prepare_says_so_and_forward_needs_prepare() {
+    let (_vs, mut nimble) = resnet50(true);
+    let x = input(&[1, 3, 64, 64]);
+    assert!(matches!(nimble.forward(&[x.shallow_clone()]), Err(NimbleError::NotPrepared)));
+    assert!(matches!(nimble.trace(&[], false), Err(NimbleError::InvalidInput(_))));
+    if nimble_torch::cuda_available() {
+        eprintln!("note: a CUDA device is present; the no-GPU error is not exercised here");
+        return;
+    }
+    let error = nimble.prepare(&[x], PrepareOptions::inference()).unwrap_err();
+    assert!(matches!(error, NimbleError::NoCuda), "{error}");
+}
+
+#[test]
+fn a_failing_forward_is_an_error_not_a_crash() {
+    let nimble = Nimble::from_fn(|xs: &[Tensor]| vec![xs[0].matmul(&xs[0])]);
+    let error = nimble.trace(&[input(&[2, 3])], false).unwrap_err();
+    assert!(matches!(error, NimbleError::ForwardFailed { .. }), "{error}");
+    // The recorder was stopped: tracing works again afterwards.
+    let ok = Nimble::from_fn(|xs: &[Tensor]| vec![xs[0].relu()]).trace(&[input(&[2, 3])], false).unwrap();
+    assert_eq!(ok.len(), 1);
+}

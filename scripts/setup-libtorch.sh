@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Provisions libtorch 2.11.0 (the CUDA 13.0 build, with the CUDA headers the nimble-torch C++
+# shim compiles against) in a cache directory outside the clone, and links it into the checkout
+# as `.libtorch`, which .cargo/config.toml points LIBTORCH at. Safe to run again: a complete
+# install is reused, a half-finished one is removed and redone. About 1 minute and 4.6 GB the
+# first time.
+#
+#   NIMBLE_CACHE_DIR  where the install lives (default: $XDG_CACHE_HOME/nimble or ~/.cache/nimble)
+#   PYTHON            the interpreter used to create the venv (default: python3, 3.10 to 3.13)
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cache=${NIMBLE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/nimble}
+venv=$cache/libtorch-2.11.0-cu130
+python=${PYTHON:-python3}
+
+if [ ! -f "$venv/.complete" ]; then
+    echo "setup-libtorch: installing torch==2.11.0 into $venv (about 1 minute, 4.6 GB)" >&2
+    rm -rf "$venv"
+    mkdir -p "$cache"
+    "$python" -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check \
+        torch==2.11.0 "cuda-toolkit[cccl,nvcc]==13.0.2"
+    "$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > "$venv/.site"
+    touch "$venv/.complete"
+fi
+site=$(cat "$venv/.site")
+for need in "$site/torch/lib/libtorch_cuda.so" "$site/nvidia/cu13/include/cuda_runtime_api.h"; do
+    if [ ! -e "$need" ]; then
+        echo "setup-libtorch: $need is missing from the cached install; remove $venv and run again" >&2
+        exit 1
+    fi
+done
+# Replace the link atomically so a concurrent build never sees it missing.
+ln -sfn "$site" "$repo/.libtorch.tmp"
+mv -T "$repo/.libtorch.tmp" "$repo/.libtorch"
+echo "setup-libtorch: libtorch 2.11.0 at $site/torch (linked as .libtorch)" >&2
