@@ -38,11 +38,13 @@ fn main() {
     let cuda_lib = cuda.join("lib");
     println!("cargo:rustc-link-search=native={}", lib.display());
     println!("cargo:rustc-link-search=native={}", cuda_lib.display());
-    println!("cargo:rustc-link-lib=dylib=c10_cuda");
+    // libtorch_cuda must be loaded (it registers CUDA with libtorch) or CUDA looks unavailable;
+    // the shim references it by name, so the linker's --as-needed keeps it.
     println!("cargo:rustc-link-lib=dylib=torch_cuda");
-    println!("cargo:rustc-link-arg=-l:libcudart.so.13");
-    // Our own tests and examples; dependents emit the same through their build scripts.
-    println!("cargo:rustc-link-arg=-Wl,--no-as-needed");
+    println!("cargo:rustc-link-lib=dylib=c10_cuda");
+    // Header-inline code calls the CUDA runtime directly; the pip package ships only the .so.13.
+    println!("cargo:rustc-link-lib=dylib:+verbatim=libcudart.so.13");
+    // The rpath covers our own tests; dependents add it through their build scripts.
     for dir in [&lib, &cuda_lib] {
         println!("cargo:rustc-link-arg=-Wl,-rpath,{}", dir.display());
     }

@@ -3,15 +3,18 @@
 # the release nimble-bench and the GPU test binaries, stripped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/setup-libtorch.sh
 rm -rf .gpu && mkdir -p .gpu/tests
 cargo build --release --locked -p nimble-bench
 cp target/release/nimble-bench .gpu/
-cargo test --release --locked -p nimble-cuda --test gpu --no-run --message-format=json 2>/dev/null \
-    | python3 -c 'import json,sys
+for package in nimble-cuda nimble-torch; do
+    cargo test --release --locked -p "$package" --test gpu --no-run --message-format=json 2>/dev/null \
+        | python3 -c 'import json,sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         print(m["executable"], m["target"]["name"])' \
-    | while read -r executable name; do cp "$executable" ".gpu/tests/nimble-cuda-$name"; done
+        | while read -r executable name; do cp "$executable" ".gpu/tests/$package-$name"; done
+done
 strip .gpu/nimble-bench .gpu/tests/* 2>/dev/null || true
 ls -la .gpu .gpu/tests

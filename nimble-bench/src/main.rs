@@ -7,11 +7,13 @@ mod gpu;
 mod output;
 mod plots;
 mod scheduling;
+mod torch;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use experiments::inference::InferMode;
 
 use scheduling::{Mode, PlanArgs, SimulatorArgs};
 
@@ -110,6 +112,56 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
+    /// Trace a model's forward into a task graph (JSON); on CUDA, with each op's measured GPU time
+    ExportGraph {
+        /// Model name (see `infer --help`): resnet50, resnet101, inception-v3, mobilenet-v2,
+        /// efficientnet-b0, efficientnet-b5
+        #[arg(long)]
+        model: String,
+        #[arg(long, default_value_t = 1)]
+        batch: i64,
+        /// Where to trace: cpu needs no GPU; cuda prepares the model and adds duration_us
+        #[arg(long, value_enum, default_value = "cpu")]
+        device: torch::TraceDevice,
+        /// Apply the inference rewrites first (BatchNorm folding; on cuda also conv+add+ReLU fusion)
+        #[arg(long)]
+        optimize: bool,
+        /// Output file (default: stdout)
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// GPU: inference latency of real models eagerly (tch), as a single-stream CUDA graph and as
+    /// Nimble's multi-stream graph, checked against eager; the paper's method
+    Infer {
+        /// Comma-separated model names, or `all`: resnet50, resnet101, inception-v3,
+        /// mobilenet-v2, efficientnet-b0, efficientnet-b5
+        #[arg(long, default_value = "resnet50")]
+        model: String,
+        /// Comma-separated modes: eager, graph (one stream), nimble
+        #[arg(long, value_enum, value_delimiter = ',', default_value = "eager,graph,nimble")]
+        mode: Vec<InferModeArg>,
+        #[arg(long, default_value_t = 1)]
+        batch: i64,
+        /// The stream-assignment algorithm of the nimble mode
+        #[arg(long, default_value = "nimble")]
+        algo: String,
+        /// Inference rewrites for the graph modes
+        #[arg(long, value_enum, default_value = "on")]
+        optimize: torch::Optimize,
+        /// With the rewrites: fuse convolution(+add)+ReLU into cuDNN's fused kernels
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+        fuse: bool,
+        /// With the rewrites: channels-last (NHWC) weights and inputs
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+        channels_last: bool,
+        #[arg(long, default_value_t = 50)]
+        warmup: usize,
+        #[arg(long, default_value_t = 100)]
+        iters: usize,
+        /// Also write the result record (JSON, with provenance) here
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
     /// Generate a synthetic task graph as JSON
     Gen {
         /// chain:N, fan:B[:D], nasnet:C[:SEED], layered:N[:SEED], dnn:N[:SEED]
@@ -119,6 +171,27 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
+}
+
+/// `infer --mode` values.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum InferModeArg {
+    /// tch eager
+    Eager,
+    /// one CUDA graph, one stream
+    Graph,
+    /// one CUDA graph, Nimble's streams
+    Nimble,
+}
+
+impl From<InferModeArg> for InferMode {
+    fn from(mode: InferModeArg) -> InferMode {
+        match mode {
+            InferModeArg::Eager => InferMode::Eager,
+            InferModeArg::Graph => InferMode::Graph,
+            InferModeArg::Nimble => InferMode::Nimble,
+        }
+    }
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -134,6 +207,22 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::ValidateSimulator { out, suite, measure } => gpu::validate_simulator(&out, suite, &measure),
         Command::SimulatorReport { results, svg } => gpu::simulator_report(&results, svg.as_ref()),
         Command::CalibrateSimulator { results, out } => gpu::calibrate_simulator(&results, out.as_ref()),
+        Command::ExportGraph { model, batch, device, optimize, out } => torch::export_graph(&model, batch, device, optimize, out.as_ref()),
+        Command::Infer { model, mode, batch, algo, optimize, fuse, channels_last, warmup, iters, out } => {
+            let modes: Vec<InferMode> = mode.into_iter().map(InferMode::from).collect();
+            torch::infer(&torch::InferArgs {
+                models: &model,
+                modes: &modes,
+                batch,
+                algorithm: &algo,
+                optimize,
+                fuse_conv_relu: fuse,
+                channels_last,
+                warmup,
+                iterations: iters,
+                out: out.as_deref(),
+            })
+        }
         Command::Gen { synthetic, out } => scheduling::generate(&synthetic, out.as_ref()),
     }
 }

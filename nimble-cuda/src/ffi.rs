@@ -110,8 +110,13 @@ pub(crate) unsafe fn graph_nodes_and_edges(graph: CUgraph) -> Result<NodesAndEdg
     }
     let mut from: Vec<CUgraphNode> = vec![std::ptr::null_mut(); edge_count];
     let mut to: Vec<CUgraphNode> = vec![std::ptr::null_mut(); edge_count];
-    // SAFETY: both arrays have room for `edge_count` handles; edge data stays null.
-    unsafe { sys::cuGraphGetEdges_v2(graph, from.as_mut_ptr(), to.as_mut_ptr(), std::ptr::null_mut(), &mut edge_count) }
+    // SAFETY: CUgraphEdgeData is plain old data (ports, a type, reserved bytes): all zeros is
+    // the default edge.
+    let mut data: Vec<sys::CUgraphEdgeData> = (0..edge_count).map(|_| unsafe { std::mem::zeroed() }).collect();
+    // SAFETY: all three arrays have room for `edge_count` entries. The edge data is asked for
+    // because graphs captured by other owners (libtorch) can carry non-default edges, and the
+    // driver refuses a query that would drop it (CUDA_ERROR_LOSSY_QUERY).
+    unsafe { sys::cuGraphGetEdges_v2(graph, from.as_mut_ptr(), to.as_mut_ptr(), data.as_mut_ptr(), &mut edge_count) }
         .result()?;
     let index: std::collections::HashMap<CUgraphNode, usize> = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
     let edges = from

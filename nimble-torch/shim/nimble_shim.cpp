@@ -16,6 +16,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <ATen/cuda/Sleep.h>
 #include <ATen/record_function.h>
@@ -36,6 +37,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -82,6 +84,47 @@ bool is_host_sync_op(const char* name) {
 
 enum Device : int { kDevCpu = 0, kDevCuda = 1, kDevOther = 2 };
 
+// What the schema says about an op: how many arguments and results it has, and which arguments
+// it writes (`Tensor(a!)`). Cached per overload.
+struct OpInfo {
+  size_t arguments = 0;
+  size_t returns = 0;
+  std::vector<bool> writes;
+};
+
+const OpInfo* op_info(const at::RecordFunction& fn) {
+  thread_local std::unordered_map<std::string, OpInfo> cache;
+  auto op = fn.operator_name();
+  if (!op) return nullptr;
+  std::string key = op->name + "." + op->overload_name;
+  auto found = cache.find(key);
+  if (found != cache.end()) return &found->second;
+  auto schema = fn.operator_schema();
+  if (!schema) return nullptr;
+  OpInfo info;
+  info.arguments = schema->arguments().size();
+  info.returns = schema->returns().size();
+  for (const auto& argument : schema->arguments()) {
+    const auto* alias = argument.alias_info();
+    info.writes.push_back(alias != nullptr && alias->isWrite());
+  }
+  return &cache.emplace(key, std::move(info)).first->second;
+}
+
+// An op called boxed (as the TorchScript interpreter calls them) sees the interpreter's whole
+// stack as its inputs and outputs; its own arguments and results are the last ones.
+c10::ArrayRef<const c10::IValue> own_inputs(const at::RecordFunction& fn, const OpInfo* info) {
+  auto all = fn.inputs();
+  if (info == nullptr || all.size() <= info->arguments) return all;
+  return all.slice(all.size() - info->arguments);
+}
+
+c10::ArrayRef<c10::IValue> own_outputs(const at::RecordFunction& fn, const OpInfo* info) {
+  c10::ArrayRef<c10::IValue> all(fn.outputs());
+  if (info == nullptr || all.size() <= info->returns) return all;
+  return all.slice(all.size() - info->returns);
+}
+
 struct TensorUse {
   int64_t storage = 0;
   bool write = false;
@@ -108,7 +151,6 @@ struct Recorder {
   // handed to a later tensor: storage identity is then exact.
   std::vector<c10::IValue> keep_alive;
   std::unordered_map<const void*, int64_t> storage_ids;
-  std::unordered_map<std::string, std::vector<bool>> write_masks;  // per overload
   int depth = 0;
   at::CallbackHandle handle = 0;
 
@@ -142,29 +184,13 @@ struct Recorder {
     }
   }
 
-  // Which arguments the op writes, from its schema's alias annotations (`Tensor(a!)`).
-  const std::vector<bool>* write_mask(const at::RecordFunction& fn) {
-    auto op = fn.operator_name();
-    if (!op) return nullptr;
-    std::string key = op->name + "." + op->overload_name;
-    auto found = write_masks.find(key);
-    if (found != write_masks.end()) return &found->second;
-    auto schema = fn.operator_schema();
-    if (!schema) return nullptr;
-    std::vector<bool> mask;
-    for (const auto& argument : schema->arguments()) {
-      const auto* alias = argument.alias_info();
-      mask.push_back(alias != nullptr && alias->isWrite());
-    }
-    return &write_masks.emplace(key, std::move(mask)).first->second;
-  }
 };
 
 thread_local Recorder* g_recorder = nullptr;
 
 bool tensors_on_both_sides(const at::RecordFunction& fn) {
   bool cpu = false, cuda = false;
-  for (const auto& v : fn.inputs()) {
+  for (const auto& v : own_inputs(fn, op_info(fn))) {
     if (v.isTensor() && v.toTensor().defined()) {
       const at::Tensor& t = v.toTensor();
       // A 0-dim CPU tensor next to CUDA tensors is a wrapped scalar, passed by value.
@@ -188,11 +214,11 @@ std::unique_ptr<at::ObserverContext> record_start(const at::RecordFunction& fn) 
   if (r.depth == 1) {
     OpRecord op;
     op.name = fn.name();
-    const std::vector<bool>* mask = r.write_mask(fn);
-    op.has_schema = mask != nullptr;
-    auto inputs = fn.inputs();
+    const OpInfo* info = op_info(fn);
+    op.has_schema = info != nullptr;
+    auto inputs = own_inputs(fn, info);
     for (size_t i = 0; i < inputs.size(); i++) {
-      bool write = mask != nullptr && i < mask->size() && (*mask)[i];
+      bool write = info != nullptr && i < info->writes.size() && info->writes[i];
       r.collect(inputs[i], write, op.inputs);
     }
     r.ops.push_back(std::move(op));
@@ -206,7 +232,7 @@ std::unique_ptr<at::ObserverContext> record_start(const at::RecordFunction& fn) 
 void record_end(const at::RecordFunction& fn, at::ObserverContext*) {
   Recorder& r = *g_recorder;
   if (r.depth == 1 && !r.ops.empty()) {
-    for (const auto& v : fn.outputs()) r.collect(v, false, r.ops.back().outputs);
+    for (const auto& v : own_outputs(fn, op_info(fn))) r.collect(v, false, r.ops.back().outputs);
   }
   r.depth--;
 }
@@ -245,6 +271,35 @@ struct Schedule {
 };
 
 thread_local Schedule* g_schedule = nullptr;
+
+// at::cuda::CUDAGraph, plus an end of capture that leaves libtorch usable when the capture
+// failed. CUDAGraph::capture_end throws before undoing capture_begin's global changes when the
+// capture was invalidated (the caching allocator keeps routing to the graph's pool, the CUDA
+// generator stays in capture mode and every later randn fails); this undoes them.
+struct Graph : at::cuda::CUDAGraph {
+  Graph() : at::cuda::CUDAGraph(/*keep_graph=*/true) {}
+
+  void end_capture() {
+    c10::cuda::setCurrentCUDAStream(capture_stream_);
+    try {
+      capture_end();
+    } catch (...) {
+      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+      if (cudaStreamIsCapturing(capture_stream_, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+        cudaGraph_t partial = nullptr;
+        if (cudaStreamEndCapture(capture_stream_, &partial) == cudaSuccess && partial != nullptr) cudaGraphDestroy(partial);
+      }
+      (void)cudaGetLastError();  // the capture's error is reported by the rethrow below
+      try {
+        c10::cuda::CUDACachingAllocator::endAllocateToPool(capture_dev_, mempool_id_);
+      } catch (...) {  // capture_end got that far
+      }
+      // What CUDAGeneratorState::capture_epilogue does (it is not exported): leave capture mode.
+      for (auto& entry : captured_generator_states_) entry.first->capturing_ = false;
+      throw;
+    }
+  }
+};
 
 void record_streams(const c10::IValue& v, const c10::cuda::CUDAStream& stream) {
   if (v.isTensor()) {
@@ -287,7 +342,7 @@ std::unique_ptr<at::ObserverContext> schedule_start(const at::RecordFunction& fn
   for (int p : s.waits[k]) s.events[p]->block(stream);
   c10::cuda::setCurrentCUDAStream(stream);
   // A no-op for tensors allocated on this stream; marks the ones produced on other streams.
-  for (const auto& v : fn.inputs()) record_streams(v, stream);
+  for (const auto& v : own_inputs(fn, op_info(fn))) record_streams(v, stream);
   if (s.timing) s.starts[k]->record(stream);
   return nullptr;
 }
@@ -393,12 +448,20 @@ int ns_schedule_new(int n, const char* names, const int* stream_of, const int* w
       return;
     }
     for (int i = 0; i < n; i++) s->events.emplace_back(new at::cuda::CUDAEvent(cudaEventDisableTiming));
-    // c10's pool has 32 streams per priority, handed out round-robin: 32 consecutive requests
-    // give 32 distinct streams. Plans with more logical streams share them, which only adds
-    // ordering (ops are issued in a topological order), never removes it.
-    std::vector<c10::cuda::CUDAStream> pool;
-    for (int i = 0; i < std::min(n_streams, 32); i++) pool.push_back(c10::cuda::getStreamFromPool(false, device));
-    for (int i = 0; i < n_streams; i++) s->streams.push_back(pool[i % pool.size()]);
+    // Logical stream i is the i-th of a process-wide list of c10 pool streams, the same for
+    // every schedule: libtorch keeps per-stream state for the process's lifetime (a cuBLAS
+    // workspace per stream), so fresh streams per prepare would grow memory each time. The
+    // pool has 32 streams per priority, handed out round-robin, so the list has up to 32
+    // distinct ones; plans with more logical streams share them, which only adds ordering (ops
+    // are issued in a topological order), never removes it.
+    static std::mutex streams_mutex;
+    static std::map<int, std::vector<c10::cuda::CUDAStream>> streams_by_device;
+    {
+      std::lock_guard<std::mutex> lock(streams_mutex);
+      auto& list = streams_by_device[device];
+      while (static_cast<int>(list.size()) < std::min(n_streams, 32)) list.push_back(c10::cuda::getStreamFromPool(false, device));
+      for (int i = 0; i < n_streams; i++) s->streams.push_back(list[i % list.size()]);
+    }
     s->timing = timing != 0;
     if (s->timing) {
       for (int i = 0; i < n; i++) {
@@ -433,19 +496,35 @@ int ns_pass_begin(void* schedule, void* graph, int capture_mode, long long gate_
       cudaStreamCaptureMode mode = capture_mode == 1 ? cudaStreamCaptureModeThreadLocal
                                    : capture_mode == 2 ? cudaStreamCaptureModeRelaxed
                                                        : cudaStreamCaptureModeGlobal;
-      static_cast<at::cuda::CUDAGraph*>(graph)->capture_begin({0, 0}, mode);
+      try {
+        static_cast<Graph*>(graph)->capture_begin({0, 0}, mode);
+      } catch (...) {
+        if (s->previous) c10::cuda::setCurrentCUDAStream(*s->previous);
+        throw;
+      }
     }
-    if (gate_cycles > 0) at::cuda::sleep(gate_cycles);
-    if (!s->streams.empty()) {
-      at::cuda::CUDAEvent fork(cudaEventDisableTiming);
-      fork.record(s->streams[0]);
-      for (size_t i = 1; i < s->streams.size(); i++)
-        if (s->streams[i] != s->streams[0]) fork.block(s->streams[i]);
+    try {
+      if (gate_cycles > 0) at::cuda::sleep(gate_cycles);
+      if (!s->streams.empty()) {
+        at::cuda::CUDAEvent fork(cudaEventDisableTiming);
+        fork.record(s->streams[0]);
+        for (size_t i = 1; i < s->streams.size(); i++)
+          if (s->streams[i] != s->streams[0]) fork.block(s->streams[i]);
+      }
+      s->handle = at::addThreadLocalCallback(at::RecordFunctionCallback(schedule_start, schedule_end)
+                                                 .needsInputs(true)
+                                                 .needsOutputs(true)
+                                                 .scopes({at::RecordScope::FUNCTION}));
+    } catch (...) {
+      if (graph != nullptr) {
+        try {
+          static_cast<Graph*>(graph)->end_capture();
+        } catch (...) {
+        }
+      }
+      if (s->previous) c10::cuda::setCurrentCUDAStream(*s->previous);
+      throw;
     }
-    s->handle = at::addThreadLocalCallback(at::RecordFunctionCallback(schedule_start, schedule_end)
-                                               .needsInputs(true)
-                                               .needsOutputs(true)
-                                               .scopes({at::RecordScope::FUNCTION}));
     g_schedule = s;
     s->armed = true;
   });
@@ -480,9 +559,11 @@ int ns_pass_end(void* schedule, void* graph, char** problem) {
     }
     if (graph != nullptr) {
       try {
-        static_cast<at::cuda::CUDAGraph*>(graph)->capture_end();
+        static_cast<Graph*>(graph)->end_capture();
       } catch (const c10::Error& e) {
         if (capture_error.empty()) capture_error = e.what_without_backtrace();
+      } catch (const std::exception& e) {
+        if (capture_error.empty()) capture_error = e.what();
       }
     }
     if (s->previous) c10::cuda::setCurrentCUDAStream(*s->previous);
@@ -509,22 +590,22 @@ int ns_schedule_durations(void* schedule, float* out_us, int n) {
 // ---------------------------------------------------------------------------------------------
 
 int ns_graph_new(void** out) {
-  return guarded([&] { *out = new at::cuda::CUDAGraph(/*keep_graph=*/true); });
+  return guarded([&] { *out = new Graph(); });
 }
 void ns_graph_free(void* graph) {
   try {
-    delete static_cast<at::cuda::CUDAGraph*>(graph);
+    delete static_cast<Graph*>(graph);
   } catch (...) {
   }
 }
 int ns_graph_instantiate(void* graph) {
-  return guarded([&] { static_cast<at::cuda::CUDAGraph*>(graph)->instantiate(); });
+  return guarded([&] { static_cast<Graph*>(graph)->instantiate(); });
 }
 int ns_graph_replay(void* graph) {
-  return guarded([&] { static_cast<at::cuda::CUDAGraph*>(graph)->replay(); });
+  return guarded([&] { static_cast<Graph*>(graph)->replay(); });
 }
 int ns_graph_raw(void* graph, void** out) {
-  return guarded([&] { *out = static_cast<at::cuda::CUDAGraph*>(graph)->raw_cuda_graph(); });
+  return guarded([&] { *out = static_cast<Graph*>(graph)->raw_cuda_graph(); });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -626,13 +707,25 @@ int ns_jit_load(const char* path, int device, void** out) {
   });
 }
 
+// A copy of `tensor` in channels-last layout (4-D tensors; others are copied as they are).
+int ns_channels_last_copy(void* tensor, void** out) {
+  return guarded([&] {
+    const auto& t = *static_cast<const at::Tensor*>(tensor);
+    *out = new at::Tensor(t.dim() == 4 ? t.contiguous(at::MemoryFormat::ChannelsLast).clone(at::MemoryFormat::Preserve) : t.clone());
+  });
+}
+
 void ns_jit_free(void* module) { delete static_cast<torch::jit::Module*>(module); }
 
 // Freezes the module (parameters become constants) and applies the inference rewrites:
 // BatchNorm folded into the preceding convolution (and the other frozen foldings), dropout
 // removed, and, when `fuse` is set (CUDA only), convolution(+add)+ReLU fused into cuDNN's fused
 // kernels.
-int ns_jit_optimize(void* module, int fuse, void** out) {
+//
+// `channels_last`: 4-D constants (the frozen convolution weights) are stored channels-last, so
+// that with a channels-last input cuDNN runs NHWC kernels without layout transforms (what
+// inductor's layout optimization does for torch.compile).
+int ns_jit_optimize(void* module, int fuse, int channels_last, void** out) {
   return guarded([&] {
     auto* m = static_cast<torch::jit::Module*>(module);
     m->eval();
@@ -642,6 +735,15 @@ int ns_jit_optimize(void* module, int fuse, void** out) {
     torch::jit::removeDropout(graph);
     torch::jit::OptimizeFrozenGraph(graph, true);
     if (fuse) torch::jit::FuseFrozenConvAddRelu(graph);
+    if (channels_last) {
+      for (auto* node : graph->nodes()) {
+        if (node->kind() != c10::prim::Constant || !node->hasAttribute(c10::attr::value) ||
+            node->kindOf(c10::attr::value) != torch::jit::AttributeKind::t)
+          continue;
+        const at::Tensor& t = node->t(c10::attr::value);
+        if (t.dim() == 4) node->t_(c10::attr::value, t.contiguous(at::MemoryFormat::ChannelsLast));
+      }
+    }
     *out = new torch::jit::Module(std::move(frozen));
   });
 }

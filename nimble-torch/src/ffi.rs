@@ -58,7 +58,8 @@ extern "C" {
     fn ns_jit_trace_abandon();
     fn ns_jit_load(path: *const c_char, device: c_int, out: *mut *mut c_void) -> c_int;
     fn ns_jit_free(module: *mut c_void);
-    fn ns_jit_optimize(module: *mut c_void, fuse: c_int, out: *mut *mut c_void) -> c_int;
+    fn ns_jit_optimize(module: *mut c_void, fuse: c_int, channels_last: c_int, out: *mut *mut c_void) -> c_int;
+    fn ns_channels_last_copy(tensor: *mut c_void, out: *mut *mut c_void) -> c_int;
     fn ns_jit_forward(module: *mut c_void, inputs: *const *mut c_void, n: c_int, outputs: *mut *mut *mut c_void, n_out: *mut c_int) -> c_int;
     fn ns_jit_node_kinds(module: *mut c_void, out: *mut *mut c_char) -> c_int;
 }
@@ -101,6 +102,15 @@ unsafe fn adopt_tensors(array: *mut *mut c_void, n: usize) -> Vec<Tensor> {
         tensors.push(unsafe { Tensor::from_ptr(*array.add(i) as *mut c_tensor) });
     }
     tensors
+}
+
+/// A copy of `tensor` in channels-last layout (4-D; other tensors are plainly copied).
+pub(crate) fn channels_last_copy(tensor: &Tensor) -> Result<Tensor> {
+    let mut out = ptr::null_mut();
+    // SAFETY: a live tensor; on success the shim writes a new `at::Tensor*` that we adopt.
+    check("channels_last_copy", unsafe { ns_channels_last_copy(tensor.as_ptr() as *mut c_void, &mut out) })?;
+    // SAFETY: a fresh tensor nothing else owns.
+    Ok(unsafe { adopt_tensors(&mut out, 1) }.remove(0))
 }
 
 /// Number of CUDA devices libtorch sees (0 when CUDA is unavailable).
@@ -369,10 +379,10 @@ impl JitModule {
     }
 
     /// Frozen and optimized for inference (see the shim's `ns_jit_optimize`).
-    pub(crate) fn optimized(&self, fuse: bool) -> Result<JitModule> {
+    pub(crate) fn optimized(&self, fuse: bool, channels_last: bool) -> Result<JitModule> {
         let mut raw = ptr::null_mut();
         // SAFETY: a live module; the shim writes a new one.
-        check("jit_optimize", unsafe { ns_jit_optimize(self.raw, fuse as c_int, &mut raw) })?;
+        check("jit_optimize", unsafe { ns_jit_optimize(self.raw, fuse as c_int, channels_last as c_int, &mut raw) })?;
         Ok(JitModule { raw })
     }
 

@@ -29,6 +29,12 @@ pub struct PrepareOptions {
     /// BatchNorm folded into convolutions, and on CUDA convolution(+add)+ReLU fused. The model's
     /// parameters must not require gradients (freeze its `VarStore`).
     pub optimize: bool,
+    /// With `optimize` on CUDA: fuse convolution(+add)+ReLU into cuDNN's fused kernels.
+    pub fuse_conv_relu: bool,
+    /// With `optimize` on CUDA: keep convolution weights and 4-D inputs channels-last (NHWC),
+    /// so cuDNN needs no layout transforms (inductor's layout optimization does the same).
+    /// Outputs keep the layout the model gives them; values are unchanged.
+    pub channels_last: bool,
     /// How strictly CUDA polices other calls while capturing.
     pub capture_mode: CaptureMode,
     /// Turn on cuDNN's benchmark mode (algorithm search in the pre-run), as the paper measured.
@@ -44,6 +50,8 @@ impl PrepareOptions {
         PrepareOptions {
             algorithm: "nimble".into(),
             optimize: true,
+            fuse_conv_relu: true,
+            channels_last: true,
             capture_mode: CaptureMode::ThreadLocal,
             cudnn_benchmark: true,
             measure_durations: true,
@@ -59,6 +67,18 @@ impl PrepareOptions {
     /// Turns the inference rewrites on or off.
     pub fn optimize(mut self, on: bool) -> Self {
         self.optimize = on;
+        self
+    }
+
+    /// Turns conv(+add)+ReLU fusion on or off (with `optimize`).
+    pub fn fuse_conv_relu(mut self, on: bool) -> Self {
+        self.fuse_conv_relu = on;
+        self
+    }
+
+    /// Turns the channels-last layout on or off (with `optimize`).
+    pub fn channels_last(mut self, on: bool) -> Self {
+        self.channels_last = on;
         self
     }
 
@@ -199,7 +219,7 @@ impl Nimble {
     /// the trace, after the inference rewrites when `optimize`.
     pub fn trace(&self, inputs: &[Tensor], optimize: bool) -> Result<Trace> {
         check_inputs_given(inputs)?;
-        let optimized = if optimize { Some(self.optimized_module(inputs)?) } else { None };
+        let optimized = if optimize { Some(self.optimized_module(inputs, false, false)?) } else { None };
         let runner = self.runner(optimized.as_ref());
         runner.run_caught(inputs, "warm-up")?;
         let (trace, outputs) = record(|| runner.run(inputs))?;
@@ -228,10 +248,15 @@ impl Nimble {
         if options.cudnn_benchmark {
             tch::Cuda::cudnn_set_benchmark(true);
         }
-        let static_inputs: Vec<Tensor> = inputs.iter().map(|t| t.detach().copy()).collect();
+        let channels_last = options.optimize && options.channels_last;
+        let static_inputs: Vec<Tensor> = if channels_last {
+            inputs.iter().map(|t| ffi::channels_last_copy(&t.detach())).collect::<Result<_>>()?
+        } else {
+            inputs.iter().map(|t| t.detach().copy()).collect()
+        };
 
         let step = Instant::now();
-        let optimized = if options.optimize { Some(self.optimized_module(&static_inputs)?) } else { None };
+        let optimized = if options.optimize { Some(self.optimized_module(&static_inputs, options.fuse_conv_relu, channels_last)?) } else { None };
         seconds.optimize = step.elapsed().as_secs_f64();
         let runner = self.runner(optimized.as_ref());
 
@@ -400,8 +425,9 @@ impl Nimble {
     }
 
     /// The forward as a frozen, optimized TorchScript module.
-    fn optimized_module(&self, inputs: &[Tensor]) -> Result<JitModule> {
-        let fuse = inputs.iter().any(|t| t.device().is_cuda());
+    fn optimized_module(&self, inputs: &[Tensor], fuse: bool, channels_last: bool) -> Result<JitModule> {
+        let cuda = inputs.iter().any(|t| t.device().is_cuda());
+        let (fuse, channels_last) = (fuse && cuda, channels_last && cuda);
         let explain = |e: NimbleError| match e {
             NimbleError::Torch { message, .. } | NimbleError::ForwardFailed { message, .. } if message.contains("requires grad") => NimbleError::InvalidInput(format!(
                 "the inference rewrites trace the forward into TorchScript, which cannot take parameters that require gradients: \
@@ -431,7 +457,7 @@ impl Nimble {
                 &traced
             }
         };
-        let optimized = module.optimized(fuse)?;
+        let optimized = module.optimized(fuse, channels_last)?;
         // The first runs of a TorchScript module differ (profiling); settle it before tracing.
         for _ in 0..2 {
             Runner::Jit(&optimized).run_caught(inputs, "TorchScript warm-up")?;

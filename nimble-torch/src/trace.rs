@@ -160,11 +160,20 @@ impl Trace {
         self.ops.iter().enumerate().find(|(_, op)| op.host_sync.is_some())
     }
 
-    /// The ops that become task-graph nodes: on a CUDA forward the ones that touch a CUDA
-    /// tensor (ops on CPU tensors alone launch no GPU work), on a CPU forward all of them.
+    /// The ops that become task-graph nodes: those that write something (a fresh result or
+    /// an argument in place), and on a CUDA forward only those touching a CUDA tensor. Left
+    /// out are views and shape queries (`view`, `flatten`, `size`, …: metadata on the host,
+    /// no GPU work) and, on a CUDA forward, ops on CPU tensors alone. Leaving them out loses no
+    /// ordering: they write nothing, and dependencies follow storages, so a view's consumers
+    /// already depend on the op that wrote the viewed storage.
     pub fn task_ops(&self) -> Vec<usize> {
         let cuda = self.is_cuda();
-        (0..self.ops.len()).filter(|&k| !cuda || self.ops[k].touches_cuda()).collect()
+        self.accesses()
+            .iter()
+            .enumerate()
+            .filter(|(k, (_, writes))| !writes.is_empty() && (!cuda || self.ops[*k].touches_cuda()))
+            .map(|(k, _)| k)
+            .collect()
     }
 
     /// The storages each op reads and writes.
@@ -251,8 +260,9 @@ impl Trace {
                 continue;
             }
             for &p in preds {
-                // A CPU-only op never feeds a CUDA op directly: that would need a host-device
-                // copy, which counts as a host sync and is refused before scheduling.
+                // An op left out writes nothing (so nothing depends on it through a storage) or
+                // works on the CPU alone (feeding a CUDA op would need a host-device copy, a host
+                // sync, refused before scheduling): dropping its edges loses no ordering.
                 if is_task[p] {
                     builder.add_edge(p as u64, k as u64)?;
                 }

@@ -1,0 +1,209 @@
+//! Commands over real models through nimble-torch: `export-graph` (any machine) and `infer`
+//! (GPU).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use experiments::inference::{self, InferConfig, InferMode, InferRecord, InferRow, LIBTORCH_VERSION};
+use experiments::models;
+use experiments::record::Provenance;
+use nimble_cuda::Gpu;
+use nimble_torch::PrepareOptions;
+use tch::Device;
+
+use crate::output::{emit, write_file};
+
+/// Where `export-graph` traces.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum TraceDevice {
+    Cpu,
+    Cuda,
+}
+
+/// Whether `infer` applies the inference rewrites.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Optimize {
+    On,
+    Off,
+    /// both, one row each
+    Both,
+}
+
+fn model_names(list: &str) -> Result<Vec<&'static str>> {
+    let names: Vec<&str> = if list == "all" { models::MODELS.iter().map(|m| m.name).collect() } else { list.split(',').map(str::trim).collect() };
+    names.into_iter().map(|name| models::info(name).map(|m| m.name).map_err(anyhow::Error::msg)).collect()
+}
+
+/// `export-graph`: trace a model and write its task graph as JSON.
+pub fn export_graph(model: &str, batch: i64, device: TraceDevice, optimize: bool, out: Option<&PathBuf>) -> Result<()> {
+    anyhow::ensure!(batch >= 1, "--batch must be at least 1, got {batch}");
+    let device = match device {
+        TraceDevice::Cpu => Device::Cpu,
+        TraceDevice::Cuda if nimble_torch::cuda_available() => Device::Cuda(0),
+        TraceDevice::Cuda => bail!("--device cuda: no CUDA device (libtorch reports CUDA unavailable); --device cpu traces without one"),
+    };
+    let model = models::build(model, device).map_err(anyhow::Error::msg)?;
+    let mut nimble = model.nimble();
+    let input = model.input(batch);
+    let graph = if device.is_cuda() {
+        // Prepared on the GPU: the graph carries each op's measured GPU time.
+        nimble.prepare(&[input], PrepareOptions::inference().optimize(optimize))?;
+        nimble.task_graph().expect("prepared").clone()
+    } else {
+        nimble.trace(&[input], optimize)?.task_graph(None)?
+    };
+    let text = graph.to_json_string();
+    match out {
+        Some(path) => {
+            write_file(path, &text)?;
+            eprintln!("{}: {} tasks, {} edges -> {}", model.info.name, graph.len(), graph.edge_count(), path.display());
+            Ok(())
+        }
+        None => emit(&text),
+    }
+}
+
+/// What `infer` measures.
+pub struct InferArgs<'a> {
+    pub models: &'a str,
+    pub modes: &'a [InferMode],
+    pub batch: i64,
+    pub algorithm: &'a str,
+    pub optimize: Optimize,
+    pub fuse_conv_relu: bool,
+    pub channels_last: bool,
+    pub warmup: usize,
+    pub iterations: usize,
+    pub out: Option<&'a Path>,
+}
+
+/// `infer`: eager / single-stream graph / Nimble latency per model, checked against eager.
+pub fn infer(args: &InferArgs<'_>) -> Result<()> {
+    anyhow::ensure!(args.batch >= 1, "--batch must be at least 1");
+    anyhow::ensure!(args.iterations >= 1, "--iters must be at least 1");
+    nimble_sched::algorithms::by_name(args.algorithm)?;
+    let names = model_names(args.models)?;
+    if !nimble_torch::cuda_available() {
+        bail!("infer needs a CUDA device and libtorch sees none (export-graph --device cpu works without one)");
+    }
+    let gpu = Gpu::open(0).context("opening the GPU for its description")?;
+    tch::Cuda::cudnn_set_benchmark(true);
+    let config = InferConfig {
+        batch: args.batch,
+        warmup: args.warmup,
+        iterations: args.iterations,
+        algorithm: args.algorithm.to_string(),
+        fuse_conv_relu: args.fuse_conv_relu,
+        channels_last: args.channels_last,
+    };
+    let optimize: &[bool] = match args.optimize {
+        Optimize::On => &[true],
+        Optimize::Off => &[false],
+        Optimize::Both => &[true, false],
+    };
+    let mut rows = Vec::new();
+    for name in names {
+        tch::manual_seed(0);
+        let model = models::build(name, Device::Cuda(0)).map_err(anyhow::Error::msg)?;
+        for &mode in args.modes {
+            let settings: &[bool] = if mode == InferMode::Eager { &[false] } else { optimize };
+            for &optimized in settings {
+                let row = if mode == InferMode::Eager {
+                    inference::measure_eager(&model, &config)
+                } else {
+                    inference::measure_prepared(&model, &config, mode, optimized)
+                }
+                .with_context(|| format!("{name}, {} mode", mode.name()))?;
+                eprintln!("  {}", row_line(&row));
+                rows.push(row);
+            }
+        }
+    }
+    let method = "cuDNN benchmark on; fresh randn inputs; CUDA events around each call on the current stream (graphs: input copy + replay); median";
+    let record = InferRecord {
+        experiment: "inference",
+        provenance: Provenance::now(gpu.info(), args.warmup, args.iterations, method),
+        libtorch: LIBTORCH_VERSION,
+        precision: "float32 (libtorch defaults: TF32 for cuDNN convolutions)",
+        rows,
+    };
+    if let Some(path) = args.out {
+        write_file(path, &serde_json::to_string_pretty(&record)?)?;
+    }
+    emit(&table(&record))
+}
+
+fn row_line(row: &InferRow) -> String {
+    let prepared = row.prepare.as_ref().map_or(String::new(), |p| {
+        format!(
+            " | {} streams {} syncs, {} kernels, prepare {:.2} s, rel.err {:.1e}",
+            p.streams,
+            p.syncs,
+            p.kernel_nodes,
+            p.seconds.total,
+            row.relative_error.unwrap_or(f64::NAN)
+        )
+    });
+    format!(
+        "{:<16} {:<6} {:<4} {:>8.3} ms (mean {:.3}, sd {:.3}){}",
+        row.model,
+        row.mode.name(),
+        if row.mode == InferMode::Eager { "" } else if row.optimized { "opt" } else { "raw" },
+        row.latency.median_us / 1000.0,
+        row.latency.mean_us / 1000.0,
+        row.latency.stdev_us / 1000.0,
+        prepared
+    )
+}
+
+/// The summary table: one line per model and rewrite setting.
+fn table(record: &InferRecord) -> String {
+    let p = &record.provenance;
+    let mut lines = vec![
+        format!(
+            "{} (driver {}, CUDA {}), libtorch {}, batch {}, median of {} after {} warm-ups, ms; commit {}",
+            p.gpu,
+            p.driver_version.as_deref().unwrap_or("?"),
+            p.driver_cuda_version,
+            record.libtorch,
+            record.rows.first().map_or(1, |r| r.batch),
+            p.iterations,
+            p.warmup,
+            p.commit
+        ),
+        format!("{:<16} {:<4} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8} {:>9}", "model", "opt", "eager", "graph", "nimble", "x graph", "streams", "kernels", "prepare s"),
+    ];
+    let mut keys: Vec<(String, bool)> = Vec::new();
+    for row in &record.rows {
+        if row.mode != InferMode::Eager && !keys.contains(&(row.model.clone(), row.optimized)) {
+            keys.push((row.model.clone(), row.optimized));
+        }
+    }
+    let find = |model: &str, mode: InferMode, optimized: bool| {
+        record.rows.iter().find(|r| r.model == model && r.mode == mode && (mode == InferMode::Eager || r.optimized == optimized))
+    };
+    let ms = |row: Option<&InferRow>| row.map_or("-".to_string(), |r| format!("{:.3}", r.latency.median_us / 1000.0));
+    for (model, optimized) in keys {
+        let eager = find(&model, InferMode::Eager, false);
+        let graph = find(&model, InferMode::Graph, optimized);
+        let nimble = find(&model, InferMode::Nimble, optimized);
+        let speedup = match (graph, nimble) {
+            (Some(g), Some(n)) => format!("{:.2}", g.latency.median_us / n.latency.median_us),
+            _ => "-".into(),
+        };
+        let prepared = nimble.or(graph).and_then(|r| r.prepare.as_ref());
+        lines.push(format!(
+            "{:<16} {:<4} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8} {:>9}",
+            model,
+            if optimized { "yes" } else { "no" },
+            ms(eager),
+            ms(graph),
+            ms(nimble),
+            speedup,
+            nimble.and_then(|r| r.prepare.as_ref()).map_or("-".into(), |p| p.streams.to_string()),
+            prepared.map_or("-".into(), |p| p.kernel_nodes.to_string()),
+            nimble.and_then(|r| r.prepare.as_ref()).map_or("-".into(), |p| format!("{:.2}", p.seconds.total)),
+        ));
+    }
+    lines.join("\n")
+}

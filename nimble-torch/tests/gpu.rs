@@ -1,0 +1,241 @@
+//! GPU tests: prepare tch::vision models, replay them against eager tch, and check the errors
+//! and the memory contract. Without a CUDA device each test prints a notice and passes; with
+//! `NIMBLE_REQUIRE_GPU=1` it fails instead. Run them on the lent GPU with
+//! `scripts/device/run-gpu-suite.sh`.
+
+use std::cell::Cell;
+use std::sync::Mutex;
+
+use nimble_torch::{cuda_allocated_bytes, cuda_synchronize, CaptureMode, Nimble, NimbleError, PrepareOptions};
+use tch::nn::{self, ModuleT};
+use tch::{Device, Kind, Tensor};
+
+/// The tests share one GPU and its allocator statistics; capture in global mode also forbids
+/// other threads' allocations. So they run one at a time.
+static GPU: Mutex<()> = Mutex::new(());
+
+fn gpu() -> Option<std::sync::MutexGuard<'static, ()>> {
+    if nimble_torch::cuda_available() {
+        let guard = GPU.lock().unwrap_or_else(|e| e.into_inner());
+        tch::Cuda::cudnn_set_benchmark(true);
+        return Some(guard);
+    }
+    if std::env::var("NIMBLE_REQUIRE_GPU").as_deref() == Ok("1") {
+        panic!("NIMBLE_REQUIRE_GPU=1 but libtorch sees no CUDA device");
+    }
+    eprintln!("notice: no CUDA device; skipping this GPU test (set NIMBLE_REQUIRE_GPU=1 to fail instead)");
+    None
+}
+
+const CUDA: Device = Device::Cuda(0);
+
+fn randn(shape: &[i64]) -> Tensor {
+    Tensor::randn(shape, (Kind::Float, CUDA))
+}
+
+fn relative_error(output: &Tensor, reference: &Tensor) -> f64 {
+    let scale = reference.abs().max().double_value(&[]).max(f64::MIN_POSITIVE);
+    (output - reference).abs().max().double_value(&[]) / scale
+}
+
+type Build = fn(&nn::Path) -> Box<dyn Fn(&Tensor) -> Tensor>;
+
+fn boxed<M: ModuleT + 'static>(model: M) -> Box<dyn Fn(&Tensor) -> Tensor> {
+    Box::new(move |x| model.forward_t(x, false))
+}
+
+const MODELS: &[(&str, i64, Build)] = &[
+    ("resnet50", 224, |p| boxed(tch::vision::resnet::resnet50(p, 1000))),
+    ("inception-v3", 299, |p| boxed(tch::vision::inception::v3(p, 1000))),
+    ("mobilenet-v2", 224, |p| boxed(tch::vision::mobilenet::v2(p, 1000))),
+    ("efficientnet-b0", 224, |p| boxed(tch::vision::efficientnet::b0(p, 1000))),
+];
+
+#[test]
+fn vision_models_match_eager_over_1000_fresh_inputs() {
+    let Some(_gpu) = gpu() else { return };
+    let replays: usize = std::env::var("NIMBLE_TEST_REPLAYS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+    for &(name, size, build) in MODELS {
+        tch::manual_seed(0);
+        let mut vs = nn::VarStore::new(CUDA);
+        let forward: std::rc::Rc<dyn Fn(&Tensor) -> Tensor> = build(&vs.root()).into();
+        vs.freeze();
+        for (optimize, tolerance) in [(true, 1e-3), (false, 1e-5)] {
+            let f = forward.clone();
+            let mut nimble = Nimble::from_fn(move |xs: &[Tensor]| vec![f(&xs[0])]);
+            let report = nimble.prepare(&[randn(&[1, 3, size, size])], PrepareOptions::inference().optimize(optimize)).unwrap().clone();
+            let mut worst = 0f64;
+            for _ in 0..replays {
+                let x = randn(&[1, 3, size, size]);
+                let reference = tch::no_grad(|| forward(&x));
+                let out = nimble.forward(&[x]).unwrap().remove(0);
+                worst = worst.max(relative_error(&out, &reference));
+            }
+            eprintln!(
+                "{name:<16} optimize={optimize:<5} ops {:>4} streams {:>2} syncs {:>3} kernels {:>4} width {:>2} prepare {:.2} s: worst rel. error over {replays} replays {worst:.2e}",
+                report.ops, report.streams, report.syncs, report.kernel_nodes, report.graph_width, report.seconds.total
+            );
+            assert!(worst <= tolerance, "{name} optimize={optimize}: relative error {worst:e} > {tolerance:e}");
+            let graph = nimble.task_graph().unwrap();
+            assert!(graph.nodes().iter().all(|n| n.duration_us.is_some_and(|d| d >= 0.0)), "{name}: every task has a measured duration");
+        }
+    }
+}
+
+#[test]
+fn rewrites_reduce_kernels_and_nimble_uses_several_streams_on_inception() {
+    let Some(_gpu) = gpu() else { return };
+    let mut vs = nn::VarStore::new(CUDA);
+    let model = tch::vision::inception::v3(&vs.root(), 1000);
+    vs.freeze();
+    let forward = std::rc::Rc::new(move |x: &Tensor| model.forward_t(x, false));
+    let mut kernels = Vec::new();
+    for optimize in [false, true] {
+        let f = forward.clone();
+        let mut nimble = Nimble::from_fn(move |xs: &[Tensor]| vec![f(&xs[0])]);
+        let report = nimble.prepare(&[randn(&[1, 3, 299, 299])], PrepareOptions::inference().optimize(optimize)).unwrap();
+        assert!(report.streams >= 4, "Inception's blocks have 4 to 6 branches: {report:?}");
+        assert!(report.graph_width >= report.streams.min(6), "the captured graph keeps the plan's concurrency: {report:?}");
+        kernels.push(report.kernel_nodes);
+        if optimize {
+            let kinds = nimble.optimized_node_kinds().unwrap().unwrap();
+            assert!(!kinds.iter().any(|(k, _)| k == "aten::batch_norm"), "BatchNorm folded: {kinds:?}");
+            assert!(kinds.iter().any(|(k, _)| k.starts_with("aten::cudnn_convolution")), "conv+ReLU fused: {kinds:?}");
+        }
+    }
+    eprintln!("inception-v3 kernel nodes: {} raw, {} optimized", kernels[0], kernels[1]);
+    assert!(kernels[1] < kernels[0], "{kernels:?}");
+}
+
+#[test]
+fn every_capture_mode_and_the_single_stream_plan_work() {
+    let Some(_gpu) = gpu() else { return };
+    let mut vs = nn::VarStore::new(CUDA);
+    let model = tch::vision::mobilenet::v2(&vs.root(), 1000);
+    vs.freeze();
+    let forward = std::rc::Rc::new(move |x: &Tensor| model.forward_t(x, false));
+    for (mode, algorithm) in [(CaptureMode::Global, "nimble"), (CaptureMode::Relaxed, "nimble"), (CaptureMode::ThreadLocal, "single"), (CaptureMode::ThreadLocal, "round-robin:3")] {
+        let f = forward.clone();
+        let mut nimble = Nimble::from_fn(move |xs: &[Tensor]| vec![f(&xs[0])]);
+        let report = nimble.prepare(&[randn(&[2, 3, 224, 224])], PrepareOptions::inference().capture_mode(mode).algorithm(algorithm).optimize(false)).unwrap();
+        if algorithm == "single" {
+            assert_eq!((report.streams, report.syncs), (1, 0));
+        }
+        let x = randn(&[2, 3, 224, 224]);
+        let reference = tch::no_grad(|| forward(&x));
+        let out = nimble.forward_owned(&[x]).unwrap().remove(0);
+        assert!(relative_error(&out, &reference) <= 1e-5, "{mode:?} {algorithm}");
+    }
+}
+
+#[test]
+fn multi_input_functions_and_owned_outputs() {
+    let Some(_gpu) = gpu() else { return };
+    let mut nimble = Nimble::from_fn(|xs: &[Tensor]| {
+        let a = xs[0].matmul(&xs[1]).relu();
+        let b = (&xs[0] * 2.0).sigmoid();
+        vec![a.sum_dim_intlist(Some(&[1i64][..]), false, Kind::Float), b]
+    });
+    let (x, y) = (randn(&[64, 64]), randn(&[64, 64]));
+    let report = nimble.prepare(&[x, y], PrepareOptions::inference().optimize(false)).unwrap();
+    assert!(report.streams >= 2, "matmul and sigmoid are independent: {report:?}");
+    let (x, y) = (randn(&[64, 64]), randn(&[64, 64]));
+    let first = nimble.forward_owned(&[x.shallow_clone(), y.shallow_clone()]).unwrap();
+    let aliased = nimble.forward(&[x.shallow_clone(), y.shallow_clone()]).unwrap();
+    let expected_a = x.matmul(&y).relu().sum_dim_intlist(Some(&[1i64][..]), false, Kind::Float);
+    assert!(relative_error(&first[0], &expected_a) <= 1e-5);
+    assert!(relative_error(&first[1], &(&x * 2.0).sigmoid()) <= 1e-6);
+    let _ = nimble.forward(&[randn(&[64, 64]), randn(&[64, 64])]).unwrap();
+    cuda_synchronize().unwrap();
+    assert!(relative_error(&aliased[1], &(&x * 2.0).sigmoid()) > 1e-3, "forward's outputs are the graph's own, overwritten by the next replay");
+    assert!(relative_error(&first[1], &(&x * 2.0).sigmoid()) <= 1e-6, "forward_owned's are copies");
+}
+
+#[test]
+fn host_syncs_are_refused_naming_the_op() {
+    let Some(_gpu) = gpu() else { return };
+    let cases: Vec<(&str, Nimble)> = vec![
+        ("aten::nonzero", Nimble::from_fn(|xs: &[Tensor]| vec![xs[0].relu().nonzero()])),
+        ("aten::item", Nimble::from_fn(|xs: &[Tensor]| {
+            let scale = xs[0].sum(Kind::Float).double_value(&[]);
+            vec![&xs[0] * scale]
+        })),
+        ("aten::to", Nimble::from_fn(|xs: &[Tensor]| vec![xs[0].relu().to_device(Device::Cpu)])),
+    ];
+    for (op, mut nimble) in cases {
+        let error = nimble.prepare(&[randn(&[16])], PrepareOptions::inference().optimize(false)).unwrap_err();
+        assert!(matches!(error, NimbleError::HostSync { .. }), "{op}: {error}");
+        assert!(error.to_string().contains(op), "{op}: {error}");
+        assert!(matches!(nimble.forward(&[randn(&[16])]), Err(NimbleError::NotPrepared)));
+    }
+    // Nothing was left armed or capturing: a good model prepares afterwards.
+    let mut good = Nimble::from_fn(|xs: &[Tensor]| vec![xs[0].relu()]);
+    good.prepare(&[randn(&[16])], PrepareOptions::inference().optimize(false)).unwrap();
+}
+
+#[test]
+fn a_changing_op_sequence_is_refused_naming_the_op() {
+    let Some(_gpu) = gpu() else { return };
+    let calls = Cell::new(0);
+    let mut nimble = Nimble::from_fn(move |xs: &[Tensor]| {
+        calls.set(calls.get() + 1);
+        let x = xs[0].relu();
+        vec![if calls.get() > 3 { x.tanh() } else { x.sigmoid() }]
+    });
+    let error = nimble.prepare(&[randn(&[16])], PrepareOptions::inference().optimize(false)).unwrap_err();
+    assert!(matches!(error, NimbleError::OpMismatch { .. }), "{error}");
+    assert!(error.to_string().contains("op #1 is aten::tanh"), "{error}");
+}
+
+#[test]
+fn forward_checks_count_shape_dtype_and_device() {
+    let Some(_gpu) = gpu() else { return };
+    let mut nimble = Nimble::from_fn(|xs: &[Tensor]| vec![xs[0].relu()]);
+    nimble.prepare(&[randn(&[4, 8])], PrepareOptions::inference().optimize(false)).unwrap();
+    let cases: Vec<(Vec<Tensor>, &str)> = vec![
+        (vec![], "got 0 input tensors, expected 1"),
+        (vec![randn(&[4, 8]), randn(&[4, 8])], "got 2 input tensors, expected 1"),
+        (vec![randn(&[4, 9])], "the shape is [4, 9], expected [4, 8]"),
+        (vec![randn(&[4, 8]).to_kind(Kind::Double)], "the dtype is Double, expected Float"),
+        (vec![Tensor::randn([4, 8], (Kind::Float, Device::Cpu))], "the device is Cpu, expected Cuda(0)"),
+    ];
+    for (inputs, expected) in cases {
+        let error = nimble.forward(&inputs).unwrap_err();
+        assert!(error.to_string().contains(expected), "{error} (expected: {expected})");
+    }
+    let cpu = Tensor::randn([4, 8], (Kind::Float, Device::Cpu));
+    let error = Nimble::from_fn(|xs: &[Tensor]| vec![xs[0].relu()]).prepare(&[cpu], PrepareOptions::inference()).unwrap_err();
+    assert!(error.to_string().contains("expected a CUDA device"), "{error}");
+}
+
+#[test]
+fn dropping_a_prepared_model_returns_its_memory() {
+    let Some(_gpu) = gpu() else { return };
+    let mut vs = nn::VarStore::new(CUDA);
+    let model = tch::vision::resnet::resnet50(&vs.root(), 1000);
+    vs.freeze();
+    let forward = std::rc::Rc::new(move |x: &Tensor| model.forward_t(x, false));
+    let cycle = || {
+        let f = forward.clone();
+        let mut nimble = Nimble::from_fn(move |xs: &[Tensor]| vec![f(&xs[0])]);
+        nimble.prepare(&[randn(&[1, 3, 224, 224])], PrepareOptions::inference()).unwrap();
+        for _ in 0..10 {
+            let _ = nimble.forward(&[randn(&[1, 3, 224, 224])]).unwrap();
+        }
+        cuda_synchronize().unwrap();
+    };
+    cuda_synchronize().unwrap();
+    let before_first = cuda_allocated_bytes(0).unwrap();
+    cycle();
+    cuda_synchronize().unwrap();
+    let after_first = cuda_allocated_bytes(0).unwrap();
+    // libtorch keeps one cuBLAS workspace per (handle, stream) it has seen, for the process's
+    // lifetime: the first prepare on a pool stream leaves those behind. Nimble's own memory
+    // (static inputs and outputs, the graph's pool, the pre-run's tensors) must all come back.
+    eprintln!("allocated bytes: {before_first} before the first prepare, {after_first} after its drop (libtorch's per-stream cuBLAS workspaces)");
+    cycle();
+    cuda_synchronize().unwrap();
+    let after_second = cuda_allocated_bytes(0).unwrap();
+    eprintln!("allocated bytes: {after_first} before the second prepare, {after_second} after its drop");
+    assert_eq!(after_second, after_first, "a prepared model's memory comes back when it is dropped");
+}
