@@ -5,8 +5,9 @@
 //! Method: cuDNN benchmark mode on for every system, fresh standard-normal inputs for every
 //! run, `warmup` untimed runs, then `iterations` runs each timed with CUDA events around the
 //! call on the current stream (for the graphs: copying the input in and replaying), the median
-//! reported. Before timing, each prepared model's output on a fresh input is compared with the
-//! eager tch model's on the same input.
+//! reported. The systems compared on a model are timed interleaved, round by round. Before
+//! timing, each prepared model's output on a fresh input is compared with the eager tch model's
+//! on the same input.
 
 use nimble_cuda::Samples;
 use nimble_torch::{cuda_synchronize, cuda_time, Nimble, PrepareOptions, PrepareReport};
@@ -49,9 +50,10 @@ pub struct InferConfig {
     pub iterations: usize,
     /// The algorithm of `InferMode::Nimble`.
     pub algorithm: String,
-    /// With the inference rewrites: fuse conv(+add)+ReLU, and use the channels-last layout.
+    /// With the inference rewrites: fuse conv(+add)+ReLU; channels-last layout (`None`: let
+    /// the model decide, see `PrepareOptions::channels_last`).
     pub fuse_conv_relu: bool,
-    pub channels_last: bool,
+    pub channels_last: Option<bool>,
 }
 
 /// One measured configuration.
@@ -70,7 +72,7 @@ pub struct InferRow {
     /// What prepare built and how long it took (graph modes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prepare: Option<PrepareReport>,
-    /// With `optimized`: conv(+add)+ReLU fused, channels-last layout.
+    /// With `optimized`: conv(+add)+ReLU fused; the channels-last layout applied.
     pub fuse_conv_relu: bool,
     pub channels_last: bool,
 }
@@ -85,61 +87,74 @@ pub struct InferRecord {
     pub rows: Vec<InferRow>,
 }
 
-/// Times `run` the paper's way on fresh inputs from `input`.
-pub fn time_runs(
-    warmup: usize,
-    iterations: usize,
-    mut input: impl FnMut() -> Tensor,
-    mut run: impl FnMut(&Tensor) -> nimble_torch::Result<()>,
-) -> nimble_torch::Result<Samples> {
-    for _ in 0..warmup {
-        let x = input();
-        run(&x)?;
-    }
-    let mut samples = Vec::with_capacity(iterations);
-    for _ in 0..iterations {
-        let x = input();
-        cuda_synchronize()?;
-        samples.push(cuda_time(|| run(&x))? * 1000.0);
-    }
-    Ok(Samples::new(samples))
-}
-
 /// max |a − b| / max |b|.
 pub fn relative_error(output: &Tensor, reference: &Tensor) -> f64 {
     let scale = reference.abs().max().double_value(&[]).max(f64::MIN_POSITIVE);
     (output - reference).abs().max().double_value(&[]) / scale
 }
 
-/// Measures `model` eagerly.
-pub fn measure_eager(model: &Model, config: &InferConfig) -> nimble_torch::Result<InferRow> {
-    let forward = model.forward.clone();
-    let latency = tch::no_grad(|| {
-        time_runs(config.warmup, config.iterations, || model.input(config.batch), |x| {
-            let _ = forward(x);
-            Ok(())
-        })
-    })?;
-    Ok(InferRow {
-        model: model.info.name.into(),
-        batch: config.batch,
-        mode: InferMode::Eager,
-        optimized: false,
-        latency,
-        relative_error: None,
-        prepare: None,
-        fuse_conv_relu: false,
-        channels_last: false,
-    })
+/// One system to measure on a model: eager, or a graph mode with or without the rewrites.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Variant {
+    pub mode: InferMode,
+    pub optimized: bool,
 }
 
-/// Prepares `model` for `mode` (graph or nimble), checks it against eager, and measures it.
-pub fn measure_prepared(model: &Model, config: &InferConfig, mode: InferMode, optimize: bool) -> nimble_torch::Result<InferRow> {
-    let algorithm = match mode {
-        InferMode::Graph => "single".to_string(),
-        InferMode::Nimble => config.algorithm.clone(),
-        InferMode::Eager => return measure_eager(model, config),
+/// Measures every variant of `model`, interleaved: each timed round runs every variant once
+/// on its own fresh input, so slow drifts of the GPU (clocks, temperature) hit all variants
+/// alike. Each prepared variant is first checked against the eager tch model on a fresh input.
+pub fn measure_model(model: &Model, config: &InferConfig, variants: &[Variant]) -> nimble_torch::Result<Vec<InferRow>> {
+    let mut prepared: Vec<Option<(Nimble, PrepareReport, f64)>> = Vec::new();
+    for variant in variants {
+        prepared.push(match variant.mode {
+            InferMode::Eager => None,
+            mode => Some(prepare_checked(model, config, mode, variant.optimized)?),
+        });
+    }
+    let forward = model.forward.clone();
+    let run = |index: usize, x: &Tensor| -> nimble_torch::Result<()> {
+        match &prepared[index] {
+            None => {
+                tch::no_grad(|| drop(forward(x)));
+                Ok(())
+            }
+            Some((nimble, _, _)) => nimble.forward(std::slice::from_ref(x)).map(drop),
+        }
     };
+    for _ in 0..config.warmup {
+        for index in 0..variants.len() {
+            run(index, &model.input(config.batch))?;
+        }
+    }
+    let mut samples = vec![Vec::with_capacity(config.iterations); variants.len()];
+    for _ in 0..config.iterations {
+        for (index, times) in samples.iter_mut().enumerate() {
+            let x = model.input(config.batch);
+            cuda_synchronize()?;
+            times.push(cuda_time(|| run(index, &x))? * 1000.0);
+        }
+    }
+    Ok(variants
+        .iter()
+        .zip(samples)
+        .zip(&prepared)
+        .map(|((variant, times), prepared)| InferRow {
+            model: model.info.name.into(),
+            batch: config.batch,
+            mode: variant.mode,
+            optimized: variant.optimized && variant.mode != InferMode::Eager,
+            latency: Samples::new(times),
+            relative_error: prepared.as_ref().map(|p| p.2),
+            channels_last: prepared.as_ref().is_some_and(|p| p.1.channels_last),
+            fuse_conv_relu: prepared.is_some() && variant.optimized && config.fuse_conv_relu,
+            prepare: prepared.as_ref().map(|p| p.1.clone()),
+        })
+        .collect())
+}
+
+/// Prepares `model` for a graph mode and compares its output with eager tch on a fresh input.
+fn prepare_checked(model: &Model, config: &InferConfig, mode: InferMode, optimize: bool) -> nimble_torch::Result<(Nimble, PrepareReport, f64)> {
+    let algorithm = if mode == InferMode::Graph { "single".to_string() } else { config.algorithm.clone() };
     let mut nimble: Nimble = model.nimble();
     let options = PrepareOptions::inference()
         .algorithm(algorithm)
@@ -150,19 +165,6 @@ pub fn measure_prepared(model: &Model, config: &InferConfig, mode: InferMode, op
     let x = model.input(config.batch);
     let reference = tch::no_grad(|| (model.forward)(&x));
     let output = nimble.forward(&[x])?.remove(0);
-    let relative_error = relative_error(&output, &reference);
-    let latency = time_runs(config.warmup, config.iterations, || model.input(config.batch), |x| {
-        nimble.forward(std::slice::from_ref(x)).map(drop)
-    })?;
-    Ok(InferRow {
-        model: model.info.name.into(),
-        batch: config.batch,
-        mode,
-        optimized: optimize,
-        latency,
-        relative_error: Some(relative_error),
-        prepare: Some(report),
-        fuse_conv_relu: optimize && config.fuse_conv_relu,
-        channels_last: optimize && config.channels_last,
-    })
+    let error = relative_error(&output, &reference);
+    Ok((nimble, report, error))
 }

@@ -151,9 +151,10 @@ enum Command {
         /// With the rewrites: fuse convolution(+add)+ReLU into cuDNN's fused kernels
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
         fuse: bool,
-        /// With the rewrites: channels-last (NHWC) weights and inputs
-        #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
-        channels_last: bool,
+        /// With the rewrites: channels-last (NHWC) weights and inputs; auto: unless the model has
+        /// grouped (depthwise) convolutions
+        #[arg(long, value_enum, default_value = "auto")]
+        channels_last: torch::Switch,
         #[arg(long, default_value_t = 50)]
         warmup: usize,
         #[arg(long, default_value_t = 100)]
@@ -217,7 +218,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 algorithm: &algo,
                 optimize,
                 fuse_conv_relu: fuse,
-                channels_last,
+                channels_last: channels_last.choice(),
                 warmup,
                 iterations: iters,
                 out: out.as_deref(),

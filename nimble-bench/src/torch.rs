@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use experiments::inference::{self, InferConfig, InferMode, InferRecord, InferRow, LIBTORCH_VERSION};
+use experiments::inference::{self, InferConfig, InferMode, InferRecord, InferRow, Variant, LIBTORCH_VERSION};
 use experiments::models;
 use experiments::record::Provenance;
 use nimble_cuda::Gpu;
@@ -27,6 +27,24 @@ pub enum Optimize {
     Off,
     /// both, one row each
     Both,
+}
+
+/// On, off, or decided per model.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
+    Auto,
+}
+
+impl Switch {
+    pub fn choice(self) -> Option<bool> {
+        match self {
+            Switch::On => Some(true),
+            Switch::Off => Some(false),
+            Switch::Auto => None,
+        }
+    }
 }
 
 fn model_names(list: &str) -> Result<Vec<&'static str>> {
@@ -71,7 +89,7 @@ pub struct InferArgs<'a> {
     pub algorithm: &'a str,
     pub optimize: Optimize,
     pub fuse_conv_relu: bool,
-    pub channels_last: bool,
+    pub channels_last: Option<bool>,
     pub warmup: usize,
     pub iterations: usize,
     pub out: Option<&'a Path>,
@@ -101,25 +119,22 @@ pub fn infer(args: &InferArgs<'_>) -> Result<()> {
         Optimize::Off => &[false],
         Optimize::Both => &[true, false],
     };
+    let mut variants = Vec::new();
+    for &mode in args.modes {
+        let settings: &[bool] = if mode == InferMode::Eager { &[false] } else { optimize };
+        variants.extend(settings.iter().map(|&optimized| Variant { mode, optimized }));
+    }
     let mut rows = Vec::new();
     for name in names {
         tch::manual_seed(0);
         let model = models::build(name, Device::Cuda(0)).map_err(anyhow::Error::msg)?;
-        for &mode in args.modes {
-            let settings: &[bool] = if mode == InferMode::Eager { &[false] } else { optimize };
-            for &optimized in settings {
-                let row = if mode == InferMode::Eager {
-                    inference::measure_eager(&model, &config)
-                } else {
-                    inference::measure_prepared(&model, &config, mode, optimized)
-                }
-                .with_context(|| format!("{name}, {} mode", mode.name()))?;
-                eprintln!("  {}", row_line(&row));
-                rows.push(row);
-            }
+        let measured = inference::measure_model(&model, &config, &variants).with_context(|| format!("measuring {name}"))?;
+        for row in measured {
+            eprintln!("  {}", row_line(&row));
+            rows.push(row);
         }
     }
-    let method = "cuDNN benchmark on; fresh randn inputs; CUDA events around each call on the current stream (graphs: input copy + replay); median";
+    let method = "cuDNN benchmark on; fresh randn inputs; CUDA events around each call on the current stream (graphs: input copy + replay); systems of a model timed interleaved; median";
     let record = InferRecord {
         experiment: "inference",
         provenance: Provenance::now(gpu.info(), args.warmup, args.iterations, method),
@@ -136,10 +151,11 @@ pub fn infer(args: &InferArgs<'_>) -> Result<()> {
 fn row_line(row: &InferRow) -> String {
     let prepared = row.prepare.as_ref().map_or(String::new(), |p| {
         format!(
-            " | {} streams {} syncs, {} kernels, prepare {:.2} s, rel.err {:.1e}",
+            " | {} streams {} syncs, {} kernels{}, prepare {:.2} s, rel.err {:.1e}",
             p.streams,
             p.syncs,
             p.kernel_nodes,
+            if p.channels_last { ", NHWC" } else { "" },
             p.seconds.total,
             row.relative_error.unwrap_or(f64::NAN)
         )

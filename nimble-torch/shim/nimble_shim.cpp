@@ -722,10 +722,12 @@ void ns_jit_free(void* module) { delete static_cast<torch::jit::Module*>(module)
 // removed, and, when `fuse` is set (CUDA only), convolution(+add)+ReLU fused into cuDNN's fused
 // kernels.
 //
-// `channels_last`: 4-D constants (the frozen convolution weights) are stored channels-last, so
-// that with a channels-last input cuDNN runs NHWC kernels without layout transforms (what
-// inductor's layout optimization does for torch.compile).
-int ns_jit_optimize(void* module, int fuse, int channels_last, void** out) {
+// `channels_last` (0 off, 1 on, 2 auto): 4-D constants (the frozen convolution weights) are
+// stored channels-last, so that with a channels-last input cuDNN runs NHWC kernels without
+// layout transforms (what inductor's layout optimization does for torch.compile). Auto turns it
+// on unless the graph has grouped (e.g. depthwise) convolutions, which cuDNN runs slower in
+// NHWC. `applied` tells whether it was.
+int ns_jit_optimize(void* module, int fuse, int channels_last, void** out, int* applied) {
   return guarded([&] {
     auto* m = static_cast<torch::jit::Module*>(module);
     m->eval();
@@ -735,6 +737,16 @@ int ns_jit_optimize(void* module, int fuse, int channels_last, void** out) {
     torch::jit::removeDropout(graph);
     torch::jit::OptimizeFrozenGraph(graph, true);
     if (fuse) torch::jit::FuseFrozenConvAddRelu(graph);
+    if (channels_last == 2) {
+      channels_last = 1;
+      for (auto* node : graph->nodes()) {
+        std::string kind = node->kind().toQualString();
+        if (kind != "aten::conv2d" && kind != "aten::cudnn_convolution_relu" && kind != "aten::cudnn_convolution_add_relu") continue;
+        auto groups = torch::jit::toIValue(node->inputs().back());  // the last argument of all three
+        if (!groups || !groups->isInt() || groups->toInt() != 1) channels_last = 0;
+      }
+    }
+    *applied = channels_last;
     if (channels_last) {
       for (auto* node : graph->nodes()) {
         if (node->kind() != c10::prim::Constant || !node->hasAttribute(c10::attr::value) ||

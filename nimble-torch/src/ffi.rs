@@ -58,7 +58,7 @@ extern "C" {
     fn ns_jit_trace_abandon();
     fn ns_jit_load(path: *const c_char, device: c_int, out: *mut *mut c_void) -> c_int;
     fn ns_jit_free(module: *mut c_void);
-    fn ns_jit_optimize(module: *mut c_void, fuse: c_int, channels_last: c_int, out: *mut *mut c_void) -> c_int;
+    fn ns_jit_optimize(module: *mut c_void, fuse: c_int, channels_last: c_int, out: *mut *mut c_void, applied: *mut c_int) -> c_int;
     fn ns_channels_last_copy(tensor: *mut c_void, out: *mut *mut c_void) -> c_int;
     fn ns_jit_forward(module: *mut c_void, inputs: *const *mut c_void, n: c_int, outputs: *mut *mut *mut c_void, n_out: *mut c_int) -> c_int;
     fn ns_jit_node_kinds(module: *mut c_void, out: *mut *mut c_char) -> c_int;
@@ -378,12 +378,15 @@ impl JitModule {
         Ok(JitModule { raw })
     }
 
-    /// Frozen and optimized for inference (see the shim's `ns_jit_optimize`).
-    pub(crate) fn optimized(&self, fuse: bool, channels_last: bool) -> Result<JitModule> {
+    /// Frozen and optimized for inference (see the shim's `ns_jit_optimize`); with whether the
+    /// channels-last layout was applied (`None` for channels-last: decide from the graph).
+    pub(crate) fn optimized(&self, fuse: bool, channels_last: Option<bool>) -> Result<(JitModule, bool)> {
         let mut raw = ptr::null_mut();
-        // SAFETY: a live module; the shim writes a new one.
-        check("jit_optimize", unsafe { ns_jit_optimize(self.raw, fuse as c_int, channels_last as c_int, &mut raw) })?;
-        Ok(JitModule { raw })
+        let mut applied = 0;
+        let mode = channels_last.map_or(2, c_int::from);
+        // SAFETY: a live module; the shim writes a new one and the flag.
+        check("jit_optimize", unsafe { ns_jit_optimize(self.raw, fuse as c_int, mode, &mut raw, &mut applied) })?;
+        Ok((JitModule { raw }, applied != 0))
     }
 
     /// Runs `forward`; tuple or list outputs are flattened.

@@ -33,8 +33,10 @@ pub struct PrepareOptions {
     pub fuse_conv_relu: bool,
     /// With `optimize` on CUDA: keep convolution weights and 4-D inputs channels-last (NHWC),
     /// so cuDNN needs no layout transforms (inductor's layout optimization does the same).
-    /// Outputs keep the layout the model gives them; values are unchanged.
-    pub channels_last: bool,
+    /// `None` (the default) decides from the model: on, unless it has grouped (depthwise)
+    /// convolutions, which cuDNN runs slower in NHWC. Values are unchanged; outputs keep the
+    /// layout the model gives them.
+    pub channels_last: Option<bool>,
     /// How strictly CUDA polices other calls while capturing.
     pub capture_mode: CaptureMode,
     /// Turn on cuDNN's benchmark mode (algorithm search in the pre-run), as the paper measured.
@@ -51,7 +53,7 @@ impl PrepareOptions {
             algorithm: "nimble".into(),
             optimize: true,
             fuse_conv_relu: true,
-            channels_last: true,
+            channels_last: None,
             capture_mode: CaptureMode::ThreadLocal,
             cudnn_benchmark: true,
             measure_durations: true,
@@ -76,8 +78,9 @@ impl PrepareOptions {
         self
     }
 
-    /// Turns the channels-last layout on or off (with `optimize`).
-    pub fn channels_last(mut self, on: bool) -> Self {
+    /// Forces the channels-last layout on or off (with `optimize`), or (`None`) lets the model
+    /// decide.
+    pub fn channels_last(mut self, on: Option<bool>) -> Self {
         self.channels_last = on;
         self
     }
@@ -100,6 +103,8 @@ impl PrepareOptions {
 pub struct PrepareReport {
     pub algorithm: String,
     pub optimized: bool,
+    /// The channels-last layout was applied.
+    pub channels_last: bool,
     /// Top-level ops of one forward.
     pub ops: usize,
     /// Ops in the task graph (those that touch CUDA tensors).
@@ -219,7 +224,7 @@ impl Nimble {
     /// the trace, after the inference rewrites when `optimize`.
     pub fn trace(&self, inputs: &[Tensor], optimize: bool) -> Result<Trace> {
         check_inputs_given(inputs)?;
-        let optimized = if optimize { Some(self.optimized_module(inputs, false, false)?) } else { None };
+        let optimized = if optimize { Some(self.optimized_module(inputs, false, Some(false))?.0) } else { None };
         let runner = self.runner(optimized.as_ref());
         runner.run_caught(inputs, "warm-up")?;
         let (trace, outputs) = record(|| runner.run(inputs))?;
@@ -248,15 +253,20 @@ impl Nimble {
         if options.cudnn_benchmark {
             tch::Cuda::cudnn_set_benchmark(true);
         }
-        let channels_last = options.optimize && options.channels_last;
-        let static_inputs: Vec<Tensor> = if channels_last {
-            inputs.iter().map(|t| ffi::channels_last_copy(&t.detach())).collect::<Result<_>>()?
-        } else {
-            inputs.iter().map(|t| t.detach().copy()).collect()
-        };
+        let mut static_inputs: Vec<Tensor> = inputs.iter().map(|t| t.detach().copy()).collect();
 
         let step = Instant::now();
-        let optimized = if options.optimize { Some(self.optimized_module(&static_inputs, options.fuse_conv_relu, channels_last)?) } else { None };
+        let mut channels_last = false;
+        let optimized = if options.optimize {
+            let (module, applied) = self.optimized_module(&static_inputs, options.fuse_conv_relu, options.channels_last)?;
+            if applied {
+                channels_last = true;
+                static_inputs = static_inputs.iter().map(ffi::channels_last_copy).collect::<Result<_>>()?;
+            }
+            Some(module)
+        } else {
+            None
+        };
         seconds.optimize = step.elapsed().as_secs_f64();
         let runner = self.runner(optimized.as_ref());
 
@@ -337,6 +347,7 @@ impl Nimble {
         let report = PrepareReport {
             algorithm: plan.algorithm.clone(),
             optimized: options.optimize,
+            channels_last,
             ops: trace.len(),
             tasks: graph.len(),
             edges: graph.edge_count(),
@@ -425,9 +436,9 @@ impl Nimble {
     }
 
     /// The forward as a frozen, optimized TorchScript module.
-    fn optimized_module(&self, inputs: &[Tensor], fuse: bool, channels_last: bool) -> Result<JitModule> {
+    fn optimized_module(&self, inputs: &[Tensor], fuse: bool, channels_last: Option<bool>) -> Result<(JitModule, bool)> {
         let cuda = inputs.iter().any(|t| t.device().is_cuda());
-        let (fuse, channels_last) = (fuse && cuda, channels_last && cuda);
+        let (fuse, channels_last) = (fuse && cuda, if cuda { channels_last } else { Some(false) });
         let explain = |e: NimbleError| match e {
             NimbleError::Torch { message, .. } | NimbleError::ForwardFailed { message, .. } if message.contains("requires grad") => NimbleError::InvalidInput(format!(
                 "the inference rewrites trace the forward into TorchScript, which cannot take parameters that require gradients: \
@@ -457,12 +468,12 @@ impl Nimble {
                 &traced
             }
         };
-        let optimized = module.optimized(fuse, channels_last)?;
+        let (optimized, applied) = module.optimized(fuse, channels_last)?;
         // The first runs of a TorchScript module differ (profiling); settle it before tracing.
         for _ in 0..2 {
             Runner::Jit(&optimized).run_caught(inputs, "TorchScript warm-up")?;
         }
-        Ok(optimized)
+        Ok((optimized, applied))
     }
 }
 

@@ -5,7 +5,7 @@
 # binaries carried in .gpu/ (scripts/build-gpu-binaries.sh). Everything lands under $OUT.
 #   usage: scripts/device/run-torch-suite.sh [MODELS] [TEST_REPLAYS]
 set -uo pipefail
-models=${1:-resnet50,inception-v3,mobilenet-v2,efficientnet-b0}
+models=${1:-all}
 export NIMBLE_TEST_REPLAYS=${2:-1000}
 out=${OUT:-/tmp/nimble-out}
 mkdir -p "$out"
