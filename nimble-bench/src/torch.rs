@@ -134,7 +134,7 @@ pub fn infer(args: &InferArgs<'_>) -> Result<()> {
             rows.push(row);
         }
     }
-    let method = "cuDNN benchmark on; fresh randn inputs; CUDA events around each call on the current stream (graphs: input copy + replay); systems of a model timed interleaved; median";
+    let method = "cuDNN benchmark on; fresh randn inputs; CUDA events around each call on the current stream (graphs: input copy + replay); each system timed in its own block; median";
     let record = InferRecord {
         experiment: "inference",
         provenance: Provenance::now(gpu.info(), args.warmup, args.iterations, method),

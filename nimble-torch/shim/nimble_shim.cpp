@@ -31,6 +31,7 @@
 #include <torch/csrc/jit/passes/graph_rewrite_helper.h>
 #include <torch/csrc/jit/passes/normalize_ops.h>
 #include <torch/csrc/jit/passes/remove_dropout.h>
+#include <torch/csrc/jit/passes/subgraph_rewrite.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 
@@ -737,6 +738,13 @@ int ns_jit_optimize(void* module, int fuse, int channels_last, void** out, int* 
     torch::jit::removeDropout(graph);
     torch::jit::OptimizeFrozenGraph(graph, true);
     if (fuse) torch::jit::FuseFrozenConvAddRelu(graph);
+    // x * sigmoid(x) (swish, as tch's EfficientNet writes it) is one SiLU kernel instead of two.
+    torch::jit::SubgraphRewriter silu;
+    for (const char* product : {"aten::mul(%x, %s)", "aten::mul(%s, %x)"}) {
+      silu.RegisterRewritePattern(std::string("graph(%x):\n  %s = aten::sigmoid(%x)\n  %y = ") + product + "\n  return (%y)",
+                                  "graph(%x):\n  %y = aten::silu(%x)\n  return (%y)");
+    }
+    silu.runOnGraph(graph);
     if (channels_last == 2) {
       channels_last = 1;
       for (auto* node : graph->nodes()) {

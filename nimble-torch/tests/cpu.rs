@@ -180,3 +180,15 @@ fn a_failing_forward_is_an_error_not_a_crash() {
     let ok = Nimble::from_fn(|xs: &[Tensor]| vec![xs[0].relu()]).trace(&[input(&[2, 3])], false).unwrap();
     assert_eq!(ok.len(), 1);
 }
+
+#[test]
+fn the_inference_rewrites_turn_swish_into_silu() {
+    let nimble = Nimble::from_fn(|xs: &[Tensor]| vec![&xs[0] * xs[0].sigmoid(), xs[0].sigmoid() * 2.0]);
+    let x = input(&[4, 4]);
+    let trace = nimble.trace(&[x.shallow_clone()], true).unwrap();
+    let names: Vec<&str> = trace.ops.iter().map(|op| op.name.as_str()).collect();
+    assert_eq!(count(&trace, "aten::silu"), 1, "{names:?}");
+    assert_eq!(count(&trace, "aten::sigmoid"), 1, "a sigmoid not multiplied by its input stays: {names:?}");
+    let out = nimble.eager(&[x.shallow_clone()]).unwrap();
+    assert!((&out[0] - x.silu()).abs().max().double_value(&[]) < 1e-6);
+}
