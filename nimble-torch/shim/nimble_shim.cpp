@@ -679,7 +679,14 @@ int ns_jit_trace_end(void* module, void* const* outputs, int n) {
     auto state = torch::jit::tracer::getTracingState();
     if (state == nullptr) throw std::runtime_error("no TorchScript trace is running");
     try {
-      for (int i = 0; i < n; i++) state->graph->registerOutput(state->getOutput(*static_cast<const at::Tensor*>(outputs[i]), i));
+      // A method has one result: several outputs become one tuple (ns_jit_forward flattens it).
+      std::vector<torch::jit::Value*> values;
+      for (int i = 0; i < n; i++) values.push_back(state->getOutput(*static_cast<const at::Tensor*>(outputs[i]), i));
+      if (values.size() == 1) {
+        state->graph->registerOutput(values[0]);
+      } else {
+        state->graph->registerOutput(state->graph->insertNode(state->graph->createTuple(values))->output());
+      }
       torch::jit::FixupTraceScopeBlocks(state->graph, m);
       torch::jit::NormalizeOps(state->graph);
     } catch (...) {
