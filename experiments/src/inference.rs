@@ -9,7 +9,7 @@
 //! fresh input is compared with the eager tch model's on the same input.
 
 use nimble_cuda::Samples;
-use nimble_torch::{cuda_synchronize, cuda_time, Nimble, PrepareOptions, PrepareReport};
+use nimble_torch::{cuda_synchronize, cuda_time, relative_error, Nimble, PrepareOptions, PrepareReport};
 use serde::Serialize;
 use tch::Tensor;
 
@@ -86,11 +86,6 @@ pub struct InferRecord {
     pub rows: Vec<InferRow>,
 }
 
-/// max |a − b| / max |b|.
-pub fn relative_error(output: &Tensor, reference: &Tensor) -> f64 {
-    let scale = reference.abs().max().double_value(&[]).max(f64::MIN_POSITIVE);
-    (output - reference).abs().max().double_value(&[]) / scale
-}
 
 /// One system to measure on a model: eager, or a graph mode with or without the rewrites.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

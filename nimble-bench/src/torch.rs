@@ -68,7 +68,7 @@ pub fn export_graph(model: &str, batch: i64, device: TraceDevice, optimize: bool
         nimble.prepare(&[input], PrepareOptions::inference().optimize(optimize))?;
         nimble.task_graph().expect("prepared").clone()
     } else {
-        nimble.trace(&[input], optimize)?.task_graph(None)?
+        nimble.trace(&[input], optimize)?.task_graph()?
     };
     let text = graph.to_json_string();
     match out {

@@ -85,6 +85,27 @@ bool is_host_sync_op(const char* name) {
 
 enum Device : int { kDevCpu = 0, kDevCuda = 1, kDevOther = 2 };
 
+// Calls `f` on every tensor in `v`, looking into lists and tuples. Returns false when something
+// else (a scalar, None, …) was found on the way.
+template <class F>
+bool for_each_tensor(const c10::IValue& v, F&& f) {
+  if (v.isTensor()) {
+    f(v.toTensor());
+    return true;
+  }
+  bool only_tensors = true;
+  if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList()) f(t);
+  } else if (v.isList()) {
+    for (const auto& e : v.toListRef()) only_tensors &= for_each_tensor(e, f);
+  } else if (v.isTuple()) {
+    for (const auto& e : v.toTupleRef().elements()) only_tensors &= for_each_tensor(e, f);
+  } else {
+    only_tensors = false;
+  }
+  return only_tensors;
+}
+
 // What the schema says about an op: how many arguments and results it has, and which arguments
 // it writes (`Tensor(a!)`). Cached per overload.
 struct OpInfo {
@@ -165,8 +186,7 @@ struct Recorder {
   }
 
   void collect(const c10::IValue& v, bool write, std::vector<TensorUse>& out) {
-    if (v.isTensor()) {
-      const at::Tensor& t = v.toTensor();
+    for_each_tensor(v, [&](const at::Tensor& t) {
       if (!t.defined() || !t.has_storage()) return;
       TensorUse use;
       use.storage = storage_id(t);
@@ -175,14 +195,8 @@ struct Recorder {
       use.dtype = c10::toString(t.scalar_type());
       use.shape = t.sizes().vec();
       out.push_back(std::move(use));
-      keep_alive.push_back(v);
-    } else if (v.isTensorList()) {
-      for (const at::Tensor& t : v.toTensorList()) collect(c10::IValue(t), write, out);
-    } else if (v.isList()) {
-      for (const auto& e : v.toListRef()) collect(e, write, out);
-    } else if (v.isTuple()) {
-      for (const auto& e : v.toTupleRef().elements()) collect(e, write, out);
-    }
+      keep_alive.emplace_back(t);
+    });
   }
 
 };
@@ -303,20 +317,13 @@ struct Graph : at::cuda::CUDAGraph {
 };
 
 void record_streams(const c10::IValue& v, const c10::cuda::CUDAStream& stream) {
-  if (v.isTensor()) {
-    const at::Tensor& t = v.toTensor();
+  for_each_tensor(v, [&](const at::Tensor& t) {
     if (t.defined() && t.has_storage() && t.is_cuda()) {
       // Marks the block as in use by `stream`, so the caching allocator does not hand it to a
       // later op of its own stream while `stream` may still read it.
       c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), stream);
     }
-  } else if (v.isTensorList()) {
-    for (const at::Tensor& t : v.toTensorList()) record_streams(c10::IValue(t), stream);
-  } else if (v.isList()) {
-    for (const auto& e : v.toListRef()) record_streams(e, stream);
-  } else if (v.isTuple()) {
-    for (const auto& e : v.toTupleRef().elements()) record_streams(e, stream);
-  }
+  });
 }
 
 std::unique_ptr<at::ObserverContext> schedule_start(const at::RecordFunction& fn) {
@@ -785,13 +792,8 @@ int ns_jit_forward(void* module, void* const* inputs, int n, void*** outputs, in
     for (int i = 0; i < n; i++) args.emplace_back(*static_cast<const at::Tensor*>(inputs[i]));
     c10::IValue result = m->forward(args);
     std::vector<at::Tensor> flat;
-    std::function<void(const c10::IValue&)> flatten = [&](const c10::IValue& v) {
-      if (v.isTensor()) flat.push_back(v.toTensor());
-      else if (v.isTuple()) for (const auto& e : v.toTupleRef().elements()) flatten(e);
-      else if (v.isList()) for (const auto& e : v.toListRef()) flatten(e);
-      else throw std::runtime_error(std::string("the module returned a ") + v.tagKind() + ", expected tensors");
-    };
-    flatten(result);
+    if (!for_each_tensor(result, [&](const at::Tensor& t) { flat.push_back(t); }))
+      throw std::runtime_error("the module returned something other than tensors (in tuples or lists)");
     void** array = static_cast<void**>(std::malloc(sizeof(void*) * std::max<size_t>(flat.size(), 1)));
     if (array == nullptr) throw std::bad_alloc();
     for (size_t i = 0; i < flat.size(); i++) array[i] = new at::Tensor(flat[i]);

@@ -7,6 +7,7 @@
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::ptr;
 
+use nimble_cuda::CaptureMode;
 use tch::Tensor;
 
 use crate::error::{NimbleError, Result};
@@ -202,18 +203,24 @@ impl Schedule {
         Ok(Schedule { raw, ops: n })
     }
 
-    /// Runs `body` as one scheduled pass (captured into `graph` when given). Returns what
+    /// Runs `body` as one scheduled pass (captured into the graph, in the mode, when given).
+    /// `gate_cycles` > 0 holds the origin stream busy that long first (see the shim). Returns what
     /// `body` returned, or the problem the shim saw with the op sequence.
     ///
     /// The pass is always ended, also when `body` panics (the panic then continues).
     pub(crate) fn pass<T>(
         &self,
-        graph: Option<&CudaGraph>,
-        capture_mode: c_int,
+        capture: Option<(&CudaGraph, CaptureMode)>,
         gate_cycles: i64,
         body: impl FnOnce() -> T,
     ) -> Result<std::result::Result<T, String>> {
-        let graph_raw = graph.map_or(ptr::null_mut(), |g| g.raw);
+        let graph_raw = capture.map_or(ptr::null_mut(), |(g, _)| g.raw);
+        // The shim's encoding of the capture mode.
+        let capture_mode: c_int = match capture.map(|(_, mode)| mode) {
+            None | Some(CaptureMode::Global) => 0,
+            Some(CaptureMode::ThreadLocal) => 1,
+            Some(CaptureMode::Relaxed) => 2,
+        };
         // SAFETY: `self.raw` and `graph_raw` are live shim objects owned by us.
         check("pass_begin", unsafe { ns_pass_begin(self.raw, graph_raw, capture_mode, gate_cycles) })?;
         struct End {

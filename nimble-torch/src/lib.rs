@@ -25,9 +25,9 @@ mod nimble;
 pub mod trace;
 
 pub use error::{NimbleError, Result};
-pub use nimble::{cuda_allocated_bytes, cuda_synchronize, cuda_time, Nimble, PrepareOptions, PrepareReport, PrepareSeconds};
+pub use nimble::{cuda_allocated_bytes, cuda_synchronize, cuda_time, relative_error, Nimble, PrepareOptions, PrepareReport, PrepareSeconds};
 pub use nimble_cuda::CaptureMode;
-pub use trace::{record, trace_forward, TensorDevice, TensorUse, Trace, TracedOp};
+pub use trace::{record, TensorDevice, TensorUse, Trace, TracedOp};
 
 /// Whether libtorch sees a CUDA device.
 pub fn cuda_available() -> bool {

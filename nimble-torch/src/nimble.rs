@@ -26,8 +26,9 @@ pub struct PrepareOptions {
     /// for the paper's single-stream Nimble, `round-robin:4`, …).
     pub algorithm: String,
     /// Apply the inference rewrites first: the forward is traced into TorchScript, frozen,
-    /// BatchNorm folded into convolutions, and on CUDA convolution(+add)+ReLU fused. The model's
-    /// parameters must not require gradients (freeze its `VarStore`).
+    /// BatchNorm folded into convolutions, `x * sigmoid(x)` made one SiLU, and on CUDA
+    /// `fuse_conv_relu` and `channels_last` applied. The model's parameters must not require
+    /// gradients (freeze its `VarStore`).
     pub optimize: bool,
     /// With `optimize` on CUDA: fuse convolution(+add)+ReLU into cuDNN's fused kernels.
     pub fuse_conv_relu: bool,
@@ -107,7 +108,7 @@ pub struct PrepareReport {
     pub channels_last: bool,
     /// Top-level ops of one forward.
     pub ops: usize,
-    /// Ops in the task graph (those that touch CUDA tensors).
+    /// Ops in the task graph (see `Trace::task_ops`: views and CPU-only ops are left out).
     pub tasks: usize,
     pub edges: usize,
     pub streams: usize,
@@ -230,7 +231,7 @@ impl Nimble {
         let (trace, outputs) = record(|| runner.run(inputs))?;
         outputs?;
         // A second run must issue the same ops, or the model is not static.
-        scheduled_run(&single_stream_schedule(&trace, None, false)?, None, 0, 0, &runner, inputs, "check")?;
+        scheduled_run(&single_stream_schedule(&trace, None, false)?, None, 0, &runner, inputs, "check")?;
         Ok(trace)
     }
 
@@ -279,7 +280,7 @@ impl Nimble {
         seconds.warmup = step.elapsed().as_secs_f64();
 
         let step = Instant::now();
-        let (trace, outputs) = record(|| runner.run_caught(&static_inputs, "trace"))?;
+        let (trace, outputs) = record(|| runner.run(&static_inputs))?;
         outputs?;
         if let Some((index, op)) = trace.first_host_sync() {
             return Err(NimbleError::HostSync { index, op: op.name.clone(), via: op.host_sync.clone().unwrap_or_default() });
@@ -290,53 +291,35 @@ impl Nimble {
         seconds.trace = step.elapsed().as_secs_f64();
 
         let step = Instant::now();
-        let tasks = trace.task_ops();
-        let graph = trace.task_graph(None)?;
+        let graph = trace.task_graph()?;
         let analysis = Analysis::new(&graph);
         let assigned = assigner.assign(&analysis);
         // Syncs for the order in which the ops will really be issued: the traced one.
         let plan = StreamPlan::from_assignment(&analysis, assigned.algorithm.clone(), &assigned.stream_of, Some((0..graph.len()).collect()));
-        let names: Vec<&str> = trace.ops.iter().map(|op| op.name.as_str()).collect();
-        let n = trace.len();
-        let mut stream_of = vec![0usize; n];
-        let mut waits = vec![Vec::new(); n];
-        let mut record_after = vec![false; n];
-        for (i, &k) in tasks.iter().enumerate() {
-            stream_of[k] = plan.stream_of[i];
-        }
-        for &(u, v) in &plan.syncs {
-            waits[tasks[v]].push(tasks[u]);
-            record_after[tasks[u]] = true;
-        }
-        let spec = ScheduleSpec { names: &names, stream_of: &stream_of, waits: &waits, record: &record_after, streams: plan.streams.max(1) };
-        let schedule = Schedule::new(&spec, Some(device), false)?;
+        let schedule = planned_schedule(&trace, &graph, &plan, device)?;
         seconds.schedule = step.elapsed().as_secs_f64();
 
         let step = Instant::now();
-        let durations = if options.measure_durations {
+        let task_graph = if options.measure_durations {
             let timing = single_stream_schedule(&trace, Some(device), true)?;
-            scheduled_run(&timing, None, 0, TIMING_GATE_CYCLES, &runner, &static_inputs, "timing")?;
-            Some(timing.durations_us()?)
+            scheduled_run(&timing, None, TIMING_GATE_CYCLES, &runner, &static_inputs, "timing")?;
+            let durations = timing.durations_us()?;
+            // Node ids are trace positions.
+            graph.with_durations(|_, node| Some(durations[node.id as usize]))
         } else {
-            None
+            graph.clone()
         };
-        let task_graph = trace.task_graph(durations.as_deref())?;
         seconds.time_ops = step.elapsed().as_secs_f64();
 
         // Pre-run on the planned streams: per-stream cuBLAS/cuDNN workspaces, nothing new at capture.
         let step = Instant::now();
-        scheduled_run(&schedule, None, 0, 0, &runner, &static_inputs, "pre-run")?;
+        scheduled_run(&schedule, None, 0, &runner, &static_inputs, "pre-run")?;
         ffi::cuda_synchronize()?;
         seconds.prerun = step.elapsed().as_secs_f64();
 
         let step = Instant::now();
         let cuda_graph = CudaGraph::new()?;
-        let mode = match options.capture_mode {
-            CaptureMode::Global => 0,
-            CaptureMode::ThreadLocal => 1,
-            CaptureMode::Relaxed => 2,
-        };
-        let outputs = scheduled_run(&schedule, Some(&cuda_graph), mode, 0, &runner, &static_inputs, "capture")?;
+        let outputs = scheduled_run(&schedule, Some((&cuda_graph, options.capture_mode)), 0, &runner, &static_inputs, "capture")?;
         cuda_graph.instantiate()?;
         let structure = cuda_graph.structure()?;
         cuda_graph.replay()?;
@@ -450,18 +433,18 @@ impl Nimble {
         let module = match &self.source {
             Source::TorchScript(module) => module,
             Source::Rust(f) => {
-                let mut outputs = None;
+                let mut failure = None;
                 let result = JitModule::trace(inputs, || {
                     let out = tch::no_grad(|| catch_unwind(AssertUnwindSafe(|| f(inputs))));
                     match out {
                         Ok(tensors) => tensors,
                         Err(panic) => {
-                            outputs = Some(panic_message(&panic));
+                            failure = Some(panic_message(&panic));
                             Vec::new()
                         }
                     }
                 });
-                if let Some(message) = outputs {
+                if let Some(message) = failure {
                     return Err(explain(NimbleError::ForwardFailed { pass: "TorchScript trace", message }));
                 }
                 traced = result.map_err(explain)?;
@@ -477,20 +460,39 @@ impl Nimble {
     }
 }
 
-/// One scheduled pass of `runner` on `inputs` (captured into `graph` when given).
+/// One scheduled pass of `runner` on `inputs` (captured when `capture` is given).
 fn scheduled_run(
     schedule: &Schedule,
-    graph: Option<&CudaGraph>,
-    capture_mode: i32,
+    capture: Option<(&CudaGraph, CaptureMode)>,
     gate_cycles: i64,
     runner: &Runner<'_>,
     inputs: &[Tensor],
     pass: &'static str,
 ) -> Result<Vec<Tensor>> {
-    match schedule.pass(graph, capture_mode, gate_cycles, || runner.run_caught(inputs, pass))? {
+    match schedule.pass(capture, gate_cycles, || runner.run_caught(inputs, pass))? {
         Ok(outputs) => outputs,
         Err(problem) => Err(NimbleError::OpMismatch { pass, detail: problem }),
     }
+}
+
+/// The plan (over the task graph's nodes, whose ids are trace positions) as per-op arrays over
+/// the whole trace: ops left out of the task graph run on the origin stream and wait on nothing.
+fn planned_schedule(trace: &Trace, graph: &TaskGraph, plan: &StreamPlan, device: usize) -> Result<Schedule> {
+    let names: Vec<&str> = trace.ops.iter().map(|op| op.name.as_str()).collect();
+    let n = trace.len();
+    let op_of = |node: usize| graph.id_of(node) as usize;
+    let mut stream_of = vec![0usize; n];
+    let mut waits = vec![Vec::new(); n];
+    let mut record_after = vec![false; n];
+    for (node, &stream) in plan.stream_of.iter().enumerate() {
+        stream_of[op_of(node)] = stream;
+    }
+    for &(u, v) in &plan.syncs {
+        waits[op_of(v)].push(op_of(u));
+        record_after[op_of(u)] = true;
+    }
+    let spec = ScheduleSpec { names: &names, stream_of: &stream_of, waits: &waits, record: &record_after, streams: plan.streams.max(1) };
+    Schedule::new(&spec, Some(device), false)
 }
 
 /// Every op on one stream, no syncs: for timing ops, or (without a device) for checking that a
@@ -567,4 +569,11 @@ pub fn cuda_time(body: impl FnOnce() -> Result<()>) -> Result<f64> {
     timer.start()?;
     body()?;
     timer.stop()
+}
+
+/// max |output − reference| / max |reference|: how the project compares a prepared model's
+/// output with eager.
+pub fn relative_error(output: &Tensor, reference: &Tensor) -> f64 {
+    let scale = reference.abs().max().double_value(&[]).max(f64::MIN_POSITIVE);
+    (output - reference).abs().max().double_value(&[]) / scale
 }

@@ -13,7 +13,6 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use nimble_graph::{Node, TaskGraph, TaskGraphBuilder};
 use serde_json::json;
-use tch::Tensor;
 
 use crate::error::{NimbleError, Result};
 use crate::ffi;
@@ -238,9 +237,9 @@ impl Trace {
     }
 
     /// The forward as a task graph: one node per task op (see [`Trace::task_ops`]) with id =
-    /// its position in the trace, its op name, result shapes, and `duration_us` when
-    /// `durations_us` (per traced op) is given; edges from [`Trace::dependencies`].
-    pub fn task_graph(&self, durations_us: Option<&[f64]>) -> Result<TaskGraph> {
+    /// its position in the trace, its op name and result shapes; edges from
+    /// [`Trace::dependencies`]. Measured times go in with `TaskGraph::with_durations`.
+    pub fn task_graph(&self) -> Result<TaskGraph> {
         let tasks = self.task_ops();
         let mut is_task = vec![false; self.ops.len()];
         for &k in &tasks {
@@ -251,7 +250,6 @@ impl Trace {
             let op = &self.ops[k];
             let mut node = Node::new(k as u64, op.name.clone());
             node.shapes = Some(op.outputs.iter().map(|u| u.shape.clone()).collect());
-            node.duration_us = durations_us.map(|d| d[k]);
             node.attrs.insert("input_shapes".into(), json!(op.inputs.iter().map(|u| &u.shape).collect::<Vec<_>>()));
             builder.add_node(node)?;
         }
@@ -281,11 +279,6 @@ impl Trace {
         list.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         list
     }
-}
-
-/// Records `forward` on `inputs` (a convenience over [`record`] for tensor functions).
-pub fn trace_forward(inputs: &[Tensor], forward: impl FnOnce(&[Tensor]) -> Vec<Tensor>) -> Result<(Trace, Vec<Tensor>)> {
-    record(|| forward(inputs))
 }
 
 #[cfg(test)]
@@ -341,7 +334,8 @@ mod tests {
             ops: vec![op("aten::relu", vec![use_(0, false)], vec![use_(1, false)]), cpu, op("aten::neg", vec![use_(1, false)], vec![use_(2, false)])],
         };
         assert_eq!(trace.task_ops(), vec![0, 2]);
-        let graph = trace.task_graph(Some(&[1.0, 2.0, 3.0])).unwrap();
+        let durations = [1.0, 2.0, 3.0];
+        let graph = trace.task_graph().unwrap().with_durations(|_, node| Some(durations[node.id as usize]));
         assert_eq!(graph.len(), 2);
         assert_eq!(graph.edge_count(), 1);
         assert_eq!(graph.node(1).id, 2);

@@ -37,7 +37,7 @@ fn resnet50_trace_has_one_node_per_layer_op_and_the_residual_structure() {
     assert_eq!(count(&trace, "aten::relu_") + count(&trace, "aten::relu"), 49);
     assert_eq!(count(&trace, "aten::add") + count(&trace, "aten::add_"), 16);
     assert_eq!(trace.len(), 175, "{:?}", trace.op_histogram());
-    let graph = trace.task_graph(None).unwrap();
+    let graph = trace.task_graph().unwrap();
     assert_eq!(graph.len(), 174, "every op but the flatten, a view with no GPU work");
     // Every op but the first consumes the one before it or a residual; the four projection
     // shortcuts (conv + BN beside the main path) are the only parallelism.
@@ -59,7 +59,7 @@ fn vision_models_trace_to_graphs_nimble_schedules_with_full_concurrency() {
     for (name, nimble, size, convs, width) in cases {
         let trace = nimble.trace(&[input(&[1, 3, size, size])], false).unwrap();
         assert_eq!(count(&trace, "aten::conv2d"), convs, "{name}: {:?}", trace.op_histogram());
-        let graph = trace.task_graph(None).unwrap();
+        let graph = trace.task_graph().unwrap();
         let analysis = Analysis::new(&graph);
         assert_eq!(analysis.width(), width, "{name}");
         let plan = algorithms::by_name("nimble").unwrap().assign(&analysis);
@@ -146,8 +146,8 @@ fn torchscript_files_are_accepted() {
     assert!(count(&trace, "aten::_convolution") + count(&trace, "aten::conv2d") == 52, "{:?}", trace.op_histogram());
     // The TorchScript interpreter calls ops boxed, with its whole stack in view: the recorder
     // must still see each op's own arguments, or false dependencies would appear.
-    let eager_trace = nimble_torch::trace_forward(&[x.shallow_clone()], |xs| forward(xs)).unwrap().0;
-    let (jit_graph, eager_graph) = (trace.task_graph(None).unwrap(), eager_trace.task_graph(None).unwrap());
+    let eager_trace = nimble_torch::record(|| forward(&[x.shallow_clone()])).unwrap().0;
+    let (jit_graph, eager_graph) = (trace.task_graph().unwrap(), eager_trace.task_graph().unwrap());
     assert_eq!((jit_graph.len(), jit_graph.edge_count()), (eager_graph.len(), eager_graph.edge_count()));
     let reference = forward(&[x.shallow_clone()]).remove(0);
     let out = nimble.eager(&[x]).unwrap().remove(0);

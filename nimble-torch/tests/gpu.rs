@@ -4,9 +4,10 @@
 //! `scripts/device/run-gpu-suite.sh`.
 
 use std::cell::Cell;
+use std::rc::Rc;
 use std::sync::Mutex;
 
-use nimble_torch::{cuda_allocated_bytes, cuda_synchronize, CaptureMode, Nimble, NimbleError, PrepareOptions};
+use nimble_torch::{cuda_allocated_bytes, cuda_synchronize, relative_error, CaptureMode, Nimble, NimbleError, PrepareOptions};
 use tch::nn::{self, ModuleT};
 use tch::{Device, Kind, Tensor};
 
@@ -33,22 +34,30 @@ fn randn(shape: &[i64]) -> Tensor {
     Tensor::randn(shape, (Kind::Float, CUDA))
 }
 
-fn relative_error(output: &Tensor, reference: &Tensor) -> f64 {
-    let scale = reference.abs().max().double_value(&[]).max(f64::MIN_POSITIVE);
-    (output - reference).abs().max().double_value(&[]) / scale
+type Forward = Rc<dyn Fn(&Tensor) -> Tensor>;
+
+/// A model with random weights on the GPU, its VarStore frozen (as the rewrites need), in eval
+/// mode. Keep the VarStore while the forward is used.
+fn frozen<M: ModuleT + 'static>(build: impl FnOnce(&nn::Path) -> M) -> (nn::VarStore, Forward) {
+    let mut vs = nn::VarStore::new(CUDA);
+    let model = build(&vs.root());
+    vs.freeze();
+    (vs, Rc::new(move |x: &Tensor| model.forward_t(x, false)))
 }
 
-type Build = fn(&nn::Path) -> Box<dyn Fn(&Tensor) -> Tensor>;
-
-fn boxed<M: ModuleT + 'static>(model: M) -> Box<dyn Fn(&Tensor) -> Tensor> {
-    Box::new(move |x| model.forward_t(x, false))
+/// A Nimble over a shared forward.
+fn wrap(forward: &Forward) -> Nimble {
+    let f = forward.clone();
+    Nimble::from_fn(move |xs: &[Tensor]| vec![f(&xs[0])])
 }
+
+type Build = fn() -> (nn::VarStore, Forward);
 
 const MODELS: &[(&str, i64, Build)] = &[
-    ("resnet50", 224, |p| boxed(tch::vision::resnet::resnet50(p, 1000))),
-    ("inception-v3", 299, |p| boxed(tch::vision::inception::v3(p, 1000))),
-    ("mobilenet-v2", 224, |p| boxed(tch::vision::mobilenet::v2(p, 1000))),
-    ("efficientnet-b0", 224, |p| boxed(tch::vision::efficientnet::b0(p, 1000))),
+    ("resnet50", 224, || frozen(|p| tch::vision::resnet::resnet50(p, 1000))),
+    ("inception-v3", 299, || frozen(|p| tch::vision::inception::v3(p, 1000))),
+    ("mobilenet-v2", 224, || frozen(|p| tch::vision::mobilenet::v2(p, 1000))),
+    ("efficientnet-b0", 224, || frozen(|p| tch::vision::efficientnet::b0(p, 1000))),
 ];
 
 #[test]
@@ -57,12 +66,9 @@ fn vision_models_match_eager_over_1000_fresh_inputs() {
     let replays: usize = std::env::var("NIMBLE_TEST_REPLAYS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
     for &(name, size, build) in MODELS {
         tch::manual_seed(0);
-        let mut vs = nn::VarStore::new(CUDA);
-        let forward: std::rc::Rc<dyn Fn(&Tensor) -> Tensor> = build(&vs.root()).into();
-        vs.freeze();
+        let (_vs, forward) = build();
         for (optimize, tolerance) in [(true, 1e-3), (false, 1e-5)] {
-            let f = forward.clone();
-            let mut nimble = Nimble::from_fn(move |xs: &[Tensor]| vec![f(&xs[0])]);
+            let mut nimble = wrap(&forward);
             let report = nimble.prepare(&[randn(&[1, 3, size, size])], PrepareOptions::inference().optimize(optimize)).unwrap().clone();
             let mut worst = 0f64;
             for _ in 0..replays {
@@ -85,14 +91,10 @@ fn vision_models_match_eager_over_1000_fresh_inputs() {
 #[test]
 fn rewrites_reduce_kernels_and_nimble_uses_several_streams_on_inception() {
     let Some(_gpu) = gpu() else { return };
-    let mut vs = nn::VarStore::new(CUDA);
-    let model = tch::vision::inception::v3(&vs.root(), 1000);
-    vs.freeze();
-    let forward = std::rc::Rc::new(move |x: &Tensor| model.forward_t(x, false));
+    let (_vs, forward) = frozen(|p| tch::vision::inception::v3(p, 1000));
     let mut kernels = Vec::new();
     for optimize in [false, true] {
-        let f = forward.clone();
-        let mut nimble = Nimble::from_fn(move |xs: &[Tensor]| vec![f(&xs[0])]);
+        let mut nimble = wrap(&forward);
         let report = nimble.prepare(&[randn(&[1, 3, 299, 299])], PrepareOptions::inference().optimize(optimize)).unwrap();
         assert!(report.streams >= 4, "Inception's blocks have 4 to 6 branches: {report:?}");
         assert!(report.graph_width >= report.streams.min(6), "the captured graph keeps the plan's concurrency: {report:?}");
@@ -110,13 +112,9 @@ fn rewrites_reduce_kernels_and_nimble_uses_several_streams_on_inception() {
 #[test]
 fn every_capture_mode_and_the_single_stream_plan_work() {
     let Some(_gpu) = gpu() else { return };
-    let mut vs = nn::VarStore::new(CUDA);
-    let model = tch::vision::mobilenet::v2(&vs.root(), 1000);
-    vs.freeze();
-    let forward = std::rc::Rc::new(move |x: &Tensor| model.forward_t(x, false));
+    let (_vs, forward) = frozen(|p| tch::vision::mobilenet::v2(p, 1000));
     for (mode, algorithm) in [(CaptureMode::Global, "nimble"), (CaptureMode::Relaxed, "nimble"), (CaptureMode::ThreadLocal, "single"), (CaptureMode::ThreadLocal, "round-robin:3")] {
-        let f = forward.clone();
-        let mut nimble = Nimble::from_fn(move |xs: &[Tensor]| vec![f(&xs[0])]);
+        let mut nimble = wrap(&forward);
         let report = nimble.prepare(&[randn(&[2, 3, 224, 224])], PrepareOptions::inference().capture_mode(mode).algorithm(algorithm).optimize(false)).unwrap();
         if algorithm == "single" {
             assert_eq!((report.streams, report.syncs), (1, 0));
@@ -211,13 +209,9 @@ fn forward_checks_count_shape_dtype_and_device() {
 #[test]
 fn dropping_a_prepared_model_returns_its_memory() {
     let Some(_gpu) = gpu() else { return };
-    let mut vs = nn::VarStore::new(CUDA);
-    let model = tch::vision::resnet::resnet50(&vs.root(), 1000);
-    vs.freeze();
-    let forward = std::rc::Rc::new(move |x: &Tensor| model.forward_t(x, false));
+    let (_vs, forward) = frozen(|p| tch::vision::resnet::resnet50(p, 1000));
     let cycle = || {
-        let f = forward.clone();
-        let mut nimble = Nimble::from_fn(move |xs: &[Tensor]| vec![f(&xs[0])]);
+        let mut nimble = wrap(&forward);
         nimble.prepare(&[randn(&[1, 3, 224, 224])], PrepareOptions::inference()).unwrap();
         for _ in 0..10 {
             let _ = nimble.forward(&[randn(&[1, 3, 224, 224])]).unwrap();

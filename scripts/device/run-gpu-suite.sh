@@ -4,11 +4,7 @@
 #   usage: scripts/device/run-gpu-suite.sh [full|holdout|quick]
 set -uo pipefail
 suite=${1:-full}
-out=${OUT:-/tmp/nimble-out}
-mkdir -p "$out"
-torch=$(python3 -c "import torch,os;print(os.path.dirname(torch.__file__))")
-export LD_LIBRARY_PATH="$torch/lib:$torch/../nvidia/cu13/lib:${LD_LIBRARY_PATH:-}"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv | tee "$out/nvidia-smi.csv"
+. "$(dirname "$0")/setup.sh"
 status=0
 for test in .gpu/tests/*; do
     echo "== $test"

@@ -7,11 +7,7 @@
 set -uo pipefail
 models=${1:-all}
 export NIMBLE_TEST_REPLAYS=${2:-1000}
-out=${OUT:-/tmp/nimble-out}
-mkdir -p "$out"
-torch=$(python3 -c "import torch,os;print(os.path.dirname(torch.__file__))")
-export LD_LIBRARY_PATH="$torch/lib:$torch/../nvidia/cu13/lib:${LD_LIBRARY_PATH:-}"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv | tee "$out/nvidia-smi.csv"
+. "$(dirname "$0")/setup.sh"
 status=0
 if [ -x .gpu/tests/nimble-torch-gpu ]; then
     NIMBLE_REQUIRE_GPU=1 .gpu/tests/nimble-torch-gpu --test-threads=1 --nocapture > "$out/torch-gpu-tests.log" 2>&1 || status=1

@@ -1,0 +1,7 @@
+# Sourced by the scripts beside it, on the lent GPU machine: $out (from $OUT), the library path
+# to that machine's libtorch (its Python's torch), and the GPU's description in $out.
+out=${OUT:-/tmp/nimble-out}
+mkdir -p "$out"
+torch=$(python3 -c "import torch,os;print(os.path.dirname(torch.__file__))")
+export LD_LIBRARY_PATH="$torch/lib:$torch/../nvidia/cu13/lib:${LD_LIBRARY_PATH:-}"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv | tee "$out/nvidia-smi.csv"
