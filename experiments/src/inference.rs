@@ -107,11 +107,10 @@ pub fn measure_model(model: &Model, config: &InferConfig, variants: &[Variant]) 
             mode => Some(prepare_checked(model, config, mode, variant.optimized)?),
         });
     }
-    let forward = model.forward.clone();
     let run = |index: usize, x: &Tensor| -> nimble_torch::Result<()> {
         match &prepared[index] {
             None => {
-                tch::no_grad(|| drop(forward(x)));
+                tch::no_grad(|| drop(model.forward(x)));
                 Ok(())
             }
             Some((nimble, _, _)) => nimble.forward(std::slice::from_ref(x)).map(drop),
@@ -157,7 +156,7 @@ fn prepare_checked(model: &Model, config: &InferConfig, mode: InferMode, optimiz
         .channels_last(config.channels_last);
     let report = nimble.prepare(&[model.input(config.batch)], options)?.clone();
     let x = model.input(config.batch);
-    let reference = tch::no_grad(|| (model.forward)(&x));
+    let reference = tch::no_grad(|| model.forward(&x));
     let output = nimble.forward(&[x])?.remove(0);
     let error = relative_error(&output, &reference);
     Ok((nimble, report, error))

@@ -60,7 +60,7 @@ pub fn export_graph(model: &str, batch: i64, device: TraceDevice, optimize: bool
         TraceDevice::Cuda if nimble_torch::cuda_available() => Device::Cuda(0),
         TraceDevice::Cuda => bail!("--device cuda: no CUDA device (libtorch reports CUDA unavailable); --device cpu traces without one"),
     };
-    let model = models::build(model, device).map_err(anyhow::Error::msg)?;
+    let model = models::build(model, models::Dataset::ImageNet, device).map_err(anyhow::Error::msg)?;
     let mut nimble = model.nimble();
     let input = model.input(batch);
     let graph = if device.is_cuda() {
@@ -127,7 +127,7 @@ pub fn infer(args: &InferArgs<'_>) -> Result<()> {
     let mut rows = Vec::new();
     for name in names {
         tch::manual_seed(0);
-        let model = models::build(name, Device::Cuda(0)).map_err(anyhow::Error::msg)?;
+        let model = models::build(name, models::Dataset::ImageNet, Device::Cuda(0)).map_err(anyhow::Error::msg)?;
         let measured = inference::measure_model(&model, &config, &variants).with_context(|| format!("measuring {name}"))?;
         for row in measured {
             eprintln!("  {}", row_line(&row));

@@ -1,0 +1,186 @@
+//! The paper's model zoo, by name: every model with its input shape, class count and the
+//! reference definition it reproduces (parameter and operator counts included, which the
+//! tests check).
+//!
+//! ResNets come from tch::vision, which matches torchvision op for op. The others are written
+//! here with tch::nn, because tch::vision's versions differ from the references
+//! ([`inception`], [`mobilenet`], [`efficientnet`] say how) or do not exist ([`nasnet`],
+//! [`darts`]). Variables carry the reference `state_dict`'s names, so weights exported from
+//! PyTorch (`.safetensors`, or tch's `.ot`) load with [`Model::load`]. Weights are otherwise
+//! random: the paper measured latency, which weights do not change.
+
+pub mod darts;
+pub mod efficientnet;
+pub mod inception;
+pub mod layers;
+pub mod mobilenet;
+pub mod nasnet;
+
+use std::path::Path;
+use std::rc::Rc;
+
+use nimble_torch::Nimble;
+use tch::nn::{self, ModuleT};
+use tch::{Device, Tensor};
+
+/// Which task a model is built for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Dataset {
+    /// 1000 classes at the model's ImageNet resolution (the inference comparison).
+    ImageNet,
+    /// 10 classes at 3×32×32 (the training comparison).
+    Cifar10,
+}
+
+impl Dataset {
+    pub fn classes(self) -> i64 {
+        match self {
+            Dataset::ImageNet => 1000,
+            Dataset::Cifar10 => 10,
+        }
+    }
+}
+
+/// One entry of the registry.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct ModelInfo {
+    pub name: &'static str,
+    /// The name figures print.
+    pub title: &'static str,
+    /// ImageNet input height = width, as in the paper.
+    pub resolution: i64,
+    /// The definition this model reproduces.
+    pub reference: &'static str,
+    /// The reference's parameter count with 1000 classes.
+    pub reference_params: i64,
+    /// The reference's top-level ATen ops in one evaluation forward at batch 1 (traced on CPU).
+    pub reference_ops: usize,
+    /// Whether the paper trains it (CIFAR-10 variant, batch 32/64/128).
+    pub training: bool,
+}
+
+impl ModelInfo {
+    /// The input shape `[batch, 3, H, W]` for `dataset`.
+    pub fn input_shape(&self, dataset: Dataset, batch: i64) -> [i64; 4] {
+        let side = match dataset {
+            Dataset::ImageNet => self.resolution,
+            Dataset::Cifar10 => 32,
+        };
+        [batch, 3, side, side]
+    }
+}
+
+/// Batch sizes of the paper's experiments.
+pub const INFERENCE_BATCH: i64 = 1;
+pub const TRAINING_BATCHES: [i64; 3] = [32, 64, 128];
+
+macro_rules! model {
+    ($name:literal, $title:literal, $res:literal, $reference:literal, $params:literal, $ops:literal, $training:literal) => {
+        ModelInfo { name: $name, title: $title, resolution: $res, reference: $reference, reference_params: $params, reference_ops: $ops, training: $training }
+    };
+}
+
+/// Every model, in the order tables list them (the paper's).
+pub const MODELS: &[ModelInfo] = &[
+    model!("resnet50", "ResNet-50", 224, "torchvision.models.resnet50", 25_557_032, 175, true),
+    model!("resnet101", "ResNet-101", 224, "torchvision.models.resnet101", 44_549_160, 345, false),
+    model!("inception-v3", "Inception-v3", 299, "torchvision.models.inception_v3 (aux_logits=True)", 27_161_264, 314, false),
+    model!("mobilenet-v2", "MobileNetV2", 224, "torchvision.models.mobilenet_v2", 3_504_872, 153, true),
+    model!("efficientnet-b0", "EfficientNet-B0", 224, "torchvision.models.efficientnet_b0", 5_288_548, 240, true),
+    model!("efficientnet-b5", "EfficientNet-B5", 456, "torchvision.models.efficientnet_b5", 30_389_784, 579, false),
+    model!("nasnet-a-large", "NASNet-A large", 331, "pretrainedmodels.nasnetalarge", 88_753_150, 1275, false),
+    model!("nasnet-a-mobile", "NASNet-A mobile", 224, "pretrainedmodels.nasnetamobile", 5_289_978, 1012, false),
+    model!("darts", "DARTS", 224, "DARTS NetworkImageNet(C=48, layers=14, genotype DARTS_V2)", 4_718_752, 715, false),
+    model!("amoebanet", "AmoebaNet", 224, "DARTS NetworkImageNet(C=48, layers=14, genotype AmoebaNet)", 4_627_360, 705, false),
+];
+
+/// Looks a model up by name.
+pub fn info(name: &str) -> Result<ModelInfo, String> {
+    MODELS.iter().find(|m| m.name == name).copied().ok_or_else(|| {
+        format!("unknown model `{name}`; known models: {}", MODELS.iter().map(|m| m.name).collect::<Vec<_>>().join(", "))
+    })
+}
+
+/// A built model: its network and the VarStore that owns its parameters (frozen: no
+/// gradients, as inference and the rewrites need).
+pub struct Model {
+    pub info: ModelInfo,
+    pub dataset: Dataset,
+    pub device: Device,
+    net: Rc<dyn ModuleT>,
+    vs: nn::VarStore,
+}
+
+impl Model {
+    /// A fresh input batch of this model's shape on its device (standard normal values).
+    pub fn input(&self, batch: i64) -> Tensor {
+        Tensor::randn(self.info.input_shape(self.dataset, batch), (tch::Kind::Float, self.device))
+    }
+
+    /// The forward in evaluation mode.
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        self.net.forward_t(x, false)
+    }
+
+    /// The forward in evaluation (`train` false) or training mode.
+    pub fn forward_t(&self, x: &Tensor, train: bool) -> Tensor {
+        self.net.forward_t(x, train)
+    }
+
+    /// The model wrapped for Nimble, in evaluation mode (shares the parameters).
+    pub fn nimble(&self) -> Nimble {
+        let net = self.net.clone();
+        Nimble::from_fn(move |xs: &[Tensor]| vec![net.forward_t(&xs[0], false)])
+    }
+
+    /// The number of parameters (batch-norm running statistics are buffers, not counted), as
+    /// PyTorch's `sum(p.numel() for p in model.parameters())`.
+    pub fn parameter_count(&self) -> i64 {
+        self.vs.trainable_variables().iter().map(|t| t.numel() as i64).sum()
+    }
+
+    /// The VarStore holding the parameters and buffers, named as the reference's state_dict.
+    pub fn var_store(&self) -> &nn::VarStore {
+        &self.vs
+    }
+
+    /// Loads weights (and batch-norm statistics) from a `.safetensors` file or a tch `.ot`
+    /// file, by variable name. Every variable of the model must be in the file; extra entries
+    /// (such as PyTorch's `num_batches_tracked`) are ignored. On error the model may hold a
+    /// mix of old and new values, so drop it.
+    pub fn load(&mut self, path: &Path) -> Result<(), String> {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("safetensors" | "ot") => {}
+            _ => return Err(format!("{}: expected a .safetensors or .ot weight file", path.display())),
+        }
+        self.vs.load(path).map_err(|e| format!("loading {} into {}: {e}", path.display(), self.info.name))
+    }
+}
+
+/// Builds a model for `dataset` on `device`, with random weights, frozen.
+pub fn build(name: &str, dataset: Dataset, device: Device) -> Result<Model, String> {
+    let info = info(name)?;
+    if dataset == Dataset::Cifar10 && !info.training {
+        let trained: Vec<_> = MODELS.iter().filter(|m| m.training).map(|m| m.name).collect();
+        return Err(format!("`{name}` has no CIFAR-10 variant; the training models are {}", trained.join(", ")));
+    }
+    let classes = dataset.classes();
+    let mut vs = nn::VarStore::new(device);
+    let p = vs.root();
+    let net: Rc<dyn ModuleT> = match name {
+        "resnet50" => Rc::new(tch::vision::resnet::resnet50(&p, classes)),
+        "resnet101" => Rc::new(tch::vision::resnet::resnet101(&p, classes)),
+        "inception-v3" => Rc::new(inception::InceptionV3::new(&p, classes)),
+        "mobilenet-v2" => Rc::new(mobilenet::MobileNetV2::new(&p, classes)),
+        "efficientnet-b0" => Rc::new(efficientnet::EfficientNet::new(&p, efficientnet::Scale::b(0).expect("B0"), classes)),
+        "efficientnet-b5" => Rc::new(efficientnet::EfficientNet::new(&p, efficientnet::Scale::b(5).expect("B5"), classes)),
+        "nasnet-a-large" => Rc::new(nasnet::NasNet::new(&p, nasnet::Size::Large, classes)),
+        "nasnet-a-mobile" => Rc::new(nasnet::NasNet::new(&p, nasnet::Size::Mobile, classes)),
+        "darts" => Rc::new(darts::NetworkImageNet::new(&p, &darts::DARTS_V2, 48, 14, classes)),
+        "amoebanet" => Rc::new(darts::NetworkImageNet::new(&p, &darts::AMOEBA, 48, 14, classes)),
+        _ => unreachable!("info() knows every name"),
+    };
+    vs.freeze();
+    Ok(Model { info, dataset, device, net, vs })
+}
