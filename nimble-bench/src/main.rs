@@ -14,6 +14,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use experiments::inference::InferMode;
+use experiments::models::Dataset;
 
 use scheduling::{Mode, PlanArgs, SimulatorArgs};
 
@@ -112,10 +113,21 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
+    /// List the model zoo: input shapes, parameter counts, reference definitions
+    Models {
+        /// imagenet (1000 classes, the paper's inference sizes) or cifar10 (the training models,
+        /// 10 classes, 32x32)
+        #[arg(long, value_enum, default_value = "imagenet")]
+        dataset: DatasetArg,
+        /// Also trace each model on the CPU: ops, tasks, edges and width of its task graph
+        #[arg(long)]
+        trace: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Trace a model's forward into a task graph (JSON); on CUDA, with each op's measured GPU time
     ExportGraph {
-        /// Model name (see `infer --help`): resnet50, resnet101, inception-v3, mobilenet-v2,
-        /// efficientnet-b0, efficientnet-b5
+        /// Model name (`nimble-bench models` lists them)
         #[arg(long)]
         model: String,
         #[arg(long, default_value_t = 1)]
@@ -126,6 +138,10 @@ enum Command {
         /// Apply the inference rewrites first (BatchNorm folding; on cuda also conv+add+ReLU fusion)
         #[arg(long)]
         optimize: bool,
+        /// Load the model's weights from a .safetensors or .ot file (names as the reference's
+        /// state_dict) instead of random ones
+        #[arg(long, value_name = "FILE")]
+        weights: Option<PathBuf>,
         /// Output file (default: stdout)
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
@@ -133,8 +149,7 @@ enum Command {
     /// GPU: inference latency of real models eagerly (tch), as a single-stream CUDA graph and as
     /// Nimble's multi-stream graph, checked against eager; the paper's method
     Infer {
-        /// Comma-separated model names, or `all`: resnet50, resnet101, inception-v3,
-        /// mobilenet-v2, efficientnet-b0, efficientnet-b5
+        /// Comma-separated model names (`nimble-bench models` lists them), or `all`
         #[arg(long, default_value = "resnet50")]
         model: String,
         /// Comma-separated modes: eager, graph (one stream), nimble
@@ -159,6 +174,9 @@ enum Command {
         warmup: usize,
         #[arg(long, default_value_t = 100)]
         iters: usize,
+        /// Load the model's weights from a .safetensors or .ot file (one model only)
+        #[arg(long, value_name = "FILE")]
+        weights: Option<PathBuf>,
         /// Also write the result record (JSON, with provenance) here
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
@@ -172,6 +190,13 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
+}
+
+/// `models --dataset` values.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum DatasetArg {
+    Imagenet,
+    Cifar10,
 }
 
 /// `infer --mode` values.
@@ -208,8 +233,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::ValidateSimulator { out, suite, measure } => gpu::validate_simulator(&out, suite, &measure),
         Command::SimulatorReport { results, svg } => gpu::simulator_report(&results, svg.as_ref()),
         Command::CalibrateSimulator { results, out } => gpu::calibrate_simulator(&results, out.as_ref()),
-        Command::ExportGraph { model, batch, device, optimize, out } => torch::export_graph(&model, batch, device, optimize, out.as_ref()),
-        Command::Infer { model, mode, batch, algo, optimize, fuse, channels_last, warmup, iters, out } => {
+        Command::Models { dataset, trace, json } => {
+            let dataset = match dataset {
+                DatasetArg::Imagenet => Dataset::ImageNet,
+                DatasetArg::Cifar10 => Dataset::Cifar10,
+            };
+            torch::list_models(dataset, trace, json)
+        }
+        Command::ExportGraph { model, batch, device, optimize, weights, out } => {
+            torch::export_graph(&model, batch, device, optimize, weights.as_deref(), out.as_ref())
+        }
+        Command::Infer { model, mode, batch, algo, optimize, fuse, channels_last, warmup, iters, weights, out } => {
             let modes: Vec<InferMode> = mode.into_iter().map(InferMode::from).collect();
             torch::infer(&torch::InferArgs {
                 models: &model,
@@ -221,6 +255,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 channels_last: channels_last.choice(),
                 warmup,
                 iterations: iters,
+                weights: weights.as_deref(),
                 out: out.as_deref(),
             })
         }

@@ -5,13 +5,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use experiments::inference::{self, InferConfig, InferMode, InferRecord, InferRow, Variant, LIBTORCH_VERSION};
-use experiments::models;
+use experiments::models::{self, Dataset};
 use experiments::record::Provenance;
 use nimble_cuda::Gpu;
 use nimble_torch::PrepareOptions;
 use tch::Device;
 
-use crate::output::{emit, write_file};
+use crate::output::{emit, emit_json, write_file};
 
 /// Where `export-graph` traces.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -52,15 +52,55 @@ fn model_names(list: &str) -> Result<Vec<&'static str>> {
     names.into_iter().map(|name| models::info(name).map(|m| m.name).map_err(anyhow::Error::msg)).collect()
 }
 
+/// Builds a registered ImageNet model, with weights from `weights` when given.
+fn build_model(name: &str, device: Device, weights: Option<&Path>) -> Result<models::Model> {
+    let mut model = models::build(name, Dataset::ImageNet, device).map_err(anyhow::Error::msg)?;
+    if let Some(path) = weights {
+        model.load(path).map_err(anyhow::Error::msg)?;
+    }
+    Ok(model)
+}
+
+/// `models`: the registry, with parameter counts (and, with `trace`, task-graph structure).
+pub fn list_models(dataset: Dataset, trace: bool, json: bool) -> Result<()> {
+    let mut rows = Vec::new();
+    for info in models::MODELS.iter().filter(|m| dataset == Dataset::ImageNet || m.training) {
+        let model = models::build(info.name, dataset, Device::Cpu).map_err(anyhow::Error::msg)?;
+        let params = model.parameter_count();
+        let stats = if trace { Some(model.graph_stats(1).with_context(|| format!("tracing {}", info.name))?) } else { None };
+        rows.push((*info, model.info.input_shape(dataset, 1), params, stats));
+    }
+    if json {
+        let list: Vec<_> = rows
+            .iter()
+            .map(|(info, shape, params, stats)| {
+                serde_json::json!({
+                    "name": info.name, "title": info.title, "dataset": dataset, "input_shape": &shape[1..],
+                    "classes": dataset.classes(), "parameters": params, "reference": info.reference,
+                    "reference_parameters": (dataset == Dataset::ImageNet).then_some(info.reference_params),
+                    "reference_ops": info.reference_ops, "training": info.training, "graph": stats,
+                })
+            })
+            .collect();
+        return emit_json(&serde_json::Value::Array(list));
+    }
+    let mut lines = vec![format!("{:<16} {:<16} {:>11} {:>12}  {}", "name", "model", "input", "parameters", if trace { "ops  tasks  edges  width  reference" } else { "reference" })];
+    for (info, shape, params, stats) in rows {
+        let graph = stats.map_or(String::new(), |g| format!("{:>4} {:>6} {:>6} {:>6}  ", g.ops, g.tasks, g.edges, g.width));
+        lines.push(format!("{:<16} {:<16} {:>11} {:>12}  {graph}{}", info.name, info.title, format!("{}x{}x{}", shape[1], shape[2], shape[3]), params, info.reference));
+    }
+    emit(&lines.join("\n"))
+}
+
 /// `export-graph`: trace a model and write its task graph as JSON.
-pub fn export_graph(model: &str, batch: i64, device: TraceDevice, optimize: bool, out: Option<&PathBuf>) -> Result<()> {
+pub fn export_graph(model: &str, batch: i64, device: TraceDevice, optimize: bool, weights: Option<&Path>, out: Option<&PathBuf>) -> Result<()> {
     anyhow::ensure!(batch >= 1, "--batch must be at least 1, got {batch}");
     let device = match device {
         TraceDevice::Cpu => Device::Cpu,
         TraceDevice::Cuda if nimble_torch::cuda_available() => Device::Cuda(0),
         TraceDevice::Cuda => bail!("--device cuda: no CUDA device (libtorch reports CUDA unavailable); --device cpu traces without one"),
     };
-    let model = models::build(model, models::Dataset::ImageNet, device).map_err(anyhow::Error::msg)?;
+    let model = build_model(model, device, weights)?;
     let mut nimble = model.nimble();
     let input = model.input(batch);
     let graph = if device.is_cuda() {
@@ -92,6 +132,7 @@ pub struct InferArgs<'a> {
     pub channels_last: Option<bool>,
     pub warmup: usize,
     pub iterations: usize,
+    pub weights: Option<&'a Path>,
     pub out: Option<&'a Path>,
 }
 
@@ -101,6 +142,7 @@ pub fn infer(args: &InferArgs<'_>) -> Result<()> {
     anyhow::ensure!(args.iterations >= 1, "--iters must be at least 1");
     nimble_sched::algorithms::by_name(args.algorithm)?;
     let names = model_names(args.models)?;
+    anyhow::ensure!(args.weights.is_none() || names.len() == 1, "--weights loads one model's weights: name exactly one model");
     if !nimble_torch::cuda_available() {
         bail!("infer needs a CUDA device and libtorch sees none (export-graph --device cpu works without one)");
     }
@@ -127,7 +169,7 @@ pub fn infer(args: &InferArgs<'_>) -> Result<()> {
     let mut rows = Vec::new();
     for name in names {
         tch::manual_seed(0);
-        let model = models::build(name, models::Dataset::ImageNet, Device::Cuda(0)).map_err(anyhow::Error::msg)?;
+        let model = build_model(name, Device::Cuda(0), args.weights)?;
         let measured = inference::measure_model(&model, &config, &variants).with_context(|| format!("measuring {name}"))?;
         for row in measured {
             eprintln!("  {}", row_line(&row));

@@ -25,7 +25,7 @@ use tch::{Device, Tensor};
 
 /// Which task a model is built for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[serde(rename_all = "lowercase")]
 pub enum Dataset {
     /// 1000 classes at the model's ImageNet resolution (the inference comparison).
     ImageNet,
@@ -145,6 +145,15 @@ impl Model {
         &self.vs
     }
 
+    /// The structure of the model's task graph, traced on CPU tensors in evaluation mode
+    /// without the inference rewrites (the device the model was built on must be the CPU).
+    pub fn graph_stats(&self, batch: i64) -> nimble_torch::Result<GraphStats> {
+        let trace = self.nimble().trace(&[self.input(batch)], false)?;
+        let graph = trace.task_graph()?;
+        let width = graph.width(&graph.reachability());
+        Ok(GraphStats { ops: trace.len(), tasks: graph.len(), edges: graph.edge_count(), width })
+    }
+
     /// Loads weights (and batch-norm statistics) from a `.safetensors` file or a tch `.ot`
     /// file, by variable name. Every variable of the model must be in the file; extra entries
     /// (such as PyTorch's `num_batches_tracked`) are ignored. On error the model may hold a
@@ -156,6 +165,19 @@ impl Model {
         }
         self.vs.load(path).map_err(|e| format!("loading {} into {}: {e}", path.display(), self.info.name))
     }
+}
+
+/// A model's task graph in numbers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct GraphStats {
+    /// Top-level ATen ops recorded in one forward.
+    pub ops: usize,
+    /// Ops that launch GPU work (the task graph's nodes): views and other metadata-only ops
+    /// are left out.
+    pub tasks: usize,
+    pub edges: usize,
+    /// The most tasks that can run at once (maximum logical concurrency).
+    pub width: usize,
 }
 
 /// Builds a model for `dataset` on `device`, with random weights, frozen.
