@@ -132,3 +132,35 @@ fn weights_load_from_safetensors_and_ot_files() {
     assert!(error.contains("expected a .safetensors or .ot"), "{error}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Numerical parity with the reference PyTorch models, when their exports are at hand:
+/// `python3 experiments/reference/export_reference.py DIR` writes each reference's weights, an
+/// input and its output; the Rust model loads the weights by name and must give the same
+/// output. Skipped (with a notice) unless `NIMBLE_REFERENCE_DIR=DIR` is set, since CI has no
+/// torchvision.
+#[test]
+fn outputs_match_the_reference_pytorch_models() {
+    let Some(dir) = std::env::var_os("NIMBLE_REFERENCE_DIR") else {
+        eprintln!("notice: NIMBLE_REFERENCE_DIR not set; skipping the numerical parity check (see experiments/reference/export_reference.py)");
+        return;
+    };
+    let dir = std::path::PathBuf::from(dir);
+    let mut checked = 0;
+    for info in MODELS {
+        let path = dir.join(format!("{}.safetensors", info.name));
+        if !path.exists() {
+            eprintln!("notice: {} has no reference export in {}", info.name, dir.display());
+            continue;
+        }
+        let mut model = models::build(info.name, Dataset::ImageNet, Device::Cpu).unwrap();
+        model.load(&path).unwrap();
+        let tensors: std::collections::HashMap<_, _> = tch::Tensor::read_safetensors(&path).unwrap().into_iter().collect();
+        let y = tch::no_grad(|| model.forward(&tensors["__input__"]));
+        let expected = &tensors["__output__"];
+        let error = ((&y - expected).norm().double_value(&[])) / expected.norm().double_value(&[]);
+        eprintln!("{}: relative error {error:.2e} against {}", info.name, info.reference);
+        assert!(error < 1e-5, "{}: relative error {error:e}", info.name);
+        checked += 1;
+    }
+    assert!(checked > 0, "no reference exports in {}", dir.display());
+}
