@@ -168,6 +168,10 @@ pub fn infer(args: &InferArgs<'_>) -> Result<()> {
     }
     let mut rows = Vec::new();
     for name in names {
+        // Each model starts from an empty allocator cache, as in a process of its own: the
+        // previous model's freed graph pools would otherwise decide where this one's land.
+        nimble_torch::cuda_synchronize()?;
+        nimble_torch::cuda_empty_cache()?;
         tch::manual_seed(0);
         let model = build_model(name, Device::Cuda(0), args.weights)?;
         let measured = inference::measure_model(&model, &config, &variants).with_context(|| format!("measuring {name}"))?;

@@ -632,6 +632,11 @@ int ns_cuda_allocated_bytes(int device, long long* out) {
   });
 }
 
+// Returns the caching allocator's unused cached blocks to the driver (torch.cuda.empty_cache).
+int ns_cuda_empty_cache() {
+  return guarded([&] { c10::cuda::CUDACachingAllocator::emptyCache(); });
+}
+
 // A pair of timing events on the current stream: the paper's way to time one launch.
 int ns_timer_new(void** out) {
   return guarded([&] {

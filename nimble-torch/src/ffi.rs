@@ -22,6 +22,7 @@ extern "C" {
     fn ns_cuda_device_count(out: *mut c_int) -> c_int;
     fn ns_cuda_synchronize() -> c_int;
     fn ns_cuda_allocated_bytes(device: c_int, out: *mut i64) -> c_int;
+    fn ns_cuda_empty_cache() -> c_int;
 
     fn ns_trace_begin() -> c_int;
     fn ns_trace_end(out: *mut *mut c_char) -> c_int;
@@ -134,6 +135,12 @@ pub(crate) fn cuda_allocated_bytes(device: usize) -> Result<u64> {
     // SAFETY: writes one integer.
     check("allocated_bytes", unsafe { ns_cuda_allocated_bytes(device as c_int, &mut bytes) })?;
     Ok(bytes.max(0) as u64)
+}
+
+/// Returns the caching allocator's unused cached memory to the driver.
+pub(crate) fn cuda_empty_cache() -> Result<()> {
+    // SAFETY: no arguments; blocks in use are left alone.
+    check("empty_cache", unsafe { ns_cuda_empty_cache() })
 }
 
 /// Starts recording the top-level ATen ops run on this thread.

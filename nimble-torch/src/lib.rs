@@ -25,7 +25,7 @@ mod nimble;
 pub mod trace;
 
 pub use error::{NimbleError, Result};
-pub use nimble::{cuda_allocated_bytes, cuda_synchronize, cuda_time, relative_error, Nimble, PrepareOptions, PrepareReport, PrepareSeconds};
+pub use nimble::{cuda_allocated_bytes, cuda_empty_cache, cuda_synchronize, cuda_time, relative_error, Nimble, PrepareOptions, PrepareReport, PrepareSeconds};
 pub use nimble_cuda::CaptureMode;
 pub use trace::{record, TensorDevice, TensorUse, Trace, TracedOp};
 

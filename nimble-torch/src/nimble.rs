@@ -558,6 +558,12 @@ pub fn cuda_allocated_bytes(device: usize) -> Result<u64> {
     ffi::cuda_allocated_bytes(device)
 }
 
+/// Returns the CUDA caching allocator's unused cached blocks to the driver (PyTorch's
+/// `torch.cuda.empty_cache()`), so that what runs next allocates as in a fresh process.
+pub fn cuda_empty_cache() -> Result<()> {
+    ffi::cuda_empty_cache()
+}
+
 /// Waits for all GPU work of this process.
 pub fn cuda_synchronize() -> Result<()> {
     ffi::cuda_synchronize()
