@@ -6,7 +6,8 @@
 //! run, `warmup` untimed runs, then `iterations` runs each timed with CUDA events around the
 //! call on the current stream (for the graphs: copying the input in and replaying), the median
 //! reported, each system in its own block. Before timing, each prepared model's output on a
-//! fresh input is compared with the eager tch model's on the same input.
+//! fresh input is compared with the eager tch model's on the same input, and a relative error
+//! above [`RAW_TOLERANCE`] (no rewrites) or [`OPTIMIZED_TOLERANCE`] (rewrites) fails the run.
 
 use nimble_cuda::Samples;
 use nimble_torch::{cuda_synchronize, cuda_time, relative_error, Nimble, PrepareOptions, PrepareReport};
@@ -159,5 +160,20 @@ fn prepare_checked(model: &Model, config: &InferConfig, mode: InferMode, optimiz
     let reference = tch::no_grad(|| model.forward(&x));
     let output = nimble.forward(&[x])?.remove(0);
     let error = relative_error(&output, &reference);
+    // Without the rewrites the graph runs eager's kernels; with them, folded weights round
+    // differently (TF32 convolutions), so allow float32-plus-TF32 drift but not a wrong result.
+    let tolerance = if optimize { OPTIMIZED_TOLERANCE } else { RAW_TOLERANCE };
+    if error.is_nan() || error > tolerance {
+        return Err(nimble_torch::NimbleError::Internal(format!(
+            "{} ({} mode, rewrites {}): output differs from eager tch by {error:.2e} (relative), more than {tolerance:.0e}",
+            model.info.name,
+            mode.name(),
+            if optimize { "on" } else { "off" }
+        )));
+    }
     Ok((nimble, report, error))
 }
+
+/// Largest relative error against eager tch that a measured configuration may show.
+pub const RAW_TOLERANCE: f64 = 1e-5;
+pub const OPTIMIZED_TOLERANCE: f64 = 1e-2;

@@ -2,8 +2,9 @@
 //!
 //! Each experiment defines what it measures, runs it through the lower crates, and writes a
 //! record with [provenance](record::Provenance) that `paper-figs/results/` keeps. It holds the
-//! [simulator validation](simulator_validation), the [models](models) tch::vision provides, and
-//! the [inference comparison](inference); the NAS models and training come with their issues.
+//! [simulator validation](simulator_validation), the paper's [model zoo](models) (each model
+//! checked against its PyTorch reference) and the [inference comparison](inference); training
+//! comes with its issue.
 
 pub mod inference;
 pub mod models;

@@ -65,9 +65,12 @@ fn cifar10_variants_of_the_training_models() {
 
 /// A few names and shapes per model from the reference state_dicts (`model.state_dict()` in
 /// PyTorch): weights exported from the reference load only if they all line up.
+/// (model, [(variable, shape)]).
+type Expected = &'static [(&'static str, &'static [(&'static str, &'static [i64])])];
+
 #[test]
 fn variables_are_named_and_shaped_as_the_reference_state_dicts() {
-    let expected: &[(&str, &[(&str, &[i64])])] = &[
+    let expected: Expected = &[
         ("resnet50", &[("layer4.2.bn3.running_var", &[2048]), ("layer1.0.downsample.0.weight", &[256, 64, 1, 1]), ("fc.weight", &[1000, 2048])]),
         ("inception-v3", &[("Mixed_7c.branch3x3dbl_3b.conv.weight", &[384, 384, 3, 1]), ("AuxLogits.conv1.conv.weight", &[768, 128, 5, 5]), ("AuxLogits.fc.bias", &[1000]), ("Mixed_6e.branch7x7dbl_5.bn.running_mean", &[192])]),
         ("mobilenet-v2", &[("features.0.0.weight", &[32, 3, 3, 3]), ("features.1.conv.1.weight", &[16, 32, 1, 1]), ("features.17.conv.3.running_var", &[320]), ("features.18.1.weight", &[1280]), ("classifier.1.weight", &[1000, 1280])]),

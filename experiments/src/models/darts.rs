@@ -146,7 +146,7 @@ enum Op {
     MaxPool(i64),
     AvgPool(i64),
     Layers(Sequential),
-    Reduce(FactorizedReduce),
+    Reduce(Box<FactorizedReduce>),
 }
 
 impl Op {
@@ -155,7 +155,7 @@ impl Op {
             MaxPool3 => Op::MaxPool(stride),
             AvgPool3 => Op::AvgPool(stride),
             Skip if stride == 1 => Op::Identity,
-            Skip => Op::Reduce(FactorizedReduce::new(p, c, c)),
+            Skip => Op::Reduce(Box::new(FactorizedReduce::new(p, c, c))),
             SepConv3 => Op::Layers(sep_conv(p, c, 3, stride)),
             SepConv5 => Op::Layers(sep_conv(p, c, 5, stride)),
             SepConv7 => Op::Layers(sep_conv(p, c, 7, stride)),
