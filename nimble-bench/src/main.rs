@@ -3,6 +3,7 @@
 //! The top layer: it parses arguments, loads graphs, calls the library crates and prints
 //! results. Errors are printed as one line and exit with status 2.
 
+mod figures;
 mod gpu;
 mod output;
 mod plots;
@@ -181,6 +182,30 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
+    /// List the paper's figures, their figN aliases and which can be made today
+    Figures,
+    /// Figure (alias fig5): inference speedup over tch eager for every zoo model; measures on a
+    /// GPU, otherwise re-renders from the committed record
+    Inference {
+        /// Comma-separated model names, or `all`
+        #[arg(long, default_value = "all")]
+        models: String,
+        #[arg(long, default_value_t = 1)]
+        batch: i64,
+        #[arg(long, default_value_t = 50)]
+        warmup: usize,
+        #[arg(long, default_value_t = 100)]
+        iters: usize,
+        /// Re-render from the record even on a machine with a GPU
+        #[arg(long)]
+        from_results: bool,
+        /// The record to write (measuring) or read (re-rendering)
+        #[arg(long, default_value = "paper-figs/results/inference.json")]
+        results: PathBuf,
+        /// Where the figure goes (<out-dir>/inference.svg)
+        #[arg(long, default_value = "paper-figs")]
+        out_dir: PathBuf,
+    },
     /// Generate a synthetic task graph as JSON
     Gen {
         /// chain:N, fan:B[:D], nasnet:C[:SEED], layered:N[:SEED], dnn:N[:SEED]
@@ -220,8 +245,13 @@ impl From<InferModeArg> for InferMode {
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
+fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
     match cli.command {
+        Command::Figures => figures::list(),
+        Command::Inference { models, batch, warmup, iters, from_results, results, out_dir } => figures::inference(
+            invoked_as,
+            &figures::InferenceFigure { models: &models, batch, warmup, iterations: iters, from_results, results: &results, out_dir: &out_dir },
+        ),
         Command::Algos => scheduling::algos(),
         Command::Assign { plan, json } => scheduling::assign(&plan.source, &plan.algo, json),
         Command::Simulate { plan, mode, simulator, json, trace } => {
@@ -264,8 +294,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse(); // usage errors: clap prints them and exits with status 2
-    match run(cli) {
+    // `figN` aliases live in one table (figures::FIGURES): map them to their command here.
+    let mut args: Vec<String> = std::env::args().collect();
+    let invoked_as = args.get(1).cloned().unwrap_or_default();
+    if let Some(figure) = figures::FIGURES.iter().find(|f| f.name == invoked_as || f.aliases.contains(&invoked_as.as_str())) {
+        if let Some(pending) = figure.pending {
+            eprintln!("error: `{invoked_as}` is the {} figure ({}), which cannot be made yet: it needs {pending}", figure.name, figure.what);
+            return ExitCode::from(2);
+        }
+        args[1] = figure.name.to_string();
+    }
+    let cli = Cli::parse_from(args); // usage errors: clap prints them and exits with status 2
+    match run(cli, &invoked_as) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");

@@ -142,3 +142,28 @@ fn gpu_commands_say_there_is_no_gpu() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).starts_with("error: no CUDA GPU available"));
 }
+
+#[test]
+fn fig5_re_renders_the_committed_inference_record_without_a_gpu() {
+    let out_dir = scratch("figures");
+    let results = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../paper-figs/results/inference.json");
+    let output = nimble_bench(&["fig5", "--from-results", "--results", results.to_str().unwrap(), "--out-dir", out_dir.to_str().unwrap()]);
+    let text = stdout(&output);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.starts_with("fig5: inference speedup") && stderr.contains("re-rendering from"), "{stderr}");
+    // Where and when the numbers were measured, then one line per model.
+    assert!(text.starts_with("measured: NVIDIA H200 (driver 580.159.04"), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("nasnet-a-mobile")), "{text}");
+    let svg = std::fs::read_to_string(out_dir.join("inference.svg")).unwrap();
+    assert!(svg.contains("nasnet-a-mobile") && svg.contains("Nimble (multi-stream)") && svg.contains("TensorRT and TVM"), "the figure lacks its labels");
+}
+
+#[test]
+fn figures_not_yet_available_say_what_they_need() {
+    let output = nimble_bench(&["fig2a"]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.starts_with("error: `fig2a` is the overhead figure") && stderr.contains("cannot be made yet"), "{stderr}");
+    let text = stdout(&nimble_bench(&["figures"]));
+    assert!(text.lines().any(|l| l.starts_with("inference") && l.contains("fig5")), "{text}");
+}
