@@ -52,11 +52,14 @@ fn cifar10_variants_of_the_training_models() {
         let info = models::info(name).unwrap();
         assert_eq!(model.parameter_count(), info.reference_params - 990 * (features + 1), "{name}");
         assert_eq!(model.input(4).size(), [4, 3, 32, 32]);
+        assert_eq!(info.batch_sizes(Dataset::Cifar10), [32, 64, 128]);
         // Training mode: batch statistics, dropout on.
         let y = model.forward_t(&model.input(4), true);
         assert_eq!(y.size(), [4, 10], "{name}");
         assert!(bool::try_from(y.isfinite().all()).unwrap(), "{name}");
     }
+    assert!(models::info("darts").unwrap().batch_sizes(Dataset::Cifar10).is_empty());
+    assert_eq!(models::info("darts").unwrap().batch_sizes(Dataset::ImageNet), [1]);
     let error = models::build("darts", Dataset::Cifar10, Device::Cpu).err().unwrap();
     assert!(error.contains("no CIFAR-10 variant") && error.contains("mobilenet-v2"), "{error}");
     let error = models::build("vgg16", Dataset::ImageNet, Device::Cpu).err().unwrap();

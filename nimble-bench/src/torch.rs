@@ -76,7 +76,7 @@ pub fn list_models(dataset: Dataset, trace: bool, json: bool) -> Result<()> {
             .map(|(info, shape, params, stats)| {
                 serde_json::json!({
                     "name": info.name, "title": info.title, "dataset": dataset, "input_shape": &shape[1..],
-                    "classes": dataset.classes(), "parameters": params, "reference": info.reference,
+                    "classes": dataset.classes(), "batch_sizes": info.batch_sizes(dataset), "parameters": params, "reference": info.reference,
                     "reference_parameters": (dataset == Dataset::ImageNet).then_some(info.reference_params),
                     "reference_ops": info.reference_ops, "training": info.training, "graph": stats,
                 })
@@ -84,10 +84,11 @@ pub fn list_models(dataset: Dataset, trace: bool, json: bool) -> Result<()> {
             .collect();
         return emit_json(&serde_json::Value::Array(list));
     }
-    let mut lines = vec![format!("{:<16} {:<16} {:>11} {:>12}  {}", "name", "model", "input", "parameters", if trace { "ops  tasks  edges  width  reference" } else { "reference" })];
+    let mut lines = vec![format!("{:<16} {:<16} {:>11} {:>9} {:>12}  {}", "name", "model", "input", "batch", "parameters", if trace { "ops  tasks  edges  width  reference" } else { "reference" })];
     for (info, shape, params, stats) in rows {
         let graph = stats.map_or(String::new(), |g| format!("{:>4} {:>6} {:>6} {:>6}  ", g.ops, g.tasks, g.edges, g.width));
-        lines.push(format!("{:<16} {:<16} {:>11} {:>12}  {graph}{}", info.name, info.title, format!("{}x{}x{}", shape[1], shape[2], shape[3]), params, info.reference));
+        let batches = info.batch_sizes(dataset).iter().map(i64::to_string).collect::<Vec<_>>().join("/");
+        lines.push(format!("{:<16} {:<16} {:>11} {:>9} {:>12}  {graph}{}", info.name, info.title, format!("{}x{}x{}", shape[1], shape[2], shape[3]), batches, params, info.reference));
     }
     emit(&lines.join("\n"))
 }

@@ -69,6 +69,15 @@ impl ModelInfo {
         };
         [batch, 3, side, side]
     }
+
+    /// The batch sizes the paper runs it at for `dataset` (none: no such variant).
+    pub fn batch_sizes(&self, dataset: Dataset) -> &'static [i64] {
+        match dataset {
+            Dataset::ImageNet => &[INFERENCE_BATCH],
+            Dataset::Cifar10 if self.training => &TRAINING_BATCHES,
+            Dataset::Cifar10 => &[],
+        }
+    }
 }
 
 /// Batch sizes of the paper's experiments.
