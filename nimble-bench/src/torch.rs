@@ -64,7 +64,7 @@ fn build_model(name: &str, device: Device, weights: Option<&Path>) -> Result<mod
 /// `models`: the registry, with parameter counts (and, with `trace`, task-graph structure).
 pub fn list_models(dataset: Dataset, trace: bool, json: bool) -> Result<()> {
     let mut rows = Vec::new();
-    for info in models::MODELS.iter().filter(|m| dataset == Dataset::ImageNet || m.training) {
+    for info in models::MODELS.iter().filter(|m| !m.batch_sizes(dataset).is_empty()) {
         let model = models::build(info.name, dataset, Device::Cpu).map_err(anyhow::Error::msg)?;
         let params = model.parameter_count();
         let stats = if trace { Some(model.graph_stats(1).with_context(|| format!("tracing {}", info.name))?) } else { None };

@@ -6,7 +6,7 @@
 use tch::nn::{self, ModuleT, Path};
 use tch::Tensor;
 
-use super::layers::{avg_pool_3x3, batch_norm, max_pool_3x3, Conv};
+use super::layers::{avg_pool_3x3, batch_norm, crop_top_left, max_pool_3x3, Conv};
 
 const EPS: f64 = 1e-5;
 
@@ -135,7 +135,7 @@ impl FactorizedReduce {
 
     fn forward_t(&self, x: &Tensor, train: bool) -> Tensor {
         let x = x.relu();
-        let shifted = x.slice(2, 1, None, 1).slice(3, 1, None, 1);
+        let shifted = crop_top_left(&x);
         Tensor::cat(&[x.apply(&self.conv1), shifted.apply(&self.conv2)], 1).apply_t(&self.bn, train)
     }
 }

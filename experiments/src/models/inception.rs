@@ -7,7 +7,7 @@
 use tch::nn::{self, ModuleT, Path};
 use tch::Tensor;
 
-use super::layers::{Act, Conv, ConvBn};
+use super::layers::{run_all as run, Act, Conv, ConvBn};
 
 const EPS: f64 = 0.001;
 
@@ -22,10 +22,6 @@ fn avg_pool_3x3_s1(x: &Tensor) -> Tensor {
 
 fn max_pool_3x3_s2(x: &Tensor) -> Tensor {
     x.max_pool2d([3, 3], [2, 2], [0, 0], [1, 1], false)
-}
-
-fn run(layers: &[ConvBn], x: &Tensor, train: bool) -> Tensor {
-    layers.iter().fold(x.shallow_clone(), |x, layer| layer.forward_t(&x, train))
 }
 
 #[derive(Debug)]

@@ -131,6 +131,11 @@ impl ConvBn {
     }
 }
 
+/// Runs `layers` in order.
+pub fn run_all(layers: &[ConvBn], x: &Tensor, train: bool) -> Tensor {
+    layers.iter().fold(x.shallow_clone(), |x, layer| layer.forward_t(&x, train))
+}
+
 impl ModuleT for ConvBn {
     fn forward_t(&self, x: &Tensor, train: bool) -> Tensor {
         self.act.apply(x.apply(&self.conv).apply_t(&self.bn, train))
@@ -154,7 +159,8 @@ impl Classifier {
     }
 }
 
-/// Removes the first row and column (`x[:, :, 1:, 1:]`), as NASNet's padded branches do.
+/// Removes the first row and column (`x[:, :, 1:, 1:]`), as NASNet's padded branches and the
+/// shifted path of the factorized reductions do.
 pub fn crop_top_left(x: &Tensor) -> Tensor {
     x.slice(2, 1, None, 1).slice(3, 1, None, 1)
 }

@@ -6,7 +6,7 @@
 use tch::nn::{ModuleT, Path};
 use tch::Tensor;
 
-use super::layers::{batch_norm, Act, Classifier, Conv, ConvBn};
+use super::layers::{batch_norm, run_all, Act, Classifier, Conv, ConvBn};
 
 const EPS: f64 = 1e-5;
 
@@ -41,7 +41,7 @@ impl InvertedResidual {
     }
 
     fn forward_t(&self, x: &Tensor, train: bool) -> Tensor {
-        let y = self.convs.iter().fold(x.shallow_clone(), |y, conv| conv.forward_t(&y, train));
+        let y = run_all(&self.convs, x, train);
         let y = y.apply(&self.project).apply_t(&self.project_bn, train);
         if self.residual {
             x + y

@@ -113,7 +113,7 @@ impl Branch {
         let x = x.relu();
         let x = match self.shift {
             Shift::None => self.sep1.forward(&x),
-            Shift::PadCrop => crop_top_left(&self.sep1.forward(&x.pad([1, 0, 1, 0], "constant", None))).contiguous(),
+            Shift::PadCrop => shifted(&x, true, |x| self.sep1.forward(x)),
         };
         let x = x.apply_t(&self.bn1, train).relu();
         self.sep2.forward(&x).apply_t(&self.bn2, train)
@@ -133,20 +133,23 @@ enum Pool {
 
 impl Pool {
     fn forward(self, x: &Tensor) -> Tensor {
-        let padded = |pool: &dyn Fn(&Tensor) -> Tensor, contiguous: bool| {
-            let y = crop_top_left(&pool(&x.pad([1, 0, 1, 0], "constant", None)));
-            if contiguous {
-                y.contiguous()
-            } else {
-                y
-            }
-        };
         match self {
             Pool::Max { stride } => max_pool_3x3(x, stride),
             Pool::Avg { stride } => avg_pool_3x3(x, stride),
-            Pool::MaxPad { contiguous } => padded(&|x| max_pool_3x3(x, 2), contiguous),
-            Pool::AvgPad { contiguous } => padded(&|x| avg_pool_3x3(x, 2), contiguous),
+            Pool::MaxPad { contiguous } => shifted(x, contiguous, |x| max_pool_3x3(x, 2)),
+            Pool::AvgPad { contiguous } => shifted(x, contiguous, |x| avg_pool_3x3(x, 2)),
         }
+    }
+}
+
+/// `f` on `x` zero-padded at the top and left, the padding cropped off after (and the crop
+/// made contiguous when asked): NASNet's way to align stride-2 windows as TensorFlow does.
+fn shifted(x: &Tensor, contiguous: bool, f: impl FnOnce(&Tensor) -> Tensor) -> Tensor {
+    let y = crop_top_left(&f(&x.pad([1, 0, 1, 0], "constant", None)));
+    if contiguous {
+        y.contiguous()
+    } else {
+        y
     }
 }
 
