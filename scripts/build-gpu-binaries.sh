@@ -8,7 +8,8 @@ rm -rf .gpu && mkdir -p .gpu/tests
 cargo build --release --locked -p nimble-bench
 cp target/release/nimble-bench .gpu/
 for package in nimble-cuda nimble-torch; do
-    cargo test --release --locked -p "$package" --test gpu --no-run --message-format=json 2>/dev/null \
+    tests="--test gpu"; [ "$package" = nimble-torch ] && tests="--test gpu --test training_gpu"
+    cargo test --release --locked -p "$package" $tests --no-run --message-format=json 2>/dev/null \
         | python3 -c 'import json,sys
 for line in sys.stdin:
     m = json.loads(line)

@@ -10,3 +10,4 @@ pub mod inference;
 pub mod models;
 pub mod record;
 pub mod simulator_validation;
+pub mod training;

@@ -182,6 +182,38 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
+    /// GPU: time of one training step (forward, cross-entropy, backward, SGD momentum) of CIFAR-10
+    /// models: tch eager, the whole step as a one-stream CUDA graph, Nimble's autograd mode
+    /// (forward and backward graphs) and the whole step on Nimble's streams; each graph mode
+    /// checked against eager training first; the paper's method
+    Train {
+        /// Comma-separated training models (`nimble-bench models --dataset cifar10`), or `all`
+        #[arg(long, default_value = "mobilenet-v2")]
+        model: String,
+        /// Comma-separated batch sizes
+        #[arg(long, value_delimiter = ',', default_value = "32")]
+        batch: Vec<i64>,
+        /// Comma-separated modes: eager, graph (whole step, one stream), nimble (autograd mode),
+        /// step (whole step, Nimble's streams)
+        #[arg(long, value_delimiter = ',', default_value = "eager,graph,nimble,step")]
+        mode: Vec<String>,
+        /// The forward's stream-assignment algorithm in the nimble and step modes
+        #[arg(long, default_value = "nimble")]
+        algo: String,
+        /// Where the backward's ops run: one stream (the paper) or their forward op's stream
+        #[arg(long, value_enum, default_value = "one")]
+        backward_streams: torch::BackwardArg,
+        #[arg(long, default_value_t = 50)]
+        warmup: usize,
+        #[arg(long, default_value_t = 100)]
+        iters: usize,
+        /// Steps of the check against eager training before timing (0: none)
+        #[arg(long, default_value_t = 1)]
+        check_steps: usize,
+        /// Also write the result record (JSON, with provenance) here
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
     /// List the paper's figures, their figN aliases and which can be made today
     Figures,
     /// Figure (alias fig5): inference speedup over tch eager for every zoo model; measures on a
@@ -289,6 +321,17 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
                 out: out.as_deref(),
             })
         }
+        Command::Train { model, batch, mode, algo, backward_streams, warmup, iters, check_steps, out } => torch::train(&torch::TrainArgs {
+            models: &model,
+            batches: &batch,
+            modes: &mode,
+            algorithm: &algo,
+            backward_streams: backward_streams.into(),
+            warmup,
+            iterations: iters,
+            check_steps,
+            out: out.as_deref(),
+        }),
         Command::Gen { synthetic, out } => scheduling::generate(&synthetic, out.as_ref()),
     }
 }

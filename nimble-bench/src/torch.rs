@@ -7,6 +7,7 @@ use anyhow::{bail, Context, Result};
 use experiments::inference::{self, InferConfig, InferMode, InferRecord, InferRow, Variant, LIBTORCH_VERSION};
 use experiments::models::{self, Dataset};
 use experiments::record::Provenance;
+use experiments::training::{self, TrainConfig, TrainMode, TrainRecord, TrainRow};
 use nimble_cuda::Gpu;
 use nimble_torch::PrepareOptions;
 use tch::Device;
@@ -266,6 +267,162 @@ fn table(record: &InferRecord) -> String {
             nimble.and_then(|r| r.prepare.as_ref()).map_or("-".into(), |p| p.streams.to_string()),
             prepared.map_or("-".into(), |p| p.kernel_nodes.to_string()),
             nimble.and_then(|r| r.prepare.as_ref()).map_or("-".into(), |p| format!("{:.2}", p.seconds.total)),
+        ));
+    }
+    lines.join("\n")
+}
+
+/// `train --backward-streams` values.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum BackwardArg {
+    /// every backward op on one stream (the paper)
+    One,
+    /// each backward op on its forward op's stream
+    Forward,
+}
+
+impl From<BackwardArg> for nimble_torch::BackwardStreams {
+    fn from(arg: BackwardArg) -> Self {
+        match arg {
+            BackwardArg::One => nimble_torch::BackwardStreams::One,
+            BackwardArg::Forward => nimble_torch::BackwardStreams::Forward,
+        }
+    }
+}
+
+/// What `train` measures.
+pub struct TrainArgs<'a> {
+    pub models: &'a str,
+    pub batches: &'a [i64],
+    pub modes: &'a [String],
+    pub algorithm: &'a str,
+    pub backward_streams: nimble_torch::BackwardStreams,
+    pub warmup: usize,
+    pub iterations: usize,
+    pub check_steps: usize,
+    pub out: Option<&'a Path>,
+}
+
+/// `train`: one training step per mode, model and batch size, checked against eager training.
+pub fn train(args: &TrainArgs<'_>) -> Result<()> {
+    anyhow::ensure!(args.batches.iter().all(|&b| b >= 1), "--batch sizes must be at least 1");
+    anyhow::ensure!(args.iterations >= 1, "--iters must be at least 1");
+    nimble_sched::algorithms::by_name(args.algorithm)?;
+    let modes: Vec<TrainMode> = args.modes.iter().map(|m| TrainMode::parse(m.trim())).collect::<Result<_, _>>().map_err(anyhow::Error::msg)?;
+    let names: Vec<&str> = if args.models == "all" {
+        models::MODELS.iter().filter(|m| m.training).map(|m| m.name).collect()
+    } else {
+        model_names(args.models)?
+    };
+    for name in &names {
+        let info = models::info(name).map_err(anyhow::Error::msg)?;
+        anyhow::ensure!(info.training, "`{name}` is not a training model; `nimble-bench models --dataset cifar10` lists them");
+    }
+    if !nimble_torch::cuda_available() {
+        bail!("train needs a CUDA device and libtorch sees none");
+    }
+    let gpu = Gpu::open(0).context("opening the GPU for its description")?;
+    tch::Cuda::cudnn_set_benchmark(true);
+    let mut rows = Vec::new();
+    let mut config = TrainConfig::paper(args.batches[0]);
+    for &batch in args.batches {
+        for name in &names {
+            config = TrainConfig {
+                batch,
+                warmup: args.warmup,
+                iterations: args.iterations,
+                algorithm: args.algorithm.to_string(),
+                backward_streams: args.backward_streams,
+                check_steps: args.check_steps,
+                ..TrainConfig::paper(batch)
+            };
+            nimble_torch::cuda_synchronize()?;
+            nimble_torch::cuda_empty_cache()?;
+            let measured = training::measure_model(name, &config, &modes).map_err(anyhow::Error::msg).with_context(|| format!("measuring {name} at batch {batch}"))?;
+            for row in measured {
+                eprintln!("  {}", train_line(&row));
+                rows.push(row);
+            }
+        }
+    }
+    let method = "cuDNN benchmark on; fresh randn inputs and random labels every step; CUDA events around each step on the current stream; each mode timed in its own block on its own model copy; median";
+    let record = TrainRecord {
+        experiment: "training",
+        provenance: Provenance::now(gpu.info(), args.warmup, args.iterations, method),
+        libtorch: LIBTORCH_VERSION,
+        precision: "float32 (libtorch defaults: TF32 for cuDNN convolutions)",
+        dataset: Dataset::Cifar10,
+        optimizer: training::optimizer_label(&config),
+        config,
+        rows,
+    };
+    if let Some(path) = args.out {
+        write_file(path, &serde_json::to_string_pretty(&record)?)?;
+    }
+    emit(&train_table(&record))
+}
+
+fn train_line(row: &TrainRow) -> String {
+    let prepared = row.prepare.as_ref().map_or(String::new(), |p| {
+        format!(" | {} streams, {}+{} kernels, prepare {:.2} s", p.streams, p.kernel_nodes, p.backward_kernel_nodes, p.seconds.total)
+    });
+    let check = row.check.as_ref().map_or(String::new(), |c| {
+        format!(", {} step(s) vs eager: updates {:.1e} ({}), losses {:.1e}", c.steps, c.max_update_error, c.variable, c.max_loss_error)
+    });
+    format!(
+        "{:<16} b{:<4} {:<6} {:>8.3} ms (mean {:.3}, sd {:.3}){}{}",
+        row.model,
+        row.batch,
+        row.mode.name(),
+        row.step.median_us / 1000.0,
+        row.step.mean_us / 1000.0,
+        row.step.stdev_us / 1000.0,
+        prepared,
+        check
+    )
+}
+
+/// The summary table: one line per model and batch size, ms per step and speedups over eager.
+fn train_table(record: &TrainRecord) -> String {
+    let p = &record.provenance;
+    let mut lines = vec![
+        format!(
+            "{} (driver {}, CUDA {}), libtorch {}, CIFAR-10 training step, median of {} after {} warm-ups, ms; commit {}",
+            p.gpu,
+            p.driver_version.as_deref().unwrap_or("?"),
+            p.driver_cuda_version,
+            record.libtorch,
+            p.iterations,
+            p.warmup,
+            p.commit
+        ),
+        format!("{:<16} {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}", "model", "batch", "eager", "graph", "nimble", "step", "x nimble", "x step", "streams"),
+    ];
+    let mut keys: Vec<(String, i64)> = Vec::new();
+    for row in &record.rows {
+        if !keys.contains(&(row.model.clone(), row.batch)) {
+            keys.push((row.model.clone(), row.batch));
+        }
+    }
+    for (model, batch) in keys {
+        let find = |mode| record.rows.iter().find(|r| r.model == model && r.batch == batch && r.mode == mode);
+        let ms = |mode| find(mode).map_or("-".to_string(), |r| format!("{:.3}", r.step.median_us / 1000.0));
+        let speedup = |mode| match (find(TrainMode::Eager), find(mode)) {
+            (Some(e), Some(r)) => format!("{:.2}", e.step.median_us / r.step.median_us),
+            _ => "-".into(),
+        };
+        let streams = find(TrainMode::Step).or(find(TrainMode::Nimble)).and_then(|r| r.prepare.as_ref()).map_or("-".into(), |p| p.streams.to_string());
+        lines.push(format!(
+            "{:<16} {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+            model,
+            batch,
+            ms(TrainMode::Eager),
+            ms(TrainMode::Graph),
+            ms(TrainMode::Nimble),
+            ms(TrainMode::Step),
+            speedup(TrainMode::Nimble),
+            speedup(TrainMode::Step),
+            streams
         ));
     }
     lines.join("\n")

@@ -4,7 +4,9 @@
 //  * issuing the ops of later passes on planned CUDA streams with events at the plan's syncs,
 //  * capturing one pass as an at::cuda::CUDAGraph and replaying it,
 //  * TorchScript: tracing a tch forward into a module, freezing and optimizing it, running it,
-//  * the caching allocator's statistics.
+//  * the caching allocator's statistics,
+//  * training: backward passes on chosen streams, fused optimizer steps, and the autograd
+//    function that replays a captured forward and backward graph.
 //
 // Every entry point is `extern "C"`, returns 0 on success and -1 on failure, and never lets a
 // C++ exception escape: the message is kept per thread and read with ns_last_error().
@@ -23,6 +25,8 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/jit/frontend/tracer.h>
 #include <torch/csrc/jit/passes/fixup_trace_scope_blocks.h>
 #include <torch/csrc/jit/passes/freeze_module.h>
@@ -35,6 +39,7 @@
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -69,6 +74,20 @@ char* owned_copy(const std::string& s) {
   char* out = static_cast<char*>(std::malloc(s.size() + 1));
   if (out == nullptr) throw std::bad_alloc();
   std::memcpy(out, s.c_str(), s.size() + 1);
+  return out;
+}
+
+// A malloc'd array of `new at::Tensor`s (the caller adopts them and frees the array).
+void** new_tensor_array(const std::vector<at::Tensor>& tensors) {
+  void** array = static_cast<void**>(std::malloc(sizeof(void*) * std::max<size_t>(tensors.size(), 1)));
+  if (array == nullptr) throw std::bad_alloc();
+  for (size_t i = 0; i < tensors.size(); i++) array[i] = new at::Tensor(tensors[i]);
+  return array;
+}
+
+std::vector<at::Tensor> tensor_list(void* const* tensors, int n) {
+  std::vector<at::Tensor> out;
+  for (int i = 0; i < n; i++) out.push_back(*static_cast<const at::Tensor*>(tensors[i]));
   return out;
 }
 
@@ -175,6 +194,32 @@ struct Recorder {
   std::unordered_map<const void*, int64_t> storage_ids;
   int depth = 0;
   at::CallbackHandle handle = 0;
+  // With `keep_state` (training): every tensor the forward reads that no earlier op produced
+  // (parameters, buffers such as BatchNorm's running statistics) with a copy of its value
+  // before the op ran, and the leaves among them that require gradients (the parameters).
+  bool keep_state = false;
+  std::vector<std::pair<at::Tensor, at::Tensor>> state;
+  std::vector<at::Tensor> params;
+  std::unordered_set<const void*> state_seen;
+
+  void keep_external(const c10::IValue& v) {
+    for_each_tensor(v, [&](const at::Tensor& t) {
+      if (!t.defined() || !t.has_storage()) return;
+      const void* impl = t.unsafeGetTensorImpl();
+      if (state_seen.count(impl) != 0) return;
+      bool external = storage_ids.count(t.storage().unsafeGetStorageImpl()) == 0;
+      bool param = t.is_leaf() && t.requires_grad();
+      if (!external && !param) return;
+      state_seen.insert(impl);
+      if (param) params.push_back(t);
+      if (external) {
+        // The copy must not be recorded, nor join the autograd graph.
+        at::DisableRecordFunctionGuard no_record;
+        at::NoGradGuard no_grad;
+        state.emplace_back(t, t.detach().clone());
+      }
+    });
+  }
 
   int64_t storage_id(const at::Tensor& t) {
     const void* key = t.storage().unsafeGetStorageImpl();
@@ -223,7 +268,11 @@ bool syncs_with_host(const at::RecordFunction& fn) {
          tensors_on_both_sides(fn);
 }
 
+// The callbacks below are thread-local, but libtorch hands a thread's callbacks on to the
+// threads that work for it (the autograd engine's device threads): there the state pointer is
+// null and they do nothing.
 std::unique_ptr<at::ObserverContext> record_start(const at::RecordFunction& fn) {
+  if (g_recorder == nullptr) return nullptr;
   Recorder& r = *g_recorder;
   r.depth++;
   if (r.depth == 1) {
@@ -232,6 +281,8 @@ std::unique_ptr<at::ObserverContext> record_start(const at::RecordFunction& fn) 
     const OpInfo* info = op_info(fn);
     op.has_schema = info != nullptr;
     auto inputs = own_inputs(fn, info);
+    if (r.keep_state)
+      for (const auto& v : inputs) r.keep_external(v);
     for (size_t i = 0; i < inputs.size(); i++) {
       bool write = info != nullptr && i < info->writes.size() && info->writes[i];
       r.collect(inputs[i], write, op.inputs);
@@ -245,6 +296,7 @@ std::unique_ptr<at::ObserverContext> record_start(const at::RecordFunction& fn) 
 }
 
 void record_end(const at::RecordFunction& fn, at::ObserverContext*) {
+  if (g_recorder == nullptr) return;
   Recorder& r = *g_recorder;
   if (r.depth == 1 && !r.ops.empty()) {
     for (const auto& v : own_outputs(fn, op_info(fn))) r.collect(v, false, r.ops.back().outputs);
@@ -277,7 +329,9 @@ struct Schedule {
   // per pass
   int k = 0;
   int depth = 0;
-  bool armed = false;
+  bool open = false;   // a pass is running
+  bool armed = false;  // ... and its per-op callback is on
+  std::string problem;  // what disarming found
   std::string mismatch;
   std::string host_sync;
   int host_sync_index = 0;
@@ -286,6 +340,7 @@ struct Schedule {
 };
 
 thread_local Schedule* g_schedule = nullptr;
+thread_local Schedule* g_open_pass = nullptr;
 
 // at::cuda::CUDAGraph, plus an end of capture that leaves libtorch usable when the capture
 // failed. CUDAGraph::capture_end throws before undoing capture_begin's global changes when the
@@ -327,6 +382,7 @@ void record_streams(const c10::IValue& v, const c10::cuda::CUDAStream& stream) {
 }
 
 std::unique_ptr<at::ObserverContext> schedule_start(const at::RecordFunction& fn) {
+  if (g_schedule == nullptr) return nullptr;
   Schedule& s = *g_schedule;
   s.depth++;
   // Only matters where there is a device to synchronize with.
@@ -356,6 +412,7 @@ std::unique_ptr<at::ObserverContext> schedule_start(const at::RecordFunction& fn
 }
 
 void schedule_end(const at::RecordFunction& fn, at::ObserverContext*) {
+  if (g_schedule == nullptr) return;
   Schedule& s = *g_schedule;
   if (s.depth == 1 && s.mismatch.empty() && s.streams.empty()) {
     s.k++;
@@ -379,6 +436,35 @@ void join_streams(Schedule& s) {
   }
 }
 
+// Turns the per-op callback off (the forward is done) and checks the op sequence; the pass stays
+// open, with the origin stream current, for what follows in the same capture (loss, backward,
+// optimizer). Returns "" or what went wrong, as ns_pass_end does.
+// `for_tail`: what follows in the pass runs on the origin stream, so join every stream into it.
+std::string disarm(Schedule& s, bool for_tail) {
+  if (!s.armed) return s.problem;
+  at::removeCallback(s.handle);
+  g_schedule = nullptr;
+  s.armed = false;
+  std::string what;
+  if (!s.host_sync.empty()) {
+    int k = s.host_sync_index;
+    what = "op #" + std::to_string(k) + " (" + (k < static_cast<int>(s.names.size()) ? s.names[k] : std::string("beyond the trace")) +
+           ") synchronizes with the host through " + s.host_sync;
+  } else if (!s.mismatch.empty()) {
+    what = s.mismatch;
+  } else if (s.k != static_cast<int>(s.names.size())) {
+    what = "the forward ended after " + std::to_string(s.k) + " ops, but the trace has " + std::to_string(s.names.size()) +
+           "; the first missing op is " + s.names[s.k];
+  }
+  if (!s.streams.empty() && for_tail) {
+    // What follows runs on the origin stream and may read anything the forward produced.
+    join_streams(s);
+    c10::cuda::setCurrentCUDAStream(s.streams[0]);
+  }
+  s.problem = what;
+  return what;
+}
+
 }  // namespace
 
 extern "C" {
@@ -397,10 +483,13 @@ int ns_cuda_device_count(int* out) {
 //   out (same fields as in)
 // ---------------------------------------------------------------------------------------------
 
-int ns_trace_begin() {
+// `keep_state`: also collect the forward's external tensors (see Recorder::state).
+int ns_trace_begin(int keep_state) {
   return guarded([&] {
-    if (g_recorder != nullptr || g_schedule != nullptr) throw std::runtime_error("a trace or scheduled pass is already running on this thread");
+    if (g_recorder != nullptr || g_schedule != nullptr || g_open_pass != nullptr)
+      throw std::runtime_error("a trace or scheduled pass is already running on this thread");
     auto recorder = std::make_unique<Recorder>();
+    recorder->keep_state = keep_state != 0;
     recorder->handle = at::addThreadLocalCallback(at::RecordFunctionCallback(record_start, record_end)
                                                       .needsInputs(true)
                                                       .needsOutputs(true)
@@ -409,7 +498,10 @@ int ns_trace_begin() {
   });
 }
 
-int ns_trace_end(char** out) {
+// Ends the trace. `out` null: abandoned. Otherwise the text, and (when kept) the parameters as
+// `n_params` new tensors and the external tensors as `n_state` pairs (tensor, its value before
+// the forward), 2·n_state new tensors; arrays malloc'd (ns_free_array).
+int ns_trace_end(char** out, void*** params, int* n_params, void*** state, int* n_state) {
   return guarded([&] {
     if (g_recorder == nullptr) throw std::runtime_error("no trace is running on this thread");
     std::unique_ptr<Recorder> recorder(g_recorder);
@@ -421,6 +513,17 @@ int ns_trace_end(char** out) {
       o << "op\t" << op.name << '\t' << (op.has_schema ? 1 : 0) << '\t' << (op.host_sync.empty() ? "-" : op.host_sync) << '\n';
       write_uses(o, "in", op.inputs);
       write_uses(o, "out", op.outputs);
+    }
+    if (params != nullptr) {
+      std::vector<at::Tensor> flat;
+      for (const auto& kv : recorder->state) {
+        flat.push_back(kv.first);
+        flat.push_back(kv.second);
+      }
+      *params = new_tensor_array(recorder->params);
+      *n_params = static_cast<int>(recorder->params.size());
+      *state = new_tensor_array(flat);
+      *n_state = static_cast<int>(recorder->state.size());
     }
     *out = owned_copy(o.str());
   });
@@ -486,15 +589,19 @@ void ns_schedule_free(void* schedule) { delete static_cast<Schedule*>(schedule);
 // Starts a pass: the origin stream becomes current, the capture (if `graph`) begins, every stream
 // forks from the origin, and the callback is armed (after capture_begin, which runs ops itself).
 // `gate_cycles` > 0 first holds the origin stream busy that long, so the ops of a timing pass
-// queue up behind it and their events time the GPU work alone, not the launches.
-int ns_pass_begin(void* schedule, void* graph, int capture_mode, long long gate_cycles) {
+// queue up behind it and their events time the GPU work alone, not the launches. Without `arm`
+// the streams are forked (and captured) but ops run where libtorch puts them, unchecked: the
+// backward pass of training, whose ops the autograd engine issues.
+int ns_pass_begin(void* schedule, void* graph, int capture_mode, long long gate_cycles, int arm) {
   return guarded([&] {
     auto* s = static_cast<Schedule*>(schedule);
-    if (g_recorder != nullptr || g_schedule != nullptr) throw std::runtime_error("a trace or scheduled pass is already running on this thread");
+    if (g_recorder != nullptr || g_schedule != nullptr || g_open_pass != nullptr)
+      throw std::runtime_error("a trace or scheduled pass is already running on this thread");
     s->k = 0;
     s->depth = 0;
     s->mismatch.clear();
     s->host_sync.clear();
+    s->problem.clear();
     if (s->streams.empty() && (graph != nullptr || gate_cycles > 0)) throw std::runtime_error("a check-only schedule cannot capture or time");
     if (!s->streams.empty()) {
       s->previous = std::make_unique<c10::cuda::CUDAStream>(c10::cuda::getCurrentCUDAStream(s->streams[0].device_index()));
@@ -519,10 +626,11 @@ int ns_pass_begin(void* schedule, void* graph, int capture_mode, long long gate_
         for (size_t i = 1; i < s->streams.size(); i++)
           if (s->streams[i] != s->streams[0]) fork.block(s->streams[i]);
       }
-      s->handle = at::addThreadLocalCallback(at::RecordFunctionCallback(schedule_start, schedule_end)
-                                                 .needsInputs(true)
-                                                 .needsOutputs(true)
-                                                 .scopes({at::RecordScope::FUNCTION}));
+      if (arm)
+        s->handle = at::addThreadLocalCallback(at::RecordFunctionCallback(schedule_start, schedule_end)
+                                                   .needsInputs(true)
+                                                   .needsOutputs(true)
+                                                   .scopes({at::RecordScope::FUNCTION}));
     } catch (...) {
       if (graph != nullptr) {
         try {
@@ -533,32 +641,26 @@ int ns_pass_begin(void* schedule, void* graph, int capture_mode, long long gate_
       if (s->previous) c10::cuda::setCurrentCUDAStream(*s->previous);
       throw;
     }
-    g_schedule = s;
-    s->armed = true;
+    g_open_pass = s;
+    s->open = true;
+    if (arm) {
+      g_schedule = s;
+      s->armed = true;
+    }
   });
 }
 
-// Ends a pass: disarms, joins every stream into the origin, ends the capture (always, so the
-// stream is never left capturing), restores the previous current stream. `problem` receives ""
-// or what went wrong with the op sequence (the first differing op, or a host sync).
+// Ends a pass: disarms (if still armed), joins every stream into the origin, ends the capture
+// (always, so the stream is never left capturing), restores the previous current stream.
+// `problem` receives "" or what went wrong with the op sequence (the first differing op, or a
+// host sync) or the capture.
 int ns_pass_end(void* schedule, void* graph, char** problem) {
   return guarded([&] {
     auto* s = static_cast<Schedule*>(schedule);
-    if (!s->armed) throw std::runtime_error("no pass is running on this schedule");
-    at::removeCallback(s->handle);
-    g_schedule = nullptr;
-    s->armed = false;
-    std::string what;
-    if (!s->host_sync.empty()) {
-      int k = s->host_sync_index;
-      what = "op #" + std::to_string(k) + " (" + (k < static_cast<int>(s->names.size()) ? s->names[k] : std::string("beyond the trace")) +
-             ") synchronizes with the host through " + s->host_sync;
-    } else if (!s->mismatch.empty()) {
-      what = s->mismatch;
-    } else if (s->k != static_cast<int>(s->names.size())) {
-      what = "the forward ended after " + std::to_string(s->k) + " ops, but the trace has " + std::to_string(s->names.size()) +
-             "; the first missing op is " + s->names[s->k];
-    }
+    if (!s->open) throw std::runtime_error("no pass is running on this schedule");
+    std::string what = disarm(*s, false);
+    s->open = false;
+    g_open_pass = nullptr;
     std::string capture_error;
     try {
       join_streams(*s);
@@ -577,6 +679,23 @@ int ns_pass_end(void* schedule, void* graph, char** problem) {
     if (s->previous) c10::cuda::setCurrentCUDAStream(*s->previous);
     if (!capture_error.empty() && what.empty()) what = "capture failed: " + capture_error;
     *problem = owned_copy(what);
+  });
+}
+
+// Marks `tensors` (made on any of the schedule's streams) as used on its origin stream.
+int ns_record_on_origin(void* schedule, void* const* tensors, int n) {
+  return guarded([&] {
+    auto* s = static_cast<Schedule*>(schedule);
+    if (s->streams.empty()) return;
+    for (const auto& t : tensor_list(tensors, n)) record_streams(t, s->streams[0]);
+  });
+}
+
+int ns_pass_disarm(void* schedule, char** problem) {
+  return guarded([&] {
+    auto* s = static_cast<Schedule*>(schedule);
+    if (!s->open) throw std::runtime_error("no pass is running on this schedule");
+    *problem = owned_copy(disarm(*s, true));
   });
 }
 
@@ -799,10 +918,7 @@ int ns_jit_forward(void* module, void* const* inputs, int n, void*** outputs, in
     std::vector<at::Tensor> flat;
     if (!for_each_tensor(result, [&](const at::Tensor& t) { flat.push_back(t); }))
       throw std::runtime_error("the module returned something other than tensors (in tuples or lists)");
-    void** array = static_cast<void**>(std::malloc(sizeof(void*) * std::max<size_t>(flat.size(), 1)));
-    if (array == nullptr) throw std::bad_alloc();
-    for (size_t i = 0; i < flat.size(); i++) array[i] = new at::Tensor(flat[i]);
-    *outputs = array;
+    *outputs = new_tensor_array(flat);
     *n_out = static_cast<int>(flat.size());
   });
 }
@@ -817,6 +933,256 @@ int ns_jit_node_kinds(void* module, char** out) {
     std::ostringstream o;
     for (const auto& kv : counts) o << kv.first << '=' << kv.second << '\n';
     *out = owned_copy(o.str());
+  });
+}
+
+}  // extern "C"
+
+// ---------------------------------------------------------------------------------------------
+// Training
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The stream every op of a one-stream backward is issued on (see ns_backward). Set and cleared by
+// the thread that calls backward, read by the autograd engine's threads in between.
+std::atomic<const c10::cuda::CUDAStream*> g_backward_stream{nullptr};
+
+std::unique_ptr<at::ObserverContext> backward_start(const at::RecordFunction&) {
+  const auto* stream = g_backward_stream.load();
+  if (stream != nullptr) c10::cuda::setCurrentCUDAStream(*stream);
+  return nullptr;
+}
+
+// A forward and a backward graph captured for autograd: the forward's static outputs, the
+// backward's static gradient inputs, the parameters and the backward's static gradients of
+// them (undefined for parameters the outputs do not depend on). Shared by the Rust owner and
+// every autograd node of a forward it ran; the owner marks it released when the graphs go away.
+struct TrainState : torch::CustomClassHolder {
+  at::cuda::CUDAGraph* forward = nullptr;
+  at::cuda::CUDAGraph* backward = nullptr;
+  std::vector<at::Tensor> outputs;       // the captured forward's (detached)
+  std::vector<at::Tensor> grad_outputs;  // read by the backward graph
+  std::vector<at::Tensor> params;
+  std::vector<at::Tensor> param_grads;   // written by the backward graph
+  int64_t generation = 0;
+  bool backward_pending = false;
+  bool released = false;
+};
+
+// The paper's glue: forward replays the forward graph and returns its static outputs; backward
+// copies the incoming gradients into the backward graph's static inputs, replays it, and returns
+// its static parameter gradients, which autograd then accumulates into the parameters' `.grad`
+// as for any op (taking the tensor over when `.grad` is unset, so usually without a copy).
+struct ReplayFn : torch::autograd::Function<ReplayFn> {
+  static variable_list forward(AutogradContext* ctx, c10::intrusive_ptr<TrainState> state, at::TensorList params) {
+    (void)params;  // inputs only so that the outputs require gradients
+    state->forward->replay();
+    state->generation++;
+    state->backward_pending = true;
+    ctx->saved_data["generation"] = state->generation;
+    ctx->saved_data["state"] = c10::IValue::make_capsule(state);
+    variable_list out;
+    for (const auto& o : state->outputs) out.push_back(o.detach());
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto state = c10::static_intrusive_pointer_cast<TrainState>(ctx->saved_data["state"].toCapsule());
+    if (state->released)
+      throw std::runtime_error("nimble: the Nimble that produced this output was dropped or prepared again; run its forward again");
+    if (ctx->saved_data["generation"].toInt() != state->generation)
+      throw std::runtime_error(
+          "nimble: backward of an earlier forward's output; a later forward has overwritten its saved activations "
+          "(run backward before the next forward)");
+    if (!state->backward_pending) throw std::runtime_error("nimble: backward ran twice for one forward; run forward again first");
+    for (size_t i = 0; i < state->grad_outputs.size(); i++) {
+      if (i < grads.size() && grads[i].defined()) {
+        state->grad_outputs[i].copy_(grads[i]);
+      } else {
+        state->grad_outputs[i].zero_();
+      }
+    }
+    // A `.grad` that autograd took over from an earlier backward is the graph's own memory,
+    // which the replay overwrites: give it memory of its own first (gradient accumulation over
+    // several backwards without zeroing in between).
+    for (size_t i = 0; i < state->params.size(); i++) {
+      auto& grad = state->params[i].mutable_grad();
+      if (grad.defined() && state->param_grads[i].defined() && grad.is_alias_of(state->param_grads[i])) grad = grad.clone();
+    }
+    state->backward->replay();
+    state->backward_pending = false;
+    variable_list out;
+    out.emplace_back();  // the state argument
+    for (const auto& g : state->param_grads) out.push_back(g.defined() ? g.detach() : at::Tensor());
+    return out;
+  }
+};
+
+// Keeps the parameters whose gradient is defined, with their gradients and (when given) state.
+struct StepLists {
+  std::vector<at::Tensor> params, grads;
+  std::vector<std::vector<at::Tensor>> state;
+};
+
+StepLists step_lists(void* const* params, int n, std::initializer_list<void* const*> state) {
+  StepLists l;
+  l.state.resize(state.size());
+  for (int i = 0; i < n; i++) {
+    const auto& p = *static_cast<const at::Tensor*>(params[i]);
+    const at::Tensor& g = p.grad();
+    if (!g.defined()) continue;
+    l.params.push_back(p);
+    l.grads.push_back(g);
+    size_t k = 0;
+    for (auto* list : state) l.state[k++].push_back(*static_cast<const at::Tensor*>(list[i]));
+  }
+  return l;
+}
+
+}  // namespace
+
+extern "C" {
+
+int ns_grad_enabled(int* out) {
+  return guarded([&] { *out = at::GradMode::is_enabled() ? 1 : 0; });
+}
+
+// Backward from `tensors` with gradients `grads` (null: implicit ones for scalars), keeping the
+// autograd graph when `retain`. With `one_stream` (a schedule), every backward op runs on that
+// schedule's origin stream instead of its forward op's stream. Without `wrt`, the gradients
+// accumulate into the leaves' `.grad`; with `wrt` (n_wrt tensors), they are returned instead
+// (`*out`: n_wrt new tensors, undefined where a tensor is unused) and `.grad` is untouched.
+int ns_backward(void* const* tensors, void* const* grads, int n, int retain, void* one_stream, void* const* wrt, int n_wrt, void*** out) {
+  return guarded([&] {
+    auto outs = tensor_list(tensors, n);
+    std::vector<at::Tensor> gs;
+    if (grads != nullptr) gs = tensor_list(grads, n);
+    std::unique_ptr<c10::cuda::CUDAStream> stream;
+    at::CallbackHandle handle = 0;
+    if (one_stream != nullptr) {
+      auto* s = static_cast<Schedule*>(one_stream);
+      if (s->streams.empty()) throw std::runtime_error("a one-stream backward needs a schedule on a CUDA device");
+      if (g_backward_stream.load() != nullptr) throw std::runtime_error("a one-stream backward is already running");
+      stream = std::make_unique<c10::cuda::CUDAStream>(s->streams[0]);
+      g_backward_stream.store(stream.get());
+      // Thread-local, so the autograd engine hands it on to the threads that run this backward.
+      handle = at::addThreadLocalCallback(at::RecordFunctionCallback(backward_start).scopes({at::RecordScope::FUNCTION}));
+    }
+    auto done = [&] {
+      if (handle != 0) at::removeCallback(handle);
+      g_backward_stream.store(nullptr);
+    };
+    std::vector<at::Tensor> result;
+    try {
+      if (wrt == nullptr) {
+        torch::autograd::backward(outs, gs, retain != 0, false);
+      } else {
+        result = torch::autograd::grad(outs, tensor_list(wrt, n_wrt), gs, retain != 0, false, /*allow_unused=*/true);
+      }
+    } catch (...) {
+      done();
+      throw;
+    }
+    done();
+    if (wrt != nullptr) *out = new_tensor_array(result);
+  });
+}
+
+// Sets the parameters' `.grad` to undefined, so the next backward creates them (in a capture:
+// in the graph's pool, written afresh by every replay, nothing to zero).
+// Makes autograd create the parameters' gradient accumulators afresh at their next use. An
+// accumulator remembers the stream current when it was made and the engine syncs gradients onto
+// that stream; one made eagerly on the default stream (or kept alive by an old autograd graph
+// the caller still holds) would put a default-stream wait into a capture and invalidate it.
+int ns_fresh_grad_accumulators(void* const* params, int n) {
+  return guarded([&] {
+    for (auto& p : tensor_list(params, n)) {
+      auto* meta = torch::autograd::impl::get_autograd_meta(p);
+      if (meta != nullptr) meta->grad_accumulator_.reset();
+    }
+  });
+}
+
+int ns_grads_reset(void* const* params, int n) {
+  return guarded([&] {
+    for (auto& p : tensor_list(params, n)) p.mutable_grad().reset();
+  });
+}
+
+// One SGD step (PyTorch's: weight decay added to the gradient, momentum buffer, optional
+// Nesterov) over every parameter with a gradient, as libtorch's fused multi-tensor kernel.
+// Momentum buffers start at zero, which with dampening 0 equals PyTorch's first step.
+int ns_sgd_step(void* const* params, void* const* momentum_buffers, int n, double lr, double momentum, double dampening,
+                double weight_decay, int nesterov) {
+  return guarded([&] {
+    at::NoGradGuard no_grad;
+    auto l = momentum != 0.0 ? step_lists(params, n, {momentum_buffers}) : step_lists(params, n, {});
+    if (l.params.empty()) return;
+    std::vector<at::Tensor> buffers = momentum != 0.0 ? l.state[0] : std::vector<at::Tensor>{};
+    at::_fused_sgd_(l.params, l.grads, buffers, weight_decay, momentum, lr, dampening, nesterov != 0, false, false);
+  });
+}
+
+// One Adam step (L2 weight decay, as torch.optim.Adam), fused; `steps` are per-parameter
+// one-element float tensors on the device, so a captured step counts correctly on replay.
+int ns_adam_step(void* const* params, void* const* exp_avgs, void* const* exp_avg_sqs, void* const* steps, int n, double lr,
+                 double beta1, double beta2, double eps, double weight_decay) {
+  return guarded([&] {
+    at::NoGradGuard no_grad;
+    auto l = step_lists(params, n, {exp_avgs, exp_avg_sqs, steps});
+    if (l.params.empty()) return;
+    at::_foreach_add_(l.state[2], 1);
+    at::_fused_adam_(l.params, l.grads, l.state[0], l.state[1], {}, l.state[2], lr, beta1, beta2, weight_decay, eps, false, false);
+  });
+}
+
+// `param_grads` may hold undefined tensors (parameters the outputs do not depend on). The
+// outputs are kept detached: the captured forward's autograd graph is not needed once the
+// backward graph is captured.
+int ns_train_state_new(void* forward_graph, void* backward_graph, void* const* outputs, void* const* grad_outputs, int n_outputs,
+                       void* const* params, void* const* param_grads, int n_params, void** out) {
+  return guarded([&] {
+    auto state = c10::make_intrusive<TrainState>();
+    state->forward = static_cast<Graph*>(forward_graph);
+    state->backward = static_cast<Graph*>(backward_graph);
+    for (const auto& o : tensor_list(outputs, n_outputs)) state->outputs.push_back(o.detach());
+    state->grad_outputs = tensor_list(grad_outputs, n_outputs);
+    state->params = tensor_list(params, n_params);
+    state->param_grads = tensor_list(param_grads, n_params);
+    *out = state.release();
+  });
+}
+
+// Marks the state released (its graphs are about to be freed) and drops the owner's reference.
+void ns_train_state_free(void* raw) {
+  try {
+    auto state = c10::intrusive_ptr<TrainState>::reclaim(static_cast<TrainState*>(raw));
+    state->released = true;
+    state->forward = nullptr;
+    state->backward = nullptr;
+    state->outputs.clear();
+    state->grad_outputs.clear();
+    state->params.clear();
+    state->param_grads.clear();
+  } catch (...) {
+  }
+}
+
+// Replays the forward graph through the autograd function; the outputs (new tensors) carry its
+// backward.
+int ns_train_forward(void* raw, void*** outputs, int* n_out) {
+  return guarded([&] {
+    auto state = c10::intrusive_ptr<TrainState>::unsafe_reclaim_from_nonowning(static_cast<TrainState*>(raw));
+    if (!at::GradMode::is_enabled())
+      throw std::runtime_error("nimble: forward of a model prepared for training ran with gradients off (no_grad); prepare for inference to run without gradients");
+    // As a TensorList, so autograd sees the parameters as inputs (a vector would not be).
+    variable_list result = ReplayFn::apply(state, at::TensorList(state->params));
+    *outputs = new_tensor_array(result);
+    *n_out = static_cast<int>(result.size());
   });
 }
 

@@ -30,6 +30,10 @@ pub enum NimbleError {
     /// Bad input to `prepare`, the trace or a loader.
     #[error("{0}")]
     InvalidInput(String),
+    /// A training-prepared model used the wrong way (forward without gradients, `train_step`
+    /// on a model prepared otherwise, …).
+    #[error("{0}")]
+    Training(String),
     /// `forward` before a successful `prepare`.
     #[error("the model is not prepared: call prepare first")]
     NotPrepared,

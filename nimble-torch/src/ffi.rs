@@ -24,8 +24,8 @@ extern "C" {
     fn ns_cuda_allocated_bytes(device: c_int, out: *mut i64) -> c_int;
     fn ns_cuda_empty_cache() -> c_int;
 
-    fn ns_trace_begin() -> c_int;
-    fn ns_trace_end(out: *mut *mut c_char) -> c_int;
+    fn ns_trace_begin(keep_state: c_int) -> c_int;
+    fn ns_trace_end(out: *mut *mut c_char, params: *mut *mut *mut c_void, n_params: *mut c_int, state: *mut *mut *mut c_void, n_state: *mut c_int) -> c_int;
 
     fn ns_schedule_new(
         n: c_int,
@@ -40,8 +40,10 @@ extern "C" {
         out: *mut *mut c_void,
     ) -> c_int;
     fn ns_schedule_free(s: *mut c_void);
-    fn ns_pass_begin(s: *mut c_void, graph: *mut c_void, capture_mode: c_int, gate_cycles: i64) -> c_int;
+    fn ns_pass_begin(s: *mut c_void, graph: *mut c_void, capture_mode: c_int, gate_cycles: i64, arm: c_int) -> c_int;
+    fn ns_pass_disarm(s: *mut c_void, problem: *mut *mut c_char) -> c_int;
     fn ns_pass_end(s: *mut c_void, graph: *mut c_void, problem: *mut *mut c_char) -> c_int;
+    fn ns_record_on_origin(s: *mut c_void, tensors: *const *mut c_void, n: c_int) -> c_int;
     fn ns_schedule_durations(s: *mut c_void, out_us: *mut f32, n: c_int) -> c_int;
 
     fn ns_graph_new(out: *mut *mut c_void) -> c_int;
@@ -64,6 +66,46 @@ extern "C" {
     fn ns_channels_last_copy(tensor: *mut c_void, out: *mut *mut c_void) -> c_int;
     fn ns_jit_forward(module: *mut c_void, inputs: *const *mut c_void, n: c_int, outputs: *mut *mut *mut c_void, n_out: *mut c_int) -> c_int;
     fn ns_jit_node_kinds(module: *mut c_void, out: *mut *mut c_char) -> c_int;
+
+    fn ns_grad_enabled(out: *mut c_int) -> c_int;
+    fn ns_backward(
+        tensors: *const *mut c_void,
+        grads: *const *mut c_void,
+        n: c_int,
+        retain: c_int,
+        one_stream: *mut c_void,
+        wrt: *const *mut c_void,
+        n_wrt: c_int,
+        out: *mut *mut *mut c_void,
+    ) -> c_int;
+    fn ns_grads_reset(params: *const *mut c_void, n: c_int) -> c_int;
+    fn ns_fresh_grad_accumulators(params: *const *mut c_void, n: c_int) -> c_int;
+    fn ns_sgd_step(params: *const *mut c_void, buffers: *const *mut c_void, n: c_int, lr: f64, momentum: f64, dampening: f64, weight_decay: f64, nesterov: c_int) -> c_int;
+    fn ns_adam_step(
+        params: *const *mut c_void,
+        exp_avgs: *const *mut c_void,
+        exp_avg_sqs: *const *mut c_void,
+        steps: *const *mut c_void,
+        n: c_int,
+        lr: f64,
+        beta1: f64,
+        beta2: f64,
+        eps: f64,
+        weight_decay: f64,
+    ) -> c_int;
+    fn ns_train_state_new(
+        forward: *mut c_void,
+        backward: *mut c_void,
+        outputs: *const *mut c_void,
+        grad_outputs: *const *mut c_void,
+        n_outputs: c_int,
+        params: *const *mut c_void,
+        param_grads: *const *mut c_void,
+        n_params: c_int,
+        out: *mut *mut c_void,
+    ) -> c_int;
+    fn ns_train_state_free(state: *mut c_void);
+    fn ns_train_forward(state: *mut c_void, outputs: *mut *mut *mut c_void, n_out: *mut c_int) -> c_int;
 }
 
 /// Turns a shim status into a result, reading the shim's error message on failure.
@@ -143,25 +185,52 @@ pub(crate) fn cuda_empty_cache() -> Result<()> {
     check("empty_cache", unsafe { ns_cuda_empty_cache() })
 }
 
-/// Starts recording the top-level ATen ops run on this thread.
-pub(crate) fn trace_begin() -> Result<()> {
-    // SAFETY: no arguments; the shim refuses to nest.
-    check("trace_begin", unsafe { ns_trace_begin() })
+/// Starts recording the top-level ATen ops run on this thread; with `keep_state`, also the
+/// forward's external tensors (see [`ExternalState`]).
+pub(crate) fn trace_begin(keep_state: bool) -> Result<()> {
+    // SAFETY: no pointers; the shim refuses to nest.
+    check("trace_begin", unsafe { ns_trace_begin(keep_state as c_int) })
 }
 
-/// Stops recording and returns the trace text (format in the shim).
-pub(crate) fn trace_end() -> Result<String> {
+/// What a forward reads that it did not make: the parameters (leaves that require gradients)
+/// and every external tensor with a copy of its value from before the forward ran (parameters,
+/// BatchNorm's running statistics, other buffers).
+#[derive(Default)]
+pub(crate) struct ExternalState {
+    pub params: Vec<Tensor>,
+    pub saved: Vec<(Tensor, Tensor)>,
+}
+
+/// Stops recording and returns the trace text (format in the shim) and the external state
+/// (empty unless the trace kept it).
+pub(crate) fn trace_end() -> Result<(String, ExternalState)> {
     let mut out = ptr::null_mut();
-    // SAFETY: the shim writes a malloc'd string on success.
-    check("trace_end", unsafe { ns_trace_end(&mut out) })?;
-    Ok(take_string(out))
+    let (mut params, mut n_params, mut state, mut n_state) = (ptr::null_mut(), 0, ptr::null_mut(), 0);
+    // SAFETY: the shim writes a malloc'd string and two malloc'd arrays of new tensors (n_params
+    // and 2·n_state of them) on success.
+    check("trace_end", unsafe { ns_trace_end(&mut out, &mut params, &mut n_params, &mut state, &mut n_state) })?;
+    let text = take_string(out);
+    // SAFETY: see above; each array is adopted once and freed.
+    let (params, flat) = unsafe {
+        let p = adopt_tensors(params, n_params.max(0) as usize);
+        let f = adopt_tensors(state, 2 * n_state.max(0) as usize);
+        ns_free_array(params);
+        ns_free_array(state);
+        (p, f)
+    };
+    let mut flat = flat.into_iter();
+    let mut saved = Vec::new();
+    while let (Some(tensor), Some(value)) = (flat.next(), flat.next()) {
+        saved.push((tensor, value));
+    }
+    Ok((text, ExternalState { params, saved }))
 }
 
 /// Stops a recording and throws it away (for error paths).
 pub(crate) fn trace_abandon() {
     // SAFETY: a null out pointer tells the shim to discard the trace; an error (none running) is
     // fine to ignore here.
-    let _ = unsafe { ns_trace_end(ptr::null_mut()) };
+    let _ = unsafe { ns_trace_end(ptr::null_mut(), ptr::null_mut(), ptr::null_mut(), ptr::null_mut(), ptr::null_mut()) };
 }
 
 /// A schedule in the shim: per-op streams, waits and events, for scheduled passes.
@@ -221,6 +290,35 @@ impl Schedule {
         gate_cycles: i64,
         body: impl FnOnce() -> T,
     ) -> Result<std::result::Result<T, String>> {
+        self.run_pass(capture, gate_cycles, true, false, body, |value| value)
+    }
+
+    /// A pass in two parts: `forward` with every op on its planned stream and checked against
+    /// the trace (when `arm`; otherwise ops run where libtorch puts them), then, when the op
+    /// sequence was right, `tail` on the origin stream after all streams joined it (the loss,
+    /// backward and optimizer of a training step), all in one capture when `capture` is given.
+    pub(crate) fn pass_with_tail<T, U>(
+        &self,
+        capture: Option<(&CudaGraph, CaptureMode)>,
+        gate_cycles: i64,
+        arm: bool,
+        forward: impl FnOnce() -> T,
+        tail: impl FnOnce(T) -> U,
+    ) -> Result<std::result::Result<U, String>> {
+        self.run_pass(capture, gate_cycles, arm, true, forward, tail)
+    }
+
+    /// A pass; `has_tail` false: `tail` must do no GPU work (the streams are not joined before
+    /// it, only at the end).
+    fn run_pass<T, U>(
+        &self,
+        capture: Option<(&CudaGraph, CaptureMode)>,
+        gate_cycles: i64,
+        arm: bool,
+        has_tail: bool,
+        forward: impl FnOnce() -> T,
+        tail: impl FnOnce(T) -> U,
+    ) -> Result<std::result::Result<U, String>> {
         let graph_raw = capture.map_or(ptr::null_mut(), |(g, _)| g.raw);
         // The shim's encoding of the capture mode.
         let capture_mode: c_int = match capture.map(|(_, mode)| mode) {
@@ -229,7 +327,7 @@ impl Schedule {
             Some(CaptureMode::Relaxed) => 2,
         };
         // SAFETY: `self.raw` and `graph_raw` are live shim objects owned by us.
-        check("pass_begin", unsafe { ns_pass_begin(self.raw, graph_raw, capture_mode, gate_cycles) })?;
+        check("pass_begin", unsafe { ns_pass_begin(self.raw, graph_raw, capture_mode, gate_cycles, arm as c_int) })?;
         struct End {
             schedule: *mut c_void,
             graph: *mut c_void,
@@ -252,9 +350,29 @@ impl Schedule {
             }
         }
         let mut end = End { schedule: self.raw, graph: graph_raw, done: false };
-        let value = body();
+        let value = forward();
+        if has_tail {
+            let mut problem = ptr::null_mut();
+            // SAFETY: the pass begun above is open; the shim writes a malloc'd string.
+            check("pass_disarm", unsafe { ns_pass_disarm(self.raw, &mut problem) })?;
+            let problem = take_string(problem);
+            if !problem.is_empty() {
+                drop(value);
+                end.end()?;
+                return Ok(Err(problem));
+            }
+        }
+        let value = tail(value);
         let problem = end.end()?;
         Ok(if problem.is_empty() { Ok(value) } else { Err(problem) })
+    }
+
+    /// Marks `tensors` as read on the origin stream (they may come from any planned stream), so
+    /// the caching allocator does not reuse their memory before the origin stream is done.
+    pub(crate) fn record_on_origin(&self, tensors: &[Tensor]) -> Result<()> {
+        let ptrs = tensor_ptrs(tensors);
+        // SAFETY: a live schedule and tensors for the call.
+        check("record_on_origin", unsafe { ns_record_on_origin(self.raw, ptrs.as_ptr(), ptrs.len() as c_int) })
     }
 
     /// Per-op GPU time of the last (timing) pass, in microseconds.
@@ -434,5 +552,150 @@ impl Drop for JitModule {
     fn drop(&mut self) {
         // SAFETY: allocated by the shim with `new`, freed once.
         unsafe { ns_jit_free(self.raw) }
+    }
+}
+
+/// Whether autograd records on this thread (libtorch's grad mode).
+pub(crate) fn grad_enabled() -> Result<bool> {
+    let mut on = 0;
+    // SAFETY: writes one int.
+    check("grad_enabled", unsafe { ns_grad_enabled(&mut on) })?;
+    Ok(on != 0)
+}
+
+/// Backward from `tensors` (with `grads`, or implicit ones for scalars), accumulating into the
+/// leaves' `.grad`; or, with `wrt`, returning the gradients of those tensors (undefined where
+/// unused) and leaving `.grad` alone. With `one_stream`, every backward op runs on that
+/// schedule's origin stream rather than its forward op's stream.
+pub(crate) fn backward(tensors: &[Tensor], grads: Option<&[Tensor]>, retain: bool, one_stream: Option<&Schedule>, wrt: Option<&[Tensor]>) -> Result<Vec<Tensor>> {
+    let ts = tensor_ptrs(tensors);
+    let gs = grads.map(tensor_ptrs);
+    let ws = wrt.map(tensor_ptrs);
+    if gs.as_ref().is_some_and(|g| g.len() != ts.len()) {
+        return Err(NimbleError::Internal("backward: one gradient per tensor".into()));
+    }
+    let mut array = ptr::null_mut();
+    // SAFETY: live tensors (and schedule) for the call; the gradient array, when given, has one
+    // entry per tensor; with `wrt`, the shim writes a malloc'd array of n_wrt new tensors.
+    check("backward", unsafe {
+        ns_backward(
+            ts.as_ptr(),
+            gs.as_ref().map_or(ptr::null(), |g| g.as_ptr()),
+            ts.len() as c_int,
+            retain as c_int,
+            one_stream.map_or(ptr::null_mut(), |s| s.raw),
+            ws.as_ref().map_or(ptr::null(), |w| w.as_ptr()),
+            ws.as_ref().map_or(0, |w| w.len() as c_int),
+            &mut array,
+        )
+    })?;
+    let Some(ws) = ws else { return Ok(Vec::new()) };
+    // SAFETY: see above; adopted once, the array freed.
+    let tensors = unsafe { adopt_tensors(array, ws.len()) };
+    // SAFETY: the array itself, malloc'd by the shim.
+    unsafe { ns_free_array(array) };
+    Ok(tensors)
+}
+
+/// Sets the parameters' `.grad` to undefined.
+pub(crate) fn grads_reset(params: &[Tensor]) -> Result<()> {
+    let ps = tensor_ptrs(params);
+    // SAFETY: live tensors for the call.
+    check("grads_reset", unsafe { ns_grads_reset(ps.as_ptr(), ps.len() as c_int) })
+}
+
+/// Makes autograd create the parameters' gradient accumulators afresh at their next use (on the
+/// stream current then; see the shim).
+pub(crate) fn fresh_grad_accumulators(params: &[Tensor]) -> Result<()> {
+    let ps = tensor_ptrs(params);
+    // SAFETY: live tensors for the call.
+    check("fresh_grad_accumulators", unsafe { ns_fresh_grad_accumulators(ps.as_ptr(), ps.len() as c_int) })
+}
+
+/// The hyper-parameters of one SGD step.
+pub(crate) struct SgdArgs {
+    pub lr: f64,
+    pub momentum: f64,
+    pub dampening: f64,
+    pub weight_decay: f64,
+    pub nesterov: bool,
+}
+
+/// One fused SGD step over the parameters that have a gradient (`buffers`: one per parameter).
+pub(crate) fn sgd_step(params: &[Tensor], buffers: &[Tensor], args: &SgdArgs) -> Result<()> {
+    if args.momentum != 0.0 && buffers.len() != params.len() {
+        return Err(NimbleError::Internal("sgd: one momentum buffer per parameter".into()));
+    }
+    let (ps, bs) = (tensor_ptrs(params), tensor_ptrs(buffers));
+    // SAFETY: live tensors; the buffer array has one entry per parameter when momentum is used
+    // (checked above) and is not read otherwise.
+    check("sgd_step", unsafe {
+        ns_sgd_step(ps.as_ptr(), bs.as_ptr(), ps.len() as c_int, args.lr, args.momentum, args.dampening, args.weight_decay, args.nesterov as c_int)
+    })
+}
+
+/// The hyper-parameters of one Adam step.
+pub(crate) struct AdamArgs {
+    pub lr: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+}
+
+/// One fused Adam step; `exp_avgs`, `exp_avg_sqs` and `steps` have one tensor per parameter.
+pub(crate) fn adam_step(params: &[Tensor], exp_avgs: &[Tensor], exp_avg_sqs: &[Tensor], steps: &[Tensor], args: &AdamArgs) -> Result<()> {
+    let n = params.len();
+    if exp_avgs.len() != n || exp_avg_sqs.len() != n || steps.len() != n {
+        return Err(NimbleError::Internal("adam: one state tensor of each kind per parameter".into()));
+    }
+    let (ps, ms, vs, ss) = (tensor_ptrs(params), tensor_ptrs(exp_avgs), tensor_ptrs(exp_avg_sqs), tensor_ptrs(steps));
+    // SAFETY: live tensors, four arrays of length n (checked above).
+    check("adam_step", unsafe {
+        ns_adam_step(ps.as_ptr(), ms.as_ptr(), vs.as_ptr(), ss.as_ptr(), n as c_int, args.lr, args.beta1, args.beta2, args.eps, args.weight_decay)
+    })
+}
+
+/// The shim's state for autograd-mode training: a forward and a backward graph behind a custom
+/// autograd function. Dropping it marks the state released (outputs of its forwards then refuse
+/// their backward) before the graphs it points to go away.
+pub(crate) struct TrainState {
+    raw: *mut c_void,
+}
+
+impl TrainState {
+    /// `forward` and `backward` must outlive the state (drop the state first).
+    pub(crate) fn new(forward: &CudaGraph, backward: &CudaGraph, outputs: &[Tensor], grad_outputs: &[Tensor], params: &[Tensor], param_grads: &[Tensor]) -> Result<TrainState> {
+        if outputs.len() != grad_outputs.len() || params.len() != param_grads.len() {
+            return Err(NimbleError::Internal("train state: one gradient per output and per parameter".into()));
+        }
+        let (os, gs, ps, pgs) = (tensor_ptrs(outputs), tensor_ptrs(grad_outputs), tensor_ptrs(params), tensor_ptrs(param_grads));
+        let mut raw = ptr::null_mut();
+        // SAFETY: live graphs and tensors; the shim copies the tensors (new references) and keeps
+        // the graph pointers, which the owner keeps alive until this state is dropped.
+        check("train_state_new", unsafe {
+            ns_train_state_new(forward.raw, backward.raw, os.as_ptr(), gs.as_ptr(), os.len() as c_int, ps.as_ptr(), pgs.as_ptr(), ps.len() as c_int, &mut raw)
+        })?;
+        Ok(TrainState { raw })
+    }
+
+    /// Replays the forward graph through the autograd function (needs grad mode on).
+    pub(crate) fn forward(&self) -> Result<Vec<Tensor>> {
+        let mut array = ptr::null_mut();
+        let mut n = 0;
+        // SAFETY: a live state; on success a malloc'd array of `n` new tensors, adopted and freed.
+        check("train_forward", unsafe { ns_train_forward(self.raw, &mut array, &mut n) })?;
+        // SAFETY: see above.
+        let tensors = unsafe { adopt_tensors(array, n.max(0) as usize) };
+        // SAFETY: the array itself, malloc'd by the shim.
+        unsafe { ns_free_array(array) };
+        Ok(tensors)
+    }
+}
+
+impl Drop for TrainState {
+    fn drop(&mut self) {
+        // SAFETY: created by ns_train_state_new; the owner's reference, released once.
+        unsafe { ns_train_state_free(self.raw) }
     }
 }

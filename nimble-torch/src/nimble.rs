@@ -12,12 +12,24 @@ use tch::nn::ModuleT;
 use tch::{Device, Tensor};
 
 use crate::error::{NimbleError, Result};
-use crate::ffi::{self, CudaGraph, JitModule, Schedule, ScheduleSpec};
+use crate::ffi::{self, CudaGraph, JitModule, Schedule, ScheduleSpec, TrainState};
 use crate::trace::{panic_message, record, Trace};
+use crate::training::OptimizerState;
 
 /// How long the timing pass holds its stream before the ops (GPU clock cycles, about 50 ms on
 /// current GPUs), so all ops are queued when they run and their events time the GPU alone.
 const TIMING_GATE_CYCLES: i64 = 100_000_000;
+
+/// Which streams the backward of a training-prepared model runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BackwardStreams {
+    /// Every backward op on one stream, as the paper did.
+    One,
+    /// Each backward op on its forward op's planned stream, as libtorch's autograd engine does by
+    /// itself, with the engine's syncs between them.
+    Forward,
+}
 
 /// What `prepare` does.
 #[derive(Clone, Debug, PartialEq)]
@@ -44,6 +56,12 @@ pub struct PrepareOptions {
     pub cudnn_benchmark: bool,
     /// Time each op on the GPU (one extra pass), for `task_graph`'s `duration_us`.
     pub measure_durations: bool,
+    /// Prepare for training (`prepare` captures a forward and a backward graph behind a custom
+    /// autograd function; `prepare_train_step` the whole step): the forward runs with
+    /// `train = true` and gradients on.
+    pub training: bool,
+    /// With `training`: where the backward's ops run.
+    pub backward_streams: BackwardStreams,
 }
 
 impl PrepareOptions {
@@ -58,7 +76,22 @@ impl PrepareOptions {
             capture_mode: CaptureMode::ThreadLocal,
             cudnn_benchmark: true,
             measure_durations: true,
+            training: false,
+            backward_streams: BackwardStreams::One,
         }
+    }
+
+    /// Training with Nimble's defaults: the `nimble` algorithm for the forward, the backward on
+    /// one stream (as the paper), no inference rewrites, thread-local capture, cuDNN benchmark
+    /// on. Use with `prepare` (autograd mode) or `prepare_train_step` (whole step).
+    pub fn training() -> Self {
+        PrepareOptions { optimize: false, training: true, ..PrepareOptions::inference() }
+    }
+
+    /// Picks the streams of the backward (training).
+    pub fn backward_streams(mut self, streams: BackwardStreams) -> Self {
+        self.backward_streams = streams;
+        self
     }
 
     /// Picks the stream-assignment algorithm by registry name.
@@ -102,6 +135,9 @@ impl PrepareOptions {
 /// What `prepare` found and built.
 #[derive(Clone, Debug, Serialize)]
 pub struct PrepareReport {
+    /// `inference`, `autograd` (forward and backward graphs behind autograd) or `step` (the
+    /// whole training step as one graph).
+    pub mode: &'static str,
     pub algorithm: String,
     pub optimized: bool,
     /// The channels-last layout was applied.
@@ -118,6 +154,8 @@ pub struct PrepareReport {
     pub kernel_nodes: usize,
     /// Largest set of captured nodes no dependency path joins.
     pub graph_width: usize,
+    /// Kernel nodes of the backward graph (autograd mode; 0 otherwise).
+    pub backward_kernel_nodes: usize,
     /// Wall-clock seconds per step, and in all.
     pub seconds: PrepareSeconds,
 }
@@ -135,47 +173,75 @@ pub struct PrepareSeconds {
     pub total: f64,
 }
 
-type ForwardFn = Box<dyn Fn(&[Tensor]) -> Vec<Tensor>>;
+/// A forward of tensors to tensors; the flag is tch's `train`.
+type ForwardFn = Box<dyn Fn(&[Tensor], bool) -> Vec<Tensor>>;
 
-enum Source {
+pub(crate) enum Source {
     Rust(ForwardFn),
     TorchScript(JitModule),
 }
 
 /// What runs the forward after `prepare`'s optimization step.
-enum Runner<'a> {
+pub(crate) enum Runner<'a> {
     Rust(&'a ForwardFn),
     Jit(&'a JitModule),
 }
 
 impl Runner<'_> {
-    fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        match self {
-            Runner::Rust(f) => tch::no_grad(|| Ok(f(inputs))),
-            Runner::Jit(m) => tch::no_grad(|| m.forward(inputs)),
+    /// Runs for inference (gradients off, `train = false`) or, with `train`, for training
+    /// (gradients on, `train = true`).
+    pub(crate) fn run(&self, inputs: &[Tensor], train: bool) -> Result<Vec<Tensor>> {
+        match (self, train) {
+            (Runner::Rust(f), false) => tch::no_grad(|| Ok(f(inputs, false))),
+            (Runner::Rust(f), true) => tch::with_grad(|| Ok(f(inputs, true))),
+            (Runner::Jit(m), false) => tch::no_grad(|| m.forward(inputs)),
+            (Runner::Jit(_), true) => Err(NimbleError::InvalidInput(
+                "training needs a tch model or function; TorchScript modules are prepared for inference only".into(),
+            )),
         }
     }
 
     /// Runs, turning a panic (tch's way to report libtorch errors) into an error.
-    fn run_caught(&self, inputs: &[Tensor], pass: &'static str) -> Result<Vec<Tensor>> {
-        match catch_unwind(AssertUnwindSafe(|| self.run(inputs))) {
+    pub(crate) fn run_caught(&self, inputs: &[Tensor], train: bool, pass: &'static str) -> Result<Vec<Tensor>> {
+        match catch_unwind(AssertUnwindSafe(|| self.run(inputs, train))) {
             Ok(result) => result,
             Err(panic) => Err(NimbleError::ForwardFailed { pass, message: panic_message(&panic) }),
         }
     }
 }
 
-struct Prepared {
-    // Field order is drop order: the outputs live in the graph's pool.
-    outputs: Vec<Tensor>,
-    graph: CudaGraph,
-    _schedule: Schedule,
-    inputs: Vec<Tensor>,
-    optimized: Option<JitModule>,
-    trace: Trace,
-    task_graph: TaskGraph,
-    plan: StreamPlan,
-    report: PrepareReport,
+/// What a prepared model replays.
+pub(crate) enum Replay {
+    Inference {
+        // Field order is drop order: the outputs live in the graph's pool.
+        outputs: Vec<Tensor>,
+        graph: CudaGraph,
+    },
+    Autograd {
+        // Released first, so outputs still held by the caller refuse their backward.
+        state: TrainState,
+        _outputs: Vec<Tensor>,
+        _grad_outputs: Vec<Tensor>,
+        _forward: CudaGraph,
+        _backward: CudaGraph,
+    },
+    Step {
+        loss: Tensor,
+        targets: Tensor,
+        graph: CudaGraph,
+        _optimizer: OptimizerState,
+    },
+}
+
+pub(crate) struct Prepared {
+    pub(crate) replay: Replay,
+    pub(crate) _schedule: Schedule,
+    pub(crate) inputs: Vec<Tensor>,
+    pub(crate) optimized: Option<JitModule>,
+    pub(crate) trace: Trace,
+    pub(crate) task_graph: TaskGraph,
+    pub(crate) plan: StreamPlan,
+    pub(crate) report: PrepareReport,
 }
 
 /// A model run the Nimble way: prepared once, then replayed as one multi-stream CUDA graph.
@@ -196,18 +262,24 @@ struct Prepared {
 /// ```
 pub struct Nimble {
     // Dropped first: the prepared graph before the model it came from.
-    prepared: Option<Prepared>,
-    source: Source,
+    pub(crate) prepared: Option<Prepared>,
+    pub(crate) source: Source,
 }
 
 impl Nimble {
-    /// Wraps a tch module (run with `train = false`) taking one input tensor.
+    /// Wraps a tch module taking one input tensor (run with `train = false`, or `true` when
+    /// prepared for training).
     pub fn new<M: ModuleT + 'static>(model: M) -> Nimble {
-        Nimble::from_fn(move |xs: &[Tensor]| vec![model.forward_t(&xs[0], false)])
+        Nimble::from_fn_t(move |xs: &[Tensor], train| vec![model.forward_t(&xs[0], train)])
     }
 
     /// Wraps any function of tensors to tensors.
     pub fn from_fn(forward: impl Fn(&[Tensor]) -> Vec<Tensor> + 'static) -> Nimble {
+        Nimble::from_fn_t(move |xs: &[Tensor], _| forward(xs))
+    }
+
+    /// Wraps a function of tensors to tensors that takes tch's `train` flag.
+    pub fn from_fn_t(forward: impl Fn(&[Tensor], bool) -> Vec<Tensor> + 'static) -> Nimble {
         Nimble { prepared: None, source: Source::Rust(Box::new(forward)) }
     }
 
@@ -227,11 +299,11 @@ impl Nimble {
         check_inputs_given(inputs)?;
         let optimized = if optimize { Some(self.optimized_module(inputs, false, Some(false))?.0) } else { None };
         let runner = self.runner(optimized.as_ref());
-        runner.run_caught(inputs, "warm-up")?;
-        let (trace, outputs) = record(|| runner.run(inputs))?;
+        runner.run_caught(inputs, false, "warm-up")?;
+        let (trace, outputs) = record(|| runner.run(inputs, false))?;
         outputs?;
         // A second run must issue the same ops, or the model is not static.
-        scheduled_run(&single_stream_schedule(&trace, None, false)?, None, 0, &runner, inputs, "check")?;
+        scheduled_run(&single_stream_schedule(&trace, None, false)?, None, 0, &runner, inputs, false, "check")?;
         Ok(trace)
     }
 
@@ -241,19 +313,19 @@ impl Nimble {
     /// Needs CUDA inputs on a CUDA device. Fails, leaving the model unprepared, when the
     /// forward synchronizes with the host, when its op sequence changes between passes, or when
     /// the algorithm is unknown.
+    ///
+    /// With [`PrepareOptions::training`], prepares the paper's training mode instead: the
+    /// forward (multi-stream) and its backward are captured as two graphs behind a custom
+    /// autograd function, so `forward`'s outputs carry autograd history and `backward` replays
+    /// the backward graph into the parameters' `.grad` (see [`Nimble::forward`]).
     pub fn prepare(&mut self, inputs: &[Tensor], options: PrepareOptions) -> Result<&PrepareReport> {
         self.prepared = None;
+        if options.training {
+            return self.prepare_autograd(inputs, &options);
+        }
         let started = Instant::now();
         let mut seconds = PrepareSeconds::default();
-        check_inputs_given(inputs)?;
-        if ffi::cuda_device_count()? == 0 {
-            return Err(NimbleError::NoCuda);
-        }
-        let device = cuda_device_of(inputs)?;
-        let assigner = algorithms::by_name(&options.algorithm)?;
-        if options.cudnn_benchmark {
-            tch::Cuda::cudnn_set_benchmark(true);
-        }
+        let (device, assigner) = check_cuda_prepare(inputs, &options)?;
         let mut static_inputs: Vec<Tensor> = inputs.iter().map(|t| t.detach().copy()).collect();
 
         let step = Instant::now();
@@ -274,52 +346,34 @@ impl Nimble {
         // Eager warm-up: lazy initialization, cuDNN's algorithm search (benchmark mode).
         let step = Instant::now();
         for _ in 0..2 {
-            runner.run_caught(&static_inputs, "warm-up")?;
+            runner.run_caught(&static_inputs, false, "warm-up")?;
         }
         ffi::cuda_synchronize()?;
         seconds.warmup = step.elapsed().as_secs_f64();
 
         let step = Instant::now();
-        let (trace, outputs) = record(|| runner.run(&static_inputs))?;
+        let (trace, outputs) = record(|| runner.run(&static_inputs, false))?;
         outputs?;
-        if let Some((index, op)) = trace.first_host_sync() {
-            return Err(NimbleError::HostSync { index, op: op.name.clone(), via: op.host_sync.clone().unwrap_or_default() });
-        }
-        if !trace.is_cuda() {
-            return Err(NimbleError::InvalidInput("the forward ran no op on a CUDA tensor: move the model's parameters to the inputs' CUDA device".into()));
-        }
+        check_capturable(&trace)?;
         seconds.trace = step.elapsed().as_secs_f64();
 
         let step = Instant::now();
-        let graph = trace.task_graph()?;
-        let analysis = Analysis::new(&graph);
-        let assigned = assigner.assign(&analysis);
-        // Syncs for the order in which the ops will really be issued: the traced one.
-        let plan = StreamPlan::from_assignment(&analysis, assigned.algorithm.clone(), &assigned.stream_of, Some((0..graph.len()).collect()));
-        let schedule = planned_schedule(&trace, &graph, &plan, device)?;
+        let (graph, plan, schedule) = plan_schedule(&trace, assigner.as_ref(), device)?;
         seconds.schedule = step.elapsed().as_secs_f64();
 
         let step = Instant::now();
-        let task_graph = if options.measure_durations {
-            let timing = single_stream_schedule(&trace, Some(device), true)?;
-            scheduled_run(&timing, None, TIMING_GATE_CYCLES, &runner, &static_inputs, "timing")?;
-            let durations = timing.durations_us()?;
-            // Node ids are trace positions.
-            graph.with_durations(|_, node| Some(durations[node.id as usize]))
-        } else {
-            graph.clone()
-        };
+        let task_graph = time_ops(&trace, &graph, device, options.measure_durations, &runner, &static_inputs, false)?;
         seconds.time_ops = step.elapsed().as_secs_f64();
 
         // Pre-run on the planned streams: per-stream cuBLAS/cuDNN workspaces, nothing new at capture.
         let step = Instant::now();
-        scheduled_run(&schedule, None, 0, &runner, &static_inputs, "pre-run")?;
+        scheduled_run(&schedule, None, 0, &runner, &static_inputs, false, "pre-run")?;
         ffi::cuda_synchronize()?;
         seconds.prerun = step.elapsed().as_secs_f64();
 
         let step = Instant::now();
         let cuda_graph = CudaGraph::new()?;
-        let outputs = scheduled_run(&schedule, Some((&cuda_graph, options.capture_mode)), 0, &runner, &static_inputs, "capture")?;
+        let outputs = scheduled_run(&schedule, Some((&cuda_graph, options.capture_mode)), 0, &runner, &static_inputs, false, "capture")?;
         cuda_graph.instantiate()?;
         let structure = cuda_graph.structure()?;
         cuda_graph.replay()?;
@@ -328,6 +382,7 @@ impl Nimble {
         seconds.total = started.elapsed().as_secs_f64();
 
         let report = PrepareReport {
+            mode: "inference",
             algorithm: plan.algorithm.clone(),
             optimized: options.optimize,
             channels_last,
@@ -339,11 +394,11 @@ impl Nimble {
             graph_nodes: structure.node_types.len(),
             kernel_nodes: structure.kernel_count(),
             graph_width: structure.width(),
+            backward_kernel_nodes: 0,
             seconds,
         };
         let prepared = self.prepared.insert(Prepared {
-            outputs,
-            graph: cuda_graph,
+            replay: Replay::Inference { outputs, graph: cuda_graph },
             _schedule: schedule,
             inputs: static_inputs,
             optimized,
@@ -358,15 +413,32 @@ impl Nimble {
     /// Copies `inputs` into the graph's static inputs, replays the graph on the current stream,
     /// and returns its outputs. The outputs are the graph's own tensors: the next `forward`
     /// overwrites them (use [`Nimble::forward_owned`] to keep them).
+    ///
+    /// Prepared for training, the outputs carry autograd history: a `backward` through them
+    /// replays the captured backward graph, which accumulates into the parameters' `.grad`
+    /// (so any tch optimizer works unchanged). Call it with gradients on, and run backward once
+    /// per forward, before the next forward (the graphs' activations are overwritten).
     pub fn forward(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         let prepared = self.prepared.as_ref().ok_or(NimbleError::NotPrepared)?;
-        check_like(inputs, &prepared.inputs)?;
-        for (target, input) in prepared.inputs.iter().zip(inputs) {
-            let mut target = target.shallow_clone();
-            target.f_copy_(input).map_err(|e| NimbleError::Torch { call: "copy_", message: e.to_string() })?;
+        if let Replay::Step { .. } = prepared.replay {
+            return Err(NimbleError::Training("this model was prepared with prepare_train_step: call train_step, or prepare it again for forward".into()));
         }
-        prepared.graph.replay()?;
-        Ok(prepared.outputs.iter().map(Tensor::shallow_clone).collect())
+        if let Replay::Autograd { .. } = prepared.replay {
+            if !ffi::grad_enabled()? {
+                return Err(NimbleError::Training(
+                    "forward of a model prepared for training ran with gradients off (inside no_grad): run it with gradients on, or prepare with PrepareOptions::inference()".into(),
+                ));
+            }
+        }
+        copy_into(&prepared.inputs, inputs)?;
+        match &prepared.replay {
+            Replay::Inference { outputs, graph } => {
+                graph.replay()?;
+                Ok(outputs.iter().map(Tensor::shallow_clone).collect())
+            }
+            Replay::Autograd { state, .. } => state.forward(),
+            Replay::Step { .. } => unreachable!("refused above"),
+        }
     }
 
     /// Like [`Nimble::forward`], but returns copies that later calls do not overwrite.
@@ -378,7 +450,7 @@ impl Nimble {
     /// were applied. Before `prepare`, the model as given.
     pub fn eager(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         let optimized = self.prepared.as_ref().and_then(|p| p.optimized.as_ref());
-        self.runner(optimized).run_caught(inputs, "eager")
+        self.runner(optimized).run_caught(inputs, false, "eager")
     }
 
     /// The recorded task graph (with measured `duration_us` when prepared with
@@ -410,7 +482,7 @@ impl Nimble {
         }
     }
 
-    fn runner<'a>(&'a self, optimized: Option<&'a JitModule>) -> Runner<'a> {
+    pub(crate) fn runner<'a>(&'a self, optimized: Option<&'a JitModule>) -> Runner<'a> {
         match (optimized, &self.source) {
             (Some(module), _) => Runner::Jit(module),
             (None, Source::TorchScript(module)) => Runner::Jit(module),
@@ -435,7 +507,7 @@ impl Nimble {
             Source::Rust(f) => {
                 let mut failure = None;
                 let result = JitModule::trace(inputs, || {
-                    let out = tch::no_grad(|| catch_unwind(AssertUnwindSafe(|| f(inputs))));
+                    let out = tch::no_grad(|| catch_unwind(AssertUnwindSafe(|| f(inputs, false))));
                     match out {
                         Ok(tensors) => tensors,
                         Err(panic) => {
@@ -454,25 +526,86 @@ impl Nimble {
         let (optimized, applied) = module.optimized(fuse, channels_last)?;
         // The first runs of a TorchScript module differ (profiling); settle it before tracing.
         for _ in 0..2 {
-            Runner::Jit(&optimized).run_caught(inputs, "TorchScript warm-up")?;
+            Runner::Jit(&optimized).run_caught(inputs, false, "TorchScript warm-up")?;
         }
         Ok((optimized, applied))
     }
 }
 
 /// One scheduled pass of `runner` on `inputs` (captured when `capture` is given).
-fn scheduled_run(
+pub(crate) fn scheduled_run(
     schedule: &Schedule,
     capture: Option<(&CudaGraph, CaptureMode)>,
     gate_cycles: i64,
     runner: &Runner<'_>,
     inputs: &[Tensor],
+    train: bool,
     pass: &'static str,
 ) -> Result<Vec<Tensor>> {
-    match schedule.pass(capture, gate_cycles, || runner.run_caught(inputs, pass))? {
+    match schedule.pass(capture, gate_cycles, || runner.run_caught(inputs, train, pass))? {
         Ok(outputs) => outputs,
         Err(problem) => Err(NimbleError::OpMismatch { pass, detail: problem }),
     }
+}
+
+/// The checks every `prepare` starts with: inputs given, a CUDA device, all inputs on it, a
+/// known algorithm. Turns cuDNN's benchmark mode on when asked. Returns the device and the
+/// assigner.
+pub(crate) fn check_cuda_prepare(inputs: &[Tensor], options: &PrepareOptions) -> Result<(usize, Box<dyn nimble_sched::StreamAssigner>)> {
+    check_inputs_given(inputs)?;
+    if ffi::cuda_device_count()? == 0 {
+        return Err(NimbleError::NoCuda);
+    }
+    let device = cuda_device_of(inputs)?;
+    let assigner = algorithms::by_name(&options.algorithm)?;
+    if options.cudnn_benchmark {
+        tch::Cuda::cudnn_set_benchmark(true);
+    }
+    Ok((device, assigner))
+}
+
+/// A recorded forward must not sync with the host and must run on the GPU.
+pub(crate) fn check_capturable(trace: &Trace) -> Result<()> {
+    if let Some((index, op)) = trace.first_host_sync() {
+        return Err(NimbleError::HostSync { index, op: op.name.clone(), via: op.host_sync.clone().unwrap_or_default() });
+    }
+    if !trace.is_cuda() {
+        return Err(NimbleError::InvalidInput("the forward ran no op on a CUDA tensor: move the model's parameters to the inputs' CUDA device".into()));
+    }
+    Ok(())
+}
+
+/// The trace's task graph, the assigner's plan for it, and the schedule that issues it.
+pub(crate) fn plan_schedule(trace: &Trace, assigner: &dyn nimble_sched::StreamAssigner, device: usize) -> Result<(TaskGraph, StreamPlan, Schedule)> {
+    let graph = trace.task_graph()?;
+    let analysis = Analysis::new(&graph);
+    let assigned = assigner.assign(&analysis);
+    // Syncs for the order in which the ops will really be issued: the traced one.
+    let plan = StreamPlan::from_assignment(&analysis, assigned.algorithm.clone(), &assigned.stream_of, Some((0..graph.len()).collect()));
+    let schedule = planned_schedule(trace, &graph, &plan, device)?;
+    Ok((graph, plan, schedule))
+}
+
+/// The task graph with each op's GPU time from one gated single-stream pass (when `measure`).
+pub(crate) fn time_ops(trace: &Trace, graph: &TaskGraph, device: usize, measure: bool, runner: &Runner<'_>, inputs: &[Tensor], train: bool) -> Result<TaskGraph> {
+    if !measure {
+        return Ok(graph.clone());
+    }
+    let timing = single_stream_schedule(trace, Some(device), true)?;
+    scheduled_run(&timing, None, TIMING_GATE_CYCLES, runner, inputs, train, "timing")?;
+    let durations = timing.durations_us()?;
+    // Node ids are trace positions.
+    Ok(graph.with_durations(|_, node| Some(durations[node.id as usize])))
+}
+
+/// Copies `inputs` into a prepared graph's static inputs, after checking them against those.
+pub(crate) fn copy_into(targets: &[Tensor], inputs: &[Tensor]) -> Result<()> {
+    check_like(inputs, targets)?;
+    for (target, input) in targets.iter().zip(inputs) {
+        let mut target = target.shallow_clone();
+        target.f_copy_(input).map_err(|e| NimbleError::Torch { call: "copy_", message: e.to_string() })?;
+    }
+    Ok(())
 }
 
 /// The plan (over the task graph's nodes, whose ids are trace positions) as per-op arrays over

@@ -69,7 +69,18 @@ pub struct Trace {
 /// Runs `body` while recording its top-level ops. A panic in `body` (tch turns libtorch errors
 /// into panics) becomes [`NimbleError::ForwardFailed`]; the recording is always stopped.
 pub fn record<T>(body: impl FnOnce() -> T) -> Result<(Trace, T)> {
-    ffi::trace_begin()?;
+    let (trace, value, _) = record_inner(false, body)?;
+    Ok((trace, value))
+}
+
+/// Like [`record`], also collecting the forward's parameters and external tensors with their
+/// values before the forward (for training, which must leave them as it found them).
+pub(crate) fn record_with_state<T>(body: impl FnOnce() -> T) -> Result<(Trace, T, ffi::ExternalState)> {
+    record_inner(true, body)
+}
+
+fn record_inner<T>(keep_state: bool, body: impl FnOnce() -> T) -> Result<(Trace, T, ffi::ExternalState)> {
+    ffi::trace_begin(keep_state)?;
     let value = match catch_unwind(AssertUnwindSafe(body)) {
         Ok(value) => value,
         Err(panic) => {
@@ -77,8 +88,8 @@ pub fn record<T>(body: impl FnOnce() -> T) -> Result<(Trace, T)> {
             return Err(NimbleError::ForwardFailed { pass: "trace", message: panic_message(&panic) });
         }
     };
-    let text = ffi::trace_end()?;
-    Ok((Trace::parse(&text)?, value))
+    let (text, state) = ffi::trace_end()?;
+    Ok((Trace::parse(&text)?, value, state))
 }
 
 /// The text of a panic payload.

@@ -5,7 +5,7 @@
 use std::cell::Cell;
 
 use nimble_sched::{algorithms, verify, Analysis};
-use nimble_torch::{Nimble, NimbleError, PrepareOptions, Trace};
+use nimble_torch::{Nimble, NimbleError, Optimizer, PrepareOptions, Trace, TrainStep};
 use tch::{nn, Device, Kind, Tensor};
 
 fn input(shape: &[i64]) -> Tensor {
@@ -194,4 +194,32 @@ fn the_inference_rewrites_turn_swish_into_silu() {
     assert_eq!(out.len(), 2);
     assert!((&out[0] - x.silu()).abs().max().double_value(&[]) < 1e-6);
     assert!((&out[1] - x.tanh()).abs().max().double_value(&[]) < 1e-6);
+}
+
+#[test]
+fn training_needs_cuda_and_checks_its_optimizer_first() {
+    let vs = nn::VarStore::new(Device::Cpu);
+    let model = tch::vision::resnet::resnet18(&vs.root(), 10);
+    let x = Tensor::randn([2, 3, 32, 32], (Kind::Float, Device::Cpu));
+    let y = Tensor::zeros([2], (Kind::Int64, Device::Cpu));
+    let mut nimble = Nimble::new(model);
+    if !nimble_torch::cuda_available() {
+        let error = nimble.prepare(&[x.copy()], PrepareOptions::training()).unwrap_err();
+        assert!(matches!(error, NimbleError::NoCuda), "{error}");
+        let error = nimble.prepare_train_step(&[x.copy()], &y, PrepareOptions::training(), TrainStep::new(Optimizer::sgd(0.1))).unwrap_err();
+        assert!(matches!(error, NimbleError::NoCuda), "{error}");
+    }
+    let cases = [
+        (Optimizer::sgd(0.1).momentum(0.9).nesterov(true).weight_decay(-1.0), "weight decay is -1"),
+        (Optimizer::sgd(-0.1), "learning rate is -0.1"),
+        (Optimizer::Sgd { lr: 0.1, momentum: 0.9, dampening: 0.5, weight_decay: 0.0, nesterov: false }, "dampening is 0.5"),
+        (Optimizer::sgd(0.1).nesterov(true), "dampening with Nesterov"),
+        (Optimizer::Adam { lr: 1e-3, beta1: 1.0, beta2: 0.999, eps: 1e-8, weight_decay: 0.0 }, "beta is 1"),
+    ];
+    for (optimizer, expected) in cases {
+        let error = nimble.prepare_train_step(&[x.copy()], &y, PrepareOptions::training(), TrainStep::new(optimizer)).unwrap_err();
+        assert!(error.to_string().contains(expected), "expected `{expected}` in: {error}");
+    }
+    // Misuse before any prepare.
+    assert!(matches!(nimble.train_step(&[x.copy()], &y).unwrap_err(), NimbleError::NotPrepared));
 }

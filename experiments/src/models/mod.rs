@@ -137,10 +137,21 @@ impl Model {
         self.net.forward_t(x, train)
     }
 
-    /// The model wrapped for Nimble, in evaluation mode (shares the parameters).
+    /// The model wrapped for Nimble (shares the parameters): evaluation mode, or training mode
+    /// when prepared for training.
     pub fn nimble(&self) -> Nimble {
         let net = self.net.clone();
-        Nimble::from_fn(move |xs: &[Tensor]| vec![net.forward_t(&xs[0], false)])
+        Nimble::from_fn_t(move |xs: &[Tensor], train| vec![net.forward_t(&xs[0], train)])
+    }
+
+    /// Lets the parameters require gradients again (models are built frozen), for training.
+    pub fn unfreeze(&mut self) {
+        self.vs.unfreeze();
+    }
+
+    /// A fresh batch of class-index targets for this model's dataset on its device.
+    pub fn targets(&self, batch: i64) -> Tensor {
+        Tensor::randint(self.dataset.classes(), [batch], (tch::Kind::Int64, self.device))
     }
 
     /// The number of parameters (batch-norm running statistics are buffers, not counted), as
