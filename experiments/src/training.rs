@@ -88,7 +88,7 @@ impl TrainConfig {
             warmup: 50,
             iterations: 100,
             algorithm: "nimble".into(),
-            backward_streams: BackwardStreams::One,
+            backward_streams: BackwardStreams::Forward,
             lr: 0.01,
             momentum: 0.9,
             weight_decay: 5e-4,

@@ -6,14 +6,14 @@
 //! or with `--from-results`, it re-renders the figure from the committed record and says where
 //! and when those numbers were measured.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use plotters::prelude::*;
 use serde_json::Value;
 
 use crate::output::{emit, write_file};
-use crate::torch::{self, InferArgs, Optimize};
+use crate::torch::{self, InferArgs, Optimize, TrainArgs};
 use experiments::inference::InferMode;
 
 /// One figure or table of the evaluation.
@@ -42,7 +42,12 @@ pub const FIGURES: &[Figure] = &[
         what: "inference speedup over tch eager at batch 1 for every zoo model: one-stream CUDA graph and Nimble (the paper's main inference comparison)",
         pending: None,
     },
-    Figure { name: "training", aliases: &[], what: "training step speedup at batch 32/64/128 (the paper's training comparison)", pending: Some("training (issue 5)") },
+    Figure {
+        name: "training",
+        aliases: &[],
+        what: "training step speedup over tch eager at batch 32/64/128 on CIFAR-10: Nimble's autograd mode, whole step as a one-stream graph and on Nimble's streams (the paper's training comparison)",
+        pending: None,
+    },
     Figure {
         name: "multistream",
         aliases: &[],
@@ -71,28 +76,46 @@ pub fn list() -> Result<()> {
     emit(&lines.join("\n"))
 }
 
-/// Options of the `inference` figure.
-pub struct InferenceFigure<'a> {
-    pub models: &'a str,
-    pub batch: i64,
+/// How a figure command runs: the measuring method, and where its record and figure go.
+pub struct Rendering {
     pub warmup: usize,
     pub iterations: usize,
-    /// Re-render from this record instead of measuring.
+    /// Re-render from the record instead of measuring.
     pub from_results: bool,
-    pub results: &'a Path,
-    pub out_dir: &'a Path,
+    pub results: PathBuf,
+    pub out_dir: PathBuf,
+}
+
+impl Rendering {
+    /// Says what `figure` shows; measures with `measure` (writing the record) when there is a GPU
+    /// and re-rendering was not asked for; then reads the record.
+    fn record(&self, invoked_as: &str, figure: &Figure, measure: impl FnOnce() -> Result<()>) -> Result<Value> {
+        eprintln!("{invoked_as}: {}", figure.what);
+        if !self.from_results && nimble_torch::cuda_available() {
+            eprintln!("measuring on this machine's GPU; the record goes to {}", self.results.display());
+            measure()?;
+        } else {
+            let why = if self.from_results { "--from-results" } else { "no CUDA GPU here" };
+            eprintln!("{why}: re-rendering from {}", self.results.display());
+        }
+        read_record(&self.results)
+    }
+
+    /// Where the figure's SVG goes (the directory is created).
+    fn svg(&self, figure: &Figure) -> Result<PathBuf> {
+        std::fs::create_dir_all(&self.out_dir).with_context(|| format!("creating {}", self.out_dir.display()))?;
+        Ok(self.out_dir.join(format!("{}.svg", figure.name)))
+    }
 }
 
 /// `inference` (`fig5`): measure (GPU) or re-render (no GPU), then draw.
-pub fn inference(invoked_as: &str, args: &InferenceFigure<'_>) -> Result<()> {
+pub fn inference(invoked_as: &str, models: &str, batch: i64, args: &Rendering) -> Result<()> {
     let figure = find("inference")?;
-    eprintln!("{invoked_as}: {}", figure.what);
-    if !args.from_results && nimble_torch::cuda_available() {
-        eprintln!("measuring on this machine's GPU; the record goes to {}", args.results.display());
+    let record = args.record(invoked_as, figure, || {
         torch::infer(&InferArgs {
-            models: args.models,
+            models,
             modes: &[InferMode::Eager, InferMode::Graph, InferMode::Nimble],
-            batch: args.batch,
+            batch,
             algorithm: "nimble",
             optimize: Optimize::On,
             fuse_conv_relu: true,
@@ -100,28 +123,20 @@ pub fn inference(invoked_as: &str, args: &InferenceFigure<'_>) -> Result<()> {
             warmup: args.warmup,
             iterations: args.iterations,
             weights: None,
-            out: Some(args.results),
-        })?;
-    } else {
-        let why = if args.from_results { "--from-results" } else { "no CUDA GPU here" };
-        eprintln!("{why}: re-rendering from {}", args.results.display());
-    }
-    let text = std::fs::read_to_string(args.results).with_context(|| format!("reading {}", args.results.display()))?;
-    let record: Value = serde_json::from_str(&text).with_context(|| format!("parsing {}", args.results.display()))?;
+            out: Some(&args.results),
+        })
+    })?;
     let bars = speedups(&record).with_context(|| format!("reading the rows of {}", args.results.display()))?;
     let p = &record["provenance"];
-    let measured = format!(
-        "{} (driver {}, CUDA {}), libtorch {}, {}, commit {}",
-        p["gpu"].as_str().unwrap_or("?"),
-        p["driver_version"].as_str().unwrap_or("?"),
-        p["driver_cuda_version"].as_str().unwrap_or("?"),
-        record["libtorch"].as_str().unwrap_or("?"),
-        p["date_utc"].as_str().unwrap_or("?"),
-        p["commit"].as_str().map_or("?", |c| &c[..c.len().min(7)])
-    );
-    std::fs::create_dir_all(args.out_dir).with_context(|| format!("creating {}", args.out_dir.display()))?;
-    let svg = args.out_dir.join(format!("{}.svg", figure.name));
-    draw_speedups(&svg, &bars, &measured)?;
+    let measured = measured_on(&record);
+    let svg = args.svg(figure)?;
+    let groups: Vec<Group> = bars.iter().map(|b| Group { label: b.model.clone(), values: vec![b.graph, b.nimble] }).collect();
+    let series = [("one-stream CUDA graph", RGBColor(120, 144, 156)), ("Nimble (multi-stream)", RGBColor(25, 118, 210))];
+    let notes = [
+        format!("Measured: {measured}. Both graphs with the inference rewrites."),
+        "Not shown: TensorRT and TVM (not on this machine); TorchScript and the PyTorch baselines (not yet measured).".to_string(),
+    ];
+    draw_grouped(&svg, "Inference speedup over tch eager, batch 1", &groups, &series, &notes)?;
     let mut lines = vec![format!("measured: {measured}; median of {} after {} warm-ups", p["iterations"], p["warmup"])];
     lines.push(format!("{:<16} {:>10} {:>10} {:>10} {:>8}", "model", "eager ms", "graph x", "nimble x", "nimble/graph"));
     for bar in &bars {
@@ -168,17 +183,105 @@ fn speedups(record: &Value) -> Result<Vec<Bars>> {
     Ok(bars)
 }
 
-/// A grouped bar chart of speedups over eager.
-fn draw_speedups(path: &Path, bars: &[Bars], measured: &str) -> Result<()> {
-    let top = bars.iter().map(|b| b.graph.max(b.nimble)).fold(1.0, f64::max) * 1.15;
-    let n = bars.len() as f64;
+/// Reads a result record.
+fn read_record(path: &Path) -> Result<Value> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+/// Where and when a record was measured, in one line.
+fn measured_on(record: &Value) -> String {
+    let p = &record["provenance"];
+    format!(
+        "{} (driver {}, CUDA {}), libtorch {}, {}, commit {}",
+        p["gpu"].as_str().unwrap_or("?"),
+        p["driver_version"].as_str().unwrap_or("?"),
+        p["driver_cuda_version"].as_str().unwrap_or("?"),
+        record["libtorch"].as_str().unwrap_or("?"),
+        p["date_utc"].as_str().unwrap_or("?"),
+        p["commit"].as_str().map_or("?", |c| &c[..c.len().min(7)])
+    )
+}
+
+/// `training`: measure (GPU) or re-render (no GPU), then draw.
+pub fn training(invoked_as: &str, models: &str, batches: &[i64], args: &Rendering) -> Result<()> {
+    let figure = find("training")?;
+    let record = args.record(invoked_as, figure, || {
+        let modes: Vec<String> = ["eager", "graph", "nimble", "step"].iter().map(|m| m.to_string()).collect();
+        torch::train(&TrainArgs {
+            models,
+            batches,
+            modes: &modes,
+            algorithm: "nimble",
+            backward_streams: nimble_torch::BackwardStreams::Forward,
+            warmup: args.warmup,
+            iterations: args.iterations,
+            check_steps: 1,
+            out: Some(&args.results),
+        })
+    })?;
+    let rows = record["rows"].as_array().with_context(|| format!("{}: no `rows` array", args.results.display()))?;
+    let median = |model: &str, batch: i64, mode: &str| {
+        rows.iter().find(|r| r["model"] == model && r["batch"] == batch && r["mode"] == mode).and_then(|r| r["step"]["median_us"].as_f64())
+    };
+    let mut keys: Vec<(String, i64)> = Vec::new();
+    for row in rows {
+        let key = (row["model"].as_str().unwrap_or("?").to_string(), row["batch"].as_i64().unwrap_or(0));
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    let modes = ["nimble", "graph", "step"];
+    let mut groups = Vec::new();
+    let mut lines = vec![format!("measured: {}; median of {} after {} warm-ups", measured_on(&record), record["provenance"]["iterations"], record["provenance"]["warmup"])];
+    lines.push(format!("{:<16} {:>5} {:>9} {:>9} {:>9} {:>9}", "model", "batch", "eager ms", "nimble x", "graph x", "step x"));
+    for (model, batch) in keys {
+        let Some(eager) = median(&model, batch, "eager") else {
+            eprintln!("{model} at batch {batch}: the record has no eager row; left out");
+            continue;
+        };
+        let values: Vec<f64> = modes.iter().map(|m| median(&model, batch, m).map_or(0.0, |t| eager / t)).collect();
+        lines.push(format!("{:<16} {:>5} {:>9.3} {:>9.2} {:>9.2} {:>9.2}", model, batch, eager / 1000.0, values[0], values[1], values[2]));
+        groups.push(Group { label: format!("{model} {batch}"), values });
+    }
+    if groups.is_empty() {
+        bail!("{}: no model and batch size has an eager row to compare with", args.results.display());
+    }
+    let svg = args.svg(figure)?;
+    let series = [
+        ("Nimble autograd mode (forward + backward graphs)", RGBColor(144, 202, 249)),
+        ("whole step, one-stream CUDA graph", RGBColor(120, 144, 156)),
+        ("whole step, Nimble's streams", RGBColor(25, 118, 210)),
+    ];
+    let notes = [
+        format!("Measured: {}. CIFAR-10 shapes, SGD with momentum; label: model and batch size.", measured_on(&record)),
+        "Eager and autograd mode use tch's SGD (one op per parameter); the whole-step graphs libtorch's fused SGD. Not shown: the PyTorch baselines.".to_string(),
+    ];
+    draw_grouped(&svg, "Training step speedup over tch eager", &groups, &series, &notes)?;
+    lines.push(format!("figure: {}", svg.display()));
+    emit(&lines.join("\n"))
+}
+
+/// One group of bars: its label and one value per series.
+struct Group {
+    label: String,
+    values: Vec<f64>,
+}
+
+/// A grouped bar chart of speedups over eager, with a legend and notes under it.
+fn draw_grouped(path: &Path, title: &str, groups: &[Group], series: &[(&str, RGBColor)], notes: &[String]) -> Result<()> {
+    let top = groups.iter().flat_map(|g| g.values.iter().copied()).fold(1.0, f64::max) * 1.2;
+    let n = groups.len() as f64;
+    let width = 0.8 / series.len() as f64;
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (1000, 560)).into_drawing_area();
+        // Wide enough for the group labels under their bars.
+        let pixels = (130 * groups.len() as u32).max(1000);
+        let root = SVGBackend::with_string(&mut svg, (pixels, 560)).into_drawing_area();
         root.fill(&WHITE)?;
-        let (plot, notes) = root.split_vertically(500);
+        let (plot, notes_area) = root.split_vertically(500);
         let mut chart = ChartBuilder::on(&plot)
-            .caption("Inference speedup over tch eager, batch 1", ("sans-serif", 22))
+            .caption(title, ("sans-serif", 22))
             .margin(16)
             .x_label_area_size(40)
             .y_label_area_size(56)
@@ -186,27 +289,27 @@ fn draw_speedups(path: &Path, bars: &[Bars], measured: &str) -> Result<()> {
         chart
             .configure_mesh()
             .disable_x_mesh()
-            .x_labels(bars.len() * 2 + 1)
+            .x_labels(groups.len() * 2 + 1)
             .x_label_formatter(&|x| {
                 let i = x.floor() as usize;
-                if (x - i as f64 - 0.5).abs() < 1e-6 && i < bars.len() {
-                    bars[i].model.clone()
+                if (x - i as f64 - 0.5).abs() < 1e-6 && i < groups.len() {
+                    groups[i].label.clone()
                 } else {
                     String::new()
                 }
             })
             .y_desc("speedup over tch eager (×)")
             .draw()?;
-        let series = [("one-stream CUDA graph", RGBColor(120, 144, 156), 0.12), ("Nimble (multi-stream)", RGBColor(25, 118, 210), 0.5)];
-        for (k, (label, color, offset)) in series.into_iter().enumerate() {
-            let value = |b: &Bars| if k == 0 { b.graph } else { b.nimble };
-            let rects = bars.iter().enumerate().map(|(i, b)| Rectangle::new([(i as f64 + offset, 0.0), (i as f64 + offset + 0.36, value(b))], color.filled()));
+        for (k, &(label, color)) in series.iter().enumerate() {
+            let offset = 0.1 + k as f64 * width;
+            let rects = groups.iter().enumerate().map(|(i, g)| Rectangle::new([(i as f64 + offset, 0.0), (i as f64 + offset + width * 0.9, g.values[k])], color.filled()));
             chart.draw_series(rects)?.label(label).legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
         }
         chart.configure_series_labels().background_style(WHITE.mix(0.9)).border_style(BLACK).position(SeriesLabelPosition::UpperLeft).draw()?;
         let style = ("sans-serif", 13).into_font().color(&BLACK.mix(0.8));
-        notes.draw(&Text::new(format!("Measured: {measured}. Both graphs with the inference rewrites."), (20, 10), style.clone()))?;
-        notes.draw(&Text::new("Not shown: TensorRT and TVM (not on this machine); TorchScript and the PyTorch baselines (not yet measured).", (20, 32), style))?;
+        for (i, note) in notes.iter().enumerate() {
+            notes_area.draw(&Text::new(note.clone(), (20, 10 + 22 * i as i32), style.clone()))?;
+        }
         root.present()?;
     }
     write_file(path, &svg)

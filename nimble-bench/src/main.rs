@@ -200,8 +200,8 @@ enum Command {
         /// The forward's stream-assignment algorithm in the nimble and step modes
         #[arg(long, default_value = "nimble")]
         algo: String,
-        /// Where the backward's ops run: one stream (the paper) or their forward op's stream
-        #[arg(long, value_enum, default_value = "one")]
+        /// Where the backward's ops run: their forward op's stream, or one stream (the paper)
+        #[arg(long, value_enum, default_value = "forward")]
         backward_streams: torch::BackwardArg,
         #[arg(long, default_value_t = 50)]
         warmup: usize,
@@ -224,19 +224,20 @@ enum Command {
         models: String,
         #[arg(long, default_value_t = 1)]
         batch: i64,
-        #[arg(long, default_value_t = 50)]
-        warmup: usize,
-        #[arg(long, default_value_t = 100)]
-        iters: usize,
-        /// Re-render from the record even on a machine with a GPU
-        #[arg(long)]
-        from_results: bool,
-        /// The record to write (measuring) or read (re-rendering)
-        #[arg(long, default_value = "paper-figs/results/inference.json")]
-        results: PathBuf,
-        /// Where the figure goes (<out-dir>/inference.svg)
-        #[arg(long, default_value = "paper-figs")]
-        out_dir: PathBuf,
+        #[command(flatten)]
+        figure: FigureArgs,
+    },
+    /// Figure: training step speedup over tch eager on CIFAR-10 (autograd mode, whole-step graph
+    /// on one stream and on Nimble's streams); measures on a GPU, otherwise re-renders from the
+    /// committed record
+    Training {
+        /// Comma-separated training models, or `all`
+        #[arg(long, default_value = "all")]
+        models: String,
+        #[arg(long, value_delimiter = ',', default_value = "32,64,128")]
+        batch: Vec<i64>,
+        #[command(flatten)]
+        figure: FigureArgs,
     },
     /// Generate a synthetic task graph as JSON
     Gen {
@@ -247,6 +248,37 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
+}
+
+/// What every figure command takes besides its models and batch sizes.
+#[derive(clap::Args, Debug)]
+struct FigureArgs {
+    #[arg(long, default_value_t = 50)]
+    warmup: usize,
+    #[arg(long, default_value_t = 100)]
+    iters: usize,
+    /// Re-render from the record even on a machine with a GPU
+    #[arg(long)]
+    from_results: bool,
+    /// The record to write (measuring) or read (re-rendering); default
+    /// paper-figs/results/<figure>.json
+    #[arg(long, value_name = "FILE")]
+    results: Option<PathBuf>,
+    /// Where the figure goes (<out-dir>/<figure>.svg)
+    #[arg(long, default_value = "paper-figs")]
+    out_dir: PathBuf,
+}
+
+impl FigureArgs {
+    fn rendering(&self, figure: &str) -> figures::Rendering {
+        figures::Rendering {
+            warmup: self.warmup,
+            iterations: self.iters,
+            from_results: self.from_results,
+            results: self.results.clone().unwrap_or_else(|| PathBuf::from(format!("paper-figs/results/{figure}.json"))),
+            out_dir: self.out_dir.clone(),
+        }
+    }
 }
 
 /// `models --dataset` values.
@@ -280,10 +312,8 @@ impl From<InferModeArg> for InferMode {
 fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
     match cli.command {
         Command::Figures => figures::list(),
-        Command::Inference { models, batch, warmup, iters, from_results, results, out_dir } => figures::inference(
-            invoked_as,
-            &figures::InferenceFigure { models: &models, batch, warmup, iterations: iters, from_results, results: &results, out_dir: &out_dir },
-        ),
+        Command::Inference { models, batch, figure } => figures::inference(invoked_as, &models, batch, &figure.rendering("inference")),
+        Command::Training { models, batch, figure } => figures::training(invoked_as, &models, &batch, &figure.rendering("training")),
         Command::Algos => scheduling::algos(),
         Command::Assign { plan, json } => scheduling::assign(&plan.source, &plan.algo, json),
         Command::Simulate { plan, mode, simulator, json, trace } => {

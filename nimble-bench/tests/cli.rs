@@ -167,3 +167,29 @@ fn figures_not_yet_available_say_what_they_need() {
     let text = stdout(&nimble_bench(&["figures"]));
     assert!(text.lines().any(|l| l.starts_with("inference") && l.contains("fig5")), "{text}");
 }
+
+#[test]
+fn training_re_renders_the_committed_training_record_without_a_gpu() {
+    let out_dir = scratch("training-figure");
+    let results = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../paper-figs/results/training.json");
+    let output = nimble_bench(&["training", "--from-results", "--results", results.to_str().unwrap(), "--out-dir", out_dir.to_str().unwrap()]);
+    let text = stdout(&output);
+    assert!(text.starts_with("measured: NVIDIA H200 (driver 580.159.04"), "{text}");
+    // One line per model and batch size, with the eager time and three speedups.
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("mobilenet-v2")).collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    let speedup: f64 = lines[0].split_whitespace().nth(5).unwrap().parse().unwrap();
+    assert!(speedup > 1.0, "{text}");
+    let svg = std::fs::read_to_string(out_dir.join("training.svg")).unwrap();
+    assert!(svg.contains("mobilenet-v2 32") && svg.contains("whole step, one-stream CUDA graph"), "the figure lacks its labels");
+}
+
+#[test]
+fn train_refuses_bad_arguments_before_touching_a_gpu() {
+    let output = nimble_bench(&["train", "--model", "nasnet-a-large"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("not a training model"), "{}", String::from_utf8_lossy(&output.stderr));
+    let output = nimble_bench(&["train", "--mode", "eager,fast"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("unknown training mode `fast`"), "{}", String::from_utf8_lossy(&output.stderr));
+}

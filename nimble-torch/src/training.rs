@@ -5,17 +5,22 @@
 //!   trace      one training forward, recording the ops and the parameters and buffers it reads
 //!   schedule   the forward's plan, as for inference
 //!   warm-up    two eager forward+backward (lazy init, cuDNN's algorithm search)
-//!   pre-run    forward on the planned streams, backward on one stream (or the forward's)
+//!   pre-run    forward on the planned streams, backward on the forward's streams (or one)
 //!   capture    the forward graph (multi-stream); then the backward graph, from static gradient
-//!              inputs, accumulating into the parameters' pre-allocated `.grad`
+//!              inputs to static gradients of the parameters (autograd's `grad`, `.grad` untouched)
 //!   restore    parameters and buffers (BatchNorm statistics) get their values from before
 //! forward(inputs)  replays the forward graph inside a custom autograd function; its backward
-//!                  copies the incoming gradients in and replays the backward graph
+//!                  copies the incoming gradients in, replays the backward graph and returns the
+//!                  parameters' gradients, which autograd accumulates into `.grad`
 //!
 //! prepare_train_step(inputs, targets, options, step)   whole-step mode
-//!   as above, but one graph: forward (multi-stream), loss, backward, optimizer update
+//!   as above, but one graph: forward (multi-stream), loss, backward (gradients made afresh in
+//!   the graph's pool), fused optimizer update (libtorch's multi-tensor SGD or Adam kernels)
 //! train_step(inputs, targets)  copies in, replays, returns the loss
 //! ```
+//!
+//! Random ops draw fresh numbers on every replay: the capture registers libtorch's CUDA
+//! generator, and each replay continues its philox offset exactly where an eager step would.
 
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -238,6 +243,33 @@ impl Setup {
         (options.backward_streams == BackwardStreams::One).then_some(&self.schedule)
     }
 
+    /// The forward's task graph with each op's GPU time (when the options ask for it).
+    fn time_ops(&self, options: &PrepareOptions, runner: &Runner<'_>) -> Result<TaskGraph> {
+        time_ops(&self.trace, &self.graph, self.device, options.measure_durations, runner, &self.inputs, true)
+    }
+
+    /// The prepared model, with its report; `structure` is the (forward or whole-step) graph's.
+    fn finish(mut self, mode: &'static str, replay: Replay, task_graph: TaskGraph, structure: &nimble_cuda::GraphStructure, backward_kernel_nodes: usize) -> Prepared {
+        self.seconds.total = self.started.elapsed().as_secs_f64();
+        let report = PrepareReport {
+            mode,
+            algorithm: self.plan.algorithm.clone(),
+            optimized: false,
+            channels_last: false,
+            ops: self.trace.len(),
+            tasks: self.graph.len(),
+            edges: self.graph.edge_count(),
+            streams: self.plan.streams,
+            syncs: self.plan.syncs.len(),
+            graph_nodes: structure.node_types.len(),
+            kernel_nodes: structure.kernel_count(),
+            graph_width: structure.width(),
+            backward_kernel_nodes,
+            seconds: self.seconds,
+        };
+        Prepared { replay, _schedule: self.schedule, inputs: self.inputs, optimized: None, trace: self.trace, task_graph, plan: self.plan, report }
+    }
+
     /// Puts back the values the parameters and buffers had before `prepare`.
     fn restore(&self) -> Result<()> {
         tch::no_grad(|| {
@@ -248,6 +280,14 @@ impl Setup {
         })?;
         ffi::cuda_synchronize()
     }
+}
+
+/// Runs `f`, setting `slot` to its wall-clock seconds.
+fn timed<T>(slot: &mut f64, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let started = Instant::now();
+    let result = f();
+    *slot = started.elapsed().as_secs_f64();
+    result
 }
 
 /// Gradients of ones for each output (what a warm-up backward starts from).
@@ -312,17 +352,14 @@ impl Nimble {
         let one = s.one_stream(options);
         let params = &s.external.params;
         let result = (|| {
-            let step = Instant::now();
-            for _ in 0..2 {
-                let outputs = runner.run_caught(&s.inputs, true, "warm-up")?;
-                ffi::backward(&outputs, Some(&ones_for(&outputs)), false, None, Some(params))?;
-            }
-            ffi::cuda_synchronize()?;
-            seconds.warmup = step.elapsed().as_secs_f64();
-
-            let step = Instant::now();
-            let task_graph = time_ops(&s.trace, &s.graph, s.device, options.measure_durations, &runner, &s.inputs, true)?;
-            seconds.time_ops = step.elapsed().as_secs_f64();
+            timed(&mut seconds.warmup, || {
+                for _ in 0..2 {
+                    let outputs = runner.run_caught(&s.inputs, true, "warm-up")?;
+                    ffi::backward(&outputs, Some(&ones_for(&outputs)), false, None, Some(params))?;
+                }
+                ffi::cuda_synchronize()
+            })?;
+            let task_graph = timed(&mut seconds.time_ops, || s.time_ops(options, &runner))?;
 
             let step = Instant::now();
             ffi::fresh_grad_accumulators(params)?;
@@ -362,18 +399,8 @@ impl Nimble {
         // its kernels); keeping it would keep its gradient accumulators on the capture's streams.
         let outputs: Vec<Tensor> = outputs.iter().map(Tensor::detach).collect();
         let state = TrainState::new(&forward_graph, &backward_graph, &outputs, &grad_outputs, &s.external.params, &param_grads)?;
-        s.seconds.total = s.started.elapsed().as_secs_f64();
-        let report = training_report("autograd", &s, &forward_structure, backward_structure.kernel_count());
-        let prepared = self.prepared.insert(Prepared {
-            replay: Replay::Autograd { state, _outputs: outputs, _grad_outputs: grad_outputs, _forward: forward_graph, _backward: backward_graph },
-            _schedule: s.schedule,
-            inputs: s.inputs,
-            optimized: None,
-            trace: s.trace,
-            task_graph,
-            plan: s.plan,
-            report,
-        });
+        let replay = Replay::Autograd { state, _outputs: outputs, _grad_outputs: grad_outputs, _forward: forward_graph, _backward: backward_graph };
+        let prepared = self.prepared.insert(s.finish("autograd", replay, task_graph, &forward_structure, backward_structure.kernel_count()));
         Ok(&prepared.report)
     }
 
@@ -412,17 +439,14 @@ impl Nimble {
             Ok(loss)
         };
         let result = (|| {
-            let started = Instant::now();
-            for _ in 0..2 {
-                ffi::grads_reset(params)?;
-                let _loss = tail(runner.run_caught(&s.inputs, true, "warm-up"), None)?;
-            }
-            ffi::cuda_synchronize()?;
-            seconds.warmup = started.elapsed().as_secs_f64();
-
-            let started = Instant::now();
-            let task_graph = time_ops(&s.trace, &s.graph, s.device, options.measure_durations, &runner, &s.inputs, true)?;
-            seconds.time_ops = started.elapsed().as_secs_f64();
+            timed(&mut seconds.warmup, || {
+                for _ in 0..2 {
+                    ffi::grads_reset(params)?;
+                    let _loss = tail(runner.run_caught(&s.inputs, true, "warm-up"), None)?;
+                }
+                ffi::cuda_synchronize()
+            })?;
+            let task_graph = timed(&mut seconds.time_ops, || s.time_ops(&options, &runner))?;
 
             let started = Instant::now();
             ffi::grads_reset(params)?;
@@ -455,18 +479,8 @@ impl Nimble {
         s.seconds = seconds;
         let (task_graph, graph, loss, structure) = result?;
         restored?;
-        s.seconds.total = s.started.elapsed().as_secs_f64();
-        let report = training_report("step", &s, &structure, 0);
-        let prepared = self.prepared.insert(Prepared {
-            replay: Replay::Step { loss, targets, graph, _optimizer: optimizer },
-            _schedule: s.schedule,
-            inputs: s.inputs,
-            optimized: None,
-            trace: s.trace,
-            task_graph,
-            plan: s.plan,
-            report,
-        });
+        let replay = Replay::Step { loss, targets, graph, _optimizer: optimizer };
+        let prepared = self.prepared.insert(s.finish("step", replay, task_graph, &structure, 0));
         Ok(&prepared.report)
     }
 
@@ -493,24 +507,5 @@ impl Nimble {
         static_targets.shallow_clone().f_copy_(targets).map_err(|e| NimbleError::Torch { call: "copy_", message: e.to_string() })?;
         graph.replay()?;
         Ok(loss.shallow_clone())
-    }
-}
-
-fn training_report(mode: &'static str, s: &Setup, structure: &nimble_cuda::GraphStructure, backward_kernel_nodes: usize) -> PrepareReport {
-    PrepareReport {
-        mode,
-        algorithm: s.plan.algorithm.clone(),
-        optimized: false,
-        channels_last: false,
-        ops: s.trace.len(),
-        tasks: s.graph.len(),
-        edges: s.graph.edge_count(),
-        streams: s.plan.streams,
-        syncs: s.plan.syncs.len(),
-        graph_nodes: structure.node_types.len(),
-        kernel_nodes: structure.kernel_count(),
-        graph_width: structure.width(),
-        backward_kernel_nodes,
-        seconds: s.seconds.clone(),
     }
 }

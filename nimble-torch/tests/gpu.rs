@@ -1,32 +1,17 @@
 //! GPU tests: prepare tch::vision models, replay them against eager tch, and check the errors
 //! and the memory contract. Without a CUDA device each test prints a notice and passes; with
 //! `NIMBLE_REQUIRE_GPU=1` it fails instead. Run them on the lent GPU with
-//! `scripts/device/run-gpu-suite.sh`.
+//! `scripts/device/run-torch-suite.sh`.
 
 use std::cell::Cell;
 use std::rc::Rc;
-use std::sync::Mutex;
 
 use nimble_torch::{cuda_allocated_bytes, cuda_synchronize, relative_error, CaptureMode, Nimble, NimbleError, PrepareOptions};
 use tch::nn::{self, ModuleT};
 use tch::{Device, Kind, Tensor};
 
-/// The tests share one GPU and its allocator statistics; capture in global mode also forbids
-/// other threads' allocations. So they run one at a time.
-static GPU: Mutex<()> = Mutex::new(());
-
-fn gpu() -> Option<std::sync::MutexGuard<'static, ()>> {
-    if nimble_torch::cuda_available() {
-        let guard = GPU.lock().unwrap_or_else(|e| e.into_inner());
-        tch::Cuda::cudnn_set_benchmark(true);
-        return Some(guard);
-    }
-    if std::env::var("NIMBLE_REQUIRE_GPU").as_deref() == Ok("1") {
-        panic!("NIMBLE_REQUIRE_GPU=1 but libtorch sees no CUDA device");
-    }
-    eprintln!("notice: no CUDA device; skipping this GPU test (set NIMBLE_REQUIRE_GPU=1 to fail instead)");
-    None
-}
+mod common;
+use common::gpu;
 
 const CUDA: Device = Device::Cuda(0);
 

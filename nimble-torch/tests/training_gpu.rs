@@ -3,26 +3,13 @@
 //! data; BatchNorm statistics and dropout on replay; the errors. Without a CUDA device each test
 //! prints a notice and passes; with `NIMBLE_REQUIRE_GPU=1` it fails instead.
 
-use std::sync::Mutex;
 
 use nimble_torch::{relative_error, BackwardStreams, Nimble, NimbleError, Optimizer, PrepareOptions, TrainStep};
 use tch::nn::{self, ModuleT, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
 
-static GPU: Mutex<()> = Mutex::new(());
-
-fn gpu() -> Option<std::sync::MutexGuard<'static, ()>> {
-    if nimble_torch::cuda_available() {
-        let guard = GPU.lock().unwrap_or_else(|e| e.into_inner());
-        tch::Cuda::cudnn_set_benchmark(true);
-        return Some(guard);
-    }
-    if std::env::var("NIMBLE_REQUIRE_GPU").as_deref() == Ok("1") {
-        panic!("NIMBLE_REQUIRE_GPU=1 but libtorch sees no CUDA device");
-    }
-    eprintln!("notice: no CUDA device; skipping this GPU test (set NIMBLE_REQUIRE_GPU=1 to fail instead)");
-    None
-}
+mod common;
+use common::gpu;
 
 const CUDA: Device = Device::Cuda(0);
 const BATCH: i64 = 16;
