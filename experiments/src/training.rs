@@ -6,7 +6,10 @@
 //!   `single` plan), what PyTorch's whole-step CUDA graph is;
 //! * `nimble`: the paper's training mode, forward and backward graphs behind autograd
 //!   (`prepare` with `PrepareOptions::training`), the loss and tch's SGD eager;
-//! * `step`: the whole step as one graph with the forward on Nimble's streams.
+//! * `step`: the whole step as one graph with the forward on Nimble's streams;
+//! * `eager-fused` and `nimble-fused`: `eager` and `nimble` with nimble-torch's
+//!   `FusedOptimizer` (the same libtorch fused SGD the whole-step graphs run) in place of
+//!   tch's SGD, which launches a few kernels per parameter.
 //!
 //! Method: cuDNN benchmark mode on, fresh standard-normal inputs and uniform random labels for
 //! every step, `warmup` untimed steps, then `iterations` steps each timed with CUDA events around
@@ -25,7 +28,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use nimble_cuda::Samples;
-use nimble_torch::{cuda_synchronize, cuda_time, relative_error, BackwardStreams, Nimble, Optimizer, PrepareOptions, PrepareReport, TrainStep};
+use nimble_torch::{cuda_synchronize, cuda_time, relative_error, BackwardStreams, FusedOptimizer, Nimble, Optimizer, PrepareOptions, PrepareReport, TrainStep};
 use serde::Serialize;
 use tch::nn::{self, OptimizerConfig};
 use tch::{Device, Tensor};
@@ -42,25 +45,30 @@ pub const CHECK_TOLERANCE: f64 = 5e-2;
 #[serde(rename_all = "kebab-case")]
 pub enum TrainMode {
     Eager,
+    EagerFused,
     Graph,
     Nimble,
+    NimbleFused,
     Step,
 }
 
 impl TrainMode {
-    pub const ALL: [TrainMode; 4] = [TrainMode::Eager, TrainMode::Graph, TrainMode::Nimble, TrainMode::Step];
+    pub const ALL: [TrainMode; 6] = [TrainMode::Eager, TrainMode::EagerFused, TrainMode::Graph, TrainMode::Nimble, TrainMode::NimbleFused, TrainMode::Step];
 
     pub fn name(self) -> &'static str {
         match self {
             TrainMode::Eager => "eager",
+            TrainMode::EagerFused => "eager-fused",
             TrainMode::Graph => "graph",
             TrainMode::Nimble => "nimble",
+            TrainMode::NimbleFused => "nimble-fused",
             TrainMode::Step => "step",
         }
     }
 
     pub fn parse(text: &str) -> Result<TrainMode, String> {
-        TrainMode::ALL.into_iter().find(|m| m.name() == text).ok_or_else(|| format!("unknown training mode `{text}`; expected eager, graph, nimble or step"))
+        let names: Vec<&str> = TrainMode::ALL.iter().map(|m| m.name()).collect();
+        TrainMode::ALL.into_iter().find(|m| m.name() == text).ok_or_else(|| format!("unknown training mode `{text}`; expected one of {}", names.join(", ")))
     }
 }
 
@@ -154,9 +162,37 @@ struct Trainer {
 }
 
 enum Run {
-    Eager(nn::Optimizer),
-    Autograd(Nimble, nn::Optimizer),
+    Eager(Opt),
+    Autograd(Nimble, Opt),
     Step(Nimble),
+}
+
+/// The optimizer of the eager and autograd modes.
+enum Opt {
+    Tch(nn::Optimizer),
+    Fused(FusedOptimizer),
+}
+
+impl Opt {
+    fn zero_grad(&mut self) -> Result<(), String> {
+        match self {
+            Opt::Tch(opt) => {
+                opt.zero_grad();
+                Ok(())
+            }
+            Opt::Fused(opt) => opt.zero_grad().map_err(|e| e.to_string()),
+        }
+    }
+
+    fn step(&mut self) -> Result<(), String> {
+        match self {
+            Opt::Tch(opt) => {
+                opt.step();
+                Ok(())
+            }
+            Opt::Fused(opt) => opt.step().map_err(|e| e.to_string()),
+        }
+    }
 }
 
 impl Trainer {
@@ -165,12 +201,18 @@ impl Trainer {
         let mut model = models::build(name, Dataset::Cifar10, Device::Cuda(0))?;
         model.unfreeze();
         let (x, y) = (model.input(config.batch), model.targets(config.batch));
-        let sgd = || config.tch_sgd().build(model.var_store(), config.lr).map_err(|e| e.to_string());
+        let sgd = || -> Result<Opt, String> {
+            if matches!(mode, TrainMode::EagerFused | TrainMode::NimbleFused) {
+                Ok(Opt::Fused(FusedOptimizer::new(model.var_store().trainable_variables(), config.optimizer()).map_err(|e| e.to_string())?))
+            } else {
+                Ok(Opt::Tch(config.tch_sgd().build(model.var_store(), config.lr).map_err(|e| e.to_string())?))
+            }
+        };
         let options = PrepareOptions::training().backward_streams(config.backward_streams);
         let failed = |e: nimble_torch::NimbleError| format!("{name}, {} mode: {e}", mode.name());
         let (run, report) = match mode {
-            TrainMode::Eager => (Run::Eager(sgd()?), None),
-            TrainMode::Nimble => {
+            TrainMode::Eager | TrainMode::EagerFused => (Run::Eager(sgd()?), None),
+            TrainMode::Nimble | TrainMode::NimbleFused => {
                 let mut nimble = model.nimble();
                 let report = nimble.prepare(&[x], options.algorithm(config.algorithm.clone())).map_err(failed)?.clone();
                 (Run::Autograd(nimble, sgd()?), Some(report))
@@ -193,17 +235,17 @@ impl Trainer {
             Run::Eager(opt) => {
                 let out = catch_unwind(AssertUnwindSafe(|| model.forward_t(x, true))).map_err(|_| "the eager forward failed".to_string())?;
                 let loss = eager_loss(&out)?;
-                opt.zero_grad();
+                opt.zero_grad()?;
                 loss.f_backward().map_err(|e| e.to_string())?;
-                opt.step();
+                opt.step()?;
                 Ok(loss)
             }
             Run::Autograd(nimble, opt) => {
                 let out = nimble.forward(std::slice::from_ref(x)).map_err(|e| e.to_string())?.remove(0);
                 let loss = eager_loss(&out)?;
-                opt.zero_grad();
+                opt.zero_grad()?;
                 loss.f_backward().map_err(|e| e.to_string())?;
-                opt.step();
+                opt.step()?;
                 Ok(loss)
             }
             Run::Step(nimble) => nimble.train_step(std::slice::from_ref(x), y).map_err(|e| e.to_string()),
@@ -308,5 +350,8 @@ pub fn measure_model(name: &str, config: &TrainConfig, modes: &[TrainMode]) -> R
 
 /// The optimizer as the record names it.
 pub fn optimizer_label(config: &TrainConfig) -> String {
-    format!("SGD lr {} momentum {} weight decay {} (tch's in eager and nimble modes; libtorch's fused SGD in graph and step modes)", config.lr, config.momentum, config.weight_decay)
+    format!(
+        "SGD lr {} momentum {} weight decay {} (tch's in the eager and nimble modes; libtorch's fused SGD in the graph, step and -fused modes)",
+        config.lr, config.momentum, config.weight_decay
+    )
 }

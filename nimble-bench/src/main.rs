@@ -194,8 +194,9 @@ enum Command {
         #[arg(long, value_delimiter = ',', default_value = "32")]
         batch: Vec<i64>,
         /// Comma-separated modes: eager, graph (whole step, one stream), nimble (autograd mode),
-        /// step (whole step, Nimble's streams)
-        #[arg(long, value_delimiter = ',', default_value = "eager,graph,nimble,step")]
+        /// step (whole step, Nimble's streams); eager-fused and nimble-fused: eager and nimble
+        /// with nimble-torch's FusedOptimizer instead of tch's SGD
+        #[arg(long, value_delimiter = ',', default_value = "eager,eager-fused,graph,nimble,nimble-fused,step")]
         mode: Vec<String>,
         /// The forward's stream-assignment algorithm in the nimble and step modes
         #[arg(long, default_value = "nimble")]

@@ -396,7 +396,14 @@ fn train_table(record: &TrainRecord) -> String {
             p.warmup,
             p.commit
         ),
-        format!("{:<16} {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}", "model", "batch", "eager", "graph", "nimble", "step", "x nimble", "x step", "streams"),
+        {
+            let mut header = format!("{:<16} {:>5}", "model", "batch");
+            for mode in TrainMode::ALL {
+                header += &format!(" {:>12}", mode.name());
+            }
+            header + &format!(" {:>9} {:>9} {:>7}", "x nimble", "x step", "streams")
+        },
+        "(ms per step; x: speedup over eager)".to_string(),
     ];
     let mut keys: Vec<(String, i64)> = Vec::new();
     for row in &record.rows {
@@ -406,24 +413,17 @@ fn train_table(record: &TrainRecord) -> String {
     }
     for (model, batch) in keys {
         let find = |mode| record.rows.iter().find(|r| r.model == model && r.batch == batch && r.mode == mode);
-        let ms = |mode| find(mode).map_or("-".to_string(), |r| format!("{:.3}", r.step.median_us / 1000.0));
         let speedup = |mode| match (find(TrainMode::Eager), find(mode)) {
             (Some(e), Some(r)) => format!("{:.2}", e.step.median_us / r.step.median_us),
             _ => "-".into(),
         };
         let streams = find(TrainMode::Step).or(find(TrainMode::Nimble)).and_then(|r| r.prepare.as_ref()).map_or("-".into(), |p| p.streams.to_string());
-        lines.push(format!(
-            "{:<16} {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
-            model,
-            batch,
-            ms(TrainMode::Eager),
-            ms(TrainMode::Graph),
-            ms(TrainMode::Nimble),
-            ms(TrainMode::Step),
-            speedup(TrainMode::Nimble),
-            speedup(TrainMode::Step),
-            streams
-        ));
+        let mut line = format!("{:<16} {:>5}", model, batch);
+        for mode in TrainMode::ALL {
+            line += &format!(" {:>12}", find(mode).map_or("-".to_string(), |r| format!("{:.3}", r.step.median_us / 1000.0)));
+        }
+        line += &format!(" {:>9} {:>9} {:>7}", speedup(TrainMode::Nimble), speedup(TrainMode::Step), streams);
+        lines.push(line);
     }
     lines.join("\n")
 }

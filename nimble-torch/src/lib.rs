@@ -29,7 +29,7 @@ pub use error::{NimbleError, Result};
 pub use nimble::{
     cuda_allocated_bytes, cuda_empty_cache, cuda_synchronize, cuda_time, relative_error, BackwardStreams, Nimble, PrepareOptions, PrepareReport, PrepareSeconds,
 };
-pub use training::{Loss, Optimizer, TrainStep};
+pub use training::{FusedOptimizer, Loss, LossFn, Optimizer, TrainStep};
 pub use nimble_cuda::CaptureMode;
 pub use trace::{record, TensorDevice, TensorUse, Trace, TracedOp};
 

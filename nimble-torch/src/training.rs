@@ -179,6 +179,56 @@ impl TrainStep {
     }
 }
 
+/// An optimizer that runs [`Optimizer`]'s update as libtorch's fused multi-tensor kernels, eagerly:
+/// a drop-in for tch's optimizers (which launch a few kernels per parameter) next to the autograd
+/// mode, where the optimizer is the largest eager cost left.
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let vs = tch::nn::VarStore::new(tch::Device::Cuda(0));
+/// # let loss = tch::Tensor::zeros([], (tch::Kind::Float, tch::Device::Cuda(0)));
+/// use nimble_torch::{FusedOptimizer, Optimizer};
+/// let mut opt = FusedOptimizer::new(vs.trainable_variables(), Optimizer::sgd(0.01).momentum(0.9))?;
+/// opt.zero_grad()?;
+/// loss.backward();
+/// opt.step()?;
+/// # Ok(()) }
+/// ```
+pub struct FusedOptimizer {
+    params: Vec<Tensor>,
+    state: OptimizerState,
+}
+
+impl FusedOptimizer {
+    /// Over `params` (all on one device, float32); the state starts as PyTorch's does.
+    pub fn new(params: Vec<Tensor>, optimizer: Optimizer) -> Result<FusedOptimizer> {
+        optimizer.check()?;
+        if let Some(first) = params.first() {
+            if let Some(i) = params.iter().position(|p| p.device() != first.device() || p.kind() != first.kind()) {
+                return Err(NimbleError::InvalidInput(format!(
+                    "parameter {i} is {:?} on {:?}, expected {:?} on {:?} like parameter 0 (the fused kernels take one device and dtype)",
+                    params[i].kind(),
+                    params[i].device(),
+                    first.kind(),
+                    first.device()
+                )));
+            }
+        }
+        let state = OptimizerState::new(&optimizer, &params);
+        Ok(FusedOptimizer { params, state })
+    }
+
+    /// One update of every parameter that has a gradient.
+    pub fn step(&mut self) -> Result<()> {
+        self.state.step(&self.params)
+    }
+
+    /// Sets the gradients to none (as PyTorch's and libtorch's `zero_grad` do by default).
+    pub fn zero_grad(&mut self) -> Result<()> {
+        ffi::grads_reset(&self.params)
+    }
+}
+
 /// The optimizer's state tensors, allocated once so a captured step updates them in place.
 pub(crate) enum OptimizerState {
     Sgd { args: SgdArgs, buffers: Vec<Tensor> },

@@ -5,7 +5,7 @@
 use std::cell::Cell;
 
 use nimble_sched::{algorithms, verify, Analysis};
-use nimble_torch::{Nimble, NimbleError, Optimizer, PrepareOptions, Trace, TrainStep};
+use nimble_torch::{FusedOptimizer, Nimble, NimbleError, Optimizer, PrepareOptions, Trace, TrainStep};
 use tch::{nn, Device, Kind, Tensor};
 
 fn input(shape: &[i64]) -> Tensor {
@@ -222,4 +222,43 @@ fn training_needs_cuda_and_checks_its_optimizer_first() {
     }
     // Misuse before any prepare.
     assert!(matches!(nimble.train_step(&[x.copy()], &y).unwrap_err(), NimbleError::NotPrepared));
+}
+
+#[test]
+fn the_fused_optimizer_updates_like_tchs_sgd_and_adam() {
+    use tch::nn::OptimizerConfig;
+    for (optimizer, lr) in [(Optimizer::sgd(0.1).momentum(0.9).weight_decay(5e-4), 0.1), (Optimizer::adam(1e-2).weight_decay(1e-4), 1e-2)] {
+        tch::manual_seed(0);
+        let vs_a = nn::VarStore::new(Device::Cpu);
+        let a = nn::seq().add(nn::linear(vs_a.root() / "l1", 8, 16, Default::default())).add_fn(|x| x.relu()).add(nn::linear(vs_a.root() / "l2", 16, 3, Default::default()));
+        let mut vs_b = nn::VarStore::new(Device::Cpu);
+        let b = nn::seq().add(nn::linear(vs_b.root() / "l1", 8, 16, Default::default())).add_fn(|x| x.relu()).add(nn::linear(vs_b.root() / "l2", 16, 3, Default::default()));
+        vs_b.copy(&vs_a).unwrap();
+        let mut reference: Box<dyn FnMut(&Tensor)> = match optimizer {
+            Optimizer::Sgd { .. } => {
+                let mut opt = nn::Sgd { momentum: 0.9, dampening: 0.0, wd: 5e-4, nesterov: false }.build(&vs_a, lr).unwrap();
+                Box::new(move |loss| opt.backward_step(loss))
+            }
+            Optimizer::Adam { .. } => {
+                let mut opt = nn::Adam { wd: 1e-4, ..Default::default() }.build(&vs_a, lr).unwrap();
+                Box::new(move |loss| opt.backward_step(loss))
+            }
+        };
+        let mut fused = FusedOptimizer::new(vs_b.trainable_variables(), optimizer.clone()).unwrap();
+        for _ in 0..10 {
+            let x = Tensor::randn([4, 8], (Kind::Float, Device::Cpu));
+            let y = Tensor::randint(3, [4], (Kind::Int64, Device::Cpu));
+            reference(&nn::Module::forward(&a, &x).cross_entropy_for_logits(&y));
+            fused.zero_grad().unwrap();
+            nn::Module::forward(&b, &x).cross_entropy_for_logits(&y).backward();
+            fused.step().unwrap();
+        }
+        let vb = vs_b.variables();
+        for (name, va) in vs_a.variables() {
+            let error = nimble_torch::relative_error(&vb[&name], &va);
+            assert!(error < 1e-5, "{optimizer:?}: {name} differs by {error:.2e}");
+        }
+    }
+    let mixed = FusedOptimizer::new(vec![Tensor::zeros([2], (Kind::Float, Device::Cpu)), Tensor::zeros([2], (Kind::Double, Device::Cpu))], Optimizer::sgd(0.1));
+    assert!(mixed.err().unwrap().to_string().contains("parameter 1 is Double"));
 }
