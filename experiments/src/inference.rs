@@ -117,16 +117,9 @@ pub fn measure_model(model: &Model, config: &InferConfig, variants: &[Variant]) 
             Some((nimble, _, _)) => nimble.forward(std::slice::from_ref(x)).map(drop),
         }
     };
-    let mut samples = vec![Vec::with_capacity(config.iterations); variants.len()];
-    for (index, times) in samples.iter_mut().enumerate() {
-        for _ in 0..config.warmup {
-            run(index, &model.input(config.batch))?;
-        }
-        for _ in 0..config.iterations {
-            let x = model.input(config.batch);
-            cuda_synchronize()?;
-            times.push(cuda_time(|| run(index, &x))? * 1000.0);
-        }
+    let mut samples = Vec::with_capacity(variants.len());
+    for index in 0..variants.len() {
+        samples.push(time_runs(model, config, |x| run(index, x))?);
     }
     Ok(variants
         .iter()
@@ -146,8 +139,23 @@ pub fn measure_model(model: &Model, config: &InferConfig, variants: &[Variant]) 
         .collect())
 }
 
+/// `config.warmup` untimed runs of `run` on fresh inputs, then `config.iterations` runs each
+/// timed with CUDA events on the current stream: the samples in microseconds.
+pub fn time_runs(model: &Model, config: &InferConfig, run: impl Fn(&Tensor) -> nimble_torch::Result<()>) -> nimble_torch::Result<Vec<f64>> {
+    for _ in 0..config.warmup {
+        run(&model.input(config.batch))?;
+    }
+    let mut times = Vec::with_capacity(config.iterations);
+    for _ in 0..config.iterations {
+        let x = model.input(config.batch);
+        cuda_synchronize()?;
+        times.push(cuda_time(|| run(&x))? * 1000.0);
+    }
+    Ok(times)
+}
+
 /// Prepares `model` for a graph mode and compares its output with eager tch on a fresh input.
-fn prepare_checked(model: &Model, config: &InferConfig, mode: InferMode, optimize: bool) -> nimble_torch::Result<(Nimble, PrepareReport, f64)> {
+pub fn prepare_checked(model: &Model, config: &InferConfig, mode: InferMode, optimize: bool) -> nimble_torch::Result<(Nimble, PrepareReport, f64)> {
     let algorithm = if mode == InferMode::Graph { "single".to_string() } else { config.algorithm.clone() };
     let mut nimble: Nimble = model.nimble();
     let options = PrepareOptions::inference()

@@ -9,5 +9,6 @@
 pub mod inference;
 pub mod models;
 pub mod record;
+pub mod schedulers;
 pub mod simulator_validation;
 pub mod training;

@@ -33,8 +33,8 @@ pub const FIGURES: &[Figure] = &[
     Figure {
         name: "overhead",
         aliases: &["fig2a"],
-        what: "GPU active time over wall time at batch 1, eager vs Nimble (the paper's Figure 2a)",
-        pending: Some("kernel-time accounting on the GPU (issue 7)"),
+        what: "GPU work over wall time at batch 1 for every zoo model: tch eager, one-stream graph, Nimble (the paper's Figure 2a, GPU active time over wall time)",
+        pending: None,
     },
     Figure {
         name: "inference",
@@ -51,11 +51,16 @@ pub const FIGURES: &[Figure] = &[
     Figure {
         name: "multistream",
         aliases: &[],
-        what: "per model: width, streams and syncs per algorithm, latency single vs multi-stream (the paper's multi-stream study)",
-        pending: Some("the per-algorithm measurement (issue 7)"),
+        what: "per model: width, Nimble's streams and syncs, speedup of Nimble's streams over one stream, measured and simulated (the paper's multi-stream study)",
+        pending: None,
     },
     Figure { name: "algorithm-example", aliases: &[], what: "a small DAG through the algorithm's steps: graph, MEG, matching, chains, streams", pending: Some("issue 7") },
-    Figure { name: "schedulers", aliases: &[], what: "every registered algorithm on every model, measured and simulated (beyond the paper)", pending: Some("issue 7") },
+    Figure {
+        name: "schedulers",
+        aliases: &[],
+        what: "every registered stream-assignment algorithm on every zoo model: speedup over one stream, measured and simulated (beyond the paper)",
+        pending: None,
+    },
 ];
 
 /// Finds a figure by name or alias.
@@ -315,4 +320,120 @@ fn draw_grouped(path: &Path, title: &str, groups: &[Group], series: &[(&str, RGB
         root.present()?;
     }
     write_file(path, &svg)
+}
+
+/// The schedulers record's data for one model, as the three figures drawn from it read it.
+struct ModelRuns<'a> {
+    name: &'a str,
+    width: i64,
+    eager_us: f64,
+    eager_work_us: f64,
+    rows: &'a [Value],
+}
+
+impl ModelRuns<'_> {
+    fn row(&self, algorithm: &str) -> Option<&Value> {
+        self.rows.iter().find(|r| r["algorithm"] == algorithm)
+    }
+    fn latency(&self, algorithm: &str) -> Option<f64> {
+        self.row(algorithm).and_then(|r| r["latency"]["median_us"].as_f64())
+    }
+    fn simulated(&self, algorithm: &str) -> Option<f64> {
+        self.row(algorithm).and_then(|r| r["simulated_us"].as_f64())
+    }
+}
+
+fn model_runs(record: &Value) -> Result<Vec<ModelRuns<'_>>> {
+    let models = record["models"].as_array().context("no `models` array")?;
+    models
+        .iter()
+        .map(|m| {
+            Ok(ModelRuns {
+                name: m["model"].as_str().context("a model without `model`")?,
+                width: m["width"].as_i64().unwrap_or(0),
+                eager_us: m["eager"]["median_us"].as_f64().context("a model without an eager median")?,
+                eager_work_us: m["eager_gpu_work_us"].as_f64().unwrap_or(f64::NAN),
+                rows: m["rows"].as_array().map(Vec::as_slice).unwrap_or(&[]),
+            })
+        })
+        .collect()
+}
+
+/// The figures drawn from the schedulers record: `schedulers`, `multistream`, `overhead`.
+pub fn from_schedulers_record(invoked_as: &str, name: &str, models: &str, args: &Rendering) -> Result<()> {
+    let figure = find(name)?;
+    let record = args.record(invoked_as, figure, || torch::measure_schedulers(models, args.warmup, args.iterations, &args.results))?;
+    let runs = model_runs(&record).with_context(|| format!("reading {}", args.results.display()))?;
+    let measured = measured_on(&record);
+    let svg = args.svg(figure)?;
+    let mut lines = vec![format!("measured: {measured}; median of {} after {} warm-ups", record["provenance"]["iterations"], record["provenance"]["warmup"])];
+    match figure.name {
+        "schedulers" => {
+            let algorithms: Vec<String> = runs.first().map(|m| m.rows.iter().filter_map(|r| r["algorithm"].as_str().map(String::from)).collect()).unwrap_or_default();
+            let mut header = format!("{:<16}", "model");
+            for a in &algorithms {
+                header += &format!(" {:>16}", a);
+            }
+            lines.push(header + "   (ms measured / simulated)");
+            let mut groups = Vec::new();
+            for m in &runs {
+                let single = m.latency("single").context("the record lacks the `single` algorithm")?;
+                let mut line = format!("{:<16}", m.name);
+                for a in &algorithms {
+                    line += &format!(" {:>16}", format!("{:.3}/{:.3}", m.latency(a).unwrap_or(f64::NAN) / 1000.0, m.simulated(a).unwrap_or(f64::NAN) / 1000.0));
+                }
+                lines.push(line);
+                groups.push(Group { label: m.name.to_string(), values: algorithms.iter().map(|a| m.latency(a).map_or(0.0, |t| single / t)).collect() });
+            }
+            let palette = [RGBColor(25, 118, 210), RGBColor(100, 181, 246), RGBColor(120, 144, 156), RGBColor(255, 152, 0), RGBColor(76, 175, 80), RGBColor(156, 39, 176), RGBColor(244, 67, 54)];
+            let series: Vec<(&str, RGBColor)> = algorithms.iter().enumerate().map(|(i, a)| (a.as_str(), palette[i % palette.len()])).collect();
+            let notes = [format!("Measured: {measured}. Batch 1, inference rewrites on; speedup of each algorithm's graph over the one-stream graph.")];
+            draw_grouped(&svg, "Stream-assignment algorithms: speedup over one stream", &groups, &series, &notes)?;
+        }
+        "multistream" => {
+            lines.push(format!("{:<16} {:>6} {:>8} {:>6} {:>10} {:>10} {:>9} {:>9}", "model", "width", "streams", "syncs", "1 stream", "Nimble", "measured", "simulated"));
+            let mut groups = Vec::new();
+            for m in &runs {
+                let (Some(single), Some(nimble)) = (m.latency("single"), m.latency("nimble")) else {
+                    eprintln!("{}: the record lacks `single` or `nimble`; left out", m.name);
+                    continue;
+                };
+                let row = m.row("nimble").expect("found above");
+                let simulated = m.simulated("single").unwrap_or(f64::NAN) / m.simulated("nimble").unwrap_or(f64::NAN);
+                lines.push(format!(
+                    "{:<16} {:>6} {:>8} {:>6} {:>10.3} {:>10.3} {:>9.2} {:>9.2}",
+                    m.name,
+                    m.width,
+                    row["streams"],
+                    row["syncs"],
+                    single / 1000.0,
+                    nimble / 1000.0,
+                    single / nimble,
+                    simulated
+                ));
+                groups.push(Group { label: format!("{} (w{})", m.name, m.width), values: vec![single / nimble, simulated] });
+            }
+            let series = [("measured", RGBColor(25, 118, 210)), ("simulated", RGBColor(187, 222, 251))];
+            let notes = [format!("Measured: {measured}. Batch 1, inference rewrites on; w: the task graph's width (maximum logical concurrency).")];
+            draw_grouped(&svg, "Nimble's streams: speedup over one stream", &groups, &series, &notes)?;
+        }
+        _ => {
+            lines.push(format!("{:<16} {:>10} {:>10} {:>10}   (GPU work / wall time)", "model", "tch eager", "1 stream", "Nimble"));
+            let mut groups = Vec::new();
+            for m in &runs {
+                let ratio = |a: &str| m.row(a).and_then(|r| Some(r["gpu_work_us"].as_f64()? / r["latency"]["median_us"].as_f64()?)).unwrap_or(0.0);
+                let values = vec![m.eager_work_us / m.eager_us, ratio("single"), ratio("nimble")];
+                lines.push(format!("{:<16} {:>10.2} {:>10.2} {:>10.2}", m.name, values[0], values[1], values[2]));
+                groups.push(Group { label: m.name.to_string(), values });
+            }
+            let series = [("tch eager", RGBColor(120, 144, 156)), ("one-stream graph", RGBColor(100, 181, 246)), ("Nimble", RGBColor(25, 118, 210))];
+            let notes = [
+                format!("Measured: {measured}. Batch 1. GPU work: the sum of the ops' GPU times, each measured alone on one stream."),
+                "The graphs run the rewritten forward (less work than eager's). Above 1: ops on several streams overlap.".to_string(),
+            ];
+            draw_grouped(&svg, "GPU work over wall time", &groups, &series, &notes)?;
+        }
+    }
+    lines.push(format!("figure: {}", svg.display()));
+    emit(&lines.join("\n"))
 }

@@ -240,6 +240,33 @@ enum Command {
         #[command(flatten)]
         figure: FigureArgs,
     },
+    /// Figure (alias fig2a): GPU work over wall time at batch 1 (tch eager, one-stream graph,
+    /// Nimble), from the schedulers experiment; measures on a GPU, otherwise re-renders
+    Overhead {
+        /// Comma-separated model names, or `all`
+        #[arg(long, default_value = "all")]
+        models: String,
+        #[command(flatten)]
+        figure: FigureArgs,
+    },
+    /// Figure: per model, width, Nimble's streams and syncs, and the speedup of Nimble's streams
+    /// over one stream, measured and simulated; from the schedulers experiment
+    Multistream {
+        /// Comma-separated model names, or `all`
+        #[arg(long, default_value = "all")]
+        models: String,
+        #[command(flatten)]
+        figure: FigureArgs,
+    },
+    /// Figure: every registered stream-assignment algorithm on every zoo model, speedup over one
+    /// stream, measured and simulated; measures on a GPU, otherwise re-renders
+    Schedulers {
+        /// Comma-separated model names, or `all`
+        #[arg(long, default_value = "all")]
+        models: String,
+        #[command(flatten)]
+        figure: FigureArgs,
+    },
     /// Generate a synthetic task graph as JSON
     Gen {
         /// chain:N, fan:B[:D], nasnet:C[:SEED], layered:N[:SEED], dnn:N[:SEED]
@@ -262,7 +289,8 @@ struct FigureArgs {
     #[arg(long)]
     from_results: bool,
     /// The record to write (measuring) or read (re-rendering); default
-    /// paper-figs/results/<figure>.json
+    /// paper-figs/results/<figure>.json (overhead, multistream and schedulers share
+    /// schedulers.json)
     #[arg(long, value_name = "FILE")]
     results: Option<PathBuf>,
     /// Where the figure goes (<out-dir>/<figure>.svg)
@@ -315,6 +343,9 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
         Command::Figures => figures::list(),
         Command::Inference { models, batch, figure } => figures::inference(invoked_as, &models, batch, &figure.rendering("inference")),
         Command::Training { models, batch, figure } => figures::training(invoked_as, &models, &batch, &figure.rendering("training")),
+        Command::Overhead { models, figure } => figures::from_schedulers_record(invoked_as, "overhead", &models, &figure.rendering("schedulers")),
+        Command::Multistream { models, figure } => figures::from_schedulers_record(invoked_as, "multistream", &models, &figure.rendering("schedulers")),
+        Command::Schedulers { models, figure } => figures::from_schedulers_record(invoked_as, "schedulers", &models, &figure.rendering("schedulers")),
         Command::Algos => scheduling::algos(),
         Command::Assign { plan, json } => scheduling::assign(&plan.source, &plan.algo, json),
         Command::Simulate { plan, mode, simulator, json, trace } => {

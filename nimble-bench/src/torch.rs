@@ -7,6 +7,7 @@ use anyhow::{bail, Context, Result};
 use experiments::inference::{self, InferConfig, InferMode, InferRecord, InferRow, Variant, LIBTORCH_VERSION};
 use experiments::models::{self, Dataset};
 use experiments::record::Provenance;
+use experiments::schedulers::{self, SchedulerRecord};
 use experiments::training::{self, TrainConfig, TrainMode, TrainRecord, TrainRow};
 use nimble_cuda::Gpu;
 use nimble_torch::PrepareOptions;
@@ -426,4 +427,39 @@ fn train_table(record: &TrainRecord) -> String {
         lines.push(line);
     }
     lines.join("\n")
+}
+
+/// Measures every registered algorithm on `models` (the schedulers experiment) and writes the
+/// record to `out`.
+pub fn measure_schedulers(models: &str, warmup: usize, iterations: usize, out: &Path) -> Result<()> {
+    let names = model_names(models)?;
+    if !nimble_torch::cuda_available() {
+        bail!("measuring the schedulers needs a CUDA device and libtorch sees none");
+    }
+    let gpu = Gpu::open(0).context("opening the GPU for its description")?;
+    tch::Cuda::cudnn_set_benchmark(true);
+    let config = InferConfig { batch: 1, warmup, iterations, algorithm: "nimble".into(), fuse_conv_relu: true, channels_last: None };
+    let algorithms = schedulers::algorithms();
+    let mut measured = Vec::new();
+    for name in names {
+        nimble_torch::cuda_synchronize()?;
+        nimble_torch::cuda_empty_cache()?;
+        tch::manual_seed(0);
+        let model = build_model(name, Device::Cuda(0), None)?;
+        let row = schedulers::measure_model(&model, &config, &algorithms).with_context(|| format!("measuring {name}"))?;
+        let cells: Vec<String> = row.rows.iter().map(|r| format!("{} {:.3}", r.algorithm, r.latency.median_us / 1000.0)).collect();
+        eprintln!("  {name}: eager {:.3} ms; {}", row.eager.median_us / 1000.0, cells.join(", "));
+        measured.push(row);
+    }
+    let method = "batch 1, inference rewrites on; cuDNN benchmark on; fresh randn inputs; CUDA events around each call on the current stream (graphs: input copy + replay); each system timed in its own block; median; simulated with the simulator's H200 defaults (graph launch) on the task graph with each op's measured time";
+    let record = SchedulerRecord {
+        experiment: "schedulers",
+        provenance: Provenance::now(gpu.info(), warmup, iterations, method),
+        libtorch: LIBTORCH_VERSION,
+        precision: "float32 (libtorch defaults: TF32 for cuDNN convolutions)",
+        batch: 1,
+        simulator: nimble_sched::SimulatorConfig::graph(),
+        models: measured,
+    };
+    write_file(out, &serde_json::to_string_pretty(&record)?)
 }

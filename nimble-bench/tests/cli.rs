@@ -160,10 +160,10 @@ fn fig5_re_renders_the_committed_inference_record_without_a_gpu() {
 
 #[test]
 fn figures_not_yet_available_say_what_they_need() {
-    let output = nimble_bench(&["fig2a"]);
+    let output = nimble_bench(&["algorithm-example"]);
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.starts_with("error: `fig2a` is the overhead figure") && stderr.contains("cannot be made yet"), "{stderr}");
+    assert!(stderr.starts_with("error: `algorithm-example` is the algorithm-example figure") && stderr.contains("cannot be made yet"), "{stderr}");
     let text = stdout(&nimble_bench(&["figures"]));
     assert!(text.lines().any(|l| l.starts_with("inference") && l.contains("fig5")), "{text}");
 }

@@ -1,0 +1,107 @@
+//! Every registered stream-assignment algorithm on every zoo model, measured and simulated; with
+//! the eager baseline and the GPU work of each forward, the data of three figures: the scheduler
+//! comparison, the multi-stream study and the overhead figure (the paper's Figure 2a).
+//!
+//! Per model, at batch 1: tch eager is timed; the forward without the inference rewrites is
+//! prepared once on one stream, for the GPU time of eager's ops (each op timed alone in a gated
+//! single-stream pass, summed); then, with the rewrites, the forward is prepared with each
+//! algorithm, checked against eager, timed the paper's way, and its plan simulated (graph launch,
+//! the simulator's calibrated H200 defaults) on the task graph with the measured op times.
+
+use nimble_cuda::Samples;
+use nimble_sched::algorithms::ALGORITHMS;
+use nimble_sched::{simulate, SimulatorConfig};
+use serde::Serialize;
+
+use crate::inference::{prepare_checked, time_runs, InferConfig, InferMode};
+use crate::models::Model;
+use crate::record::Provenance;
+
+/// One algorithm on one model.
+#[derive(Clone, Debug, Serialize)]
+pub struct SchedulerRow {
+    pub algorithm: String,
+    pub streams: usize,
+    pub syncs: usize,
+    pub kernel_nodes: usize,
+    /// Measured latency per forward (input copy and replay), µs.
+    pub latency: Samples,
+    /// The simulator's makespan for the plan, µs.
+    pub simulated_us: f64,
+    /// Sum of the forward's op times, each measured alone (µs): the GPU work.
+    pub gpu_work_us: f64,
+    /// Relative error against eager tch on a fresh input.
+    pub relative_error: f64,
+    pub prepare_seconds: f64,
+}
+
+/// One model: its eager baseline and every algorithm.
+#[derive(Clone, Debug, Serialize)]
+pub struct SchedulerModel {
+    pub model: String,
+    /// The task graph's maximum logical concurrency (after the rewrites).
+    pub width: usize,
+    pub tasks: usize,
+    pub eager: Samples,
+    /// The GPU work of eager's ops (no rewrites), µs.
+    pub eager_gpu_work_us: f64,
+    pub rows: Vec<SchedulerRow>,
+}
+
+/// The record under `paper-figs/results/schedulers.json`.
+#[derive(Clone, Debug, Serialize)]
+pub struct SchedulerRecord {
+    pub experiment: &'static str,
+    pub provenance: Provenance,
+    pub libtorch: &'static str,
+    pub precision: &'static str,
+    pub batch: i64,
+    pub simulator: SimulatorConfig,
+    pub models: Vec<SchedulerModel>,
+}
+
+/// The registered algorithms with their default arguments.
+pub fn algorithms() -> Vec<String> {
+    ALGORITHMS.iter().map(|a| a.name.to_string()).collect()
+}
+
+fn work(graph: &nimble_graph::TaskGraph) -> f64 {
+    (0..graph.len()).map(|i| graph.node(i).duration_us.unwrap_or(0.0)).sum()
+}
+
+/// Measures `model` with every algorithm in `algorithms` (see the module documentation).
+pub fn measure_model(model: &Model, config: &InferConfig, algorithms: &[String]) -> nimble_torch::Result<SchedulerModel> {
+    let eager = time_runs(model, config, |x| {
+        tch::no_grad(|| drop(model.forward(x)));
+        Ok(())
+    })?;
+    let eager_gpu_work_us = {
+        let (nimble, _, _) = prepare_checked(model, config, InferMode::Graph, false)?;
+        work(nimble.task_graph().expect("prepared"))
+    };
+    let simulator = SimulatorConfig::graph();
+    let mut rows = Vec::new();
+    let (mut width, mut tasks) = (0, 0);
+    for algorithm in algorithms {
+        let config = InferConfig { algorithm: algorithm.clone(), ..config.clone() };
+        let (nimble, report, relative_error) = prepare_checked(model, &config, InferMode::Nimble, true)?;
+        let graph = nimble.task_graph().expect("prepared");
+        let plan = nimble.plan().expect("prepared");
+        width = graph.width(&graph.reachability());
+        tasks = graph.len();
+        let simulated_us = simulate(graph, plan, &simulator).makespan_us;
+        let latency = time_runs(model, &config, |x| nimble.forward(std::slice::from_ref(x)).map(drop))?;
+        rows.push(SchedulerRow {
+            algorithm: algorithm.clone(),
+            streams: report.streams,
+            syncs: report.syncs,
+            kernel_nodes: report.kernel_nodes,
+            latency: Samples::new(latency),
+            simulated_us,
+            gpu_work_us: work(graph),
+            relative_error,
+            prepare_seconds: report.seconds.total,
+        });
+    }
+    Ok(SchedulerModel { model: model.info.name.to_string(), width, tasks, eager: Samples::new(eager), eager_gpu_work_us, rows })
+}
