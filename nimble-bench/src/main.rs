@@ -240,8 +240,8 @@ enum Command {
         #[command(flatten)]
         figure: FigureArgs,
     },
-    /// Figure (alias fig2a): GPU work over wall time at batch 1 (tch eager, one-stream graph,
-    /// Nimble), from the schedulers experiment; measures on a GPU, otherwise re-renders
+    /// Figure (alias fig2a): GPU busy time over wall time at batch 1 (tch eager, Nimble), from
+    /// the schedulers experiment; measures on a GPU, otherwise re-renders
     Overhead {
         /// Comma-separated model names, or `all`
         #[arg(long, default_value = "all")]
