@@ -9,10 +9,12 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
+use plotters::coord::Shift;
 use plotters::prelude::*;
 use serde_json::Value;
 
-use crate::output::{emit, write_file};
+use crate::output::emit;
+use crate::plots::{save, Drawing};
 use crate::torch::{self, InferArgs, Optimize, TrainArgs};
 use experiments::inference::InferMode;
 
@@ -54,7 +56,12 @@ pub const FIGURES: &[Figure] = &[
         what: "per model: width, Nimble's streams and syncs, speedup of Nimble's streams over one stream, measured and simulated (the paper's multi-stream study)",
         pending: None,
     },
-    Figure { name: "algorithm-example", aliases: &[], what: "a small DAG through the algorithm's steps: graph, MEG, matching, chains, streams", pending: Some("issue 7") },
+    Figure {
+        name: "algorithm-example",
+        aliases: &[],
+        what: "a small DAG through the steps of Nimble's stream assignment: graph, MEG, bipartite matching, chains, streams and syncs",
+        pending: None,
+    },
     Figure {
         name: "schedulers",
         aliases: &[],
@@ -141,7 +148,7 @@ pub fn inference(invoked_as: &str, models: &str, batch: i64, args: &Rendering) -
         format!("Measured: {measured}. Both graphs with the inference rewrites."),
         "Not shown: TensorRT and TVM (not on this machine); TorchScript and the PyTorch baselines (not yet measured).".to_string(),
     ];
-    draw_grouped(&svg, "Inference speedup over tch eager, batch 1", &groups, &series, &notes)?;
+    draw_grouped(&svg, ("Inference speedup over tch eager, batch 1", "speedup over tch eager (×)"), &groups, &series, &notes)?;
     let mut lines = vec![format!("measured: {measured}; median of {} after {} warm-ups", p["iterations"], p["warmup"])];
     lines.push(format!("{:<16} {:>10} {:>10} {:>10} {:>8}", "model", "eager ms", "graph x", "nimble x", "nimble/graph"));
     for bar in &bars {
@@ -264,7 +271,7 @@ pub fn training(invoked_as: &str, models: &str, batches: &[i64], args: &Renderin
         format!("Measured: {}. CIFAR-10 shapes, SGD with momentum; label: model and batch size.", measured_on(&record)),
         "Eager uses tch's SGD (a few kernels per parameter); the whole-step graphs and the fused autograd mode libtorch's fused SGD. Not shown: the PyTorch baselines.".to_string(),
     ];
-    draw_grouped(&svg, "Training step speedup over tch eager", &groups, &series, &notes)?;
+    draw_grouped(&svg, ("Training step speedup over tch eager", "speedup over tch eager (×)"), &groups, &series, &notes)?;
     lines.push(format!("figure: {}", svg.display()));
     emit(&lines.join("\n"))
 }
@@ -276,19 +283,33 @@ struct Group {
 }
 
 /// A grouped bar chart of speedups over eager, with a legend and notes under it.
-fn draw_grouped(path: &Path, title: &str, groups: &[Group], series: &[(&str, RGBColor)], notes: &[String]) -> Result<()> {
-    let top = groups.iter().flat_map(|g| g.values.iter().copied()).fold(1.0, f64::max) * 1.2;
-    let n = groups.len() as f64;
-    let width = 0.8 / series.len() as f64;
-    let mut svg = String::new();
-    {
+struct GroupedBars<'a> {
+    title: &'a str,
+    y_desc: &'a str,
+    groups: &'a [Group],
+    series: &'a [(&'a str, RGBColor)],
+    notes: &'a [String],
+}
+
+impl Drawing for GroupedBars<'_> {
+    fn size(&self) -> (u32, u32) {
         // Wide enough for the group labels under their bars.
-        let pixels = (130 * groups.len() as u32).max(1000);
-        let root = SVGBackend::with_string(&mut svg, (pixels, 560)).into_drawing_area();
+        ((130 * self.groups.len() as u32).max(1000), 560)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>
+    where
+        DB::ErrorType: 'static,
+    {
+        let groups = self.groups;
+        // Headroom above the bars for the legend.
+        let top = groups.iter().flat_map(|g| g.values.iter().copied()).fold(1.0, f64::max) * (1.25 + 0.07 * self.series.len() as f64);
+        let n = groups.len() as f64;
+        let width = 0.8 / self.series.len() as f64;
         root.fill(&WHITE)?;
         let (plot, notes_area) = root.split_vertically(500);
         let mut chart = ChartBuilder::on(&plot)
-            .caption(title, ("sans-serif", 22))
+            .caption(self.title, ("sans-serif", 22))
             .margin(16)
             .x_label_area_size(40)
             .y_label_area_size(56)
@@ -305,21 +326,26 @@ fn draw_grouped(path: &Path, title: &str, groups: &[Group], series: &[(&str, RGB
                     String::new()
                 }
             })
-            .y_desc("speedup over tch eager (×)")
+            .y_desc(self.y_desc)
             .draw()?;
-        for (k, &(label, color)) in series.iter().enumerate() {
+        for (k, &(label, color)) in self.series.iter().enumerate() {
             let offset = 0.1 + k as f64 * width;
             let rects = groups.iter().enumerate().map(|(i, g)| Rectangle::new([(i as f64 + offset, 0.0), (i as f64 + offset + width * 0.9, g.values[k])], color.filled()));
             chart.draw_series(rects)?.label(label).legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
         }
         chart.configure_series_labels().background_style(WHITE.mix(0.9)).border_style(BLACK).position(SeriesLabelPosition::UpperLeft).draw()?;
         let style = ("sans-serif", 13).into_font().color(&BLACK.mix(0.8));
-        for (i, note) in notes.iter().enumerate() {
+        for (i, note) in self.notes.iter().enumerate() {
             notes_area.draw(&Text::new(note.clone(), (20, 10 + 22 * i as i32), style.clone()))?;
         }
-        root.present()?;
+        Ok(())
     }
-    write_file(path, &svg)
+}
+
+/// Draws a grouped bar chart as SVG and PNG.
+fn draw_grouped(path: &Path, (title, y_desc): (&str, &str), groups: &[Group], series: &[(&str, RGBColor)], notes: &[String]) -> Result<()> {
+    save(&GroupedBars { title, y_desc, groups, series, notes }, path)?;
+    Ok(())
 }
 
 /// The schedulers record's data for one model, as the three figures drawn from it read it.
@@ -388,7 +414,7 @@ pub fn from_schedulers_record(invoked_as: &str, name: &str, models: &str, args: 
             let palette = [RGBColor(25, 118, 210), RGBColor(100, 181, 246), RGBColor(120, 144, 156), RGBColor(255, 152, 0), RGBColor(76, 175, 80), RGBColor(156, 39, 176), RGBColor(244, 67, 54)];
             let series: Vec<(&str, RGBColor)> = algorithms.iter().enumerate().map(|(i, a)| (a.as_str(), palette[i % palette.len()])).collect();
             let notes = [format!("Measured: {measured}. Batch 1, inference rewrites on; speedup of each algorithm's graph over the one-stream graph.")];
-            draw_grouped(&svg, "Stream-assignment algorithms: speedup over one stream", &groups, &series, &notes)?;
+            draw_grouped(&svg, ("Stream-assignment algorithms: speedup over one stream", "speedup over one stream (×)"), &groups, &series, &notes)?;
         }
         "multistream" => {
             lines.push(format!("{:<16} {:>6} {:>8} {:>6} {:>10} {:>10} {:>9} {:>9}", "model", "width", "streams", "syncs", "1 stream", "Nimble", "measured", "simulated"));
@@ -415,7 +441,7 @@ pub fn from_schedulers_record(invoked_as: &str, name: &str, models: &str, args: 
             }
             let series = [("measured", RGBColor(25, 118, 210)), ("simulated", RGBColor(187, 222, 251))];
             let notes = [format!("Measured: {measured}. Batch 1, inference rewrites on; w: the task graph's width (maximum logical concurrency).")];
-            draw_grouped(&svg, "Nimble's streams: speedup over one stream", &groups, &series, &notes)?;
+            draw_grouped(&svg, ("Nimble's streams: speedup over one stream", "speedup over one stream (×)"), &groups, &series, &notes)?;
         }
         _ => {
             lines.push(format!("{:<16} {:>10} {:>10} {:>10}", "model", "eager ms", "busy ms", "eager busy"));
@@ -435,7 +461,7 @@ pub fn from_schedulers_record(invoked_as: &str, name: &str, models: &str, args: 
                 format!("Measured: {measured}. Batch 1. GPU busy time of eager: its own kernels replayed back to back as a one-stream CUDA graph."),
                 "Nimble runs the rewritten forward; it has no host gaps, and above 1 its streams overlap kernels.".to_string(),
             ];
-            draw_grouped(&svg, "How busy the GPU is (the paper's Figure 2a)", &groups, &series, &notes)?;
+            draw_grouped(&svg, ("How busy the GPU is (the paper's Figure 2a)", "time ratio"), &groups, &series, &notes)?;
         }
     }
     lines.push(format!("figure: {}", svg.display()));

@@ -172,8 +172,8 @@ fn report(record: &ValidationRecord, svg: Option<&PathBuf>) -> Result<()> {
         evaluation.median_abs_error_eager * 100.0
     ))?;
     if let Some(path) = svg {
-        crate::plots::simulated_vs_measured(path, &evaluation, &record.provenance)?;
-        emit(&format!("wrote {}", path.display()))?;
+        let png = crate::plots::save(&crate::plots::SimulatedVsMeasured::new(&evaluation, &record.provenance)?, path)?;
+        emit(&format!("wrote {} and {}", path.display(), png.display()))?;
     }
     Ok(())
 }

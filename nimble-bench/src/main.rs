@@ -3,6 +3,7 @@
 //! The top layer: it parses arguments, loads graphs, calls the library crates and prints
 //! results. Errors are printed as one line and exit with status 2.
 
+mod example;
 mod figures;
 mod gpu;
 mod output;
@@ -267,6 +268,19 @@ enum Command {
         #[command(flatten)]
         figure: FigureArgs,
     },
+    /// Figure: a small DAG through the steps of Nimble's stream assignment (graph, MEG,
+    /// bipartite matching, chains, streams and syncs), from nimble-sched's own output
+    AlgorithmExample {
+        /// A task graph (JSON) to draw instead of the built-in example (up to 24 nodes)
+        #[arg(long, value_name = "FILE", conflicts_with = "synthetic")]
+        graph: Option<PathBuf>,
+        /// A synthetic graph to draw instead (chain:N, fan:B[:D], …)
+        #[arg(long, value_name = "SPEC")]
+        synthetic: Option<String>,
+        /// Where the figure goes (<out-dir>/algorithm-example.svg)
+        #[arg(long, default_value = "paper-figs")]
+        out_dir: PathBuf,
+    },
     /// Generate a synthetic task graph as JSON
     Gen {
         /// chain:N, fan:B[:D], nasnet:C[:SEED], layered:N[:SEED], dnn:N[:SEED]
@@ -346,6 +360,10 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
         Command::Overhead { models, figure } => figures::from_schedulers_record(invoked_as, "overhead", &models, &figure.rendering("schedulers")),
         Command::Multistream { models, figure } => figures::from_schedulers_record(invoked_as, "multistream", &models, &figure.rendering("schedulers")),
         Command::Schedulers { models, figure } => figures::from_schedulers_record(invoked_as, "schedulers", &models, &figure.rendering("schedulers")),
+        Command::AlgorithmExample { graph, synthetic, out_dir } => {
+            let source = if graph.is_some() || synthetic.is_some() { Some(scheduling::GraphSource::new(graph, synthetic).load()?) } else { None };
+            example::algorithm_example(source, &out_dir)
+        }
         Command::Algos => scheduling::algos(),
         Command::Assign { plan, json } => scheduling::assign(&plan.source, &plan.algo, json),
         Command::Simulate { plan, mode, simulator, json, trace } => {

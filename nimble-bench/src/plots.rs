@@ -1,27 +1,93 @@
-//! Figures drawn with plotters' SVG backend (no system fonts needed).
+//! Figures, drawn with plotters once per backend: SVG, and PNG whose text uses the vendored
+//! DejaVu Sans (`assets/`), so no system font is needed anywhere.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
-use anyhow::{Context, Result};
+use anyhow::{anyhow, Context, Result};
 use experiments::record::Provenance;
 use experiments::simulator_validation::Evaluation;
 use nimble_sched::LaunchMode;
+use plotters::coord::Shift;
 use plotters::prelude::*;
+
+/// DejaVu Sans (Bitstream Vera license, `assets/DejaVuSans.LICENSE`).
+static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+
+/// A figure that draws itself on any plotters backend.
+pub trait Drawing {
+    /// Width and height in pixels.
+    fn size(&self) -> (u32, u32);
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>
+    where
+        DB::ErrorType: 'static;
+}
+
+/// Makes the vendored font plotters' "sans-serif" (once per process).
+fn register_font() -> Result<()> {
+    static REGISTERED: OnceLock<bool> = OnceLock::new();
+    let ok = *REGISTERED.get_or_init(|| plotters::style::register_font("sans-serif", FontStyle::Normal, FONT).is_ok());
+    ok.then_some(()).ok_or_else(|| anyhow!("the vendored font assets/DejaVuSans.ttf could not be read"))
+}
+
+/// Writes `drawing` to `svg` and, beside it, to the same name with `.png`; each through a
+/// temporary file and a rename, so an interrupted run leaves no partial figure. Returns the PNG's
+/// path.
+pub fn save(drawing: &impl Drawing, svg: &Path) -> Result<PathBuf> {
+    register_font()?;
+    let mut text = String::new();
+    {
+        let root = SVGBackend::with_string(&mut text, drawing.size()).into_drawing_area();
+        drawing.draw(&root)?;
+        root.present()?;
+    }
+    crate::output::write_file(svg, &text).with_context(|| format!("plotting {}", svg.display()))?;
+    let png = svg.with_extension("png");
+    let name = png.file_name().and_then(|n| n.to_str()).unwrap_or("figure.png");
+    // The backend picks the encoder from the extension, so the temporary file keeps `.png`.
+    let temporary = png.with_file_name(format!(".{name}.partial.png"));
+    {
+        let root = BitMapBackend::new(&temporary, drawing.size()).into_drawing_area();
+        drawing.draw(&root)?;
+        root.present().with_context(|| format!("writing {}", temporary.display()))?;
+    }
+    std::fs::rename(&temporary, &png).with_context(|| format!("writing {}", png.display()))?;
+    Ok(png)
+}
 
 /// Log-log scatter of simulated against measured makespan, one color per launch mode, with the
 /// diagonal and ±10% lines.
-pub fn simulated_vs_measured(path: &Path, evaluation: &Evaluation, provenance: &Provenance) -> Result<()> {
-    let values = evaluation.runs.iter().flat_map(|r| [r.measured_us, r.simulated_us]).filter(|v| *v > 0.0);
-    let low = values.clone().fold(f64::INFINITY, f64::min) / 1.5;
-    let high = values.fold(0.0, f64::max) * 1.5;
-    anyhow::ensure!(low.is_finite() && high > low, "nothing to plot");
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (820, 760)).into_drawing_area();
-        root.fill(&WHITE)?;
+pub struct SimulatedVsMeasured<'a> {
+    evaluation: &'a Evaluation,
+    title: String,
+    low: f64,
+    high: f64,
+}
+
+impl<'a> SimulatedVsMeasured<'a> {
+    pub fn new(evaluation: &'a Evaluation, provenance: &Provenance) -> Result<Self> {
+        let values = evaluation.runs.iter().flat_map(|r| [r.measured_us, r.simulated_us]).filter(|v| *v > 0.0);
+        let low = values.clone().fold(f64::INFINITY, f64::min) / 1.5;
+        let high = values.fold(0.0, f64::max) * 1.5;
+        anyhow::ensure!(low.is_finite() && high > low, "nothing to plot");
         let title = format!("Simulator vs {} (driver CUDA {}, {})", provenance.gpu, provenance.driver_cuda_version, &provenance.date_utc[..10]);
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 20))
+        Ok(SimulatedVsMeasured { evaluation, title, low, high })
+    }
+}
+
+impl Drawing for SimulatedVsMeasured<'_> {
+    fn size(&self) -> (u32, u32) {
+        (820, 760)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>
+    where
+        DB::ErrorType: 'static,
+    {
+        let (low, high) = (self.low, self.high);
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(root)
+            .caption(&self.title, ("sans-serif", 20))
             .margin(16)
             .x_label_area_size(48)
             .y_label_area_size(64)
@@ -37,11 +103,10 @@ pub fn simulated_vs_measured(path: &Path, evaluation: &Evaluation, provenance: &
             chart.draw_series(LineSeries::new([(low, low * factor), (high, high * factor)], style))?;
         }
         for (mode, color, label) in [(LaunchMode::Graph, BLUE, "graph launch"), (LaunchMode::Eager, RED, "eager launch")] {
-            let points = evaluation.runs.iter().filter(|r| r.mode == mode).map(|r| Circle::new((r.measured_us, r.simulated_us), 3, color.mix(0.6).filled()));
+            let points = self.evaluation.runs.iter().filter(|r| r.mode == mode).map(|r| Circle::new((r.measured_us, r.simulated_us), 3, color.mix(0.6).filled()));
             chart.draw_series(points)?.label(label).legend(move |(x, y)| Circle::new((x, y), 4, color.filled()));
         }
         chart.configure_series_labels().background_style(WHITE.mix(0.9)).border_style(BLACK).position(SeriesLabelPosition::UpperLeft).draw()?;
-        root.present()?;
+        Ok(())
     }
-    crate::output::write_file(path, &svg).with_context(|| format!("plotting {}", path.display()))
 }

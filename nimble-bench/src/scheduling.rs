@@ -27,6 +27,11 @@ pub struct GraphSource {
 }
 
 impl GraphSource {
+    /// A source from a file or a synthetic spec (the file wins when both are given).
+    pub fn new(graph: Option<PathBuf>, synthetic: Option<String>) -> GraphSource {
+        GraphSource { graph, synthetic }
+    }
+
     pub fn load(&self) -> Result<TaskGraph> {
         match (&self.graph, &self.synthetic) {
             (Some(path), _) => {
