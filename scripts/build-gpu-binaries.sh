@@ -18,4 +18,6 @@ for line in sys.stdin:
         | while read -r executable name; do cp "$executable" ".gpu/tests/$package-$name"; done
 done
 strip .gpu/nimble-bench .gpu/tests/* 2>/dev/null || true
+# The commit the binaries were built from, for records made by scripts (the Python baselines).
+{ git rev-parse HEAD | tr -d '\n'; git diff --quiet HEAD 2>/dev/null || printf -- '-dirty'; echo; } > .gpu/COMMIT
 ls -la .gpu .gpu/tests

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Runs on the lent GPU machine: the Python PyTorch baselines of the inference comparison
+# (experiments/python/baselines.py) on nimble-bench's own model list, with that machine's
+# PyTorch. The record lands in $OUT/pytorch-baselines.json (or the file named by RECORD).
+#   usage: scripts/device/run-pytorch-baselines.sh [MODELS] [SYSTEMS]
+set -uo pipefail
+models=${1:-all}
+systems=${2:-eager,torchscript,compile}
+. "$(dirname "$0")/setup.sh"
+.gpu/nimble-bench models --json > "$out/models.json" || exit 1
+python3 experiments/python/baselines.py --models-json "$out/models.json" --out "$out/${RECORD:-pytorch-baselines.json}" \
+    --models "$models" --systems "$systems" --commit "$(cat .gpu/COMMIT 2>/dev/null || echo unknown)"
