@@ -26,6 +26,9 @@ pub const LIBTORCH_VERSION: &str = "2.11.0";
 pub enum InferMode {
     /// tch eager, as written.
     Eager,
+    /// The forward exported as a TorchScript file (`Nimble::export_torchscript`) and run by
+    /// libtorch's TorchScript runtime through tch's `CModule`.
+    TorchScript,
     /// One CUDA graph on one stream (the paper's single-stream Nimble).
     Graph,
     /// One CUDA graph on the streams of the chosen algorithm.
@@ -36,6 +39,7 @@ impl InferMode {
     pub fn name(self) -> &'static str {
         match self {
             InferMode::Eager => "eager",
+            InferMode::TorchScript => "torchscript",
             InferMode::Graph => "graph",
             InferMode::Nimble => "nimble",
         }
@@ -102,19 +106,25 @@ pub struct Variant {
 /// never paid, and slowed MobileNetV2's graphs by about 12%.)
 pub fn measure_model(model: &Model, config: &InferConfig, variants: &[Variant]) -> nimble_torch::Result<Vec<InferRow>> {
     let mut prepared: Vec<Option<(Nimble, PrepareReport, f64)>> = Vec::new();
+    let mut scripted: Vec<Option<(tch::CModule, f64)>> = Vec::new();
     for variant in variants {
         prepared.push(match variant.mode {
-            InferMode::Eager => None,
+            InferMode::Eager | InferMode::TorchScript => None,
             mode => Some(prepare_checked(model, config, mode, variant.optimized)?),
+        });
+        scripted.push(match variant.mode {
+            InferMode::TorchScript => Some(torchscript_checked(model, config)?),
+            _ => None,
         });
     }
     let run = |index: usize, x: &Tensor| -> nimble_torch::Result<()> {
-        match &prepared[index] {
-            None => {
+        match (&prepared[index], &scripted[index]) {
+            (Some((nimble, _, _)), _) => nimble.forward(std::slice::from_ref(x)).map(drop),
+            (None, Some((module, _))) => tch::no_grad(|| module.forward_ts(&[x])).map(drop).map_err(|e| torch_error("forward_ts", e)),
+            (None, None) => {
                 tch::no_grad(|| drop(model.forward(x)));
                 Ok(())
             }
-            Some((nimble, _, _)) => nimble.forward(std::slice::from_ref(x)).map(drop),
         }
     };
     let mut samples = Vec::with_capacity(variants.len());
@@ -124,14 +134,14 @@ pub fn measure_model(model: &Model, config: &InferConfig, variants: &[Variant]) 
     Ok(variants
         .iter()
         .zip(samples)
-        .zip(&prepared)
-        .map(|((variant, times), prepared)| InferRow {
+        .zip(prepared.iter().zip(&scripted))
+        .map(|((variant, times), (prepared, scripted))| InferRow {
             model: model.info.name.into(),
             batch: config.batch,
             mode: variant.mode,
-            optimized: variant.optimized && variant.mode != InferMode::Eager,
+            optimized: variant.optimized && !matches!(variant.mode, InferMode::Eager | InferMode::TorchScript),
             latency: Samples::new(times),
-            relative_error: prepared.as_ref().map(|p| p.2),
+            relative_error: prepared.as_ref().map(|p| p.2).or(scripted.as_ref().map(|s| s.1)),
             channels_last: prepared.as_ref().is_some_and(|p| p.1.channels_last),
             fuse_conv_relu: prepared.is_some() && variant.optimized && config.fuse_conv_relu,
             prepare: prepared.as_ref().map(|p| p.1.clone()),
@@ -152,6 +162,32 @@ pub fn time_runs(model: &Model, config: &InferConfig, run: impl Fn(&Tensor) -> n
         times.push(cuda_time(|| run(&x))? * 1000.0);
     }
     Ok(times)
+}
+
+fn torch_error(call: &'static str, e: tch::TchError) -> nimble_torch::NimbleError {
+    nimble_torch::NimbleError::Torch { call, message: e.to_string() }
+}
+
+/// Exports `model` as TorchScript, loads it with tch's `CModule` on the model's device and
+/// compares its output with eager tch on a fresh input.
+pub fn torchscript_checked(model: &Model, config: &InferConfig) -> nimble_torch::Result<(tch::CModule, f64)> {
+    let path = std::env::temp_dir().join(format!("nimble-{}-{}.pt", model.info.name, std::process::id()));
+    model.nimble().export_torchscript(&[model.input(config.batch)], &path)?;
+    let loaded = tch::CModule::load_on_device(&path, model.device).map_err(|e| torch_error("CModule::load", e));
+    let _ = std::fs::remove_file(&path);
+    let mut module = loaded?;
+    module.set_eval();
+    let x = model.input(config.batch);
+    let reference = tch::no_grad(|| model.forward(&x));
+    let output = tch::no_grad(|| module.forward_ts(&[&x])).map_err(|e| torch_error("forward_ts", e))?;
+    let error = relative_error(&output, &reference);
+    if error.is_nan() || error > TORCHSCRIPT_TOLERANCE {
+        return Err(nimble_torch::NimbleError::Internal(format!(
+            "{} (TorchScript): output differs from eager tch by {error:.2e} (relative), more than {TORCHSCRIPT_TOLERANCE:.0e}",
+            model.info.name
+        )));
+    }
+    Ok((module, error))
 }
 
 /// Prepares `model` for a graph mode and compares its output with eager tch on a fresh input.
@@ -185,3 +221,5 @@ pub fn prepare_checked(model: &Model, config: &InferConfig, mode: InferMode, opt
 /// Largest relative error against eager tch that a measured configuration may show.
 pub const RAW_TOLERANCE: f64 = 1e-5;
 pub const OPTIMIZED_TOLERANCE: f64 = 1e-2;
+/// TorchScript's executor may fuse element-wise ops, which rounds differently.
+pub const TORCHSCRIPT_TOLERANCE: f64 = 1e-3;

@@ -126,7 +126,7 @@ pub fn inference(invoked_as: &str, models: &str, batch: i64, args: &Rendering) -
     let record = args.record(invoked_as, figure, || {
         torch::infer(&InferArgs {
             models,
-            modes: &[InferMode::Eager, InferMode::Graph, InferMode::Nimble],
+            modes: &[InferMode::Eager, InferMode::TorchScript, InferMode::Graph, InferMode::Nimble],
             batch,
             algorithm: "nimble",
             optimize: Optimize::On,
@@ -142,17 +142,25 @@ pub fn inference(invoked_as: &str, models: &str, batch: i64, args: &Rendering) -
     let p = &record["provenance"];
     let measured = measured_on(&record);
     let svg = args.svg(figure)?;
-    let groups: Vec<Group> = bars.iter().map(|b| Group { label: b.model.clone(), values: vec![b.graph, b.nimble] }).collect();
-    let series = [("one-stream CUDA graph", RGBColor(120, 144, 156)), ("Nimble (multi-stream)", RGBColor(25, 118, 210))];
+    let with_script = bars.iter().any(|b| b.torchscript.is_some());
+    let groups: Vec<Group> = bars
+        .iter()
+        .map(|b| Group { label: b.model.clone(), values: if with_script { vec![b.torchscript.unwrap_or(0.0), b.graph, b.nimble] } else { vec![b.graph, b.nimble] } })
+        .collect();
+    let mut series = vec![("one-stream CUDA graph", RGBColor(120, 144, 156)), ("Nimble (multi-stream)", RGBColor(25, 118, 210))];
+    if with_script {
+        series.insert(0, ("TorchScript (tch CModule)", RGBColor(255, 183, 77)));
+    }
     let notes = [
         format!("Measured: {measured}. Both graphs with the inference rewrites."),
-        "Not shown: TensorRT and TVM (not on this machine); TorchScript and the PyTorch baselines (not yet measured).".to_string(),
+        "Not shown: TensorRT and TVM (not on this machine); the Python PyTorch baselines (README, paper-figs/results/pytorch-baselines.json).".to_string(),
     ];
     draw_grouped(&svg, ("Inference speedup over tch eager, batch 1", "speedup over tch eager (×)"), &groups, &series, &notes)?;
     let mut lines = vec![format!("measured: {measured}; median of {} after {} warm-ups", p["iterations"], p["warmup"])];
-    lines.push(format!("{:<16} {:>10} {:>10} {:>10} {:>8}", "model", "eager ms", "graph x", "nimble x", "nimble/graph"));
+    lines.push(format!("{:<16} {:>10} {:>10} {:>10} {:>10} {:>8}", "model", "eager ms", "script x", "graph x", "nimble x", "nimble/graph"));
     for bar in &bars {
-        lines.push(format!("{:<16} {:>10.3} {:>10.2} {:>10.2} {:>8.2}", bar.model, bar.eager_ms, bar.graph, bar.nimble, bar.nimble / bar.graph));
+        let script = bar.torchscript.map_or("-".to_string(), |t| format!("{t:.2}"));
+        lines.push(format!("{:<16} {:>10.3} {:>10} {:>10.2} {:>10.2} {:>8.2}", bar.model, bar.eager_ms, script, bar.graph, bar.nimble, bar.nimble / bar.graph));
     }
     lines.push(format!("figure: {}", svg.display()));
     emit(&lines.join("\n"))
@@ -162,6 +170,8 @@ pub fn inference(invoked_as: &str, models: &str, batch: i64, args: &Rendering) -
 struct Bars {
     model: String,
     eager_ms: f64,
+    /// TorchScript through tch's CModule, when the record has it.
+    torchscript: Option<f64>,
     graph: f64,
     nimble: f64,
 }
@@ -172,7 +182,7 @@ fn speedups(record: &Value) -> Result<Vec<Bars>> {
     let rows = record["rows"].as_array().context("no `rows` array")?;
     let median = |model: &str, mode: &str| -> Option<f64> {
         rows.iter()
-            .find(|r| r["model"] == model && r["mode"] == mode && (mode == "eager" || r["optimized"] == true))
+            .find(|r| r["model"] == model && r["mode"] == mode && (mode == "eager" || mode == "torchscript" || r["optimized"] == true))
             .and_then(|r| r["latency"]["median_us"].as_f64())
     };
     let mut models: Vec<&str> = Vec::new();
@@ -185,7 +195,13 @@ fn speedups(record: &Value) -> Result<Vec<Bars>> {
     let mut bars = Vec::new();
     for model in models {
         match (median(model, "eager"), median(model, "graph"), median(model, "nimble")) {
-            (Some(eager), Some(graph), Some(nimble)) => bars.push(Bars { model: model.to_string(), eager_ms: eager / 1000.0, graph: eager / graph, nimble: eager / nimble }),
+            (Some(eager), Some(graph), Some(nimble)) => bars.push(Bars {
+                model: model.to_string(),
+                eager_ms: eager / 1000.0,
+                torchscript: median(model, "torchscript").map(|t| eager / t),
+                graph: eager / graph,
+                nimble: eager / nimble,
+            }),
             _ => eprintln!("{model}: the record lacks eager, graph or nimble (with the rewrites); left out"),
         }
     }

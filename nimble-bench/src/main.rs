@@ -154,8 +154,8 @@ enum Command {
         /// Comma-separated model names (`nimble-bench models` lists them), or `all`
         #[arg(long, default_value = "resnet50")]
         model: String,
-        /// Comma-separated modes: eager, graph (one stream), nimble
-        #[arg(long, value_enum, value_delimiter = ',', default_value = "eager,graph,nimble")]
+        /// Comma-separated modes: eager, torchscript (tch CModule), graph (one stream), nimble
+        #[arg(long, value_enum, value_delimiter = ',', default_value = "eager,torchscript,graph,nimble")]
         mode: Vec<InferModeArg>,
         #[arg(long, default_value_t = 1)]
         batch: i64,
@@ -336,6 +336,8 @@ enum DatasetArg {
 enum InferModeArg {
     /// tch eager
     Eager,
+    /// the forward exported as TorchScript, run through tch's CModule
+    Torchscript,
     /// one CUDA graph, one stream
     Graph,
     /// one CUDA graph, Nimble's streams
@@ -346,6 +348,7 @@ impl From<InferModeArg> for InferMode {
     fn from(mode: InferModeArg) -> InferMode {
         match mode {
             InferModeArg::Eager => InferMode::Eager,
+            InferModeArg::Torchscript => InferMode::TorchScript,
             InferModeArg::Graph => InferMode::Graph,
             InferModeArg::Nimble => InferMode::Nimble,
         }

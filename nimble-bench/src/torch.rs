@@ -166,7 +166,7 @@ pub fn infer(args: &InferArgs<'_>) -> Result<()> {
     };
     let mut variants = Vec::new();
     for &mode in args.modes {
-        let settings: &[bool] = if mode == InferMode::Eager { &[false] } else { optimize };
+        let settings: &[bool] = if matches!(mode, InferMode::Eager | InferMode::TorchScript) { &[false] } else { optimize };
         variants.extend(settings.iter().map(|&optimized| Variant { mode, optimized }));
     }
     let mut rows = Vec::new();
@@ -213,7 +213,7 @@ fn row_line(row: &InferRow) -> String {
         "{:<16} {:<6} {:<4} {:>8.3} ms (mean {:.3}, sd {:.3}){}",
         row.model,
         row.mode.name(),
-        if row.mode == InferMode::Eager { "" } else if row.optimized { "opt" } else { "raw" },
+        if matches!(row.mode, InferMode::Eager | InferMode::TorchScript) { "" } else if row.optimized { "opt" } else { "raw" },
         row.latency.median_us / 1000.0,
         row.latency.mean_us / 1000.0,
         row.latency.stdev_us / 1000.0,
@@ -236,20 +236,21 @@ fn table(record: &InferRecord) -> String {
             p.warmup,
             p.commit
         ),
-        format!("{:<16} {:<4} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8} {:>9}", "model", "opt", "eager", "graph", "nimble", "x graph", "streams", "kernels", "prepare s"),
+        format!("{:<16} {:<4} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8} {:>9}", "model", "opt", "eager", "script", "graph", "nimble", "x graph", "streams", "kernels", "prepare s"),
     ];
     let mut keys: Vec<(String, bool)> = Vec::new();
     for row in &record.rows {
-        if row.mode != InferMode::Eager && !keys.contains(&(row.model.clone(), row.optimized)) {
+        if matches!(row.mode, InferMode::Graph | InferMode::Nimble) && !keys.contains(&(row.model.clone(), row.optimized)) {
             keys.push((row.model.clone(), row.optimized));
         }
     }
     let find = |model: &str, mode: InferMode, optimized: bool| {
-        record.rows.iter().find(|r| r.model == model && r.mode == mode && (mode == InferMode::Eager || r.optimized == optimized))
+        record.rows.iter().find(|r| r.model == model && r.mode == mode && (matches!(mode, InferMode::Eager | InferMode::TorchScript) || r.optimized == optimized))
     };
     let ms = |row: Option<&InferRow>| row.map_or("-".to_string(), |r| format!("{:.3}", r.latency.median_us / 1000.0));
     for (model, optimized) in keys {
         let eager = find(&model, InferMode::Eager, false);
+        let script = find(&model, InferMode::TorchScript, false);
         let graph = find(&model, InferMode::Graph, optimized);
         let nimble = find(&model, InferMode::Nimble, optimized);
         let speedup = match (graph, nimble) {
@@ -258,10 +259,11 @@ fn table(record: &InferRecord) -> String {
         };
         let prepared = nimble.or(graph).and_then(|r| r.prepare.as_ref());
         lines.push(format!(
-            "{:<16} {:<4} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8} {:>9}",
+            "{:<16} {:<4} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8} {:>9}",
             model,
             if optimized { "yes" } else { "no" },
             ms(eager),
+            ms(script),
             ms(graph),
             ms(nimble),
             speedup,

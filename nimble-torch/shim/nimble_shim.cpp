@@ -856,6 +856,12 @@ int ns_channels_last_copy(void* tensor, void** out) {
 
 void ns_jit_free(void* module) { delete static_cast<torch::jit::Module*>(module); }
 
+// Saves the module as a TorchScript file (what torch.jit.save writes; torch.jit.load and tch's
+// CModule read it).
+int ns_jit_save(void* module, const char* path) {
+  return guarded([&] { static_cast<torch::jit::Module*>(module)->save(std::string(path)); });
+}
+
 // Freezes the module (parameters become constants) and applies the inference rewrites:
 // BatchNorm folded into the preceding convolution (and the other frozen foldings), dropout
 // removed, and, when `fuse` is set (CUDA only), convolution(+add)+ReLU fused into cuDNN's fused

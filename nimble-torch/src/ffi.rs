@@ -62,6 +62,7 @@ extern "C" {
     fn ns_jit_trace_abandon();
     fn ns_jit_load(path: *const c_char, device: c_int, out: *mut *mut c_void) -> c_int;
     fn ns_jit_free(module: *mut c_void);
+    fn ns_jit_save(module: *mut c_void, path: *const c_char) -> c_int;
     fn ns_jit_optimize(module: *mut c_void, fuse: c_int, channels_last: c_int, out: *mut *mut c_void, applied: *mut c_int) -> c_int;
     fn ns_channels_last_copy(tensor: *mut c_void, out: *mut *mut c_void) -> c_int;
     fn ns_jit_forward(module: *mut c_void, inputs: *const *mut c_void, n: c_int, outputs: *mut *mut *mut c_void, n_out: *mut c_int) -> c_int;
@@ -508,6 +509,14 @@ impl JitModule {
         // SAFETY: a NUL-terminated path; the shim writes a new module.
         check("jit_load", unsafe { ns_jit_load(c_path.as_ptr(), device.map_or(-1, |d| d as c_int), &mut raw) })?;
         Ok(JitModule { raw })
+    }
+
+    /// Writes the module as a TorchScript file.
+    pub(crate) fn save(&self, path: &std::path::Path) -> Result<()> {
+        let text = path.to_str().ok_or_else(|| NimbleError::InvalidInput(format!("path {} is not UTF-8", path.display())))?;
+        let c_path = CString::new(text).map_err(|_| NimbleError::InvalidInput(format!("path {} contains a NUL byte", path.display())))?;
+        // SAFETY: a live module and a NUL-terminated path.
+        check("jit_save", unsafe { ns_jit_save(self.raw, c_path.as_ptr()) })
     }
 
     /// Frozen and optimized for inference (see the shim's `ns_jit_optimize`); with whether the

@@ -479,6 +479,27 @@ impl Nimble {
         self.prepared.as_ref().map(|p| &p.report)
     }
 
+    /// Writes the forward, in evaluation mode and without the inference rewrites, as a
+    /// TorchScript file (as `torch.jit.save` writes), traced on `inputs`: PyTorch's
+    /// `torch.jit.load` and tch's `CModule` run it. The model's parameters must not require
+    /// gradients (freeze its `VarStore`). The file is written through a temporary one.
+    pub fn export_torchscript(&self, inputs: &[Tensor], path: impl AsRef<Path>) -> Result<()> {
+        check_inputs_given(inputs)?;
+        let path = path.as_ref();
+        let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| NimbleError::InvalidInput(format!("{} is not a file path", path.display())))?;
+        let temporary = path.with_file_name(format!(".{name}.partial"));
+        let traced;
+        let module = match &self.source {
+            Source::TorchScript(module) => module,
+            Source::Rust(f) => {
+                traced = trace_to_torchscript(f, inputs)?;
+                &traced
+            }
+        };
+        module.save(&temporary)?;
+        std::fs::rename(&temporary, path).map_err(|e| NimbleError::InvalidInput(format!("writing {}: {e}", path.display())))
+    }
+
     /// Node kinds of the optimized TorchScript forward (after `prepare` with `optimize`).
     pub fn optimized_node_kinds(&self) -> Result<Option<Vec<(String, usize)>>> {
         match self.prepared.as_ref().and_then(|p| p.optimized.as_ref()) {
@@ -510,21 +531,7 @@ impl Nimble {
         let module = match &self.source {
             Source::TorchScript(module) => module,
             Source::Rust(f) => {
-                let mut failure = None;
-                let result = JitModule::trace(inputs, || {
-                    let out = tch::no_grad(|| catch_unwind(AssertUnwindSafe(|| f(inputs, false))));
-                    match out {
-                        Ok(tensors) => tensors,
-                        Err(panic) => {
-                            failure = Some(panic_message(&panic));
-                            Vec::new()
-                        }
-                    }
-                });
-                if let Some(message) = failure {
-                    return Err(explain(NimbleError::ForwardFailed { pass: "TorchScript trace", message }));
-                }
-                traced = result.map_err(explain)?;
+                traced = trace_to_torchscript(f, inputs).map_err(explain)?;
                 &traced
             }
         };
@@ -535,6 +542,25 @@ impl Nimble {
         }
         Ok((optimized, applied))
     }
+}
+
+/// A TorchScript trace of the forward `f` (evaluation mode, gradients off) on `inputs`.
+fn trace_to_torchscript(f: &ForwardFn, inputs: &[Tensor]) -> Result<JitModule> {
+    let mut failure = None;
+    let result = JitModule::trace(inputs, || {
+        let out = tch::no_grad(|| catch_unwind(AssertUnwindSafe(|| f(inputs, false))));
+        match out {
+            Ok(tensors) => tensors,
+            Err(panic) => {
+                failure = Some(panic_message(&panic));
+                Vec::new()
+            }
+        }
+    });
+    if let Some(message) = failure {
+        return Err(NimbleError::ForwardFailed { pass: "TorchScript trace", message });
+    }
+    result
 }
 
 /// One scheduled pass of `runner` on `inputs` (captured when `capture` is given).

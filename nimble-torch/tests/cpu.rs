@@ -262,3 +262,24 @@ fn the_fused_optimizer_updates_like_tchs_sgd_and_adam() {
     let mixed = FusedOptimizer::new(vec![Tensor::zeros([2], (Kind::Float, Device::Cpu)), Tensor::zeros([2], (Kind::Double, Device::Cpu))], Optimizer::sgd(0.1));
     assert!(mixed.err().unwrap().to_string().contains("parameter 1 is Double"));
 }
+
+#[test]
+fn export_torchscript_writes_a_file_that_tchs_cmodule_runs_alike() {
+    let mut vs = nn::VarStore::new(Device::Cpu);
+    let model = tch::vision::resnet::resnet18(&vs.root(), 10);
+    vs.freeze();
+    let x = Tensor::randn([2, 3, 32, 32], (Kind::Float, Device::Cpu));
+    let expected = tch::no_grad(|| nn::ModuleT::forward_t(&model, &x, false));
+    let dir = std::env::temp_dir().join(format!("nimble-export-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("resnet18.pt");
+    Nimble::new(model).export_torchscript(&[x.copy()], &path).unwrap();
+    let module = tch::CModule::load_on_device(&path, Device::Cpu).unwrap();
+    let got = tch::no_grad(|| module.forward_ts(&[x.copy()])).unwrap();
+    assert!(nimble_torch::relative_error(&got, &expected) < 1e-5);
+    // Nothing half-written is left beside it; a bad path is an error, not a panic.
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+    let error = Nimble::from_fn(|xs: &[Tensor]| vec![xs[0].relu()]).export_torchscript(&[x], dir.join("missing/dir/m.pt")).unwrap_err();
+    assert!(error.to_string().contains("missing/dir"), "{error}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
