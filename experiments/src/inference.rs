@@ -27,7 +27,9 @@ pub enum InferMode {
     /// tch eager, as written.
     Eager,
     /// The forward exported as a TorchScript file (`Nimble::export_torchscript`) and run by
-    /// libtorch's TorchScript runtime through tch's `CModule`.
+    /// libtorch's TorchScript runtime through tch's `CModule`. (Records of commit a192d49 spell
+    /// it `torch-script`.)
+    #[serde(rename = "torchscript", alias = "torch-script")]
     TorchScript,
     /// One CUDA graph on one stream (the paper's single-stream Nimble).
     Graph,

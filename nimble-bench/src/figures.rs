@@ -182,7 +182,7 @@ fn speedups(record: &Value) -> Result<Vec<Bars>> {
     let rows = record["rows"].as_array().context("no `rows` array")?;
     let median = |model: &str, mode: &str| -> Option<f64> {
         rows.iter()
-            .find(|r| r["model"] == model && r["mode"] == mode && (mode == "eager" || mode == "torchscript" || r["optimized"] == true))
+            .find(|r| r["model"] == model && r["mode"] == mode && (mode == "eager" || mode.starts_with("torch") || r["optimized"] == true))
             .and_then(|r| r["latency"]["median_us"].as_f64())
     };
     let mut models: Vec<&str> = Vec::new();
@@ -198,7 +198,8 @@ fn speedups(record: &Value) -> Result<Vec<Bars>> {
             (Some(eager), Some(graph), Some(nimble)) => bars.push(Bars {
                 model: model.to_string(),
                 eager_ms: eager / 1000.0,
-                torchscript: median(model, "torchscript").map(|t| eager / t),
+                // Records of commit a192d49 spell the mode `torch-script`.
+                torchscript: median(model, "torchscript").or_else(|| median(model, "torch-script")).map(|t| eager / t),
                 graph: eager / graph,
                 nimble: eager / nimble,
             }),
