@@ -24,3 +24,18 @@ pub fn emit_json(value: &serde_json::Value) -> Result<()> {
 pub fn write_file(path: &Path, text: &str) -> Result<()> {
     nimble_graph::json::write_atomically(path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))
 }
+
+/// A progress bar on stderr for a run of `len` steps (drawn only on a terminal).
+pub fn progress(len: usize, what: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len as u64);
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg} ({elapsed})") {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_prefix(what.to_string());
+    bar
+}
+
+/// Prints `line` on stderr above the bar (also when the bar is hidden, as in a log).
+pub fn note(bar: &indicatif::ProgressBar, line: &str) {
+    bar.suspend(|| eprintln!("{line}"));
+}

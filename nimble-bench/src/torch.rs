@@ -13,7 +13,7 @@ use nimble_cuda::Gpu;
 use nimble_torch::PrepareOptions;
 use tch::Device;
 
-use crate::output::{emit, emit_json, write_file};
+use crate::output::{emit, emit_json, note, progress, write_file};
 
 /// Where `export-graph` traces.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -170,7 +170,9 @@ pub fn infer(args: &InferArgs<'_>) -> Result<()> {
         variants.extend(settings.iter().map(|&optimized| Variant { mode, optimized }));
     }
     let mut rows = Vec::new();
+    let bar = progress(names.len(), "infer");
     for name in names {
+        bar.set_message(name);
         // Each model starts from an empty allocator cache, as in a process of its own: the
         // previous model's freed graph pools would otherwise decide where this one's land.
         nimble_torch::cuda_synchronize()?;
@@ -179,10 +181,12 @@ pub fn infer(args: &InferArgs<'_>) -> Result<()> {
         let model = build_model(name, Device::Cuda(0), args.weights)?;
         let measured = inference::measure_model(&model, &config, &variants).with_context(|| format!("measuring {name}"))?;
         for row in measured {
-            eprintln!("  {}", row_line(&row));
+            note(&bar, &format!("  {}", row_line(&row)));
             rows.push(row);
         }
+        bar.inc(1);
     }
+    bar.finish_and_clear();
     let method = "cuDNN benchmark on; fresh randn inputs; CUDA events around each call on the current stream (graphs: input copy + replay); each system timed in its own block; median";
     let record = InferRecord {
         experiment: "inference",
@@ -328,8 +332,10 @@ pub fn train(args: &TrainArgs<'_>) -> Result<()> {
     tch::Cuda::cudnn_set_benchmark(true);
     let mut rows = Vec::new();
     let mut config = TrainConfig::paper(args.batches[0]);
+    let bar = progress(args.batches.len() * names.len(), "train");
     for &batch in args.batches {
         for name in &names {
+            bar.set_message(format!("{name} at batch {batch}"));
             config = TrainConfig {
                 batch,
                 warmup: args.warmup,
@@ -343,11 +349,13 @@ pub fn train(args: &TrainArgs<'_>) -> Result<()> {
             nimble_torch::cuda_empty_cache()?;
             let measured = training::measure_model(name, &config, &modes).map_err(anyhow::Error::msg).with_context(|| format!("measuring {name} at batch {batch}"))?;
             for row in measured {
-                eprintln!("  {}", train_line(&row));
+                note(&bar, &format!("  {}", train_line(&row)));
                 rows.push(row);
             }
+            bar.inc(1);
         }
     }
+    bar.finish_and_clear();
     let method = "cuDNN benchmark on; fresh randn inputs and random labels every step; CUDA events around each step on the current stream; each mode timed in its own block on its own model copy; median";
     let record = TrainRecord {
         experiment: "training",
@@ -443,16 +451,20 @@ pub fn measure_schedulers(models: &str, warmup: usize, iterations: usize, out: &
     let config = InferConfig { batch: 1, warmup, iterations, algorithm: "nimble".into(), fuse_conv_relu: true, channels_last: None };
     let algorithms = schedulers::algorithms();
     let mut measured = Vec::new();
+    let bar = progress(names.len(), "schedulers");
     for name in names {
+        bar.set_message(name);
         nimble_torch::cuda_synchronize()?;
         nimble_torch::cuda_empty_cache()?;
         tch::manual_seed(0);
         let model = build_model(name, Device::Cuda(0), None)?;
         let row = schedulers::measure_model(&model, &config, &algorithms).with_context(|| format!("measuring {name}"))?;
         let cells: Vec<String> = row.rows.iter().map(|r| format!("{} {:.3}", r.algorithm, r.latency.median_us / 1000.0)).collect();
-        eprintln!("  {name}: eager {:.3} ms; {}", row.eager.median_us / 1000.0, cells.join(", "));
+        note(&bar, &format!("  {name}: eager {:.3} ms; {}", row.eager.median_us / 1000.0, cells.join(", ")));
         measured.push(row);
+        bar.inc(1);
     }
+    bar.finish_and_clear();
     let method = "batch 1, inference rewrites on; cuDNN benchmark on; fresh randn inputs; CUDA events around each call on the current stream (graphs: input copy + replay); each system timed in its own block; median; simulated with the simulator's H200 defaults (graph launch) on the task graph with each op's measured time";
     let record = SchedulerRecord {
         experiment: "schedulers",
