@@ -1,7 +1,9 @@
 """PyTorch baselines for the inference comparison: PyTorch eager, TorchScript and
 torch.compile(mode="reduce-overhead") on the zoo's models, measured the way nimble-bench measures
 (cuDNN benchmark on, fresh standard-normal inputs, warm-ups, then each call timed with CUDA
-events on the current stream, median).
+events on the current stream, median). With --training, the training comparison instead: one
+CIFAR-10 training step (forward, cross-entropy, backward, SGD with momentum) eagerly
+(`train-eager`) and captured whole with torch.cuda.graph (`train-graph`), at each batch size.
 
 The model list is nimble-bench's own (`nimble-bench models --json`, passed with --models-json),
 so both sides run the same models at the same input sizes. Models come from the reference
@@ -11,7 +13,9 @@ are reported as skipped, as is any model whose package is missing.
 
     python3 experiments/python/baselines.py --models-json MODELS.json --out OUT.json \
         [--models a,b|all] [--systems eager,torchscript,compile] [--warmup 50] [--iters 100] \
-        [--commit SHA]
+        [--commit SHA] [--training --batches 32,64,128] [--device cuda|cpu]
+
+`--device cpu` is a smoke test of the script itself (times with the host clock; no graphs).
 """
 
 import argparse
@@ -65,28 +69,37 @@ def summary(samples_us):
     }
 
 
-def measure(run, shape, warmup, iterations):
-    """Latency samples (µs) of `run` on fresh inputs, each timed with CUDA events."""
-    for _ in range(warmup):
-        run(torch.randn(shape, device="cuda"))
+def timed(device, call):
+    """The microseconds `call` takes: CUDA events on the current stream, or the host clock."""
+    if device == "cpu":
+        started = time.perf_counter()
+        call()
+        return (time.perf_counter() - started) * 1e6
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    call()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1000.0
+
+
+def measure(run, make_inputs, warmup, iterations, device):
+    """Latency samples (µs) of `run` on fresh inputs from `make_inputs`."""
+    for _ in range(warmup):
+        run(*make_inputs())
     samples = []
     for _ in range(iterations):
-        x = torch.randn(shape, device="cuda")
-        torch.cuda.synchronize()
-        start.record()
-        run(x)
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1000.0)
+        inputs = make_inputs()
+        samples.append(timed(device, lambda: run(*inputs)))
     return samples
 
 
-def prepared(system, model, shape):
+def prepared(system, model, shape, device):
     """A function of the input for `system`, and the seconds it took to make it."""
     started = time.time()
-    example = torch.randn(shape, device="cuda")
+    example = torch.randn(shape, device=device)
     if system == "eager":
         run = model
     elif system == "torchscript":
@@ -97,8 +110,78 @@ def prepared(system, model, shape):
         raise SystemExit(f"unknown system {system!r}; expected eager, torchscript or compile")
     for _ in range(3):  # tracing, compiling, capturing happen here, not in the warm-ups' count
         run(example)
-    torch.cuda.synchronize()
+    if device == "cuda":
+        torch.cuda.synchronize()
     return run, time.time() - started
+
+
+CIFAR_MODELS = {"resnet50": "resnet50", "mobilenet-v2": "mobilenet_v2", "efficientnet-b0": "efficientnet_b0"}
+
+
+def training_step(system, model, batch, device, lr=0.01, momentum=0.9, weight_decay=5e-4):
+    """A function (x, y) -> None taking one SGD step of `model`, eagerly or as one CUDA graph."""
+    import torch.nn.functional as F
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
+
+    def eager(x, y):
+        optimizer.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+    if system == "train-eager":
+        return eager
+    if system != "train-graph":
+        raise SystemExit(f"unknown training system {system!r}; expected train-eager or train-graph")
+    if device != "cuda":
+        raise SystemExit("train-graph captures a CUDA graph: it needs --device cuda")
+    # PyTorch's whole-network capture: warm up on a side stream, then capture the whole step.
+    static_x = torch.randn(batch, 3, 32, 32, device=device)
+    static_y = torch.randint(10, (batch,), device=device)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            eager(static_x, static_y)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    optimizer.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        F.cross_entropy(model(static_x), static_y).backward()
+        optimizer.step()
+
+    def replay(x, y):
+        static_x.copy_(x)
+        static_y.copy_(y)
+        graph.replay()
+
+    return replay
+
+
+def measure_training(names, systems, batches, args):
+    import torchvision.models as tv
+
+    rows, skipped = [], []
+    for batch in batches:
+        for name in names:
+            if name not in CIFAR_MODELS:
+                skipped.append({"model": name, "reason": "not a training model (CIFAR-10 variants: resnet50, mobilenet-v2, efficientnet-b0)"})
+                continue
+            for system in systems:
+                torch.manual_seed(0)
+                model = getattr(tv, CIFAR_MODELS[name])(num_classes=10).to(args.device).train()
+                started = time.time()
+                step = training_step(system, model, batch, args.device)
+                seconds = time.time() - started
+                make = lambda: (torch.randn(batch, 3, 32, 32, device=args.device), torch.randint(10, (batch,), device=args.device))
+                samples = measure(step, make, args.warmup, args.iters, args.device)
+                row = {"model": name, "batch": batch, "system": system, "step": summary(samples), "prepare_seconds": seconds}
+                rows.append(row)
+                print(f"  {name:<16} b{batch:<4} {system:<12} {row['step']['median_us'] / 1000:8.3f} ms", file=sys.stderr, flush=True)
+                del step, model
+                if args.device == "cuda":
+                    torch.cuda.empty_cache()
+    return rows, skipped
 
 
 def first_output(value):
@@ -122,9 +205,12 @@ def main():
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--iters", type=int, default=100)
     parser.add_argument("--commit", default=os.environ.get("NIMBLE_COMMIT", "unknown"))
+    parser.add_argument("--training", action="store_true", help="the training comparison (systems train-eager, train-graph)")
+    parser.add_argument("--batches", default="32,64,128", help="with --training: comma-separated batch sizes")
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("error: no CUDA device: the baselines are measured on a GPU")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("error: no CUDA device: the baselines are measured on a GPU (--device cpu only smoke-tests this script)")
 
     zoo = {m["name"]: m for m in json.loads(Path(args.models_json).read_text())}
     names = list(zoo) if args.models == "all" else [n.strip() for n in args.models.split(",")]
@@ -134,6 +220,15 @@ def main():
     systems = [s.strip() for s in args.systems.split(",")]
 
     torch.backends.cudnn.benchmark = True
+    if args.training:
+        batches = [int(b) for b in args.batches.split(",")]
+        rows, skipped = measure_training(names, systems, batches, args)
+        write_record(args, "pytorch-training-baselines", rows, skipped, "CIFAR-10 shapes, SGD lr 0.01 momentum 0.9 weight decay 5e-4 (PyTorch's default foreach implementation), fresh randn inputs and random labels every step, CUDA events around each step, median; train-graph: the whole step captured with torch.cuda.graph after three warm-up steps on a side stream")
+        for batch in batches:
+            for name in names:
+                cells = [next((f"{r['step']['median_us'] / 1000:12.3f}" for r in rows if r["model"] == name and r["batch"] == batch and r["system"] == s), f"{'-':>12}") for s in systems]
+                print(f"{name:<16} {batch:>5} " + " ".join(cells))
+        return
     reference = load_reference_module()
     rows, skipped = [], []
     for name in names:
@@ -142,28 +237,41 @@ def main():
             skipped.append({"model": name, "reason": why})
             print(f"{name}: skipped ({why})", file=sys.stderr, flush=True)
             continue
-        model = model.cuda().eval()
+        model = model.to(args.device).eval()
         shape = [1] + zoo[name]["input_shape"]
         with torch.no_grad():
-            x = torch.randn(shape, device="cuda")
+            x = torch.randn(shape, device=args.device)
             expected = first_output(model(x)).float()
             for system in systems:
-                run, seconds = prepared(system, model, shape)
+                run, seconds = prepared(system, model, shape, args.device)
                 got = first_output(run(x)).float()
                 error = ((got - expected).abs().max() / expected.abs().max().clamp_min(1e-30)).item()
-                samples = measure(run, shape, args.warmup, args.iters)
+                samples = measure(run, lambda: (torch.randn(shape, device=args.device),), args.warmup, args.iters, args.device)
                 row = {"model": name, "system": system, "latency": summary(samples), "prepare_seconds": seconds, "relative_error": error}
                 rows.append(row)
                 print(f"  {name:<16} {system:<12} {row['latency']['median_us'] / 1000:8.3f} ms  (prepare {seconds:.1f} s, rel.err {error:.1e})", file=sys.stderr, flush=True)
                 del run
                 torch._dynamo.reset()
         del model
-        torch.cuda.empty_cache()
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
 
+    write_record(args, "pytorch-baselines", rows, skipped, "batch 1, float32 (PyTorch defaults: TF32 for cuDNN convolutions), cuDNN benchmark on, fresh randn inputs, CUDA events around each call, median; TorchScript: torch.jit.trace then torch.jit.freeze; compile: torch.compile(mode='reduce-overhead')")
+    print(f"{'model':<16} " + " ".join(f"{s:>12}" for s in systems) + "   (ms, median)")
+    for name in names:
+        cells = []
+        for system in systems:
+            hit = [r for r in rows if r["model"] == name and r["system"] == system]
+            cells.append(f"{hit[0]['latency']['median_us'] / 1000:12.3f}" if hit else f"{'-':>12}")
+        print(f"{name:<16} " + " ".join(cells))
+
+
+def write_record(args, experiment, rows, skipped, method):
+    """The record with its provenance, written through a temporary file."""
     record = {
-        "experiment": "pytorch-baselines",
+        "experiment": experiment,
         "provenance": {
-            "gpu": torch.cuda.get_device_name(0),
+            "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu (smoke test)",
             "driver_version": driver_version(),
             "torch": torch.__version__,
             "cuda": torch.version.cuda,
@@ -173,7 +281,7 @@ def main():
             "commit": args.commit,
             "warmup": args.warmup,
             "iterations": args.iters,
-            "method": "batch 1, float32 (PyTorch defaults: TF32 for cuDNN convolutions), cuDNN benchmark on, fresh randn inputs, CUDA events around each call, median; TorchScript: torch.jit.trace then torch.jit.freeze; compile: torch.compile(mode='reduce-overhead')",
+            "method": method,
         },
         "rows": rows,
         "skipped": skipped,
@@ -181,13 +289,6 @@ def main():
     tmp = Path(args.out).with_suffix(".partial")
     tmp.write_text(json.dumps(record, indent=2))
     tmp.replace(args.out)
-    print(f"{'model':<16} " + " ".join(f"{s:>12}" for s in systems) + "   (ms, median)")
-    for name in names:
-        cells = []
-        for system in systems:
-            hit = [r for r in rows if r["model"] == name and r["system"] == system]
-            cells.append(f"{hit[0]['latency']['median_us'] / 1000:12.3f}" if hit else f"{'-':>12}")
-        print(f"{name:<16} " + " ".join(cells))
 
 
 if __name__ == "__main__":
