@@ -14,6 +14,11 @@
 //!   copy into the static inputs, replay, return the static outputs
 //! ```
 //!
+//! Training (see the `training` module's documentation): `prepare` with
+//! [`PrepareOptions::training`] captures the forward and its backward as two graphs behind a
+//! custom autograd function (the paper's mode), and [`Nimble::prepare_train_step`] /
+//! [`Nimble::train_step`] the whole step (forward, loss, backward, fused SGD or Adam) as one.
+//!
 //! Every pass checks that its op sequence equals the traced one and fails naming the first
 //! differing op; forwards that synchronize with the host (`.item()`, `nonzero`, copies to the
 //! CPU) are refused with the op's name. The C++ half lives in `shim/nimble_shim.cpp`; all
