@@ -142,28 +142,109 @@ pub fn inference(invoked_as: &str, models: &str, batch: i64, args: &Rendering) -
     let p = &record["provenance"];
     let measured = measured_on(&record);
     let svg = args.svg(figure)?;
-    let with_script = bars.iter().any(|b| b.torchscript.is_some());
-    let groups: Vec<Group> = bars
-        .iter()
-        .map(|b| Group { label: b.model.clone(), values: if with_script { vec![b.torchscript.unwrap_or(0.0), b.graph, b.nimble] } else { vec![b.graph, b.nimble] } })
-        .collect();
-    let mut series = vec![("one-stream CUDA graph", RGBColor(120, 144, 156)), ("Nimble (multi-stream)", RGBColor(25, 118, 210))];
-    if with_script {
-        series.insert(0, ("TorchScript (tch CModule)", RGBColor(255, 183, 77)));
+    let python = PythonBaselines::beside(&args.results)?;
+    // Every system, as speedup over tch eager per model (0 where not measured).
+    let mut columns: Vec<(&str, RGBColor, Vec<f64>)> = Vec::new();
+    for (system, label, color) in [("eager", "PyTorch eager", RGBColor(207, 216, 220)), ("torchscript", "PyTorch TorchScript", RGBColor(255, 224, 178))] {
+        if python.has(system) {
+            columns.push((label, color, bars.iter().map(|b| python.speedup(&b.model, system, b.eager_ms)).collect()));
+        }
     }
-    let notes = [
-        format!("Measured: {measured}. Both graphs with the inference rewrites."),
-        "Not shown: TensorRT and TVM (not on this machine); the Python PyTorch baselines (README, paper-figs/results/pytorch-baselines.json).".to_string(),
-    ];
+    if bars.iter().any(|b| b.torchscript.is_some()) {
+        columns.push(("TorchScript (tch CModule)", RGBColor(255, 183, 77), bars.iter().map(|b| b.torchscript.unwrap_or(0.0)).collect()));
+    }
+    if python.has("compile") {
+        columns.push(("torch.compile (reduce-overhead)", RGBColor(156, 39, 176), bars.iter().map(|b| python.speedup(&b.model, "compile", b.eager_ms)).collect()));
+    }
+    columns.push(("one-stream CUDA graph", RGBColor(120, 144, 156), bars.iter().map(|b| b.graph).collect()));
+    columns.push(("Nimble (multi-stream)", RGBColor(25, 118, 210), bars.iter().map(|b| b.nimble).collect()));
+    let groups: Vec<Group> = bars.iter().enumerate().map(|(i, b)| Group { label: b.model.clone(), values: columns.iter().map(|c| c.2[i]).collect() }).collect();
+    let series: Vec<(&str, RGBColor)> = columns.iter().map(|c| (c.0, c.1)).collect();
+    let mut notes = vec![format!("Measured: {measured}. Both graphs with the inference rewrites.")];
+    notes.push(match &python.provenance {
+        Some(from) => format!("PyTorch bars: our Python runner in a separate process ({from}); missing bars: not measured there. Not shown: TensorRT, TVM."),
+        None => "Not shown: TensorRT and TVM (not on this machine); the Python PyTorch baselines (no record beside this one).".to_string(),
+    });
     draw_grouped(&svg, ("Inference speedup over tch eager, batch 1", "speedup over tch eager (×)"), &groups, &series, &notes)?;
     let mut lines = vec![format!("measured: {measured}; median of {} after {} warm-ups", p["iterations"], p["warmup"])];
-    lines.push(format!("{:<16} {:>10} {:>10} {:>10} {:>10} {:>8}", "model", "eager ms", "script x", "graph x", "nimble x", "nimble/graph"));
-    for bar in &bars {
-        let script = bar.torchscript.map_or("-".to_string(), |t| format!("{t:.2}"));
-        lines.push(format!("{:<16} {:>10.3} {:>10} {:>10.2} {:>10.2} {:>8.2}", bar.model, bar.eager_ms, script, bar.graph, bar.nimble, bar.nimble / bar.graph));
+    if let Some(from) = &python.provenance {
+        lines.push(format!("PyTorch columns from {from}"));
+    }
+    let mut header = format!("{:<16} {:>9}", "model", "eager ms");
+    for column in &columns {
+        header += &format!(" {:>12}", short(column.0));
+    }
+    lines.push(header + "   (speedup over tch eager)");
+    for (i, bar) in bars.iter().enumerate() {
+        let mut line = format!("{:<16} {:>9.3}", bar.model, bar.eager_ms);
+        for column in &columns {
+            line += &if column.2[i] > 0.0 { format!(" {:>12.2}", column.2[i]) } else { format!(" {:>12}", "-") };
+        }
+        lines.push(line);
     }
     lines.push(format!("figure: {}", svg.display()));
     emit(&lines.join("\n"))
+}
+
+/// A column heading for a series label.
+fn short(label: &str) -> &str {
+    match label {
+        "PyTorch eager" => "pt eager",
+        "PyTorch TorchScript" => "pt script",
+        "TorchScript (tch CModule)" => "tch script",
+        "torch.compile (reduce-overhead)" => "compile",
+        "one-stream CUDA graph" => "graph",
+        "Nimble (multi-stream)" => "nimble",
+        other => other,
+    }
+}
+
+/// The Python runner's inference records (`pytorch-baselines.json`, `pytorch-compile.json`)
+/// found beside the inference record, if any.
+struct PythonBaselines {
+    /// (model, system) → median µs.
+    medians: Vec<(String, String, f64)>,
+    /// Where and when they were measured, in one line.
+    provenance: Option<String>,
+}
+
+impl PythonBaselines {
+    fn beside(results: &Path) -> Result<PythonBaselines> {
+        let mut medians = Vec::new();
+        let mut provenance = None;
+        let dir = results.parent().unwrap_or(Path::new("."));
+        for name in ["pytorch-baselines.json", "pytorch-compile.json"] {
+            let path = dir.join(name);
+            if !path.exists() {
+                continue;
+            }
+            let record = read_record(&path)?;
+            let p = &record["provenance"];
+            provenance.get_or_insert_with(|| {
+                format!(
+                    "torch {}, {}, {}",
+                    p["torch"].as_str().unwrap_or("?"),
+                    p["gpu"].as_str().unwrap_or("?"),
+                    p["date_utc"].as_str().unwrap_or("?")
+                )
+            });
+            for row in record["rows"].as_array().with_context(|| format!("{}: no `rows` array", path.display()))? {
+                if let (Some(model), Some(system), Some(median)) = (row["model"].as_str(), row["system"].as_str(), row["latency"]["median_us"].as_f64()) {
+                    medians.push((model.to_string(), system.to_string(), median));
+                }
+            }
+        }
+        Ok(PythonBaselines { medians, provenance })
+    }
+
+    fn has(&self, system: &str) -> bool {
+        self.medians.iter().any(|m| m.1 == system)
+    }
+
+    /// tch eager over the system's latency, or 0 when it was not measured.
+    fn speedup(&self, model: &str, system: &str, eager_ms: f64) -> f64 {
+        self.medians.iter().find(|m| m.0 == model && m.1 == system).map_or(0.0, |m| eager_ms * 1000.0 / m.2)
+    }
 }
 
 /// One model's bars: speedups over eager.

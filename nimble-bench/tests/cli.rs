@@ -155,7 +155,10 @@ fn fig5_re_renders_the_committed_inference_record_without_a_gpu() {
     assert!(text.starts_with("measured: NVIDIA H200 (driver 580.159.04"), "{text}");
     assert!(text.lines().any(|l| l.starts_with("nasnet-a-mobile")), "{text}");
     let svg = std::fs::read_to_string(out_dir.join("inference.svg")).unwrap();
-    assert!(svg.contains("nasnet-a-mobile") && svg.contains("Nimble (multi-stream)") && svg.contains("TensorRT and TVM"), "the figure lacks its labels");
+    assert!(svg.contains("nasnet-a-mobile") && svg.contains("Nimble (multi-stream)") && svg.contains("TensorRT"), "the figure lacks its labels");
+    // The Python runner's records beside the inference record add the PyTorch systems.
+    assert!(svg.contains("PyTorch eager") && svg.contains("torch.compile"), "the figure lacks the PyTorch baselines");
+    assert!(text.contains("PyTorch columns from torch 2.11.0"), "{text}");
 }
 
 #[test]
