@@ -49,6 +49,34 @@ impl Switch {
     }
 }
 
+/// What every measured record says about its numbers' precision.
+const PRECISION: &str = "float32 (libtorch defaults: TF32 for cuDNN convolutions)";
+
+/// The GPU a measuring command runs on, with cuDNN's benchmark mode on (the paper's method), or
+/// an error saying that `command` needs one (`hint` appended).
+fn open_gpu(command: &str, hint: &str) -> Result<Gpu> {
+    if !nimble_torch::cuda_available() {
+        bail!("{command} needs a CUDA device and libtorch sees none{hint}");
+    }
+    let gpu = Gpu::open(0).context("opening the GPU for its description")?;
+    tch::Cuda::cudnn_set_benchmark(true);
+    Ok(gpu)
+}
+
+/// A table's first line: where, with what and how the numbers were measured.
+fn provenance_line(p: &Provenance, libtorch: &str, what: &str) -> String {
+    format!(
+        "{} (driver {}, CUDA {}), libtorch {}, {what}, median of {} after {} warm-ups, ms; commit {}",
+        p.gpu,
+        p.driver_version.as_deref().unwrap_or("?"),
+        p.driver_cuda_version,
+        libtorch,
+        p.iterations,
+        p.warmup,
+        p.commit
+    )
+}
+
 fn model_names(list: &str) -> Result<Vec<&'static str>> {
     let names: Vec<&str> = if list == "all" { models::MODELS.iter().map(|m| m.name).collect() } else { list.split(',').map(str::trim).collect() };
     names.into_iter().map(|name| models::info(name).map(|m| m.name).map_err(anyhow::Error::msg)).collect()
@@ -146,11 +174,7 @@ pub fn infer(args: &InferArgs<'_>) -> Result<()> {
     nimble_sched::algorithms::by_name(args.algorithm)?;
     let names = model_names(args.models)?;
     anyhow::ensure!(args.weights.is_none() || names.len() == 1, "--weights loads one model's weights: name exactly one model");
-    if !nimble_torch::cuda_available() {
-        bail!("infer needs a CUDA device and libtorch sees none (export-graph --device cpu works without one)");
-    }
-    let gpu = Gpu::open(0).context("opening the GPU for its description")?;
-    tch::Cuda::cudnn_set_benchmark(true);
+    let gpu = open_gpu("infer", " (export-graph --device cpu works without one)")?;
     let config = InferConfig {
         batch: args.batch,
         warmup: args.warmup,
@@ -192,7 +216,7 @@ pub fn infer(args: &InferArgs<'_>) -> Result<()> {
         experiment: "inference",
         provenance: Provenance::now(gpu.info(), args.warmup, args.iterations, method),
         libtorch: LIBTORCH_VERSION,
-        precision: "float32 (libtorch defaults: TF32 for cuDNN convolutions)",
+        precision: PRECISION,
         rows,
     };
     if let Some(path) = args.out {
@@ -229,17 +253,7 @@ fn row_line(row: &InferRow) -> String {
 fn table(record: &InferRecord) -> String {
     let p = &record.provenance;
     let mut lines = vec![
-        format!(
-            "{} (driver {}, CUDA {}), libtorch {}, batch {}, median of {} after {} warm-ups, ms; commit {}",
-            p.gpu,
-            p.driver_version.as_deref().unwrap_or("?"),
-            p.driver_cuda_version,
-            record.libtorch,
-            record.rows.first().map_or(1, |r| r.batch),
-            p.iterations,
-            p.warmup,
-            p.commit
-        ),
+        provenance_line(p, record.libtorch, &format!("batch {}", record.rows.first().map_or(1, |r| r.batch))),
         format!("{:<16} {:<4} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8} {:>9}", "model", "opt", "eager", "script", "graph", "nimble", "x graph", "streams", "kernels", "prepare s"),
     ];
     let mut keys: Vec<(String, bool)> = Vec::new();
@@ -325,11 +339,7 @@ pub fn train(args: &TrainArgs<'_>) -> Result<()> {
         let info = models::info(name).map_err(anyhow::Error::msg)?;
         anyhow::ensure!(info.training, "`{name}` is not a training model; `nimble-bench models --dataset cifar10` lists them");
     }
-    if !nimble_torch::cuda_available() {
-        bail!("train needs a CUDA device and libtorch sees none");
-    }
-    let gpu = Gpu::open(0).context("opening the GPU for its description")?;
-    tch::Cuda::cudnn_set_benchmark(true);
+    let gpu = open_gpu("train", "")?;
     let mut rows = Vec::new();
     let mut config = TrainConfig::paper(args.batches[0]);
     let bar = progress(args.batches.len() * names.len(), "train");
@@ -361,7 +371,7 @@ pub fn train(args: &TrainArgs<'_>) -> Result<()> {
         experiment: "training",
         provenance: Provenance::now(gpu.info(), args.warmup, args.iterations, method),
         libtorch: LIBTORCH_VERSION,
-        precision: "float32 (libtorch defaults: TF32 for cuDNN convolutions)",
+        precision: PRECISION,
         dataset: Dataset::Cifar10,
         optimizer: training::optimizer_label(&config),
         config,
@@ -397,16 +407,7 @@ fn train_line(row: &TrainRow) -> String {
 fn train_table(record: &TrainRecord) -> String {
     let p = &record.provenance;
     let mut lines = vec![
-        format!(
-            "{} (driver {}, CUDA {}), libtorch {}, CIFAR-10 training step, median of {} after {} warm-ups, ms; commit {}",
-            p.gpu,
-            p.driver_version.as_deref().unwrap_or("?"),
-            p.driver_cuda_version,
-            record.libtorch,
-            p.iterations,
-            p.warmup,
-            p.commit
-        ),
+        provenance_line(p, record.libtorch, "CIFAR-10 training step"),
         {
             let mut header = format!("{:<16} {:>5}", "model", "batch");
             for mode in TrainMode::ALL {
@@ -443,11 +444,7 @@ fn train_table(record: &TrainRecord) -> String {
 /// record to `out`.
 pub fn measure_schedulers(models: &str, warmup: usize, iterations: usize, out: &Path) -> Result<()> {
     let names = model_names(models)?;
-    if !nimble_torch::cuda_available() {
-        bail!("measuring the schedulers needs a CUDA device and libtorch sees none");
-    }
-    let gpu = Gpu::open(0).context("opening the GPU for its description")?;
-    tch::Cuda::cudnn_set_benchmark(true);
+    let gpu = open_gpu("measuring the schedulers", "")?;
     let config = InferConfig { batch: 1, warmup, iterations, algorithm: "nimble".into(), fuse_conv_relu: true, channels_last: None };
     let algorithms = schedulers::algorithms();
     let mut measured = Vec::new();
@@ -470,7 +467,7 @@ pub fn measure_schedulers(models: &str, warmup: usize, iterations: usize, out: &
         experiment: "schedulers",
         provenance: Provenance::now(gpu.info(), warmup, iterations, method),
         libtorch: LIBTORCH_VERSION,
-        precision: "float32 (libtorch defaults: TF32 for cuDNN convolutions)",
+        precision: PRECISION,
         batch: 1,
         simulator: nimble_sched::SimulatorConfig::graph(),
         models: measured,

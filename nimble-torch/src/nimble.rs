@@ -185,6 +185,11 @@ pub(crate) enum Source {
     TorchScript(JitModule),
 }
 
+/// Training needs the forward as Rust code: a TorchScript module runs under `no_grad` here.
+pub(crate) fn torchscript_cannot_train() -> NimbleError {
+    NimbleError::InvalidInput("training needs a tch model or function; TorchScript modules are prepared for inference only".into())
+}
+
 /// What runs the forward after `prepare`'s optimization step.
 pub(crate) enum Runner<'a> {
     Rust(&'a ForwardFn),
@@ -199,9 +204,7 @@ impl Runner<'_> {
             (Runner::Rust(f), false) => tch::no_grad(|| Ok(f(inputs, false))),
             (Runner::Rust(f), true) => tch::with_grad(|| Ok(f(inputs, true))),
             (Runner::Jit(m), false) => tch::no_grad(|| m.forward(inputs)),
-            (Runner::Jit(_), true) => Err(NimbleError::InvalidInput(
-                "training needs a tch model or function; TorchScript modules are prepared for inference only".into(),
-            )),
+            (Runner::Jit(_), true) => Err(torchscript_cannot_train()),
         }
     }
 

@@ -34,7 +34,7 @@ use tch::{Device, Kind, Tensor};
 use crate::error::{NimbleError, Result};
 use crate::ffi::{self, AdamArgs, CudaGraph, ExternalState, Schedule, SgdArgs, TrainState};
 use crate::nimble::{
-    check_capturable, check_cuda_prepare, copy_into, plan_schedule, scheduled_run, time_ops, BackwardStreams, Nimble, PrepareOptions, PrepareReport,
+    check_capturable, check_cuda_prepare, copy_into, torchscript_cannot_train, plan_schedule, scheduled_run, time_ops, BackwardStreams, Nimble, PrepareOptions, PrepareReport,
     PrepareSeconds, Prepared, Replay, Runner,
 };
 use crate::trace::{panic_message, record_with_state, Trace};
@@ -378,7 +378,7 @@ impl Nimble {
         let inputs: Vec<Tensor> = inputs.iter().map(|t| t.detach().copy()).collect();
         let runner = self.runner(None);
         if let Runner::Jit(_) = runner {
-            runner.run(&inputs, true)?; // the error that explains it
+            return Err(torchscript_cannot_train());
         }
         let step = Instant::now();
         // The first training forward: it records the parameters and buffers before they change.
