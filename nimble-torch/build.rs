@@ -21,6 +21,7 @@ fn main() {
             cuda.join("include").display()
         );
     }
+    let kernels = compile_kernels(&cuda);
     cc::Build::new()
         .cpp(true)
         .pic(true)
@@ -33,8 +34,12 @@ fn main() {
         // libtorch is a release build; some of its headers (RecordFunction) change layout without it.
         .define("NDEBUG", None)
         .file("shim/nimble_shim.cpp")
+        .file("shim/fused_ops.cpp")
+        .object(&kernels)
         .compile("nimble_shim");
-    println!("cargo:rerun-if-changed=shim/nimble_shim.cpp");
+    for file in ["nimble_shim.cpp", "fused_ops.cpp", "fused_ops.h", "nimble_kernels.cu"] {
+        println!("cargo:rerun-if-changed=shim/{file}");
+    }
     let cuda_lib = cuda.join("lib");
     println!("cargo:rustc-link-search=native={}", lib.display());
     println!("cargo:rustc-link-search=native={}", cuda_lib.display());
@@ -49,4 +54,28 @@ fn main() {
         println!("cargo:rustc-link-arg=-Wl,-rpath,{}", dir.display());
     }
     println!("cargo:rpath={}:{}", lib.display(), cuda_lib.display());
+}
+
+/// Compiles the fused CUDA kernels (`shim/nimble_kernels.cu`) with the pip packages' nvcc into an
+/// object file for Ampere (sm_80) and Hopper (sm_90), with sm_90 PTX for newer GPUs to JIT.
+fn compile_kernels(cuda: &std::path::Path) -> PathBuf {
+    let nvcc = cuda.join("bin/nvcc");
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("nimble_kernels.o");
+    let mut command = std::process::Command::new(&nvcc);
+    command.args(["-c", "-O3", "-std=c++17", "-Xcompiler", "-fPIC"]);
+    for gencode in ["arch=compute_80,code=sm_80", "arch=compute_90,code=sm_90", "arch=compute_90,code=compute_90"] {
+        command.arg("-gencode").arg(gencode);
+    }
+    command.arg("shim/nimble_kernels.cu").arg("-o").arg(&out);
+    let status = command.status().unwrap_or_else(|e| {
+        panic!("nimble-torch: cannot run {} ({e}); provision libtorch with scripts/setup-libtorch.sh", nvcc.display())
+    });
+    if !status.success() {
+        panic!(
+            "nimble-torch: {} failed on shim/nimble_kernels.cu ({status}); if it names an unsupported PTX version, \
+             run scripts/setup-libtorch.sh again (it pins nvcc's compiler to CUDA 13.0)",
+            nvcc.display()
+        );
+    }
+    out
 }

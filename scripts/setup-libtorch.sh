@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Provisions libtorch 2.11.0 (the CUDA 13.0 build, with the CUDA headers the nimble-torch C++
-# shim compiles against) in a cache directory outside the clone, and links it into the checkout
-# as `.libtorch`, which .cargo/config.toml points LIBTORCH at. Safe to run again: a complete
+# Provisions libtorch 2.11.0 (the CUDA 13.0 build, with the CUDA headers and the nvcc that
+# nimble-torch's C++ shim and fused kernels compile with) in a cache directory outside the
+# clone, and links it into the checkout as `.libtorch`, which .cargo/config.toml points LIBTORCH
+# at. Safe to run again: a complete
 # install is reused, a half-finished one is removed and redone. About 1 minute and 4.6 GB the
 # first time.
 #
@@ -12,6 +13,9 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 cache=${NIMBLE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/nimble}
 venv=$cache/libtorch-2.11.0-cu130
 python=${PYTHON:-python3}
+# nvcc's compiler must come from the same CUDA as its assembler (nimble-torch compiles its fused
+# kernels with it): cuda-toolkit 13.0.2 alone lets pip pick newer ones.
+nvcc_pins="nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88"
 
 if [ ! -f "$venv/.complete" ]; then
     echo "setup-libtorch: installing torch==2.11.0 into $venv (about 1 minute, 4.6 GB)" >&2
@@ -19,12 +23,19 @@ if [ ! -f "$venv/.complete" ]; then
     mkdir -p "$cache"
     "$python" -m venv "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check \
-        torch==2.11.0 "cuda-toolkit[cccl,nvcc]==13.0.2"
+        torch==2.11.0 "cuda-toolkit[cccl,nvcc]==13.0.2" $nvcc_pins
     "$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > "$venv/.site"
-    touch "$venv/.complete"
+    touch "$venv/.nvcc-pinned" "$venv/.complete"
+fi
+# Installs made before the pins: pip had taken nvcc's front end (nvvm) and headers (crt) from a
+# newer CUDA, whose PTX the 13.0 assembler rejects, so the fused kernels would not compile.
+if [ ! -f "$venv/.nvcc-pinned" ]; then
+    echo "setup-libtorch: pinning nvcc's compiler to CUDA 13.0 in $venv" >&2
+    "$venv/bin/pip" install --quiet --disable-pip-version-check $nvcc_pins
+    touch "$venv/.nvcc-pinned"
 fi
 site=$(cat "$venv/.site")
-for need in "$site/torch/lib/libtorch_cuda.so" "$site/nvidia/cu13/include/cuda_runtime_api.h"; do
+for need in "$site/torch/lib/libtorch_cuda.so" "$site/nvidia/cu13/include/cuda_runtime_api.h" "$site/nvidia/cu13/bin/nvcc"; do
     if [ ! -e "$need" ]; then
         echo "setup-libtorch: $need is missing from the cached install; remove $venv and run again" >&2
         exit 1

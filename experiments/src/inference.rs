@@ -56,9 +56,10 @@ pub struct InferConfig {
     pub iterations: usize,
     /// The algorithm of `InferMode::Nimble`.
     pub algorithm: String,
-    /// With the inference rewrites: fuse conv(+add)+ReLU; channels-last layout (`None`: let
-    /// the model decide, see `PrepareOptions::channels_last`).
+    /// With the inference rewrites: fuse conv(+add)+ReLU; Nimble's fused kernels; channels-last
+    /// layout (`None`: let the model decide, see `PrepareOptions::channels_last`).
     pub fuse_conv_relu: bool,
+    pub fuse_kernels: bool,
     pub channels_last: Option<bool>,
 }
 
@@ -78,8 +79,10 @@ pub struct InferRow {
     /// What prepare built and how long it took (graph modes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prepare: Option<PrepareReport>,
-    /// With `optimized`: conv(+add)+ReLU fused; the channels-last layout applied.
+    /// With `optimized`: conv(+add)+ReLU fused; Nimble's fused kernels on; the channels-last
+    /// layout applied.
     pub fuse_conv_relu: bool,
+    pub fuse_kernels: bool,
     pub channels_last: bool,
 }
 
@@ -146,6 +149,7 @@ pub fn measure_model(model: &Model, config: &InferConfig, variants: &[Variant]) 
             relative_error: prepared.as_ref().map(|p| p.2).or(scripted.as_ref().map(|s| s.1)),
             channels_last: prepared.as_ref().is_some_and(|p| p.1.channels_last),
             fuse_conv_relu: prepared.is_some() && variant.optimized && config.fuse_conv_relu,
+            fuse_kernels: prepared.is_some() && variant.optimized && config.fuse_kernels,
             prepare: prepared.as_ref().map(|p| p.1.clone()),
         })
         .collect())
@@ -200,6 +204,7 @@ pub fn prepare_checked(model: &Model, config: &InferConfig, mode: InferMode, opt
         .algorithm(algorithm)
         .optimize(optimize)
         .fuse_conv_relu(config.fuse_conv_relu)
+        .fuse_kernels(config.fuse_kernels)
         .channels_last(config.channels_last);
     let report = nimble.prepare(&[model.input(config.batch)], options)?.clone();
     let x = model.input(config.batch);

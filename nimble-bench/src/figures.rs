@@ -131,6 +131,7 @@ pub fn inference(invoked_as: &str, models: &str, batch: i64, args: &Rendering) -
             algorithm: "nimble",
             optimize: Optimize::On,
             fuse_conv_relu: true,
+            fuse_kernels: true,
             channels_last: None,
             warmup: args.warmup,
             iterations: args.iterations,

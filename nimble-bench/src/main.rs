@@ -168,6 +168,10 @@ enum Command {
         /// With the rewrites: fuse convolution(+add)+ReLU into cuDNN's fused kernels
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
         fuse: bool,
+        /// With the rewrites: Nimble's fused kernels for squeeze-and-excitation blocks and
+        /// convolutions followed by SiLU, ReLU, ReLU6 or a residual add
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+        fuse_kernels: bool,
         /// With the rewrites: channels-last (NHWC) weights and inputs; auto: unless the model has
         /// grouped (depthwise) convolutions
         #[arg(long, value_enum, default_value = "auto")]
@@ -388,7 +392,7 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
         Command::ExportGraph { model, batch, device, optimize, weights, out } => {
             torch::export_graph(&model, batch, device, optimize, weights.as_deref(), out.as_ref())
         }
-        Command::Infer { model, mode, batch, algo, optimize, fuse, channels_last, warmup, iters, weights, out } => {
+        Command::Infer { model, mode, batch, algo, optimize, fuse, fuse_kernels, channels_last, warmup, iters, weights, out } => {
             let modes: Vec<InferMode> = mode.into_iter().map(InferMode::from).collect();
             torch::infer(&torch::InferArgs {
                 models: &model,
@@ -397,6 +401,7 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
                 algorithm: &algo,
                 optimize,
                 fuse_conv_relu: fuse,
+                fuse_kernels,
                 channels_last: channels_last.choice(),
                 warmup,
                 iterations: iters,

@@ -160,6 +160,7 @@ pub struct InferArgs<'a> {
     pub algorithm: &'a str,
     pub optimize: Optimize,
     pub fuse_conv_relu: bool,
+    pub fuse_kernels: bool,
     pub channels_last: Option<bool>,
     pub warmup: usize,
     pub iterations: usize,
@@ -181,6 +182,7 @@ pub fn infer(args: &InferArgs<'_>) -> Result<()> {
         iterations: args.iterations,
         algorithm: args.algorithm.to_string(),
         fuse_conv_relu: args.fuse_conv_relu,
+        fuse_kernels: args.fuse_kernels,
         channels_last: args.channels_last,
     };
     let optimize: &[bool] = match args.optimize {
@@ -445,7 +447,7 @@ fn train_table(record: &TrainRecord) -> String {
 pub fn measure_schedulers(models: &str, warmup: usize, iterations: usize, out: &Path) -> Result<()> {
     let names = model_names(models)?;
     let gpu = open_gpu("measuring the schedulers", "")?;
-    let config = InferConfig { batch: 1, warmup, iterations, algorithm: "nimble".into(), fuse_conv_relu: true, channels_last: None };
+    let config = InferConfig { batch: 1, warmup, iterations, algorithm: "nimble".into(), fuse_conv_relu: true, fuse_kernels: true, channels_last: None };
     let algorithms = schedulers::algorithms();
     let mut measured = Vec::new();
     let bar = progress(names.len(), "schedulers");

@@ -39,6 +39,8 @@
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 
+#include "fused_ops.h"
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -864,15 +866,17 @@ int ns_jit_save(void* module, const char* path) {
 
 // Freezes the module (parameters become constants) and applies the inference rewrites:
 // BatchNorm folded into the preceding convolution (and the other frozen foldings), dropout
-// removed, and, when `fuse` is set (CUDA only), convolution(+add)+ReLU fused into cuDNN's fused
-// kernels.
+// removed, when `fuse` is set (CUDA only), convolution(+add)+ReLU fused into cuDNN's fused
+// kernels, and when `kernels` is set, squeeze-and-excitation blocks and convolutions with their
+// activation or residual add replaced by Nimble's fused ops (fused_ops.cpp; `fused` says how
+// many the graph then has).
 //
 // `channels_last` (0 off, 1 on, 2 auto): 4-D constants (the frozen convolution weights) are
 // stored channels-last, so that with a channels-last input cuDNN runs NHWC kernels without
 // layout transforms (what inductor's layout optimization does for torch.compile). Auto turns it
 // on unless the graph has grouped (e.g. depthwise) convolutions, which cuDNN runs slower in
 // NHWC. `applied` tells whether it was.
-int ns_jit_optimize(void* module, int fuse, int channels_last, void** out, int* applied) {
+int ns_jit_optimize(void* module, int fuse, int kernels, int channels_last, void** out, int* applied, int* fused) {
   return guarded([&] {
     auto* m = static_cast<torch::jit::Module*>(module);
     m->eval();
@@ -881,7 +885,6 @@ int ns_jit_optimize(void* module, int fuse, int channels_last, void** out, int* 
     torch::jit::graph_rewrite_helper::replaceConvolutionWithAtenConv(graph);
     torch::jit::removeDropout(graph);
     torch::jit::OptimizeFrozenGraph(graph, true);
-    if (fuse) torch::jit::FuseFrozenConvAddRelu(graph);
     // x * sigmoid(x) (swish, as tch's EfficientNet writes it) is one SiLU kernel instead of two.
     torch::jit::SubgraphRewriter silu;
     for (const char* product : {"aten::mul(%x, %s)", "aten::mul(%s, %x)"}) {
@@ -889,6 +892,10 @@ int ns_jit_optimize(void* module, int fuse, int channels_last, void** out, int* 
                                   "graph(%x):\n  %y = aten::silu(%x)\n  return (%y)");
     }
     silu.runOnGraph(graph);
+    if (kernels) nimble::fuse_squeeze_excite(graph);
+    if (fuse) torch::jit::FuseFrozenConvAddRelu(graph);
+    if (kernels) nimble::fuse_conv_tails(graph);
+    *fused = nimble::fused_op_count(*graph);
     if (channels_last == 2) {
       channels_last = 1;
       for (auto* node : graph->nodes()) {

@@ -63,7 +63,15 @@ extern "C" {
     fn ns_jit_load(path: *const c_char, device: c_int, out: *mut *mut c_void) -> c_int;
     fn ns_jit_free(module: *mut c_void);
     fn ns_jit_save(module: *mut c_void, path: *const c_char) -> c_int;
-    fn ns_jit_optimize(module: *mut c_void, fuse: c_int, channels_last: c_int, out: *mut *mut c_void, applied: *mut c_int) -> c_int;
+    fn ns_jit_optimize(
+        module: *mut c_void,
+        fuse: c_int,
+        kernels: c_int,
+        channels_last: c_int,
+        out: *mut *mut c_void,
+        applied: *mut c_int,
+        fused: *mut c_int,
+    ) -> c_int;
     fn ns_channels_last_copy(tensor: *mut c_void, out: *mut *mut c_void) -> c_int;
     fn ns_jit_forward(module: *mut c_void, inputs: *const *mut c_void, n: c_int, outputs: *mut *mut *mut c_void, n_out: *mut c_int) -> c_int;
     fn ns_jit_node_kinds(module: *mut c_void, out: *mut *mut c_char) -> c_int;
@@ -468,6 +476,23 @@ impl Drop for Timer {
     }
 }
 
+/// Which inference rewrites `JitModule::optimized` applies (see `PrepareOptions`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Rewrites {
+    pub fuse_conv_relu: bool,
+    pub fuse_kernels: bool,
+    /// `None`: decide from the graph.
+    pub channels_last: Option<bool>,
+}
+
+/// What the rewrites did.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Applied {
+    pub channels_last: bool,
+    /// Nimble's fused ops in the optimized graph.
+    pub fused_ops: usize,
+}
+
 /// A TorchScript module (`torch::jit::Module`).
 pub(crate) struct JitModule {
     raw: *mut c_void,
@@ -519,15 +544,24 @@ impl JitModule {
         check("jit_save", unsafe { ns_jit_save(self.raw, c_path.as_ptr()) })
     }
 
-    /// Frozen and optimized for inference (see the shim's `ns_jit_optimize`); with whether the
-    /// channels-last layout was applied (`None` for channels-last: decide from the graph).
-    pub(crate) fn optimized(&self, fuse: bool, channels_last: Option<bool>) -> Result<(JitModule, bool)> {
+    /// Frozen and optimized for inference with `rewrites` (see the shim's `ns_jit_optimize`).
+    pub(crate) fn optimized(&self, rewrites: &Rewrites) -> Result<(JitModule, Applied)> {
         let mut raw = ptr::null_mut();
-        let mut applied = 0;
-        let mode = channels_last.map_or(2, c_int::from);
-        // SAFETY: a live module; the shim writes a new one and the flag.
-        check("jit_optimize", unsafe { ns_jit_optimize(self.raw, fuse as c_int, mode, &mut raw, &mut applied) })?;
-        Ok((JitModule { raw }, applied != 0))
+        let (mut channels_last, mut fused) = (0, 0);
+        let mode = rewrites.channels_last.map_or(2, c_int::from);
+        // SAFETY: a live module; the shim writes a new one and the two counts.
+        check("jit_optimize", unsafe {
+            ns_jit_optimize(
+                self.raw,
+                rewrites.fuse_conv_relu as c_int,
+                rewrites.fuse_kernels as c_int,
+                mode,
+                &mut raw,
+                &mut channels_last,
+                &mut fused,
+            )
+        })?;
+        Ok((JitModule { raw }, Applied { channels_last: channels_last != 0, fused_ops: fused as usize }))
     }
 
     /// Runs `forward`; tuple or list outputs are flattened.

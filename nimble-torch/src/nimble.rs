@@ -12,7 +12,7 @@ use tch::nn::ModuleT;
 use tch::{Device, Tensor};
 
 use crate::error::{NimbleError, Result};
-use crate::ffi::{self, CudaGraph, JitModule, Schedule, ScheduleSpec, TrainState};
+use crate::ffi::{self, Applied, CudaGraph, JitModule, Rewrites, Schedule, ScheduleSpec, TrainState};
 use crate::trace::{panic_message, record, Trace};
 use crate::training::OptimizerState;
 
@@ -47,6 +47,11 @@ pub struct PrepareOptions {
     pub optimize: bool,
     /// With `optimize` on CUDA: fuse convolution(+add)+ReLU into cuDNN's fused kernels.
     pub fuse_conv_relu: bool,
+    /// With `optimize`: replace squeeze-and-excitation blocks (pool, 1×1 convolution, SiLU or
+    /// ReLU, 1×1 convolution, sigmoid, scale) and convolutions followed by SiLU, ReLU, ReLU6 or
+    /// a residual add with Nimble's fused ops (`nimble::squeeze_excite`,
+    /// `nimble::conv2d_fused`), whose CUDA kernels do in one pass what ATen does in several.
+    pub fuse_kernels: bool,
     /// With `optimize` on CUDA: keep convolution weights and 4-D inputs channels-last (NHWC),
     /// so cuDNN needs no layout transforms (inductor's layout optimization does the same).
     /// `None` (the default) decides from the model: on, unless it has grouped (depthwise)
@@ -75,6 +80,7 @@ impl PrepareOptions {
             algorithm: "nimble".into(),
             optimize: true,
             fuse_conv_relu: true,
+            fuse_kernels: true,
             channels_last: None,
             capture_mode: CaptureMode::ThreadLocal,
             cudnn_benchmark: true,
@@ -116,6 +122,16 @@ impl PrepareOptions {
         self
     }
 
+    /// Turns Nimble's fused kernels on or off (with `optimize`).
+    pub fn fuse_kernels(mut self, on: bool) -> Self {
+        self.fuse_kernels = on;
+        self
+    }
+
+    pub(crate) fn rewrites(&self) -> Rewrites {
+        Rewrites { fuse_conv_relu: self.fuse_conv_relu, fuse_kernels: self.fuse_kernels, channels_last: self.channels_last }
+    }
+
     /// Forces the channels-last layout on or off (with `optimize`), or (`None`) lets the model
     /// decide.
     pub fn channels_last(mut self, on: Option<bool>) -> Self {
@@ -146,6 +162,8 @@ pub struct PrepareReport {
     pub optimized: bool,
     /// The channels-last layout was applied.
     pub channels_last: bool,
+    /// Nimble's fused ops in the optimized forward (`PrepareOptions::fuse_kernels`).
+    pub fused_ops: usize,
     /// Top-level ops of one forward.
     pub ops: usize,
     /// Ops in the task graph (see `Trace::task_ops`: views and CPU-only ops are left out).
@@ -176,6 +194,10 @@ pub struct PrepareSeconds {
     pub capture: f64,
     pub total: f64,
 }
+
+/// The rewrites of `trace` and `run_optimized`: those prepare applies by default, less cuDNN's
+/// fusions and the channels-last layout (CUDA-only choices that change no op's meaning).
+const TRACE_REWRITES: Rewrites = Rewrites { fuse_conv_relu: false, fuse_kernels: true, channels_last: Some(false) };
 
 /// A forward of tensors to tensors; the flag is tch's `train`.
 type ForwardFn = Box<dyn Fn(&[Tensor], bool) -> Vec<Tensor>>;
@@ -301,10 +323,11 @@ impl Nimble {
     }
 
     /// Records one forward on `inputs` (any device, CPU included) without preparing anything:
-    /// the trace, after the inference rewrites when `optimize`.
+    /// the trace, after the inference rewrites when `optimize` (BatchNorm folding, SiLU and
+    /// Nimble's fused ops; cuDNN's fusions and the channels-last layout are left to `prepare`).
     pub fn trace(&self, inputs: &[Tensor], optimize: bool) -> Result<Trace> {
         check_inputs_given(inputs)?;
-        let optimized = if optimize { Some(self.optimized_module(inputs, false, Some(false))?.0) } else { None };
+        let optimized = if optimize { Some(self.optimized_module(inputs, &TRACE_REWRITES)?.0) } else { None };
         let runner = self.runner(optimized.as_ref());
         runner.run_caught(inputs, false, "warm-up")?;
         let (trace, outputs) = record(|| runner.run(inputs, false))?;
@@ -312,6 +335,15 @@ impl Nimble {
         // A second run must issue the same ops, or the model is not static.
         scheduled_run(&single_stream_schedule(&trace, None, false)?, None, 0, &runner, inputs, false, "check")?;
         Ok(trace)
+    }
+
+    /// Runs the forward once, eagerly (any device, CPU included), after the inference rewrites
+    /// that `trace(inputs, true)` records: a way to check what the rewrites compute, Nimble's
+    /// fused ops included, against the model itself.
+    pub fn run_optimized(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        check_inputs_given(inputs)?;
+        let (module, _) = self.optimized_module(inputs, &TRACE_REWRITES)?;
+        Runner::Jit(&module).run_caught(inputs, false, "optimized forward")
     }
 
     /// Traces, optimizes, schedules, pre-runs and captures the forward on inputs shaped like
@@ -336,11 +368,11 @@ impl Nimble {
         let mut static_inputs: Vec<Tensor> = inputs.iter().map(|t| t.detach().copy()).collect();
 
         let step = Instant::now();
-        let mut channels_last = false;
+        let mut applied = Applied::default();
         let optimized = if options.optimize {
-            let (module, applied) = self.optimized_module(&static_inputs, options.fuse_conv_relu, options.channels_last)?;
-            if applied {
-                channels_last = true;
+            let (module, done) = self.optimized_module(&static_inputs, &options.rewrites())?;
+            applied = done;
+            if applied.channels_last {
                 static_inputs = static_inputs.iter().map(ffi::channels_last_copy).collect::<Result<_>>()?;
             }
             Some(module)
@@ -392,7 +424,8 @@ impl Nimble {
             mode: "inference",
             algorithm: plan.algorithm.clone(),
             optimized: options.optimize,
-            channels_last,
+            channels_last: applied.channels_last,
+            fused_ops: applied.fused_ops,
             ops: trace.len(),
             tasks: graph.len(),
             edges: graph.edge_count(),
@@ -520,9 +553,11 @@ impl Nimble {
     }
 
     /// The forward as a frozen, optimized TorchScript module.
-    fn optimized_module(&self, inputs: &[Tensor], fuse: bool, channels_last: Option<bool>) -> Result<(JitModule, bool)> {
-        let cuda = inputs.iter().any(|t| t.device().is_cuda());
-        let (fuse, channels_last) = (fuse && cuda, if cuda { channels_last } else { Some(false) });
+    fn optimized_module(&self, inputs: &[Tensor], rewrites: &Rewrites) -> Result<(JitModule, Applied)> {
+        let mut rewrites = *rewrites;
+        if !inputs.iter().any(|t| t.device().is_cuda()) {
+            (rewrites.fuse_conv_relu, rewrites.channels_last) = (false, Some(false));
+        }
         let explain = |e: NimbleError| match e {
             NimbleError::Torch { message, .. } | NimbleError::ForwardFailed { message, .. } if message.contains("requires grad") => NimbleError::InvalidInput(format!(
                 "the inference rewrites trace the forward into TorchScript, which cannot take parameters that require gradients: \
@@ -538,7 +573,7 @@ impl Nimble {
                 &traced
             }
         };
-        let (optimized, applied) = module.optimized(fuse, channels_last)?;
+        let (optimized, applied) = module.optimized(&rewrites)?;
         // The first runs of a TorchScript module differ (profiling); settle it before tracing.
         for _ in 0..2 {
             Runner::Jit(&optimized).run_caught(inputs, false, "TorchScript warm-up")?;

@@ -306,6 +306,7 @@ impl Setup {
             algorithm: self.plan.algorithm.clone(),
             optimized: false,
             channels_last: false,
+            fused_ops: 0,
             ops: self.trace.len(),
             tasks: self.graph.len(),
             edges: self.graph.edge_count(),

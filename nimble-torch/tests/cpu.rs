@@ -8,6 +8,8 @@ use nimble_sched::{algorithms, verify, Analysis};
 use nimble_torch::{FusedOptimizer, Nimble, NimbleError, Optimizer, PrepareOptions, Trace, TrainStep};
 use tch::{nn, Device, Kind, Tensor};
 
+mod common;
+
 fn input(shape: &[i64]) -> Tensor {
     tch::manual_seed(0);
     Tensor::randn(shape, (Kind::Float, Device::Cpu))
@@ -125,8 +127,10 @@ fn the_inference_rewrites_fold_batchnorm_and_need_frozen_parameters() {
     let (_vs, nimble) = resnet50(true);
     let trace = nimble.trace(&[input(&[1, 3, 224, 224])], true).unwrap();
     assert_eq!(count(&trace, "aten::batch_norm"), 0, "{:?}", trace.op_histogram());
-    assert_eq!(count(&trace, "aten::conv2d"), 53);
-    assert!(trace.len() < 175, "{}", trace.len());
+    // Each convolution has its ReLU or residual add fused, but for the 4 downsampling ones: their
+    // block's add already took the block's last convolution.
+    assert_eq!((count(&trace, "aten::conv2d"), count(&trace, "nimble::conv2d_fused")), (4, 49), "{:?}", trace.op_histogram());
+    assert!(trace.len() < 130, "{}", trace.len());
 }
 
 #[test]
@@ -282,4 +286,50 @@ fn export_torchscript_writes_a_file_that_tchs_cmodule_runs_alike() {
     let error = Nimble::from_fn(|xs: &[Tensor]| vec![xs[0].relu()]).export_torchscript(&[x], dir.join("missing/dir/m.pt")).unwrap_err();
     assert!(error.to_string().contains("missing/dir"), "{error}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_fused_kernels_replace_squeeze_excitation_and_convolution_tails_of_efficientnet() {
+    let mut vs = nn::VarStore::new(Device::Cpu);
+    let model = tch::vision::efficientnet::b0(&vs.root(), 10);
+    vs.freeze();
+    let x = input(&[2, 3, 64, 64]);
+    let expected = tch::no_grad(|| nn::ModuleT::forward_t(&model, &x, false));
+    let nimble = Nimble::new(model);
+    let trace = nimble.trace(&[x.shallow_clone()], true).unwrap();
+    let histogram = trace.op_histogram();
+    // 16 blocks, each with one squeeze-and-excitation; 33 convolutions followed by SiLU (stem,
+    // 15 expansions, 16 depthwise, head) and 9 projections followed by the residual add.
+    assert_eq!(count(&trace, "nimble::squeeze_excite"), 16, "{histogram:?}");
+    assert_eq!(count(&trace, "nimble::conv2d_fused"), 33 + 9, "{histogram:?}");
+    for gone in ["aten::sigmoid", "aten::silu", "aten::add", "aten::adaptive_avg_pool2d"] {
+        assert!(count(&trace, gone) <= usize::from(gone == "aten::adaptive_avg_pool2d"), "{gone}: {histogram:?}");
+    }
+    let out = nimble.run_optimized(&[x.shallow_clone()]).unwrap().remove(0);
+    let error = nimble_torch::relative_error(&out, &expected);
+    assert!(error < 1e-4, "fused forward differs from the model by {error:.2e}");
+    // Without the fusions the rewrites leave these ops alone.
+    let unfused = nimble.trace(&[x], false).unwrap();
+    assert_eq!(count(&unfused, "nimble::squeeze_excite") + count(&unfused, "nimble::conv2d_fused"), 0);
+}
+
+#[test]
+fn the_fused_kernels_take_only_tails_nothing_else_reads() {
+    let forward = common::fusable_forward(Device::Cpu);
+    let xs = common::fusable_inputs(3, 9, 5, Device::Cpu, false);
+    let expected = tch::no_grad(|| forward(&xs));
+    let nimble = Nimble::from_fn(forward);
+    let trace = nimble.trace(&xs, true).unwrap();
+    let histogram = trace.op_histogram();
+    assert_eq!(count(&trace, "nimble::squeeze_excite"), 1, "{histogram:?}");
+    assert_eq!(count(&trace, "nimble::conv2d_fused"), 3, "{histogram:?}");
+    assert_eq!(count(&trace, "aten::conv2d"), 2, "{histogram:?}");
+    assert_eq!(count(&trace, "aten::add") + count(&trace, "aten::relu6") + count(&trace, "aten::sigmoid"), 0, "{histogram:?}");
+    assert_eq!((count(&trace, "aten::silu"), count(&trace, "aten::hardtanh")), (1, 1), "{histogram:?}");
+    let out = nimble.run_optimized(&xs).unwrap();
+    assert_eq!(out.len(), expected.len());
+    for (i, (got, want)) in out.iter().zip(&expected).enumerate() {
+        let error = nimble_torch::relative_error(got, want);
+        assert!(error < 1e-5, "output {i} differs by {error:.2e}");
+    }
 }

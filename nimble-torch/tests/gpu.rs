@@ -95,6 +95,46 @@ fn rewrites_reduce_kernels_and_nimble_uses_several_streams_on_inception() {
 }
 
 #[test]
+fn fused_kernels_match_aten_eagerly_and_captured_and_cut_efficientnets_kernels() {
+    let Some(_gpu) = gpu() else { return };
+    // Each kernel path: warp-per-plane and block-per-plane squeeze-excitation, scalar and
+    // vectorized epilogues, NCHW and channels-last outputs, same-shape and broadcast residuals.
+    let forward = Rc::new(common::fusable_forward(CUDA));
+    for (batch, h, w, channels_last) in [(3, 9, 5, false), (2, 64, 64, false), (1, 56, 56, true), (4, 7, 7, true)] {
+        let case = format!("{batch}x4x{h}x{w}{}", if channels_last { " channels-last" } else { "" });
+        let xs = common::fusable_inputs(batch, h, w, CUDA, channels_last);
+        let expected = tch::no_grad(|| forward(&xs));
+        let f = forward.clone();
+        let mut nimble = Nimble::from_fn(move |xs: &[Tensor]| f(xs));
+        let eager = nimble.run_optimized(&xs).unwrap();
+        let report = nimble.prepare(&xs, PrepareOptions::inference()).unwrap().clone();
+        assert_eq!(report.fused_ops, 4, "{case}: {report:?}");
+        let fresh = common::fusable_inputs(batch, h, w, CUDA, channels_last);
+        let reference = tch::no_grad(|| forward(&fresh));
+        let replayed = nimble.forward(&fresh).unwrap();
+        for (i, want) in expected.iter().enumerate() {
+            // cuDNN may pick other algorithms (TF32 included) for a convolution without its bias.
+            let (e, r) = (relative_error(&eager[i], want), relative_error(&replayed[i], &reference[i]));
+            assert!(e <= 1e-3 && r <= 1e-3, "{case}: output {i} differs by {e:.2e} eagerly, {r:.2e} replayed");
+        }
+    }
+    let (_vs, forward) = frozen(|p| tch::vision::efficientnet::b0(p, 1000));
+    let mut kernels = Vec::new();
+    for fuse in [false, true] {
+        let mut nimble = wrap(&forward);
+        let report = nimble.prepare(&[randn(&[1, 3, 224, 224])], PrepareOptions::inference().fuse_kernels(fuse)).unwrap().clone();
+        assert_eq!(report.fused_ops, if fuse { 16 + 33 + 9 } else { 0 }, "{report:?}");
+        let x = randn(&[1, 3, 224, 224]);
+        let reference = tch::no_grad(|| forward(&x));
+        let error = relative_error(&nimble.forward(&[x]).unwrap()[0], &reference);
+        assert!(error <= 1e-3, "efficientnet-b0 fuse_kernels={fuse}: relative error {error:.2e}");
+        kernels.push(report.kernel_nodes);
+    }
+    eprintln!("efficientnet-b0 kernel nodes: {} with ATen's ops, {} with Nimble's fused kernels", kernels[0], kernels[1]);
+    assert!(kernels[1] + 60 <= kernels[0], "{kernels:?}");
+}
+
+#[test]
 fn every_capture_mode_and_the_single_stream_plan_work() {
     let Some(_gpu) = gpu() else { return };
     let (_vs, forward) = frozen(|p| tch::vision::mobilenet::v2(p, 1000));

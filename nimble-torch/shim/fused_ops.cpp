@@ -1,0 +1,306 @@
+// Nimble's fused custom ops and the TorchScript rewrites that use them (what inductor's
+// pointwise fusion does for torch.compile, done here by pattern):
+//
+//   nimble::conv2d_fused(input, weight, bias?, stride, padding, dilation, groups, other?, act)
+//       = act(conv2d(input, weight, bias, ...) + other)
+//     CUDA: cuDNN's convolution without the bias, then one kernel for bias, residual and
+//     activation (ATen: the convolution, then a kernel each for the bias, the add, the activation).
+//   nimble::squeeze_excite(x, w1, b1?, w2, b2?, act)
+//       = x * sigmoid(conv1x1(act(conv1x1(adaptive_avg_pool2d(x, 1), w1, b1)), w2, b2))
+//     CUDA: three kernels (plane means; the first 1×1 convolution and its activation; the
+//     second with the gate fused into the scaling of x) instead of eight or more.
+//
+// Both have a CPU kernel made of the ATen ops they replace (so the rewrites are tested without a
+// GPU), and the CUDA kernels take that same path for inputs they do not handle (not float32, not
+// contiguous NCHW/NHWC, shapes that need broadcasting). Inference only: no autograd formula.
+
+#include "fused_ops.h"
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/ir/subgraph_matcher.h>
+#include <torch/csrc/jit/passes/subgraph_rewrite.h>
+#include <torch/library.h>
+
+#include <string>
+#include <vector>
+
+extern "C" int nk_conv_epilogue(float* y, const float* bias, const float* other, int64_t n, int64_t channels,
+                                int64_t inner, int act, cudaStream_t stream);
+extern "C" int nk_squeeze_excite(const float* x, const float* w1, const float* b1, const float* w2, const float* b2,
+                                 float* y, float* means, float* hidden, int64_t batch, int64_t channels,
+                                 int64_t squeeze, int64_t hw, int act, cudaStream_t stream);
+
+namespace {
+
+// The activation codes of nimble_kernels.cu.
+enum Act : int { kNone = 0, kRelu = 1, kSilu = 2, kRelu6 = 3 };
+
+Act parse_act(c10::string_view name) {
+  if (name == "none") return kNone;
+  if (name == "relu") return kRelu;
+  if (name == "silu") return kSilu;
+  if (name == "relu6") return kRelu6;
+  TORCH_CHECK(false, "nimble fused op: unknown activation '", std::string(name), "' (expected none, relu, silu or relu6)");
+}
+
+// `t` (a tensor this op made) with the activation applied in place.
+at::Tensor activate_(at::Tensor t, Act act) {
+  switch (act) {
+    case kRelu: return t.relu_();
+    case kSilu: return at::silu_(t);
+    case kRelu6: return at::hardtanh_(t, 0, 6);
+    default: return t;
+  }
+}
+
+bool present(const std::optional<at::Tensor>& t) { return t.has_value() && t->defined(); }
+
+const float* data_or_null(const std::optional<at::Tensor>& t) { return present(t) ? t->const_data_ptr<float>() : nullptr; }
+
+// A float32 CUDA tensor on `device`, contiguous, with `sizes`.
+bool plain(const at::Tensor& t, const at::Device& device, at::IntArrayRef sizes) {
+  return t.scalar_type() == at::kFloat && t.device() == device && t.is_contiguous() && t.sizes() == sizes;
+}
+
+void check_launch(int status, const char* what) {
+  TORCH_CHECK(status == 0, "nimble fused op ", what, ": the CUDA launch failed: ",
+              cudaGetErrorString(static_cast<cudaError_t>(status)));
+}
+
+// What the rewritten subgraph computed, with ATen's ops.
+at::Tensor conv2d_fused_aten(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                             at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
+                             const std::optional<at::Tensor>& other, c10::string_view act) {
+  Act a = parse_act(act);
+  at::Tensor y = at::conv2d(input, weight, bias, stride, padding, dilation, groups);
+  if (present(other)) y = at::add(y, *other);
+  return activate_(y, a);
+}
+
+at::Tensor conv2d_fused_cuda(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                             at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
+                             const std::optional<at::Tensor>& other, c10::string_view act) {
+  Act a = parse_act(act);
+  bool ours = input.scalar_type() == at::kFloat && input.dim() == 4 && weight.dim() == 4;
+  if (ours && present(bias)) ours = plain(*bias, input.device(), {weight.size(0)});
+  if (!ours) return conv2d_fused_aten(input, weight, bias, stride, padding, dilation, groups, other, act);
+  at::Tensor y = at::conv2d(input, weight, {}, stride, padding, dilation, groups);
+  int64_t inner = -1;
+  if (y.scalar_type() == at::kFloat && y.dim() == 4) {
+    if (y.is_contiguous()) inner = y.size(2) * y.size(3);
+    else if (y.is_contiguous(at::MemoryFormat::ChannelsLast)) inner = 1;
+  }
+  bool other_ok = !present(other) || (other->scalar_type() == at::kFloat && other->device() == y.device() &&
+                                      other->sizes() == y.sizes() && other->strides() == y.strides());
+  if (inner < 0 || !other_ok) {
+    if (present(bias)) y.add_(bias->view({1, -1, 1, 1}));
+    if (present(other)) y = at::add(y, *other);
+    return activate_(y, a);
+  }
+  check_launch(nk_conv_epilogue(y.mutable_data_ptr<float>(), data_or_null(bias), data_or_null(other), y.numel(), y.size(1),
+                                inner, a, at::cuda::getCurrentCUDAStream().stream()),
+               "conv2d_fused");
+  return y;
+}
+
+at::Tensor squeeze_excite_aten(const at::Tensor& x, const at::Tensor& w1, const std::optional<at::Tensor>& b1,
+                               const at::Tensor& w2, const std::optional<at::Tensor>& b2, c10::string_view act) {
+  Act a = parse_act(act);
+  at::Tensor s = at::adaptive_avg_pool2d(x, {1, 1});
+  s = activate_(at::conv2d(s, w1, b1), a);
+  return at::mul(at::sigmoid(at::conv2d(s, w2, b2)), x);
+}
+
+at::Tensor squeeze_excite_cuda(const at::Tensor& x, const at::Tensor& w1, const std::optional<at::Tensor>& b1,
+                               const at::Tensor& w2, const std::optional<at::Tensor>& b2, c10::string_view act) {
+  Act a = parse_act(act);
+  bool ours = x.scalar_type() == at::kFloat && x.dim() == 4 && x.is_contiguous() && w1.dim() == 4 && w2.dim() == 4;
+  int64_t batch = 0, channels = 0, squeeze = 0, hw = 0;
+  if (ours) {
+    batch = x.size(0), channels = x.size(1), squeeze = w1.size(0), hw = x.size(2) * x.size(3);
+    const at::Device device = x.device();
+    ours = hw > 0 && plain(w1, device, {squeeze, channels, 1, 1}) && plain(w2, device, {channels, squeeze, 1, 1}) &&
+           (!present(b1) || plain(*b1, device, {squeeze})) && (!present(b2) || plain(*b2, device, {channels}));
+  }
+  if (!ours) return squeeze_excite_aten(x, w1, b1, w2, b2, act);
+  at::Tensor y = at::empty_like(x);
+  at::Tensor means = at::empty({batch * channels}, x.options());
+  at::Tensor hidden = at::empty({batch * squeeze}, x.options());
+  check_launch(nk_squeeze_excite(x.const_data_ptr<float>(), w1.const_data_ptr<float>(), data_or_null(b1),
+                                 w2.const_data_ptr<float>(), data_or_null(b2), y.mutable_data_ptr<float>(),
+                                 means.mutable_data_ptr<float>(), hidden.mutable_data_ptr<float>(), batch, channels,
+                                 squeeze, hw, a, at::cuda::getCurrentCUDAStream().stream()),
+               "squeeze_excite");
+  return y;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(nimble, m) {
+  m.def("conv2d_fused(Tensor input, Tensor weight, Tensor? bias, int[2] stride, int[2] padding, int[2] dilation, "
+        "int groups, Tensor? other, str act) -> Tensor");
+  m.def("squeeze_excite(Tensor x, Tensor w1, Tensor? b1, Tensor w2, Tensor? b2, str act) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(nimble, CPU, m) {
+  m.impl("conv2d_fused", conv2d_fused_aten);
+  m.impl("squeeze_excite", squeeze_excite_aten);
+}
+
+TORCH_LIBRARY_IMPL(nimble, CUDA, m) {
+  m.impl("conv2d_fused", conv2d_fused_cuda);
+  m.impl("squeeze_excite", squeeze_excite_cuda);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The rewrites
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+using torch::jit::Match;
+using torch::jit::Value;
+using ValueMap = std::unordered_map<std::string, Value*>;
+
+// The graph value a pattern value (named as in the pattern, "%x") matched.
+Value* matched(const Match& match, const ValueMap& vmap, const std::string& name) {
+  auto found = vmap.find(name.substr(name.rfind('%') + 1));
+  TORCH_CHECK(found != vmap.end(), "nimble fused ops: the pattern has no value ", name);
+  return match.values_map.at(found->second);
+}
+
+// The matched value's constant, if it is one.
+std::optional<c10::IValue> constant(const Match& match, const ValueMap& vmap, const std::string& name) {
+  return torch::jit::toIValue(matched(match, vmap, name));
+}
+
+bool int_list_is(const std::optional<c10::IValue>& v, const std::vector<int64_t>& expected) {
+  if (!v || !v->isIntList()) return false;
+  auto list = v->toIntVector();
+  // conv2d takes one number for both dimensions too.
+  if (list.size() == 1 && expected.size() == 2 && expected[0] == expected[1]) return list[0] == expected[0];
+  return list == expected;
+}
+
+bool int_is(const std::optional<c10::IValue>& v, int64_t expected) { return v && v->isInt() && v->toInt() == expected; }
+
+bool number_is(const std::optional<c10::IValue>& v, double expected) {
+  return v && ((v->isInt() && v->toInt() == expected) || (v->isDouble() && v->toDouble() == expected));
+}
+
+// The intermediate values of a pattern: each must have no use outside the match, or replacing
+// the match would leave that use without its value.
+bool used_only_inside(const Match& match, const ValueMap& vmap, std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    Value* v = matched(match, vmap, name);
+    for (const auto& use : v->uses()) {
+      bool inside = false;
+      for (const auto& kv : match.nodes_map) inside |= kv.second == use.user;
+      if (!inside) return false;
+    }
+  }
+  return true;
+}
+
+// conv2d's padding as a list of ints (the other overload takes a string such as "same").
+bool int_padding(const Match& match, const ValueMap& vmap, const char* name) {
+  auto v = constant(match, vmap, name);
+  return v && v->isIntList();
+}
+
+const char* kConvArgs = "%w, %b, %stride, %padding, %dilation, %groups";
+
+void rewrite(std::shared_ptr<torch::jit::Graph>& graph, const std::string& pattern, const std::string& replacement,
+             const torch::jit::MatchFilter& filter) {
+  torch::jit::SubgraphRewriter rewriter;
+  rewriter.RegisterRewritePattern(pattern, replacement);
+  rewriter.runOnGraph(graph, filter);
+}
+
+}  // namespace
+
+namespace nimble {
+
+void fuse_squeeze_excite(std::shared_ptr<torch::jit::Graph>& graph) {
+  for (const char* act : {"silu", "relu"}) {
+    for (const char* product : {"aten::mul(%gate, %x)", "aten::mul(%x, %gate)"}) {
+      std::string pattern = std::string(R"(
+graph(%x, %size, %w1, %b1, %s1, %p1, %d1, %g1, %w2, %b2, %s2, %p2, %d2, %g2):
+  %pooled = aten::adaptive_avg_pool2d(%x, %size)
+  %reduced = aten::conv2d(%pooled, %w1, %b1, %s1, %p1, %d1, %g1)
+  %hidden = aten::)") + act + R"((%reduced)
+  %expanded = aten::conv2d(%hidden, %w2, %b2, %s2, %p2, %d2, %g2)
+  %gate = aten::sigmoid(%expanded)
+  %y = )" + product + R"(
+  return (%y))";
+      std::string replacement = std::string(R"(
+graph(%x, %size, %w1, %b1, %s1, %p1, %d1, %g1, %w2, %b2, %s2, %p2, %d2, %g2):
+  %act : str = prim::Constant[value=")") + act + R"("]()
+  %y = nimble::squeeze_excite(%x, %w1, %b1, %w2, %b2, %act)
+  return (%y))";
+      rewrite(graph, pattern, replacement, [](const Match& m, const ValueMap& v) {
+        for (const char* i : {"1", "2"}) {
+          std::string n(i);
+          if (!int_list_is(constant(m, v, "%s" + n), {1, 1}) || !int_list_is(constant(m, v, "%p" + n), {0, 0}) ||
+              !int_list_is(constant(m, v, "%d" + n), {1, 1}) || !int_is(constant(m, v, "%g" + n), 1))
+            return false;
+        }
+        return int_list_is(constant(m, v, "%size"), {1, 1}) &&
+               used_only_inside(m, v, {"%pooled", "%reduced", "%hidden", "%expanded", "%gate"});
+      });
+    }
+  }
+}
+
+void fuse_conv_tails(std::shared_ptr<torch::jit::Graph>& graph) {
+  const std::string conv_args = kConvArgs;
+  // A convolution and its activation.
+  struct Activation {
+    const char* name;
+    const char* call;  // the pattern's node, on %y
+    std::vector<std::string> extra_inputs;
+  };
+  const std::vector<Activation> activations = {
+      {"silu", "aten::silu(%y)", {}},
+      {"relu", "aten::relu(%y)", {}},
+      {"relu6", "aten::hardtanh(%y, %low, %high)", {"%low", "%high"}},
+      {"relu6", "aten::relu6(%y)", {}},
+  };
+  for (const auto& a : activations) {
+    std::string inputs = "%x, " + conv_args;
+    for (const auto& extra : a.extra_inputs) inputs += ", " + extra;
+    std::string pattern = "graph(" + inputs + "):\n  %y = aten::conv2d(%x, " + conv_args + ")\n  %z = " + a.call +
+                          "\n  return (%z)";
+    std::string replacement = "graph(" + inputs + "):\n  %none : NoneType = prim::Constant()\n" +
+                              "  %act : str = prim::Constant[value=\"" + a.name + "\"]()\n" +
+                              "  %z = nimble::conv2d_fused(%x, " + conv_args + ", %none, %act)\n  return (%z)";
+    bool clamp = !a.extra_inputs.empty();
+    rewrite(graph, pattern, replacement, [clamp](const Match& m, const ValueMap& v) {
+      if (clamp && !(number_is(constant(m, v, "%low"), 0) && number_is(constant(m, v, "%high"), 6))) return false;
+      return int_padding(m, v, "%padding") && used_only_inside(m, v, {"%y"});
+    });
+  }
+  // A convolution and a residual added to it.
+  for (const char* sum : {"aten::add(%y, %other, %alpha)", "aten::add(%other, %y, %alpha)"}) {
+    std::string inputs = "%x, " + conv_args + ", %other, %alpha";
+    std::string pattern = "graph(" + inputs + "):\n  %y = aten::conv2d(%x, " + conv_args + ")\n  %z = " + sum +
+                          "\n  return (%z)";
+    std::string replacement = "graph(" + inputs + "):\n  %act : str = prim::Constant[value=\"none\"]()\n" +
+                              "  %z = nimble::conv2d_fused(%x, " + conv_args + ", %other, %act)\n  return (%z)";
+    rewrite(graph, pattern, replacement, [](const Match& m, const ValueMap& v) {
+      Value* other = matched(m, v, "%other");
+      return number_is(constant(m, v, "%alpha"), 1) && other->type()->isSubtypeOf(*c10::TensorType::get()) &&
+             int_padding(m, v, "%padding") && used_only_inside(m, v, {"%y"});
+    });
+  }
+}
+
+int fused_op_count(const torch::jit::Graph& graph) {
+  int fused = 0;
+  for (const auto* node : graph.nodes()) fused += std::string(node->kind().toQualString()).rfind("nimble::", 0) == 0 ? 1 : 0;
+  return fused;
+}
+
+}  // namespace nimble
