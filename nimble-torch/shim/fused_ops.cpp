@@ -7,8 +7,8 @@
 //     activation (ATen: the convolution, then a kernel each for the bias, the add, the activation).
 //   nimble::squeeze_excite(x, w1, b1?, w2, b2?, act)
 //       = x * sigmoid(conv1x1(act(conv1x1(adaptive_avg_pool2d(x, 1), w1, b1)), w2, b2))
-//     CUDA: three kernels (plane means; the first 1×1 convolution and its activation; the
-//     second with the gate fused into the scaling of x) instead of eight or more.
+//     CUDA: three kernels (partial plane means; the first 1×1 convolution and its activation;
+//     the second with the gate fused into the scaling of x) instead of eight or more.
 //
 // Both have a CPU kernel made of the ATen ops they replace (so the rewrites are tested without a
 // GPU), and the CUDA kernels take that same path for inputs they do not handle (not float32, not
@@ -29,8 +29,9 @@
 extern "C" int nk_conv_epilogue(float* y, const float* bias, const float* other, int64_t n, int64_t channels,
                                 int64_t inner, int act, cudaStream_t stream);
 extern "C" int nk_squeeze_excite(const float* x, const float* w1, const float* b1, const float* w2, const float* b2,
-                                 float* y, float* means, float* hidden, int64_t batch, int64_t channels,
+                                 float* y, float* partials, float* hidden, int64_t batch, int64_t channels,
                                  int64_t squeeze, int64_t hw, int act, cudaStream_t stream);
+extern "C" int64_t nk_se_chunks(int64_t hw);
 
 namespace {
 
@@ -121,16 +122,16 @@ at::Tensor squeeze_excite_cuda(const at::Tensor& x, const at::Tensor& w1, const 
   if (ours) {
     batch = x.size(0), channels = x.size(1), squeeze = w1.size(0), hw = x.size(2) * x.size(3);
     const at::Device device = x.device();
-    ours = hw > 0 && plain(w1, device, {squeeze, channels, 1, 1}) && plain(w2, device, {channels, squeeze, 1, 1}) &&
+    ours = hw > 0 && squeeze > 0 && plain(w1, device, {squeeze, channels, 1, 1}) && plain(w2, device, {channels, squeeze, 1, 1}) &&
            (!present(b1) || plain(*b1, device, {squeeze})) && (!present(b2) || plain(*b2, device, {channels}));
   }
   if (!ours) return squeeze_excite_aten(x, w1, b1, w2, b2, act);
   at::Tensor y = at::empty_like(x);
-  at::Tensor means = at::empty({batch * channels}, x.options());
+  at::Tensor partials = at::empty({batch * channels * nk_se_chunks(hw)}, x.options());
   at::Tensor hidden = at::empty({batch * squeeze}, x.options());
   check_launch(nk_squeeze_excite(x.const_data_ptr<float>(), w1.const_data_ptr<float>(), data_or_null(b1),
                                  w2.const_data_ptr<float>(), data_or_null(b2), y.mutable_data_ptr<float>(),
-                                 means.mutable_data_ptr<float>(), hidden.mutable_data_ptr<float>(), batch, channels,
+                                 partials.mutable_data_ptr<float>(), hidden.mutable_data_ptr<float>(), batch, channels,
                                  squeeze, hw, a, at::cuda::getCurrentCUDAStream().stream()),
                "squeeze_excite");
   return y;

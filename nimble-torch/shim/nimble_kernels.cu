@@ -86,58 +86,49 @@ __global__ void epilogue_kernel4(float4* __restrict__ y, const float* __restrict
 __device__ __forceinline__ int64_t first_warp() { return blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32; }
 __device__ __forceinline__ int64_t warp_stride() { return (int64_t)gridDim.x * (blockDim.x / 32); }
 
-// Planes of at least this many elements get a block each; smaller ones a warp each.
-constexpr int64_t kBlockPlane = 2048;
 constexpr int kThreads = 256;
+// Squeeze-and-excitation works in chunks of a plane, one warp each, every lane loading its
+// elements at once: at batch 1 the planes are too few to fill the GPU, and a loop of dependent
+// loads per thread would leave it waiting on memory latency.
+constexpr int kPerLane = 8;
+constexpr int64_t kChunk = 32 * kPerLane;
 
-// means[p] = mean of plane p of x (planes of `hw` elements), one warp per plane.
-__global__ void plane_mean_warp(const float* __restrict__ x, float* __restrict__ means, int64_t planes, int64_t hw) {
+// partials[p * chunks + k] = (sum of chunk k of plane p) / hw.
+__global__ void se_pool(const float* __restrict__ x, float* __restrict__ partials, int64_t planes, int64_t hw,
+                        int64_t chunks) {
   int lane = threadIdx.x % 32;
-  for (int64_t p = first_warp(); p < planes; p += warp_stride()) {
-    const float* plane = x + p * hw;
+  float inv = 1.f / (float)hw;
+  for (int64_t item = first_warp(); item < planes * chunks; item += warp_stride()) {
+    const float* plane = x + (item / chunks) * hw;
+    int64_t start = (item % chunks) * kChunk + lane;
+    float v[kPerLane];
+#pragma unroll
+    for (int e = 0; e < kPerLane; e++) v[e] = start + 32 * e < hw ? plane[start + 32 * e] : 0.f;
     float s = 0.f;
-    for (int64_t i = lane; i < hw; i += 32) s += plane[i];
+#pragma unroll
+    for (int e = 0; e < kPerLane; e++) s += v[e];
     s = warp_sum(s);
-    if (lane == 0) means[p] = s / (float)hw;
+    if (lane == 0) partials[item] = s * inv;
   }
 }
 
-// The same with one block per plane.
-__global__ void plane_mean_block(const float* __restrict__ x, float* __restrict__ means, int64_t hw) {
-  __shared__ float partial[kThreads / 32];
-  const float* plane = x + blockIdx.x * hw;
+// hidden[b, j] = act(b1[j] + sum_c w1[j, c] * mean[b, c]), one block per (b, j). A mean is the
+// sum of its plane's chunk partials, so the sum runs over (c, chunk) pairs, spread over the block.
+__global__ void se_reduce(const float* __restrict__ partials, const float* __restrict__ w1, const float* __restrict__ b1,
+                          float* __restrict__ hidden, int64_t squeeze, int64_t channels, int64_t chunks, int act) {
+  __shared__ float warp_sums[kThreads / 32];
+  int64_t item = blockIdx.x, b = item / squeeze, j = item % squeeze;
+  const float* row = w1 + j * channels;
+  const float* part = partials + b * channels * chunks;
   float s = 0.f;
-  if (hw % 4 == 0) {
-    const float4* plane4 = reinterpret_cast<const float4*>(plane);
-    for (int64_t i = threadIdx.x; i < hw / 4; i += blockDim.x) {
-      float4 v = plane4[i];
-      s += (v.x + v.y) + (v.z + v.w);
-    }
-  } else {
-    for (int64_t i = threadIdx.x; i < hw; i += blockDim.x) s += plane[i];
-  }
+  for (int64_t i = threadIdx.x; i < channels * chunks; i += blockDim.x) s += row[i / chunks] * part[i];
   s = warp_sum(s);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = s;
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = s;
   __syncthreads();
   if (threadIdx.x < 32) {
-    float t = threadIdx.x < blockDim.x / 32 ? partial[threadIdx.x] : 0.f;
+    float t = threadIdx.x < blockDim.x / 32 ? warp_sums[threadIdx.x] : 0.f;
     t = warp_sum(t);
-    if (threadIdx.x == 0) means[blockIdx.x] = t / (float)hw;
-  }
-}
-
-// hidden[b, j] = act(b1[j] + sum_c w1[j, c] * means[b, c]), one warp per (b, j).
-__global__ void se_reduce(const float* __restrict__ means, const float* __restrict__ w1, const float* __restrict__ b1,
-                          float* __restrict__ hidden, int64_t batch, int64_t channels, int64_t squeeze, int act) {
-  int lane = threadIdx.x % 32;
-  for (int64_t k = first_warp(); k < batch * squeeze; k += warp_stride()) {
-    int64_t b = k / squeeze, j = k % squeeze;
-    const float* row = w1 + j * channels;
-    const float* m = means + b * channels;
-    float s = 0.f;
-    for (int64_t c = lane; c < channels; c += 32) s += row[c] * m[c];
-    s = warp_sum(s);
-    if (lane == 0) hidden[k] = activate(s + (b1 != nullptr ? b1[j] : 0.f), act);
+    if (threadIdx.x == 0) hidden[item] = activate(t + (b1 != nullptr ? b1[j] : 0.f), act);
   }
 }
 
@@ -154,39 +145,21 @@ __device__ __forceinline__ float se_gate(const float* __restrict__ hidden, const
   return 1.f / (1.f + expf(-s));
 }
 
-// y = x * gate, plane by plane: one warp per plane.
-__global__ void se_scale_warp(const float* __restrict__ x, const float* __restrict__ hidden, const float* __restrict__ w2,
-                              const float* __restrict__ b2, float* __restrict__ y, int64_t planes, int64_t channels,
-                              int64_t squeeze, int64_t hw) {
-  for (int64_t p = first_warp(); p < planes; p += warp_stride()) {
+// y = x * gate, one warp per chunk of a plane (each computes its plane's gate).
+__global__ void se_scale(const float* __restrict__ x, const float* __restrict__ hidden, const float* __restrict__ w2,
+                         const float* __restrict__ b2, float* __restrict__ y, int64_t planes, int64_t channels,
+                         int64_t squeeze, int64_t hw, int64_t chunks) {
+  int lane = threadIdx.x % 32;
+  for (int64_t item = first_warp(); item < planes * chunks; item += warp_stride()) {
+    int64_t p = item / chunks;
+    int64_t start = p * hw + (item % chunks) * kChunk + lane, end = (p + 1) * hw;
+    float v[kPerLane];
+#pragma unroll
+    for (int e = 0; e < kPerLane; e++) v[e] = start + 32 * e < end ? x[start + 32 * e] : 0.f;
     float gate = se_gate(hidden, w2, b2, p, channels, squeeze);
-    for (int64_t i = threadIdx.x % 32; i < hw; i += 32) y[p * hw + i] = x[p * hw + i] * gate;
-  }
-}
-
-// The same with one block per plane (the first warp computes the gate).
-__global__ void se_scale_block(const float* __restrict__ x, const float* __restrict__ hidden, const float* __restrict__ w2,
-                               const float* __restrict__ b2, float* __restrict__ y, int64_t channels, int64_t squeeze,
-                               int64_t hw) {
-  __shared__ float gate;
-  int64_t p = blockIdx.x;
-  if (threadIdx.x < 32) {
-    float g = se_gate(hidden, w2, b2, p, channels, squeeze);
-    if (threadIdx.x == 0) gate = g;
-  }
-  __syncthreads();
-  float g = gate;
-  const float* in = x + p * hw;
-  float* out = y + p * hw;
-  if (hw % 4 == 0) {
-    const float4* in4 = reinterpret_cast<const float4*>(in);
-    float4* out4 = reinterpret_cast<float4*>(out);
-    for (int64_t i = threadIdx.x; i < hw / 4; i += blockDim.x) {
-      float4 v = in4[i];
-      out4[i] = make_float4(v.x * g, v.y * g, v.z * g, v.w * g);
-    }
-  } else {
-    for (int64_t i = threadIdx.x; i < hw; i += blockDim.x) out[i] = in[i] * g;
+#pragma unroll
+    for (int e = 0; e < kPerLane; e++)
+      if (start + 32 * e < end) y[start + 32 * e] = v[e] * gate;
   }
 }
 
@@ -214,27 +187,22 @@ extern "C" int nk_conv_epilogue(float* y, const float* bias, const float* other,
   return (int)cudaGetLastError();
 }
 
+// Chunks per plane of `hw` elements (the size of squeeze-and-excitation's scratch per plane).
+extern "C" int64_t nk_se_chunks(int64_t hw) { return (hw + kChunk - 1) / kChunk; }
+
 // y = x * sigmoid(W2 act(W1 mean_hw(x) + b1) + b2) for contiguous NCHW x of `batch` × `channels`
-// planes of `hw` elements; w1 is squeeze × channels, w2 channels × squeeze. `means` (batch ×
-// channels) and `hidden` (batch × squeeze) are scratch.
+// planes of `hw` elements; w1 is squeeze × channels, w2 channels × squeeze. `partials` (batch ×
+// channels × nk_se_chunks(hw)) and `hidden` (batch × squeeze) are scratch.
 extern "C" int nk_squeeze_excite(const float* x, const float* w1, const float* b1, const float* w2, const float* b2,
-                                 float* y, float* means, float* hidden, int64_t batch, int64_t channels,
+                                 float* y, float* partials, float* hidden, int64_t batch, int64_t channels,
                                  int64_t squeeze, int64_t hw, int act, cudaStream_t stream) {
-  int64_t planes = batch * channels;
+  int64_t planes = batch * channels, chunks = nk_se_chunks(hw);
   if (planes == 0) return 0;
   const int warps = kThreads / 32;
-  bool by_block = hw >= kBlockPlane;
-  bool vec = aligned16(x) && aligned16(y);
-  if (by_block && vec) {
-    plane_mean_block<<<(unsigned)planes, kThreads, 0, stream>>>(x, means, hw);
-  } else {
-    plane_mean_warp<<<grid_for(planes, warps), kThreads, 0, stream>>>(x, means, planes, hw);
-  }
-  se_reduce<<<grid_for(batch * squeeze, warps), kThreads, 0, stream>>>(means, w1, b1, hidden, batch, channels, squeeze, act);
-  if (by_block && vec) {
-    se_scale_block<<<(unsigned)planes, kThreads, 0, stream>>>(x, hidden, w2, b2, y, channels, squeeze, hw);
-  } else {
-    se_scale_warp<<<grid_for(planes, warps), kThreads, 0, stream>>>(x, hidden, w2, b2, y, planes, channels, squeeze, hw);
-  }
+  se_pool<<<grid_for(planes * chunks, warps), kThreads, 0, stream>>>(x, partials, planes, hw, chunks);
+  se_reduce<<<(unsigned)(batch * squeeze), kThreads, 0, stream>>>(partials, w1, b1, hidden, squeeze, channels, chunks, act);
+  se_scale<<<grid_for(planes * chunks, warps), kThreads, 0, stream>>>(x, hidden, w2, b2, y, planes, channels, squeeze,
+                                                                      hw, chunks);
   return (int)cudaGetLastError();
 }
+
