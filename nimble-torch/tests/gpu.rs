@@ -113,9 +113,11 @@ fn fused_kernels_match_aten_eagerly_and_captured_and_cut_efficientnets_kernels()
         let reference = tch::no_grad(|| forward(&fresh));
         let replayed = nimble.forward(&fresh).unwrap();
         for (i, want) in expected.iter().enumerate() {
-            // cuDNN may pick other algorithms (TF32 included) for a convolution without its bias.
+            // cuDNN's benchmark mode may pick another algorithm in each run, TF32 ones included
+            // (libtorch allows TF32 in cuDNN's convolutions by default): two runs of one
+            // convolution differ by up to about 1e-3. A wrong kernel is off by order 1.
             let (e, r) = (relative_error(&eager[i], want), relative_error(&replayed[i], &reference[i]));
-            assert!(e <= 1e-3 && r <= 1e-3, "{case}: output {i} differs by {e:.2e} eagerly, {r:.2e} replayed");
+            assert!(e <= 2e-3 && r <= 2e-3, "{case}: output {i} differs by {e:.2e} eagerly, {r:.2e} replayed");
         }
     }
     let (_vs, forward) = frozen(|p| tch::vision::efficientnet::b0(p, 1000));

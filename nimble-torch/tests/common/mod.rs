@@ -30,9 +30,11 @@ pub fn fusable_forward(device: tch::Device) -> impl Fn(&[tch::Tensor]) -> Vec<tc
     use tch::{Kind, Tensor};
     tch::manual_seed(3);
     let opts = (Kind::Float, device);
+    // Weights scaled by 1/sqrt(fan-in), so that every output is of order 1.
+    let weights = |shape: [i64; 4]| Tensor::randn(shape, opts) / ((shape[1] * shape[2] * shape[3]) as f64).sqrt();
     // Five convolutions with their own weights (identical ones would be merged into one).
-    let convs: Vec<(Tensor, Tensor)> = (0..5).map(|_| (Tensor::randn([8, 4, 3, 3], opts), Tensor::randn([8], opts))).collect();
-    let (w1, b1, w2, b2) = (Tensor::randn([2, 8, 1, 1], opts), Tensor::randn([2], opts), Tensor::randn([8, 2, 1, 1], opts), Tensor::randn([8], opts));
+    let convs: Vec<(Tensor, Tensor)> = (0..5).map(|_| (weights([8, 4, 3, 3]), Tensor::randn([8], opts))).collect();
+    let (w1, b1, w2, b2) = (weights([2, 8, 1, 1]), Tensor::randn([2], opts), weights([8, 2, 1, 1]), Tensor::randn([8], opts));
     move |xs: &[Tensor]| {
         let conv = |i: usize| xs[0].conv2d(&convs[i].0, Some(&convs[i].1), [1, 1], [1, 1], [1, 1], 1);
         // Fused: ReLU6; squeeze-and-excitation with ReLU; residuals of the output's shape and
