@@ -143,19 +143,19 @@ pub fn inference(invoked_as: &str, models: &str, batch: i64, args: &Rendering) -
     let p = &record["provenance"];
     let measured = measured_on(&record);
     let svg = args.svg(figure)?;
-    let python = PythonBaselines::beside(&args.results)?;
+    let python = PythonBaselines::beside(&args.results, &["pytorch-baselines.json", "pytorch-compile.json"], "latency")?;
     // Every system, as speedup over tch eager per model (0 where not measured).
     let mut columns: Vec<(&str, RGBColor, Vec<f64>)> = Vec::new();
     for (system, label, color) in [("eager", "PyTorch eager", RGBColor(207, 216, 220)), ("torchscript", "PyTorch TorchScript", RGBColor(255, 224, 178))] {
         if python.has(system) {
-            columns.push((label, color, bars.iter().map(|b| python.speedup(&b.model, system, b.eager_ms)).collect()));
+            columns.push((label, color, bars.iter().map(|b| python.speedup(&b.model, 1, system, b.eager_ms * 1000.0)).collect()));
         }
     }
     if bars.iter().any(|b| b.torchscript.is_some()) {
         columns.push(("TorchScript (tch CModule)", RGBColor(255, 183, 77), bars.iter().map(|b| b.torchscript.unwrap_or(0.0)).collect()));
     }
     if python.has("compile") {
-        columns.push(("torch.compile (reduce-overhead)", RGBColor(156, 39, 176), bars.iter().map(|b| python.speedup(&b.model, "compile", b.eager_ms)).collect()));
+        columns.push(("torch.compile (reduce-overhead)", RGBColor(156, 39, 176), bars.iter().map(|b| python.speedup(&b.model, 1, "compile", b.eager_ms * 1000.0)).collect()));
     }
     columns.push(("one-stream CUDA graph", RGBColor(120, 144, 156), bars.iter().map(|b| b.graph).collect()));
     columns.push(("Nimble (multi-stream)", RGBColor(25, 118, 210), bars.iter().map(|b| b.nimble).collect()));
@@ -200,21 +200,23 @@ fn short(label: &str) -> &str {
     }
 }
 
-/// The Python runner's inference records (`pytorch-baselines.json`, `pytorch-compile.json`)
-/// found beside the inference record, if any.
+/// The Python runner's records found beside one of ours, if any: inference
+/// (`pytorch-baselines.json`, `pytorch-compile.json`) or training (`pytorch-training.json`).
 struct PythonBaselines {
-    /// (model, system) → median µs.
-    medians: Vec<(String, String, f64)>,
+    /// (model, batch, system) → median µs.
+    medians: Vec<(String, i64, String, f64)>,
     /// Where and when they were measured, in one line.
     provenance: Option<String>,
 }
 
 impl PythonBaselines {
-    fn beside(results: &Path) -> Result<PythonBaselines> {
+    /// Reads the records `names` beside `results`; `timing` is the rows' field with the median
+    /// (`latency` for inference, `step` for training).
+    fn beside(results: &Path, names: &[&str], timing: &str) -> Result<PythonBaselines> {
         let mut medians = Vec::new();
         let mut provenance = None;
         let dir = results.parent().unwrap_or(Path::new("."));
-        for name in ["pytorch-baselines.json", "pytorch-compile.json"] {
+        for name in names {
             let path = dir.join(name);
             if !path.exists() {
                 continue;
@@ -230,8 +232,9 @@ impl PythonBaselines {
                 )
             });
             for row in record["rows"].as_array().with_context(|| format!("{}: no `rows` array", path.display()))? {
-                if let (Some(model), Some(system), Some(median)) = (row["model"].as_str(), row["system"].as_str(), row["latency"]["median_us"].as_f64()) {
-                    medians.push((model.to_string(), system.to_string(), median));
+                if let (Some(model), Some(system), Some(median)) = (row["model"].as_str(), row["system"].as_str(), row[timing]["median_us"].as_f64()) {
+                    // Inference rows carry no batch: the runner measures batch 1.
+                    medians.push((model.to_string(), row["batch"].as_i64().unwrap_or(1), system.to_string(), median));
                 }
             }
         }
@@ -239,12 +242,12 @@ impl PythonBaselines {
     }
 
     fn has(&self, system: &str) -> bool {
-        self.medians.iter().any(|m| m.1 == system)
+        self.medians.iter().any(|m| m.2 == system)
     }
 
-    /// tch eager over the system's latency, or 0 when it was not measured.
-    fn speedup(&self, model: &str, system: &str, eager_ms: f64) -> f64 {
-        self.medians.iter().find(|m| m.0 == model && m.1 == system).map_or(0.0, |m| eager_ms * 1000.0 / m.2)
+    /// tch eager's time over the system's, or 0 when it was not measured.
+    fn speedup(&self, model: &str, batch: i64, system: &str, eager_us: f64) -> f64 {
+        self.medians.iter().find(|m| m.0 == model && m.1 == batch && m.2 == system).map_or(0.0, |m| eager_us / m.3)
     }
 }
 
@@ -343,32 +346,57 @@ pub fn training(invoked_as: &str, models: &str, batches: &[i64], args: &Renderin
         }
     }
     let modes = ["nimble", "nimble-fused", "graph", "step"];
+    let python = PythonBaselines::beside(&args.results, &["pytorch-training.json"], "step")?;
+    let python_systems: Vec<(&str, &str, RGBColor)> = [
+        ("train-eager", "PyTorch eager (foreach SGD)", RGBColor(207, 216, 220)),
+        ("train-graph", "PyTorch whole step, torch.cuda.graph", RGBColor(156, 39, 176)),
+    ]
+    .into_iter()
+    .filter(|s| python.has(s.0))
+    .collect();
     let mut groups = Vec::new();
     let mut lines = vec![format!("measured: {}; median of {} after {} warm-ups", measured_on(&record), record["provenance"]["iterations"], record["provenance"]["warmup"])];
-    lines.push(format!("{:<16} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9}", "model", "batch", "eager ms", "nimble x", "n-fused x", "graph x", "step x"));
+    if let Some(from) = &python.provenance {
+        lines.push(format!("PyTorch columns from {from}"));
+    }
+    let mut header = format!("{:<16} {:>5} {:>9}", "model", "batch", "eager ms");
+    for system in &python_systems {
+        header += &format!(" {:>12}", format!("{} x", system.0));
+    }
+    lines.push(header + &format!(" {:>9} {:>9} {:>9} {:>9}", "nimble x", "n-fused x", "graph x", "step x"));
     for (model, batch) in keys {
         let Some(eager) = median(&model, batch, "eager") else {
             eprintln!("{model} at batch {batch}: the record has no eager row; left out");
             continue;
         };
-        let values: Vec<f64> = modes.iter().map(|m| median(&model, batch, m).map_or(0.0, |t| eager / t)).collect();
-        let cell = |v: f64| if v > 0.0 { format!("{v:.2}") } else { "-".into() };
-        lines.push(format!("{:<16} {:>5} {:>9.3} {:>9} {:>9} {:>9} {:>9}", model, batch, eager / 1000.0, cell(values[0]), cell(values[1]), cell(values[2]), cell(values[3])));
+        let mut values: Vec<f64> = python_systems.iter().map(|s| python.speedup(&model, batch, s.0, eager)).collect();
+        values.extend(modes.iter().map(|m| median(&model, batch, m).map_or(0.0, |t| eager / t)));
+        let mut line = format!("{:<16} {:>5} {:>9.3}", model, batch, eager / 1000.0);
+        for (i, v) in values.iter().enumerate() {
+            let width = if i < python_systems.len() { 12 } else { 9 };
+            line += &if *v > 0.0 { format!(" {v:>width$.2}") } else { format!(" {:>width$}", "-") };
+        }
+        lines.push(line);
         groups.push(Group { label: format!("{model} {batch}"), values });
     }
     if groups.is_empty() {
         bail!("{}: no model and batch size has an eager row to compare with", args.results.display());
     }
     let svg = args.svg(figure)?;
-    let series = [
+    let mut series: Vec<(&str, RGBColor)> = python_systems.iter().map(|s| (s.1, s.2)).collect();
+    series.extend([
         ("Nimble autograd mode (forward + backward graphs), tch's SGD", RGBColor(187, 222, 251)),
         ("Nimble autograd mode, fused SGD", RGBColor(100, 181, 246)),
         ("whole step, one-stream CUDA graph", RGBColor(120, 144, 156)),
         ("whole step, Nimble's streams", RGBColor(25, 118, 210)),
-    ];
+    ]);
     let notes = [
         format!("Measured: {}. CIFAR-10 shapes, SGD with momentum; label: model and batch size.", measured_on(&record)),
-        "Eager uses tch's SGD (a few kernels per parameter); the whole-step graphs and the fused autograd mode libtorch's fused SGD. Not shown: the PyTorch baselines.".to_string(),
+        "Eager uses tch's SGD (a few kernels per parameter); the whole-step graphs and the fused autograd mode libtorch's fused SGD.".to_string(),
+        match &python.provenance {
+            Some(from) => format!("PyTorch bars: our Python runner in a separate process ({from}), as speedup over tch eager."),
+            None => "Not shown: the Python PyTorch baselines (no pytorch-training.json beside this record).".to_string(),
+        },
     ];
     draw_grouped(&svg, ("Training step speedup over tch eager", "speedup over tch eager (×)"), &groups, &series, &notes)?;
     lines.push(format!("figure: {}", svg.display()));

@@ -207,13 +207,18 @@ fn training_re_renders_the_committed_training_record_without_a_gpu() {
     let output = nimble_bench(&["training", "--from-results", "--results", results.to_str().unwrap(), "--out-dir", out_dir.to_str().unwrap()]);
     let text = stdout(&output);
     assert!(text.starts_with("measured: NVIDIA H200 (driver 580.159.04"), "{text}");
-    // One line per model and batch size, with the eager time and three speedups.
+    // The Python runner's record beside it adds PyTorch's two columns; then one line per model
+    // and batch size: the eager time and six speedups (PyTorch's two, then ours).
+    assert!(text.contains("PyTorch columns from torch 2.11.0"), "{text}");
     let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("mobilenet-v2")).collect();
     assert_eq!(lines.len(), 3, "{text}");
-    let speedup: f64 = lines[0].split_whitespace().nth(5).unwrap().parse().unwrap();
-    assert!(speedup > 1.0, "{text}");
+    let cells: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(cells.len(), 9, "{text}");
+    let speedup = |i: usize| cells[i].parse::<f64>().unwrap();
+    assert!(speedup(4) > 1.0 && speedup(8) > 1.0, "{text}");
     let svg = std::fs::read_to_string(out_dir.join("training.svg")).unwrap();
     assert!(svg.contains("mobilenet-v2 32") && svg.contains("whole step, one-stream CUDA graph"), "the figure lacks its labels");
+    assert!(svg.contains("torch.cuda.graph"), "the figure lacks the PyTorch bars");
 }
 
 #[test]
