@@ -24,6 +24,7 @@
 #include <torch/library.h>
 
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 extern "C" int nk_conv_epilogue(float* y, const float* bias, const float* other, int64_t n, int64_t channels,
@@ -162,6 +163,7 @@ TORCH_LIBRARY_IMPL(nimble, CUDA, m) {
 namespace {
 
 using torch::jit::Match;
+using torch::jit::Node;
 using torch::jit::Value;
 using ValueMap = std::unordered_map<std::string, Value*>;
 
@@ -209,6 +211,24 @@ bool used_only_inside(const Match& match, const ValueMap& vmap, std::initializer
 bool int_padding(const Match& match, const ValueMap& vmap, const char* name) {
   auto v = constant(match, vmap, name);
   return v && v->isIntList();
+}
+
+// Whether `v` is computed from `ancestor` (or is it): then an op that takes both waits for
+// nothing new. Graph inputs and constants count as ancestors of everything: they are ready first.
+bool computed_from(Value* v, Value* ancestor) {
+  Node* target = ancestor->node();
+  if (target->kind() == c10::prim::Param || target->kind() == c10::prim::Constant) return true;
+  std::vector<Node*> stack{v->node()};
+  std::unordered_set<Node*> seen;
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    if (n == target) return true;
+    // Nodes are in program order: one before the target cannot have it among its inputs.
+    if (n->kind() == c10::prim::Param || n->isBefore(target) || !seen.insert(n).second) continue;
+    for (Value* input : n->inputs()) stack.push_back(input->node());
+  }
+  return false;
 }
 
 const char* kConvArgs = "%w, %b, %stride, %padding, %dilation, %groups";
@@ -283,7 +303,10 @@ void fuse_conv_tails(std::shared_ptr<torch::jit::Graph>& graph) {
       return int_padding(m, v, "%padding") && used_only_inside(m, v, {"%y"});
     });
   }
-  // A convolution and a residual added to it.
+  // A convolution and a residual added to it, when the residual is something the convolution's
+  // input is computed from (as in ResNet, MobileNetV2, EfficientNet blocks). A sum of two
+  // parallel branches (NAS cells) stays: fused, the convolution would wait for the other branch,
+  // and the plan would lose that concurrency (AmoebaNet ran 12% slower that way).
   for (const char* sum : {"aten::add(%y, %other, %alpha)", "aten::add(%other, %y, %alpha)"}) {
     std::string inputs = "%x, " + conv_args + ", %other, %alpha";
     std::string pattern = "graph(" + inputs + "):\n  %y = aten::conv2d(%x, " + conv_args + ")\n  %z = " + sum +
@@ -293,7 +316,7 @@ void fuse_conv_tails(std::shared_ptr<torch::jit::Graph>& graph) {
     rewrite(graph, pattern, replacement, [](const Match& m, const ValueMap& v) {
       Value* other = matched(m, v, "%other");
       return number_is(constant(m, v, "%alpha"), 1) && other->type()->isSubtypeOf(*c10::TensorType::get()) &&
-             int_padding(m, v, "%padding") && used_only_inside(m, v, {"%y"});
+             int_padding(m, v, "%padding") && used_only_inside(m, v, {"%y"}) && computed_from(matched(m, v, "%x"), other);
     });
   }
 }
