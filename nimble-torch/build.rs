@@ -37,7 +37,7 @@ fn main() {
         .file("shim/fused_ops.cpp")
         .object(&kernels)
         .compile("nimble_shim");
-    for file in ["nimble_shim.cpp", "fused_ops.cpp", "fused_ops.h", "nimble_kernels.cu"] {
+    for file in ["nimble_shim.cpp", "fused_ops.cpp", "fused_ops.h", "nimble_kernels.cu", "nimble_kernels.h"] {
         println!("cargo:rerun-if-changed=shim/{file}");
     }
     let cuda_lib = cuda.join("lib");
@@ -66,7 +66,7 @@ fn compile_kernels(cuda: &std::path::Path) -> PathBuf {
     for gencode in ["arch=compute_80,code=sm_80", "arch=compute_90,code=sm_90", "arch=compute_90,code=compute_90"] {
         command.arg("-gencode").arg(gencode);
     }
-    command.arg("shim/nimble_kernels.cu").arg("-o").arg(&out);
+    command.args(["-I", "shim", "shim/nimble_kernels.cu", "-o"]).arg(&out);
     let status = command.status().unwrap_or_else(|e| {
         panic!("nimble-torch: cannot run {} ({e}); provision libtorch with scripts/setup-libtorch.sh", nvcc.display())
     });

@@ -15,6 +15,7 @@
 // contiguous NCHW/NHWC, shapes that need broadcasting). Inference only: no autograd formula.
 
 #include "fused_ops.h"
+#include "nimble_kernels.h"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -27,32 +28,24 @@
 #include <unordered_set>
 #include <vector>
 
-extern "C" int nk_conv_epilogue(float* y, const float* bias, const float* other, int64_t n, int64_t channels,
-                                int64_t inner, int act, cudaStream_t stream);
-extern "C" int nk_squeeze_excite(const float* x, const float* w1, const float* b1, const float* w2, const float* b2,
-                                 float* y, float* partials, float* hidden, int64_t batch, int64_t channels,
-                                 int64_t squeeze, int64_t hw, int act, cudaStream_t stream);
-extern "C" int64_t nk_se_chunks(int64_t hw);
-
 namespace {
 
-// The activation codes of nimble_kernels.cu.
-enum Act : int { kNone = 0, kRelu = 1, kSilu = 2, kRelu6 = 3 };
+using Act = NkAct;
 
 Act parse_act(c10::string_view name) {
-  if (name == "none") return kNone;
-  if (name == "relu") return kRelu;
-  if (name == "silu") return kSilu;
-  if (name == "relu6") return kRelu6;
+  if (name == "none") return kNkNone;
+  if (name == "relu") return kNkRelu;
+  if (name == "silu") return kNkSilu;
+  if (name == "relu6") return kNkRelu6;
   TORCH_CHECK(false, "nimble fused op: unknown activation '", std::string(name), "' (expected none, relu, silu or relu6)");
 }
 
 // `t` (a tensor this op made) with the activation applied in place.
 at::Tensor activate_(at::Tensor t, Act act) {
   switch (act) {
-    case kRelu: return t.relu_();
-    case kSilu: return at::silu_(t);
-    case kRelu6: return at::hardtanh_(t, 0, 6);
+    case kNkRelu: return t.relu_();
+    case kNkSilu: return at::silu_(t);
+    case kNkRelu6: return at::hardtanh_(t, 0, 6);
     default: return t;
   }
 }

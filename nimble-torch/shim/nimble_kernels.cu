@@ -1,30 +1,26 @@
 // Nimble's own fused CUDA kernels, behind the custom ops that the inference rewrites put into a
-// frozen TorchScript graph (see nimble_shim.cpp, "Fused kernels"):
+// frozen TorchScript graph (see fused_ops.cpp):
 //
 //  * a convolution's epilogue: bias, an optional residual, an activation, in one pass over the
 //    output (ATen runs cuDNN's convolution, then one kernel for the bias, one for the add, one
 //    for the activation);
-//  * squeeze-and-excitation in three kernels: per-plane means, the first 1×1 convolution with
-//    its activation, then the second one with the sigmoid gate fused into the scaling of the
+//  * squeeze-and-excitation in three kernels: partial plane means, the first 1×1 convolution
+//    with its activation, then the second one with the sigmoid gate fused into the scaling of the
 //    input (ATen needs eight or more kernels for the same block at batch 1).
 //
 // Plain CUDA with no libtorch headers: the launchers take raw float32 pointers, shapes and the
 // stream, and return the launch's cudaError_t. The shim checks layouts, dtypes and shapes and
 // calls them only for what they handle (contiguous float32); everything else takes ATen's path.
 
-#include <cuda_runtime.h>
-#include <stdint.h>
+#include "nimble_kernels.h"
 
 namespace {
 
-// Activation codes shared with the shim (NimbleAct there).
-enum Act : int { kNone = 0, kRelu = 1, kSilu = 2, kRelu6 = 3 };
-
 __device__ __forceinline__ float activate(float v, int act) {
   switch (act) {
-    case kRelu: return fmaxf(v, 0.f);
-    case kSilu: return v / (1.f + expf(-v));
-    case kRelu6: return fminf(fmaxf(v, 0.f), 6.f);
+    case kNkRelu: return fmaxf(v, 0.f);
+    case kNkSilu: return v / (1.f + expf(-v));
+    case kNkRelu6: return fminf(fmaxf(v, 0.f), 6.f);
     default: return v;
   }
 }
@@ -173,7 +169,7 @@ bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_
 
 }  // namespace
 
-// In place on `y` (n elements, `channels` channels; `inner` = H*W for NCHW, 1 for NHWC).
+// Declared, with what each does, in nimble_kernels.h.
 extern "C" int nk_conv_epilogue(float* y, const float* bias, const float* other, int64_t n, int64_t channels,
                                 int64_t inner, int act, cudaStream_t stream) {
   if (n == 0) return 0;
@@ -187,12 +183,8 @@ extern "C" int nk_conv_epilogue(float* y, const float* bias, const float* other,
   return (int)cudaGetLastError();
 }
 
-// Chunks per plane of `hw` elements (the size of squeeze-and-excitation's scratch per plane).
 extern "C" int64_t nk_se_chunks(int64_t hw) { return (hw + kChunk - 1) / kChunk; }
 
-// y = x * sigmoid(W2 act(W1 mean_hw(x) + b1) + b2) for contiguous NCHW x of `batch` × `channels`
-// planes of `hw` elements; w1 is squeeze × channels, w2 channels × squeeze. `partials` (batch ×
-// channels × nk_se_chunks(hw)) and `hidden` (batch × squeeze) are scratch.
 extern "C" int nk_squeeze_excite(const float* x, const float* w1, const float* b1, const float* w2, const float* b2,
                                  float* y, float* partials, float* hidden, int64_t batch, int64_t channels,
                                  int64_t squeeze, int64_t hw, int act, cudaStream_t stream) {

@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! Nimble::prepare(inputs, options)
-//!   optimize   trace into TorchScript, freeze, fold BatchNorm, fuse conv(+add)+ReLU (optional)
+//!   optimize   trace into TorchScript, freeze, fold BatchNorm, fuse conv(+add)+ReLU (cuDNN) and
+//!              squeeze-excitation and conv tails (Nimble's own kernels) (optional)
 //!   warm-up    two eager runs (lazy init, cuDNN's algorithm search)
 //!   trace      record the top-level ATen ops and the storages they read and write
 //!   schedule   task graph -> nimble-sched plan (streams, syncs) for the traced issue order
