@@ -187,6 +187,46 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
+    /// GPU: what the device runs in one forward of a prepared model: kernels and copies per
+    /// run, the run's span against the time the device was busy, and the kernels that take the
+    /// most time (libtorch's Kineto profiler, CUPTI)
+    Profile {
+        /// One model name (`nimble-bench models` lists them)
+        #[arg(long, default_value = "resnet50")]
+        model: String,
+        /// eager (tch), graph (one stream) or nimble
+        #[arg(long, value_enum, default_value = "nimble")]
+        mode: InferModeArg,
+        #[arg(long, default_value_t = 1)]
+        batch: i64,
+        /// The stream-assignment algorithm of the nimble mode
+        #[arg(long, default_value = "nimble")]
+        algo: String,
+        /// Inference rewrites for the graph modes
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+        optimize: bool,
+        /// With the rewrites: cuDNN's conv(+add)+ReLU fusion
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+        fuse: bool,
+        /// With the rewrites: Nimble's fused kernels
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+        fuse_kernels: bool,
+        /// With the rewrites: channels-last layout
+        #[arg(long, value_enum, default_value = "auto")]
+        channels_last: torch::Switch,
+        /// Profiled runs, each on a fresh input with the device idle before it
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+        /// Kernel names listed, the largest total time first
+        #[arg(long, default_value_t = 30)]
+        top: usize,
+        /// Also write the whole Chrome trace (chrome://tracing, Perfetto) here
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
+        /// Also write the summary record (JSON, with provenance) here
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
     /// GPU: time of one training step (forward, cross-entropy, backward, SGD momentum) of CIFAR-10
     /// models: tch eager, the whole step as a one-stream CUDA graph, Nimble's autograd mode
     /// (forward and backward graphs) and the whole step on Nimble's streams; each graph mode
@@ -409,6 +449,20 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
                 out: out.as_deref(),
             })
         }
+        Command::Profile { model, mode, batch, algo, optimize, fuse, fuse_kernels, channels_last, runs, top, trace, out } => torch::profile(&torch::ProfileArgs {
+            model: &model,
+            mode: mode.into(),
+            batch,
+            algorithm: &algo,
+            optimize,
+            fuse_conv_relu: fuse,
+            fuse_kernels,
+            channels_last: channels_last.choice(),
+            runs,
+            top,
+            trace: trace.as_deref(),
+            out: out.as_deref(),
+        }),
         Command::Train { model, batch, mode, algo, backward_streams, warmup, iters, check_steps, out } => torch::train(&torch::TrainArgs {
             models: &model,
             batches: &batch,

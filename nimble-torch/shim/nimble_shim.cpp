@@ -5,6 +5,7 @@
 //  * capturing one pass as an at::cuda::CUDAGraph and replaying it,
 //  * TorchScript: tracing a tch forward into a module, freezing and optimizing it, running it,
 //  * the caching allocator's statistics,
+//  * a device-side profile of whatever runs between two calls (libtorch's Kineto/CUPTI),
 //  * training: backward passes on chosen streams, fused optimizer steps, and the autograd
 //    function that replays a captured forward and backward graph.
 //
@@ -27,6 +28,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/csrc/jit/frontend/tracer.h>
 #include <torch/csrc/jit/passes/fixup_trace_scope_blocks.h>
 #include <torch/csrc/jit/passes/freeze_module.h>
@@ -47,6 +49,7 @@
 #include <map>
 #include <mutex>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -776,6 +779,50 @@ int ns_timer_stop(void* timer, float* ms) {
     pair->second.record(c10::cuda::getCurrentCUDAStream());
     pair->second.synchronize();
     *ms = pair->first.elapsed_time(pair->second);
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Device-side profiling through libtorch's Kineto profiler (CUPTI underneath): every kernel,
+// copy and memset the GPU ran between ns_profile_begin and ns_profile_end, kernels launched
+// by a CUDA graph replay included.
+// ---------------------------------------------------------------------------------------------
+
+int ns_profile_begin() {
+  return guarded([&] {
+    namespace prof = torch::autograd::profiler;
+    using torch::profiler::impl::ActivityType;
+    using torch::profiler::impl::ProfilerConfig;
+    using torch::profiler::impl::ProfilerState;
+    if (torch::profiler::impl::profilerEnabled()) throw std::runtime_error("a profiler is already running");
+    const std::set<ActivityType> activities{ActivityType::CPU, ActivityType::CUDA};
+    ProfilerConfig config(ProfilerState::KINETO);
+    prof::prepareProfiler(config, activities);
+    prof::enableProfiler(config, activities);
+  });
+}
+
+// Ends the profile. `chrome_trace`: when not null, the whole trace is also written there
+// (chrome://tracing / Perfetto format). `out`: one line per device activity,
+//   <kind kernel|memcpy|memset> \t <start ns> \t <duration ns> \t <stream> \t <name>
+int ns_profile_end(const char* chrome_trace, char** out) {
+  return guarded([&] {
+    auto result = torch::autograd::profiler::disableProfiler();
+    if (!result) throw std::runtime_error("the profiler returned no result");
+    // libkineto::ActivityType's codes for what the device itself runs.
+    constexpr uint8_t kMemcpy = 3, kMemset = 4, kKernel = 5;
+    std::ostringstream o;
+    for (const auto& e : result->events()) {
+      const uint8_t kind = e.activityType();
+      const char* label = kind == kKernel ? "kernel" : kind == kMemcpy ? "memcpy" : kind == kMemset ? "memset" : nullptr;
+      if (label == nullptr || e.deviceType() != c10::DeviceType::CUDA) continue;
+      std::string name = e.name();
+      for (char& c : name)
+        if (c == '\t' || c == '\n') c = ' ';
+      o << label << '\t' << e.startNs() << '\t' << e.durationNs() << '\t' << e.deviceResourceId() << '\t' << name << '\n';
+    }
+    if (chrome_trace != nullptr) result->save(chrome_trace);
+    *out = owned_copy(o.str());
   });
 }
 

@@ -23,6 +23,8 @@ extern "C" {
     fn ns_cuda_synchronize() -> c_int;
     fn ns_cuda_allocated_bytes(device: c_int, out: *mut i64) -> c_int;
     fn ns_cuda_empty_cache() -> c_int;
+    fn ns_profile_begin() -> c_int;
+    fn ns_profile_end(chrome_trace: *const c_char, out: *mut *mut c_char) -> c_int;
 
     fn ns_trace_begin(keep_state: c_int) -> c_int;
     fn ns_trace_end(out: *mut *mut c_char, params: *mut *mut *mut c_void, n_params: *mut c_int, state: *mut *mut *mut c_void, n_state: *mut c_int) -> c_int;
@@ -192,6 +194,23 @@ pub(crate) fn cuda_allocated_bytes(device: usize) -> Result<u64> {
 pub(crate) fn cuda_empty_cache() -> Result<()> {
     // SAFETY: no arguments; blocks in use are left alone.
     check("empty_cache", unsafe { ns_cuda_empty_cache() })
+}
+
+/// Starts libtorch's Kineto profiler with CUDA activities (CUPTI).
+pub(crate) fn profile_begin() -> Result<()> {
+    // SAFETY: no arguments; the shim refuses to start a second profiler.
+    check("profile_begin", unsafe { ns_profile_begin() })
+}
+
+/// Stops the profiler: one line per device activity (see the shim), and the Chrome trace
+/// written to `chrome_trace` when given.
+pub(crate) fn profile_end(chrome_trace: Option<&str>) -> Result<String> {
+    let path = chrome_trace.map(CString::new).transpose().map_err(|_| NimbleError::Internal("the trace path contains a NUL byte".into()))?;
+    let mut out = ptr::null_mut();
+    // SAFETY: the path is NUL-terminated or null; on success the shim writes a malloc'd string
+    // that take_string frees.
+    check("profile_end", unsafe { ns_profile_end(path.as_ref().map_or(ptr::null(), |p| p.as_ptr()), &mut out) })?;
+    Ok(take_string(out))
 }
 
 /// Starts recording the top-level ATen ops run on this thread; with `keep_state`, also the

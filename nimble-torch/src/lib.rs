@@ -28,6 +28,7 @@
 mod error;
 mod ffi;
 mod nimble;
+pub mod profile;
 pub mod trace;
 mod training;
 
@@ -35,6 +36,7 @@ pub use error::{NimbleError, Result};
 pub use nimble::{
     cuda_allocated_bytes, cuda_empty_cache, cuda_synchronize, cuda_time, relative_error, BackwardStreams, Nimble, PrepareOptions, PrepareReport, PrepareSeconds,
 };
+pub use profile::{profile, DeviceProfile};
 pub use training::{FusedOptimizer, Loss, LossFn, Optimizer, TrainStep};
 pub use nimble_cuda::CaptureMode;
 pub use trace::{record, TensorDevice, TensorUse, Trace, TracedOp};

@@ -334,3 +334,16 @@ fn the_fused_kernels_take_only_tails_nothing_else_reads() {
         assert!(error < 1e-5, "output {i} differs by {error:.2e}");
     }
 }
+
+#[test]
+fn the_device_profiler_stops_after_a_failing_body_and_sees_no_device_work_on_the_cpu() {
+    let failed = nimble_torch::profile(None, || -> nimble_torch::Result<()> { Err(NimbleError::InvalidInput("on purpose".into())) });
+    assert!(matches!(failed, Err(NimbleError::InvalidInput(_))), "{failed:?}");
+    // The profiler was stopped: a second one starts, and CPU work leaves no device activity.
+    let (sum, profile) = nimble_torch::profile(None, || Ok(input(&[64, 64]).matmul(&input(&[64, 64])).sum(Kind::Float).double_value(&[]))).unwrap();
+    assert!(sum.is_finite());
+    if !nimble_torch::cuda_available() {
+        assert!(profile.activities.is_empty(), "{:?}", profile.activities);
+        assert!(profile.runs(1_000).is_empty());
+    }
+}

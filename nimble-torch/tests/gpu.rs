@@ -262,3 +262,36 @@ fn dropping_a_prepared_model_returns_its_memory() {
     eprintln!("allocated bytes: {after_first} before the second prepare, {after_second} after its drop");
     assert_eq!(after_second, after_first, "a prepared model's memory comes back when it is dropped");
 }
+
+#[test]
+fn the_device_profile_of_a_replay_holds_every_captured_kernel_on_the_planned_streams() {
+    let Some(_gpu) = gpu() else { return };
+    let (_vs, forward) = frozen(|p| tch::vision::inception::v3(p, 1000));
+    let mut nimble = wrap(&forward);
+    let report = nimble.prepare(&[randn(&[1, 3, 299, 299])], PrepareOptions::inference()).unwrap().clone();
+    let inputs: Vec<Tensor> = (0..4).map(|_| randn(&[1, 3, 299, 299])).collect();
+    cuda_synchronize().unwrap();
+    let ((), profile) = nimble_torch::profile(None, || {
+        for x in &inputs {
+            nimble.forward(std::slice::from_ref(x))?;
+            cuda_synchronize()?;
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        Ok(())
+    })
+    .unwrap();
+    let runs = profile.runs(1_000_000);
+    assert_eq!(runs.len(), inputs.len(), "{runs:?}");
+    for run in &runs {
+        // The replay's kernels, plus the input's copy into the static input (a copy or a kernel).
+        assert!((report.kernel_nodes..=report.kernel_nodes + 1).contains(&run.kernels), "{run:?} against {report:?}");
+        assert!(run.activities <= report.graph_nodes + 1, "{run:?} against {report:?}");
+        assert!(run.streams >= 2, "Nimble's plan puts Inception's branches on several streams: {run:?}");
+        assert!(run.busy_us <= run.span_us + 1e-6 && run.busy_us <= run.work_us + 1e-6, "{run:?}");
+    }
+    let names = profile.by_name();
+    assert!(names.iter().any(|n| n.name.to_lowercase().contains("conv") || n.name.contains("sm90") || n.name.contains("gemm")), "{:?}", &names[..5.min(names.len())]);
+    // A second profile starts after the first.
+    let ((), again) = nimble_torch::profile(None, || nimble.forward(std::slice::from_ref(&inputs[0])).map(drop)).unwrap();
+    assert_eq!(again.runs(1_000_000).len(), 1);
+}

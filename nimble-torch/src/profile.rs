@@ -1,0 +1,237 @@
+//! What the GPU ran: a device-side profile of any code, CUDA graph replays included, taken with
+//! libtorch's Kineto profiler (CUPTI underneath), and the summaries a scheduling study needs:
+//! per run, how long the device was busy against how long the run spanned (the rest is launch
+//! latency and dependency gaps), and per kernel name, how often and how long it ran.
+//!
+//! ```no_run
+//! # fn main() -> nimble_torch::Result<()> {
+//! # let nimble: nimble_torch::Nimble = unimplemented!();
+//! # let input: tch::Tensor = unimplemented!();
+//! let ((), profile) = nimble_torch::profile(None, || {
+//!     for _ in 0..10 {
+//!         nimble.forward(std::slice::from_ref(&input))?;
+//!         nimble_torch::cuda_synchronize()?;
+//!         std::thread::sleep(std::time::Duration::from_millis(2)); // runs apart
+//!     }
+//!     Ok(())
+//! })?;
+//! let runs = profile.runs(1_000_000);
+//! # Ok(()) }
+//! ```
+//!
+//! CUPTI's tracing itself costs time between kernels, so a profiled run spans longer than an
+//! unprofiled one; kernel durations are the device's own.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::error::{NimbleError, Result};
+use crate::ffi;
+
+/// What kind of work the device did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActivityKind {
+    Kernel,
+    Memcpy,
+    Memset,
+}
+
+/// One piece of device work.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Activity {
+    pub kind: ActivityKind,
+    pub name: String,
+    /// Start on the profiler's clock, nanoseconds.
+    pub start_ns: u64,
+    pub duration_ns: u64,
+    /// The CUDA stream it ran on (CUPTI's stream id).
+    pub stream: i64,
+}
+
+impl Activity {
+    pub fn end_ns(&self) -> u64 {
+        self.start_ns + self.duration_ns
+    }
+}
+
+/// Everything the device ran while the profiler was on, in start order.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DeviceProfile {
+    pub activities: Vec<Activity>,
+}
+
+/// One run: a stretch of device work with no idle gap of the splitting length inside.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RunStats {
+    pub activities: usize,
+    pub kernels: usize,
+    /// First start to last end.
+    pub span_us: f64,
+    /// Time at least one activity was running (the union of their intervals).
+    pub busy_us: f64,
+    /// The activities' durations summed (more than `busy_us` where they overlapped).
+    pub work_us: f64,
+    /// Distinct streams used.
+    pub streams: usize,
+}
+
+/// Totals per kernel (or copy) name over a whole profile.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NameStats {
+    pub kind: ActivityKind,
+    pub name: String,
+    pub count: usize,
+    pub total_us: f64,
+    pub mean_us: f64,
+}
+
+impl DeviceProfile {
+    /// Parses the shim's lines: `kind \t start_ns \t duration_ns \t stream \t name`.
+    pub fn parse(text: &str) -> Result<DeviceProfile> {
+        let bad = |line: &str, what: &str| NimbleError::Internal(format!("device profile line {line:?}: {what}"));
+        let mut activities = Vec::new();
+        for line in text.lines().filter(|l| !l.is_empty()) {
+            let fields: Vec<&str> = line.splitn(5, '\t').collect();
+            let [kind, start, duration, stream, name] = fields[..] else {
+                return Err(bad(line, "expected 5 tab-separated fields (kind, start, duration, stream, name)"));
+            };
+            let kind = match kind {
+                "kernel" => ActivityKind::Kernel,
+                "memcpy" => ActivityKind::Memcpy,
+                "memset" => ActivityKind::Memset,
+                other => return Err(bad(line, &format!("unknown kind `{other}`, expected kernel, memcpy or memset"))),
+            };
+            let number = |s: &str, what: &str| s.parse::<u64>().map_err(|_| bad(line, &format!("{what} `{s}` is not a whole number")));
+            activities.push(Activity {
+                kind,
+                name: name.to_string(),
+                start_ns: number(start, "start")?,
+                duration_ns: number(duration, "duration")?,
+                stream: stream.parse().map_err(|_| bad(line, &format!("stream `{stream}` is not an integer")))?,
+            });
+        }
+        activities.sort_by_key(|a| (a.start_ns, a.end_ns()));
+        Ok(DeviceProfile { activities })
+    }
+
+    /// Splits the profile into runs wherever the device sat idle for at least `gap_ns`, and
+    /// describes each. Leave the runs well apart (synchronize and sleep between them) and pick a
+    /// gap far longer than any inside a run.
+    pub fn runs(&self, gap_ns: u64) -> Vec<RunStats> {
+        let mut runs = Vec::new();
+        let mut current: Vec<&Activity> = Vec::new();
+        let mut end = 0;
+        for activity in &self.activities {
+            if !current.is_empty() && activity.start_ns >= end + gap_ns {
+                runs.push(run_stats(&current));
+                current.clear();
+            }
+            end = if current.is_empty() { activity.end_ns() } else { end.max(activity.end_ns()) };
+            current.push(activity);
+        }
+        if !current.is_empty() {
+            runs.push(run_stats(&current));
+        }
+        runs
+    }
+
+    /// Totals per name, the largest total first.
+    pub fn by_name(&self) -> Vec<NameStats> {
+        let mut totals: std::collections::BTreeMap<(ActivityKind, &str), (usize, u64)> = Default::default();
+        for a in &self.activities {
+            let entry = totals.entry((a.kind, &a.name)).or_default();
+            entry.0 += 1;
+            entry.1 += a.duration_ns;
+        }
+        let mut stats: Vec<NameStats> = totals
+            .into_iter()
+            .map(|((kind, name), (count, ns))| NameStats { kind, name: name.to_string(), count, total_us: ns as f64 / 1e3, mean_us: ns as f64 / 1e3 / count as f64 })
+            .collect();
+        stats.sort_by(|a, b| b.total_us.total_cmp(&a.total_us).then_with(|| a.name.cmp(&b.name)));
+        stats
+    }
+}
+
+fn run_stats(activities: &[&Activity]) -> RunStats {
+    let start = activities.iter().map(|a| a.start_ns).min().unwrap_or(0);
+    let end = activities.iter().map(|a| a.end_ns()).max().unwrap_or(0);
+    // Activities come in start order, so the union is one sweep.
+    let (mut busy, mut covered_to) = (0u64, start);
+    for a in activities {
+        if a.end_ns() > covered_to {
+            busy += a.end_ns() - a.start_ns.max(covered_to);
+            covered_to = a.end_ns();
+        }
+    }
+    let mut streams: Vec<i64> = activities.iter().map(|a| a.stream).collect();
+    streams.sort_unstable();
+    streams.dedup();
+    RunStats {
+        activities: activities.len(),
+        kernels: activities.iter().filter(|a| a.kind == ActivityKind::Kernel).count(),
+        span_us: (end - start) as f64 / 1e3,
+        busy_us: busy as f64 / 1e3,
+        work_us: activities.iter().map(|a| a.duration_ns).sum::<u64>() as f64 / 1e3,
+        streams: streams.len(),
+    }
+}
+
+/// Runs `body` with the device profiler on and returns its result with what the device ran;
+/// waits for the device (when there is one) before stopping. `chrome_trace`: also write the whole trace there
+/// (chrome://tracing or Perfetto). The profiler is stopped whether `body` succeeds or not.
+pub fn profile<T>(chrome_trace: Option<&Path>, body: impl FnOnce() -> Result<T>) -> Result<(T, DeviceProfile)> {
+    let path = chrome_trace
+        .map(|p| p.to_str().ok_or_else(|| NimbleError::Internal(format!("the trace path {} is not UTF-8", p.display()))))
+        .transpose()?;
+    ffi::profile_begin()?;
+    let result = body().and_then(|value| if crate::cuda_available() { ffi::cuda_synchronize().map(|()| value) } else { Ok(value) });
+    let text = ffi::profile_end(if result.is_ok() { path } else { None });
+    let value = result?;
+    Ok((value, DeviceProfile::parse(&text?)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(kind: &str, start: u64, duration: u64, stream: i64, name: &str) -> String {
+        format!("{kind}\t{start}\t{duration}\t{stream}\t{name}\n")
+    }
+
+    #[test]
+    fn runs_split_at_idle_gaps_and_count_overlap_once() {
+        let text = [
+            line("kernel", 1_000, 500, 7, "a"),
+            line("kernel", 1_200, 600, 8, "b"), // overlaps a: busy 1000..1800
+            line("memcpy", 2_000, 100, 7, "Memcpy DtoD"),
+            line("kernel", 1_000_000, 300, 7, "a"), // second run
+            line("kernel", 1_000_400, 300, 7, "a"),
+        ]
+        .concat();
+        let profile = DeviceProfile::parse(&text).unwrap();
+        let runs = profile.runs(100_000);
+        assert_eq!(runs.len(), 2);
+        assert_eq!((runs[0].activities, runs[0].kernels, runs[0].streams), (3, 2, 2));
+        assert!((runs[0].span_us - 1.1).abs() < 1e-9, "{:?}", runs[0]);
+        assert!((runs[0].busy_us - 0.9).abs() < 1e-9, "{:?}", runs[0]);
+        assert!((runs[0].work_us - 1.2).abs() < 1e-9, "{:?}", runs[0]);
+        assert!((runs[1].span_us - 0.7).abs() < 1e-9 && (runs[1].busy_us - 0.6).abs() < 1e-9, "{:?}", runs[1]);
+        let names = profile.by_name();
+        assert_eq!((names[0].name.as_str(), names[0].count), ("a", 3));
+        assert!((names[0].total_us - 1.1).abs() < 1e-9 && (names[0].mean_us - 1.1 / 3.0).abs() < 1e-9);
+        assert_eq!(names.last().unwrap().kind, ActivityKind::Memcpy);
+    }
+
+    #[test]
+    fn a_malformed_line_is_named() {
+        let error = DeviceProfile::parse("kernel\t1\tx\t7\tk\n").unwrap_err().to_string();
+        assert!(error.contains("duration `x`"), "{error}");
+        let error = DeviceProfile::parse("launch\t1\t2\t7\tk\n").unwrap_err().to_string();
+        assert!(error.contains("unknown kind `launch`"), "{error}");
+        // Names may hold anything but a tab or a line break (the shim replaces those).
+        let profile = DeviceProfile::parse(&line("kernel", 5, 1, 0, "void f<int, 2>(float*)")).unwrap();
+        assert_eq!(profile.activities[0].name, "void f<int, 2>(float*)");
+    }
+}
