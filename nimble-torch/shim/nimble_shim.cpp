@@ -939,19 +939,19 @@ int ns_jit_optimize(void* module, int fuse, int kernels, int channels_last, void
                                   "graph(%x):\n  %y = aten::silu(%x)\n  return (%y)");
     }
     silu.runOnGraph(graph);
+    // Decided before the fusions below, which turn convolutions into other ops.
+    if (channels_last == 2) {
+      channels_last = 1;
+      for (auto* node : graph->nodes()) {
+        if (node->kind() != c10::Symbol::fromQualString("aten::conv2d")) continue;
+        auto groups = torch::jit::toIValue(node->inputs().back());
+        if (!groups || !groups->isInt() || groups->toInt() != 1) channels_last = 0;
+      }
+    }
     if (kernels) nimble::fuse_squeeze_excite(graph);
     if (fuse) torch::jit::FuseFrozenConvAddRelu(graph);
     if (kernels) nimble::fuse_conv_tails(graph);
     *fused = nimble::fused_op_count(*graph);
-    if (channels_last == 2) {
-      channels_last = 1;
-      for (auto* node : graph->nodes()) {
-        std::string kind = node->kind().toQualString();
-        if (kind != "aten::conv2d" && kind != "aten::cudnn_convolution_relu" && kind != "aten::cudnn_convolution_add_relu") continue;
-        auto groups = torch::jit::toIValue(node->inputs().back());  // the last argument of all three
-        if (!groups || !groups->isInt() || groups->toInt() != 1) channels_last = 0;
-      }
-    }
     *applied = channels_last;
     if (channels_last) {
       for (auto* node : graph->nodes()) {
