@@ -8,7 +8,8 @@
 //   nimble::squeeze_excite(x, w1, b1?, w2, b2?, act)
 //       = x * sigmoid(conv1x1(act(conv1x1(adaptive_avg_pool2d(x, 1), w1, b1)), w2, b2))
 //     CUDA: three kernels (partial plane means; the first 1×1 convolution and its activation;
-//     the second with the gate fused into the scaling of x) instead of eight or more.
+//     the second with the gate fused into the scaling of x) instead of eight or more; four for
+//     channels-last x (the gates, then the scaling).
 //
 // Both have a CPU kernel made of the ATen ops they replace (so the rewrites are tested without a
 // GPU), and the CUDA kernels take that same path for inputs they do not handle (not float32, not
@@ -111,22 +112,30 @@ at::Tensor squeeze_excite_aten(const at::Tensor& x, const at::Tensor& w1, const 
 at::Tensor squeeze_excite_cuda(const at::Tensor& x, const at::Tensor& w1, const std::optional<at::Tensor>& b1,
                                const at::Tensor& w2, const std::optional<at::Tensor>& b2, c10::string_view act) {
   Act a = parse_act(act);
-  bool ours = x.scalar_type() == at::kFloat && x.dim() == 4 && x.is_contiguous() && w1.dim() == 4 && w2.dim() == 4;
+  bool nchw = x.is_contiguous(), nhwc = !nchw && x.dim() == 4 && x.is_contiguous(at::MemoryFormat::ChannelsLast);
+  bool ours = x.scalar_type() == at::kFloat && x.dim() == 4 && (nchw || nhwc) && w1.dim() == 4 && w2.dim() == 4;
   int64_t batch = 0, channels = 0, squeeze = 0, hw = 0;
   if (ours) {
     batch = x.size(0), channels = x.size(1), squeeze = w1.size(0), hw = x.size(2) * x.size(3);
     const at::Device device = x.device();
-    ours = hw > 0 && squeeze > 0 && plain(w1, device, {squeeze, channels, 1, 1}) && plain(w2, device, {channels, squeeze, 1, 1}) &&
+    // 1×1 weights are the same bytes in either layout; plain() checks the NCHW strides.
+    auto weight = [&](const at::Tensor& w, int64_t rows, int64_t cols) {
+      return plain(w.is_contiguous() ? w : w.contiguous(), device, {rows, cols, 1, 1});
+    };
+    ours = hw > 0 && squeeze > 0 && weight(w1, squeeze, channels) && weight(w2, channels, squeeze) &&
            (!present(b1) || plain(*b1, device, {squeeze})) && (!present(b2) || plain(*b2, device, {channels}));
   }
   if (!ours) return squeeze_excite_aten(x, w1, b1, w2, b2, act);
-  at::Tensor y = at::empty_like(x);
-  at::Tensor partials = at::empty({batch * channels * nk_se_chunks(hw)}, x.options());
+  at::Tensor w1c = w1.contiguous(), w2c = w2.contiguous();
+  at::Tensor y = at::empty_like(x);  // keeps x's layout
+  at::Tensor partials = at::empty({batch * channels * nk_se_chunks(hw, nhwc)}, x.options());
   at::Tensor hidden = at::empty({batch * squeeze}, x.options());
-  check_launch(nk_squeeze_excite(x.const_data_ptr<float>(), w1.const_data_ptr<float>(), data_or_null(b1),
-                                 w2.const_data_ptr<float>(), data_or_null(b2), y.mutable_data_ptr<float>(),
-                                 partials.mutable_data_ptr<float>(), hidden.mutable_data_ptr<float>(), batch, channels,
-                                 squeeze, hw, a, at::cuda::getCurrentCUDAStream().stream()),
+  at::Tensor gates = at::empty({nhwc ? batch * channels : 0}, x.options());
+  check_launch(nk_squeeze_excite(x.const_data_ptr<float>(), w1c.const_data_ptr<float>(), data_or_null(b1),
+                                 w2c.const_data_ptr<float>(), data_or_null(b2), y.mutable_data_ptr<float>(),
+                                 partials.mutable_data_ptr<float>(), hidden.mutable_data_ptr<float>(),
+                                 nhwc ? gates.mutable_data_ptr<float>() : nullptr, batch, channels, squeeze, hw, nhwc, a,
+                                 at::cuda::getCurrentCUDAStream().stream()),
                "squeeze_excite");
   return y;
 }

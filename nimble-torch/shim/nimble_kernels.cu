@@ -6,11 +6,12 @@
 //    for the activation);
 //  * squeeze-and-excitation in three kernels: partial plane means, the first 1×1 convolution
 //    with its activation, then the second one with the sigmoid gate fused into the scaling of the
-//    input (ATen needs eight or more kernels for the same block at batch 1).
+//    input (ATen needs eight or more kernels for the same block at batch 1); channels-last
+//    inputs take four (the gates are computed once, then the scaling runs over NHWC).
 //
 // Plain CUDA with no libtorch headers: the launchers take raw float32 pointers, shapes and the
 // stream, and return the launch's cudaError_t. The shim checks layouts, dtypes and shapes and
-// calls them only for what they handle (contiguous float32); everything else takes ATen's path.
+// calls them only for what they handle (float32, contiguous NCHW or NHWC); everything else takes ATen's path.
 
 #include "nimble_kernels.h"
 
@@ -159,6 +160,64 @@ __global__ void se_scale(const float* __restrict__ x, const float* __restrict__ 
   }
 }
 
+// Channels-last (NHWC) squeeze-and-excitation: a plane's elements lie `channels` apart, so a
+// warp takes 32 neighbouring channels (coalesced) over a chunk of kRows pixels, each lane
+// summing its channel. Partials use the NCHW layout (plane-major), so se_reduce serves both.
+constexpr int64_t kRows = 32;
+
+__global__ void se_pool_nhwc(const float* __restrict__ x, float* __restrict__ partials, int64_t batch,
+                             int64_t channels, int64_t hw, int64_t chunks) {
+  int lane = threadIdx.x % 32;
+  int64_t groups = (channels + 31) / 32;
+  float inv = 1.f / (float)hw;
+  for (int64_t item = first_warp(); item < batch * groups * chunks; item += warp_stride()) {
+    int64_t k = item % chunks, g = (item / chunks) % groups, b = item / (chunks * groups);
+    int64_t c = g * 32 + lane;
+    if (c >= channels) continue;
+    const float* base = x + b * hw * channels + c;
+    int64_t first = k * kRows, last = first + kRows < hw ? first + kRows : hw;
+    float s = 0.f;
+    for (int64_t p = first; p < last; p += kPerLane) {
+      float v[kPerLane];
+#pragma unroll
+      for (int e = 0; e < kPerLane; e++) v[e] = p + e < last ? base[(p + e) * channels] : 0.f;
+#pragma unroll
+      for (int e = 0; e < kPerLane; e++) s += v[e];
+    }
+    partials[(b * channels + c) * chunks + k] = s * inv;
+  }
+}
+
+// gates[p] = the gate of plane p, one warp each.
+__global__ void se_gates(const float* __restrict__ hidden, const float* __restrict__ w2, const float* __restrict__ b2,
+                         float* __restrict__ gates, int64_t planes, int64_t channels, int64_t squeeze) {
+  for (int64_t p = first_warp(); p < planes; p += warp_stride()) {
+    float gate = se_gate(hidden, w2, b2, p, channels, squeeze);
+    if (threadIdx.x % 32 == 0) gates[p] = gate;
+  }
+}
+
+// y = x * gates[b, c] over NHWC x; four channels per thread when channels % 4 == 0.
+__global__ void se_scale_nhwc(const float* __restrict__ x, const float* __restrict__ gates, float* __restrict__ y,
+                              int64_t n, int64_t channels, int64_t hw) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    y[i] = x[i] * gates[(i / (hw * channels)) * channels + i % channels];
+}
+
+__global__ void se_scale_nhwc4(const float4* __restrict__ x, const float* __restrict__ gates, float4* __restrict__ y,
+                               int64_t n4, int64_t channels, int64_t hw) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t e = i * 4;
+    const float* g = gates + (e / (hw * channels)) * channels + e % channels;
+    float4 v = x[i];
+    v.x *= g[0];
+    v.y *= g[1];
+    v.z *= g[2];
+    v.w *= g[3];
+    y[i] = v;
+  }
+}
+
 unsigned grid_for(int64_t work, int64_t per_block) {
   int64_t blocks = (work + per_block - 1) / per_block;
   // A grid-stride loop covers the rest; far more blocks than that only costs scheduling.
@@ -183,18 +242,33 @@ extern "C" int nk_conv_epilogue(float* y, const float* bias, const float* other,
   return (int)cudaGetLastError();
 }
 
-extern "C" int64_t nk_se_chunks(int64_t hw) { return (hw + kChunk - 1) / kChunk; }
-
-extern "C" int nk_squeeze_excite(const float* x, const float* w1, const float* b1, const float* w2, const float* b2,
-                                 float* y, float* partials, float* hidden, int64_t batch, int64_t channels,
-                                 int64_t squeeze, int64_t hw, int act, cudaStream_t stream) {
-  int64_t planes = batch * channels, chunks = nk_se_chunks(hw);
-  if (planes == 0) return 0;
-  const int warps = kThreads / 32;
-  se_pool<<<grid_for(planes * chunks, warps), kThreads, 0, stream>>>(x, partials, planes, hw, chunks);
-  se_reduce<<<(unsigned)(batch * squeeze), kThreads, 0, stream>>>(partials, w1, b1, hidden, squeeze, channels, chunks, act);
-  se_scale<<<grid_for(planes * chunks, warps), kThreads, 0, stream>>>(x, hidden, w2, b2, y, planes, channels, squeeze,
-                                                                      hw, chunks);
-  return (int)cudaGetLastError();
+extern "C" int64_t nk_se_chunks(int64_t hw, int channels_last) {
+  int64_t per_chunk = channels_last ? kRows : kChunk;
+  return (hw + per_chunk - 1) / per_chunk;
 }
 
+extern "C" int nk_squeeze_excite(const float* x, const float* w1, const float* b1, const float* w2, const float* b2,
+                                 float* y, float* partials, float* hidden, float* gates, int64_t batch, int64_t channels,
+                                 int64_t squeeze, int64_t hw, int channels_last, int act, cudaStream_t stream) {
+  int64_t planes = batch * channels, chunks = nk_se_chunks(hw, channels_last);
+  if (planes == 0) return 0;
+  const int warps = kThreads / 32;
+  if (!channels_last) {
+    se_pool<<<grid_for(planes * chunks, warps), kThreads, 0, stream>>>(x, partials, planes, hw, chunks);
+    se_reduce<<<(unsigned)(batch * squeeze), kThreads, 0, stream>>>(partials, w1, b1, hidden, squeeze, channels, chunks, act);
+    se_scale<<<grid_for(planes * chunks, warps), kThreads, 0, stream>>>(x, hidden, w2, b2, y, planes, channels, squeeze,
+                                                                        hw, chunks);
+    return (int)cudaGetLastError();
+  }
+  int64_t groups = (channels + 31) / 32, n = planes * hw;
+  se_pool_nhwc<<<grid_for(batch * groups * chunks, warps), kThreads, 0, stream>>>(x, partials, batch, channels, hw, chunks);
+  se_reduce<<<(unsigned)(batch * squeeze), kThreads, 0, stream>>>(partials, w1, b1, hidden, squeeze, channels, chunks, act);
+  se_gates<<<grid_for(planes, warps), kThreads, 0, stream>>>(hidden, w2, b2, gates, planes, channels, squeeze);
+  if (channels % 4 == 0 && aligned16(x) && aligned16(y)) {
+    se_scale_nhwc4<<<grid_for(n / 4, kThreads), kThreads, 0, stream>>>(reinterpret_cast<const float4*>(x), gates,
+                                                                        reinterpret_cast<float4*>(y), n / 4, channels, hw);
+  } else {
+    se_scale_nhwc<<<grid_for(n, kThreads), kThreads, 0, stream>>>(x, gates, y, n, channels, hw);
+  }
+  return (int)cudaGetLastError();
+}

@@ -141,6 +141,40 @@ fn fused_kernels_match_aten_eagerly_and_captured_and_cut_efficientnets_kernels()
 }
 
 #[test]
+fn squeeze_excitation_kernels_match_aten_in_both_layouts_for_any_channel_count() {
+    let Some(_gpu) = gpu() else { return };
+    // 37 channels: two warps of channels per pixel in NHWC, the second mostly idle, and no
+    // four-wide scaling; 96 over 56×56: many chunks per plane; 8 over 3×3: one short chunk.
+    for (batch, channels, h, w) in [(2, 37, 13, 11), (1, 96, 56, 56), (5, 8, 3, 3)] {
+        let squeeze = (channels / 4).max(1);
+        let scaled = |shape: [i64; 4]| randn(&shape) / (shape[1] as f64).sqrt();
+        let (w1, b1, w2, b2) = (scaled([squeeze, channels, 1, 1]), randn(&[squeeze]), scaled([channels, squeeze, 1, 1]), randn(&[channels]));
+        let forward = Rc::new(move |xs: &[Tensor]| {
+            let x = &xs[0];
+            let gate = x.adaptive_avg_pool2d([1, 1]).conv2d(&w1, Some(&b1), [1, 1], [0, 0], [1, 1], 1).silu();
+            vec![x * gate.conv2d(&w2, Some(&b2), [1, 1], [0, 0], [1, 1], 1).sigmoid()]
+        });
+        for channels_last in [false, true] {
+            let case = format!("{batch}x{channels}x{h}x{w}{}", if channels_last { " channels-last" } else { "" });
+            let input = || {
+                let x = randn(&[batch, channels, h, w]);
+                if channels_last { x.permute([0, 2, 3, 1]).contiguous().permute([0, 3, 1, 2]) } else { x }
+            };
+            let f = forward.clone();
+            let mut nimble = Nimble::from_fn(move |xs: &[Tensor]| f(xs));
+            let report = nimble.prepare(&[input()], PrepareOptions::inference().channels_last(Some(channels_last))).unwrap().clone();
+            assert_eq!((report.fused_ops, report.channels_last), (1, channels_last), "{case}: {report:?}");
+            for _ in 0..3 {
+                let x = input();
+                let reference = tch::no_grad(|| forward(std::slice::from_ref(&x))).remove(0);
+                let error = relative_error(&nimble.forward(&[x]).unwrap()[0], &reference);
+                assert!(error <= 2e-3, "{case}: replayed output differs by {error:.2e}");
+            }
+        }
+    }
+}
+
+#[test]
 fn every_capture_mode_and_the_single_stream_plan_work() {
     let Some(_gpu) = gpu() else { return };
     let (_vs, forward) = frozen(|p| tch::vision::mobilenet::v2(p, 1000));
