@@ -128,7 +128,7 @@ at::Tensor squeeze_excite_cuda(const at::Tensor& x, const at::Tensor& w1, const 
   if (!ours) return squeeze_excite_aten(x, w1, b1, w2, b2, act);
   at::Tensor w1c = w1.contiguous(), w2c = w2.contiguous();
   at::Tensor y = at::empty_like(x);  // keeps x's layout
-  at::Tensor partials = at::empty({batch * channels * nk_se_chunks(hw, nhwc)}, x.options());
+  at::Tensor partials = at::empty({batch * channels * nk_se_chunks(hw)}, x.options());
   at::Tensor hidden = at::empty({batch * squeeze}, x.options());
   at::Tensor gates = at::empty({nhwc ? batch * channels : 0}, x.options());
   check_launch(nk_squeeze_excite(x.const_data_ptr<float>(), w1c.const_data_ptr<float>(), data_or_null(b1),

@@ -160,23 +160,23 @@ __global__ void se_scale(const float* __restrict__ x, const float* __restrict__ 
   }
 }
 
-// Channels-last (NHWC) squeeze-and-excitation: a plane's elements lie `channels` apart, so a
-// warp takes 32 neighbouring channels (coalesced) over a chunk of kRows pixels, each lane
-// summing its channel. Partials use the NCHW layout (plane-major), so se_reduce serves both.
-constexpr int64_t kRows = 32;
+// Channels-last (NHWC) squeeze-and-excitation: a plane's elements lie `channels` apart. A block
+// takes 32 neighbouring channels (a warp's lanes, coalesced) over a chunk of kChunk pixels; each
+// warp sums kChunk / 8 of its rows, kPerLane loads in flight per lane, and the block adds the
+// warps' sums. Chunks and partials are laid out as in NCHW, so se_reduce serves both.
+constexpr int kRowsPerWarp = (int)(kChunk / (kThreads / 32));
 
-__global__ void se_pool_nhwc(const float* __restrict__ x, float* __restrict__ partials, int64_t batch,
-                             int64_t channels, int64_t hw, int64_t chunks) {
-  int lane = threadIdx.x % 32;
+__global__ void se_pool_nhwc(const float* __restrict__ x, float* __restrict__ partials, int64_t channels, int64_t hw,
+                             int64_t chunks) {
+  __shared__ float sums[kThreads / 32][32];
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   int64_t groups = (channels + 31) / 32;
-  float inv = 1.f / (float)hw;
-  for (int64_t item = first_warp(); item < batch * groups * chunks; item += warp_stride()) {
-    int64_t k = item % chunks, g = (item / chunks) % groups, b = item / (chunks * groups);
-    int64_t c = g * 32 + lane;
-    if (c >= channels) continue;
+  int64_t k = blockIdx.x % chunks, g = (blockIdx.x / chunks) % groups, b = blockIdx.x / (chunks * groups);
+  int64_t c = g * 32 + lane;
+  int64_t first = k * kChunk + (int64_t)warp * kRowsPerWarp, last = first + kRowsPerWarp < hw ? first + kRowsPerWarp : hw;
+  float s = 0.f;
+  if (c < channels) {
     const float* base = x + b * hw * channels + c;
-    int64_t first = k * kRows, last = first + kRows < hw ? first + kRows : hw;
-    float s = 0.f;
     for (int64_t p = first; p < last; p += kPerLane) {
       float v[kPerLane];
 #pragma unroll
@@ -184,7 +184,14 @@ __global__ void se_pool_nhwc(const float* __restrict__ x, float* __restrict__ pa
 #pragma unroll
       for (int e = 0; e < kPerLane; e++) s += v[e];
     }
-    partials[(b * channels + c) * chunks + k] = s * inv;
+  }
+  sums[warp][lane] = s;
+  __syncthreads();
+  if (warp == 0 && c < channels) {
+    float t = 0.f;
+#pragma unroll
+    for (int w = 0; w < kThreads / 32; w++) t += sums[w][lane];
+    partials[(b * channels + c) * chunks + k] = t / (float)hw;
   }
 }
 
@@ -242,15 +249,12 @@ extern "C" int nk_conv_epilogue(float* y, const float* bias, const float* other,
   return (int)cudaGetLastError();
 }
 
-extern "C" int64_t nk_se_chunks(int64_t hw, int channels_last) {
-  int64_t per_chunk = channels_last ? kRows : kChunk;
-  return (hw + per_chunk - 1) / per_chunk;
-}
+extern "C" int64_t nk_se_chunks(int64_t hw) { return (hw + kChunk - 1) / kChunk; }
 
 extern "C" int nk_squeeze_excite(const float* x, const float* w1, const float* b1, const float* w2, const float* b2,
                                  float* y, float* partials, float* hidden, float* gates, int64_t batch, int64_t channels,
                                  int64_t squeeze, int64_t hw, int channels_last, int act, cudaStream_t stream) {
-  int64_t planes = batch * channels, chunks = nk_se_chunks(hw, channels_last);
+  int64_t planes = batch * channels, chunks = nk_se_chunks(hw);
   if (planes == 0) return 0;
   const int warps = kThreads / 32;
   if (!channels_last) {
@@ -261,7 +265,7 @@ extern "C" int nk_squeeze_excite(const float* x, const float* w1, const float* b
     return (int)cudaGetLastError();
   }
   int64_t groups = (channels + 31) / 32, n = planes * hw;
-  se_pool_nhwc<<<grid_for(batch * groups * chunks, warps), kThreads, 0, stream>>>(x, partials, batch, channels, hw, chunks);
+  se_pool_nhwc<<<(unsigned)(batch * groups * chunks), kThreads, 0, stream>>>(x, partials, channels, hw, chunks);
   se_reduce<<<(unsigned)(batch * squeeze), kThreads, 0, stream>>>(partials, w1, b1, hidden, squeeze, channels, chunks, act);
   se_gates<<<grid_for(planes, warps), kThreads, 0, stream>>>(hidden, w2, b2, gates, planes, channels, squeeze);
   if (channels % 4 == 0 && aligned16(x) && aligned16(y)) {

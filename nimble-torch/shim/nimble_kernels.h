@@ -16,12 +16,12 @@ int nk_conv_epilogue(float* y, const float* bias, const float* other, int64_t n,
                      int act, cudaStream_t stream);
 
 // Chunks per plane of `hw` elements (the size of squeeze-and-excitation's scratch per plane).
-int64_t nk_se_chunks(int64_t hw, int channels_last);
+int64_t nk_se_chunks(int64_t hw);
 
 // y = x * sigmoid(W2 act(W1 mean_hw(x) + b1) + b2) for x of `batch` × `channels` planes of `hw`
 // elements, contiguous NCHW or (`channels_last`) NHWC, y in the same layout; w1 is squeeze ×
 // channels, w2 channels × squeeze, b1 and b2 may be null. Scratch: `partials` (batch × channels
-// × nk_se_chunks(hw, channels_last)), `hidden` (batch × squeeze) and, channels-last only,
+// × nk_se_chunks(hw)), `hidden` (batch × squeeze) and, channels-last only,
 // `gates` (batch × channels). Returns the cudaError_t.
 int nk_squeeze_excite(const float* x, const float* w1, const float* b1, const float* w2, const float* b2, float* y,
                       float* partials, float* hidden, float* gates, int64_t batch, int64_t channels, int64_t squeeze,

@@ -922,7 +922,7 @@ int ns_jit_save(void* module, const char* path) {
 // stored channels-last, so that with a channels-last input cuDNN runs NHWC kernels without
 // layout transforms (what inductor's layout optimization does for torch.compile). Auto turns it
 // on unless the graph has grouped (e.g. depthwise) convolutions, which cuDNN runs slower in
-// NHWC. `applied` tells whether it was.
+// NHWC. `applied`: bit 0, it was applied; bit 1, the graph has grouped convolutions.
 int ns_jit_optimize(void* module, int fuse, int kernels, int channels_last, void** out, int* applied, int* fused) {
   return guarded([&] {
     auto* m = static_cast<torch::jit::Module*>(module);
@@ -939,20 +939,19 @@ int ns_jit_optimize(void* module, int fuse, int kernels, int channels_last, void
                                   "graph(%x):\n  %y = aten::silu(%x)\n  return (%y)");
     }
     silu.runOnGraph(graph);
-    // Decided before the fusions below, which turn convolutions into other ops.
-    if (channels_last == 2) {
-      channels_last = 1;
-      for (auto* node : graph->nodes()) {
-        if (node->kind() != c10::Symbol::fromQualString("aten::conv2d")) continue;
-        auto groups = torch::jit::toIValue(node->inputs().back());
-        if (!groups || !groups->isInt() || groups->toInt() != 1) channels_last = 0;
-      }
+    // Looked for before the fusions below, which turn convolutions into other ops.
+    bool grouped = false;
+    for (auto* node : graph->nodes()) {
+      if (node->kind() != c10::Symbol::fromQualString("aten::conv2d")) continue;
+      auto groups = torch::jit::toIValue(node->inputs().back());
+      grouped |= !groups || !groups->isInt() || groups->toInt() != 1;
     }
+    if (channels_last == 2) channels_last = grouped ? 0 : 1;
     if (kernels) nimble::fuse_squeeze_excite(graph);
     if (fuse) torch::jit::FuseFrozenConvAddRelu(graph);
     if (kernels) nimble::fuse_conv_tails(graph);
     *fused = nimble::fused_op_count(*graph);
-    *applied = channels_last;
+    *applied = (channels_last ? 1 : 0) | (grouped ? 2 : 0);
     if (channels_last) {
       for (auto* node : graph->nodes()) {
         if (node->kind() != c10::prim::Constant || !node->hasAttribute(c10::attr::value) ||

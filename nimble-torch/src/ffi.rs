@@ -508,6 +508,8 @@ pub(crate) struct Rewrites {
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Applied {
     pub channels_last: bool,
+    /// The model has grouped (e.g. depthwise) convolutions.
+    pub grouped_convs: bool,
     /// Nimble's fused ops in the optimized graph.
     pub fused_ops: usize,
 }
@@ -580,7 +582,7 @@ impl JitModule {
                 &mut fused,
             )
         })?;
-        Ok((JitModule { raw }, Applied { channels_last: channels_last != 0, fused_ops: fused as usize }))
+        Ok((JitModule { raw }, Applied { channels_last: channels_last & 1 != 0, grouped_convs: channels_last & 2 != 0, fused_ops: fused as usize }))
     }
 
     /// Runs `forward`; tuple or list outputs are flattened.

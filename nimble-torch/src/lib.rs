@@ -34,7 +34,7 @@ mod training;
 
 pub use error::{NimbleError, Result};
 pub use nimble::{
-    cuda_allocated_bytes, cuda_empty_cache, cuda_synchronize, cuda_time, relative_error, BackwardStreams, Nimble, PrepareOptions, PrepareReport, PrepareSeconds,
+    cuda_allocated_bytes, cuda_empty_cache, cuda_synchronize, cuda_time, relative_error, BackwardStreams, LayoutTrial, Nimble, PrepareOptions, PrepareReport, PrepareSeconds,
 };
 pub use profile::{profile, DeviceProfile};
 pub use training::{FusedOptimizer, Loss, LossFn, Optimizer, TrainStep};

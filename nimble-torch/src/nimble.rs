@@ -54,9 +54,11 @@ pub struct PrepareOptions {
     pub fuse_kernels: bool,
     /// With `optimize` on CUDA: keep convolution weights and 4-D inputs channels-last (NHWC),
     /// so cuDNN needs no layout transforms (inductor's layout optimization does the same).
-    /// `None` (the default) decides from the model: on, unless it has grouped (depthwise)
-    /// convolutions, which cuDNN runs slower in NHWC. Values are unchanged; outputs keep the
-    /// layout the model gives them.
+    /// `None` (the default) decides per model: on when it has no grouped (depthwise)
+    /// convolutions; with them, neither layout wins everywhere (cuDNN's grouped kernels differ
+    /// by layout), so `prepare` builds both, times a few replays of each, and keeps the faster
+    /// (`PrepareReport::layout_trial`). Values are unchanged; outputs keep the layout the model
+    /// gives them.
     pub channels_last: Option<bool>,
     /// How strictly CUDA polices other calls while capturing.
     pub capture_mode: CaptureMode,
@@ -178,9 +180,21 @@ pub struct PrepareReport {
     pub graph_width: usize,
     /// Kernel nodes of the backward graph (autograd mode; 0 otherwise).
     pub backward_kernel_nodes: usize,
+    /// When the layout was chosen by timing both (see `PrepareOptions::channels_last`).
+    pub layout_trial: Option<LayoutTrial>,
     /// Wall-clock seconds per step, and in all.
     pub seconds: PrepareSeconds,
 }
+
+/// The two layouts' replay times, median microseconds, from which `prepare` chose.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct LayoutTrial {
+    pub nchw_us: f64,
+    pub nhwc_us: f64,
+}
+
+/// Replays timed per layout in the layout trial, after as many untimed ones.
+const LAYOUT_TRIAL_REPLAYS: usize = 15;
 
 /// Wall-clock seconds of each step of `prepare`.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -192,6 +206,8 @@ pub struct PrepareSeconds {
     pub time_ops: f64,
     pub prerun: f64,
     pub capture: f64,
+    /// Preparing the other layout and timing both (`layout_trial`); 0 without a trial.
+    pub layout_trial: f64,
     pub total: f64,
 }
 
@@ -362,6 +378,50 @@ impl Nimble {
         if options.training {
             return self.prepare_autograd(inputs, &options);
         }
+        let (grouped_convs, rule) = self.prepare_inference(inputs, &options)?;
+        if options.channels_last.is_none() && grouped_convs {
+            self.try_other_layout(inputs, &options, rule)?;
+        }
+        Ok(&self.prepared.as_ref().expect("prepared above").report)
+    }
+
+    /// Prepares the other channels layout than the prepared one's, times both, and keeps the
+    /// faster. `first`: whether the prepared one is channels-last.
+    fn try_other_layout(&mut self, inputs: &[Tensor], options: &PrepareOptions, first: bool) -> Result<()> {
+        let started = Instant::now();
+        let time = |nimble: &mut Nimble, prepared: Prepared| -> Result<(Prepared, f64)> {
+            nimble.prepared = Some(prepared);
+            let mut samples = Vec::with_capacity(LAYOUT_TRIAL_REPLAYS);
+            for i in 0..2 * LAYOUT_TRIAL_REPLAYS {
+                ffi::cuda_synchronize()?;
+                let us = cuda_time(|| nimble.forward(inputs).map(drop))? * 1000.0;
+                if i >= LAYOUT_TRIAL_REPLAYS {
+                    samples.push(us);
+                }
+            }
+            samples.sort_by(f64::total_cmp);
+            Ok((nimble.prepared.take().expect("set above"), samples[samples.len() / 2]))
+        };
+        let prepared = self.prepared.take().expect("prepared before the trial");
+        let (first_prepared, first_us) = time(self, prepared)?;
+        self.prepare_inference(inputs, &options.clone().channels_last(Some(!first)))?;
+        let prepared = self.prepared.take().expect("prepared above");
+        let (second_prepared, second_us) = time(self, prepared)?;
+        let (mut kept, dropped) = if second_us < first_us { (second_prepared, first_prepared) } else { (first_prepared, second_prepared) };
+        // The other graph's memory goes back to the allocator before the kept one is handed out.
+        drop(dropped);
+        let (nchw_us, nhwc_us) = if first { (second_us, first_us) } else { (first_us, second_us) };
+        kept.report.layout_trial = Some(LayoutTrial { nchw_us, nhwc_us });
+        let seconds = &mut kept.report.seconds;
+        seconds.layout_trial = started.elapsed().as_secs_f64();
+        seconds.total += seconds.layout_trial;
+        self.prepared = Some(kept);
+        Ok(())
+    }
+
+    /// `prepare` for inference with one layout. Returns whether the model has grouped
+    /// convolutions and whether channels-last was applied.
+    fn prepare_inference(&mut self, inputs: &[Tensor], options: &PrepareOptions) -> Result<(bool, bool)> {
         let started = Instant::now();
         let mut seconds = PrepareSeconds::default();
         let (device, assigner) = check_cuda_prepare(inputs, &options)?;
@@ -435,9 +495,10 @@ impl Nimble {
             kernel_nodes: structure.kernel_count(),
             graph_width: structure.width(),
             backward_kernel_nodes: 0,
+            layout_trial: None,
             seconds,
         };
-        let prepared = self.prepared.insert(Prepared {
+        self.prepared = Some(Prepared {
             replay: Replay::Inference { outputs, graph: cuda_graph },
             _schedule: schedule,
             inputs: static_inputs,
@@ -447,7 +508,7 @@ impl Nimble {
             plan,
             report,
         });
-        Ok(&prepared.report)
+        Ok((applied.grouped_convs, applied.channels_last))
     }
 
     /// Copies `inputs` into the graph's static inputs, replays the graph on the current stream,

@@ -316,6 +316,7 @@ impl Setup {
             kernel_nodes: structure.kernel_count(),
             graph_width: structure.width(),
             backward_kernel_nodes,
+            layout_trial: None,
             seconds: self.seconds,
         };
         Prepared { replay, _schedule: self.schedule, inputs: self.inputs, optimized: None, trace: self.trace, task_graph, plan: self.plan, report }

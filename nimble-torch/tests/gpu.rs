@@ -126,8 +126,10 @@ fn fused_kernels_match_aten_eagerly_and_captured_and_cut_efficientnets_kernels()
         let mut nimble = wrap(&forward);
         let report = nimble.prepare(&[randn(&[1, 3, 224, 224])], PrepareOptions::inference().fuse_kernels(fuse)).unwrap().clone();
         assert_eq!(report.fused_ops, if fuse { 16 + 33 + 9 } else { 0 }, "{report:?}");
-        // Depthwise convolutions keep NCHW by default, whatever op the fusion turned them into.
-        assert!(!report.channels_last, "{report:?}");
+        // Depthwise convolutions: both layouts are timed, whatever op the fusion made of them,
+        // and the faster is kept.
+        let trial = report.layout_trial.expect("a model with depthwise convolutions gets a layout trial");
+        assert_eq!(report.channels_last, trial.nhwc_us < trial.nchw_us, "{report:?}");
         let x = randn(&[1, 3, 224, 224]);
         let reference = tch::no_grad(|| forward(&x));
         let error = relative_error(&nimble.forward(&[x]).unwrap()[0], &reference);
@@ -274,29 +276,34 @@ fn forward_checks_count_shape_dtype_and_device() {
 #[test]
 fn dropping_a_prepared_model_returns_its_memory() {
     let Some(_gpu) = gpu() else { return };
-    let (_vs, forward) = frozen(|p| tch::vision::resnet::resnet50(p, 1000));
-    let cycle = || {
-        let mut nimble = wrap(&forward);
-        nimble.prepare(&[randn(&[1, 3, 224, 224])], PrepareOptions::inference()).unwrap();
-        for _ in 0..10 {
-            let _ = nimble.forward(&[randn(&[1, 3, 224, 224])]).unwrap();
-        }
+    // MobileNetV2's depthwise convolutions make prepare build and time both layouts: the graph
+    // it does not keep must come back too.
+    for (name, build) in [("resnet50", MODELS[0].2), ("mobilenet-v2", MODELS[2].2)] {
+        let (_vs, forward) = build();
+        let cycle = || {
+            let mut nimble = wrap(&forward);
+            let report = nimble.prepare(&[randn(&[1, 3, 224, 224])], PrepareOptions::inference()).unwrap();
+            assert_eq!(report.layout_trial.is_some(), name == "mobilenet-v2", "{name}: {report:?}");
+            for _ in 0..10 {
+                let _ = nimble.forward(&[randn(&[1, 3, 224, 224])]).unwrap();
+            }
+            cuda_synchronize().unwrap();
+        };
         cuda_synchronize().unwrap();
-    };
-    cuda_synchronize().unwrap();
-    let before_first = cuda_allocated_bytes(0).unwrap();
-    cycle();
-    cuda_synchronize().unwrap();
-    let after_first = cuda_allocated_bytes(0).unwrap();
-    // libtorch keeps one cuBLAS workspace per (handle, stream) it has seen, for the process's
-    // lifetime: the first prepare on a pool stream leaves those behind. Nimble's own memory
-    // (static inputs and outputs, the graph's pool, the pre-run's tensors) must all come back.
-    eprintln!("allocated bytes: {before_first} before the first prepare, {after_first} after its drop (libtorch's per-stream cuBLAS workspaces)");
-    cycle();
-    cuda_synchronize().unwrap();
-    let after_second = cuda_allocated_bytes(0).unwrap();
-    eprintln!("allocated bytes: {after_first} before the second prepare, {after_second} after its drop");
-    assert_eq!(after_second, after_first, "a prepared model's memory comes back when it is dropped");
+        let before_first = cuda_allocated_bytes(0).unwrap();
+        cycle();
+        cuda_synchronize().unwrap();
+        let after_first = cuda_allocated_bytes(0).unwrap();
+        // libtorch keeps one cuBLAS workspace per (handle, stream) it has seen, for the process's
+        // lifetime: the first prepare on a pool stream leaves those behind. Nimble's own memory
+        // (static inputs and outputs, the graph's pool, the pre-run's tensors) must all come back.
+        eprintln!("{name} allocated bytes: {before_first} before the first prepare, {after_first} after its drop (libtorch's per-stream cuBLAS workspaces)");
+        cycle();
+        cuda_synchronize().unwrap();
+        let after_second = cuda_allocated_bytes(0).unwrap();
+        eprintln!("{name} allocated bytes: {after_first} before the second prepare, {after_second} after its drop");
+        assert_eq!(after_second, after_first, "{name}: a prepared model's memory comes back when it is dropped");
+    }
 }
 
 #[test]
