@@ -141,6 +141,24 @@ fn gpu_commands_say_there_is_no_gpu() {
     let output = nimble_bench(&["synth", "--synthetic", "fan:2"]);
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).starts_with("error: no CUDA GPU available"));
+    let output = nimble_bench(&["profile", "--model", "efficientnet-b0"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).starts_with("error: profile needs a CUDA device"), "{}", String::from_utf8_lossy(&output.stderr));
+}
+
+#[test]
+fn profile_checks_its_arguments_before_looking_for_a_gpu() {
+    for (args, message) in [
+        (&["--model", "resnet50,mobilenet-v2"][..], "--model names one model, got resnet50,mobilenet-v2"),
+        (&["--model", "resnet51"][..], "resnet51"),
+        (&["--mode", "torchscript"][..], "--mode torchscript is not profiled"),
+        (&["--runs", "0"][..], "--runs must be at least 1"),
+    ] {
+        let output = nimble_bench(&[&["profile"][..], args].concat());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.starts_with("error: ") && stderr.contains(message), "{args:?}: {stderr}");
+    }
 }
 
 #[test]

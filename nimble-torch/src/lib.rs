@@ -4,7 +4,8 @@
 //! ```text
 //! Nimble::prepare(inputs, options)
 //!   optimize   trace into TorchScript, freeze, fold BatchNorm, fuse conv(+add)+ReLU (cuDNN) and
-//!              squeeze-excitation and conv tails (Nimble's own kernels) (optional)
+//!              squeeze-excitation and conv tails (Nimble's own kernels), pick the layout
+//!              (optional)
 //!   warm-up    two eager runs (lazy init, cuDNN's algorithm search)
 //!   trace      record the top-level ATen ops and the storages they read and write
 //!   schedule   task graph -> nimble-sched plan (streams, syncs) for the traced issue order
@@ -19,6 +20,10 @@
 //! [`PrepareOptions::training`] captures the forward and its backward as two graphs behind a
 //! custom autograd function (the paper's mode), and [`Nimble::prepare_train_step`] /
 //! [`Nimble::train_step`] the whole step (forward, loss, backward, fused SGD or Adam) as one.
+//!
+//! With grouped convolutions and no layout given, the steps run for NCHW and for NHWC, both
+//! graphs are timed, and the faster is kept ([`PrepareReport::layout_trial`]). [`profile`] shows
+//! what the device runs in any code, graph replays included.
 //!
 //! Every pass checks that its op sequence equals the traced one and fails naming the first
 //! differing op; forwards that synchronize with the host (`.item()`, `nonzero`, copies to the

@@ -424,7 +424,7 @@ impl Nimble {
     fn prepare_inference(&mut self, inputs: &[Tensor], options: &PrepareOptions) -> Result<(bool, bool)> {
         let started = Instant::now();
         let mut seconds = PrepareSeconds::default();
-        let (device, assigner) = check_cuda_prepare(inputs, &options)?;
+        let (device, assigner) = check_cuda_prepare(inputs, options)?;
         let mut static_inputs: Vec<Tensor> = inputs.iter().map(|t| t.detach().copy()).collect();
 
         let step = Instant::now();
