@@ -157,25 +157,11 @@ enum Command {
         /// Comma-separated modes: eager, torchscript (tch CModule), graph (one stream), nimble
         #[arg(long, value_enum, value_delimiter = ',', default_value = "eager,torchscript,graph,nimble")]
         mode: Vec<InferModeArg>,
-        #[arg(long, default_value_t = 1)]
-        batch: i64,
-        /// The stream-assignment algorithm of the nimble mode
-        #[arg(long, default_value = "nimble")]
-        algo: String,
         /// Inference rewrites for the graph modes
         #[arg(long, value_enum, default_value = "on")]
         optimize: torch::Optimize,
-        /// With the rewrites: fuse convolution(+add)+ReLU into cuDNN's fused kernels
-        #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
-        fuse: bool,
-        /// With the rewrites: Nimble's fused kernels for squeeze-and-excitation blocks and
-        /// convolutions followed by SiLU, ReLU, ReLU6 or a residual add
-        #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
-        fuse_kernels: bool,
-        /// With the rewrites: channels-last (NHWC) weights and inputs; auto: unless the model has
-        /// grouped (depthwise) convolutions
-        #[arg(long, value_enum, default_value = "auto")]
-        channels_last: torch::Switch,
+        #[command(flatten)]
+        prepare: PrepareArgs,
         #[arg(long, default_value_t = 50)]
         warmup: usize,
         #[arg(long, default_value_t = 100)]
@@ -197,23 +183,11 @@ enum Command {
         /// eager (tch), graph (one stream) or nimble
         #[arg(long, value_enum, default_value = "nimble")]
         mode: InferModeArg,
-        #[arg(long, default_value_t = 1)]
-        batch: i64,
-        /// The stream-assignment algorithm of the nimble mode
-        #[arg(long, default_value = "nimble")]
-        algo: String,
         /// Inference rewrites for the graph modes
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
         optimize: bool,
-        /// With the rewrites: cuDNN's conv(+add)+ReLU fusion
-        #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
-        fuse: bool,
-        /// With the rewrites: Nimble's fused kernels
-        #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
-        fuse_kernels: bool,
-        /// With the rewrites: channels-last layout
-        #[arg(long, value_enum, default_value = "auto")]
-        channels_last: torch::Switch,
+        #[command(flatten)]
+        prepare: PrepareArgs,
         /// Profiled runs, each on a fresh input with the device idle before it
         #[arg(long, default_value_t = 20)]
         runs: usize,
@@ -375,6 +349,27 @@ enum DatasetArg {
     Cifar10,
 }
 
+/// How `infer` and `profile` prepare a model: batch, algorithm and the rewrites' choices.
+#[derive(clap::Args, Debug)]
+struct PrepareArgs {
+    #[arg(long, default_value_t = 1)]
+    batch: i64,
+    /// The stream-assignment algorithm of the nimble mode
+    #[arg(long, default_value = "nimble")]
+    algo: String,
+    /// With the rewrites: fuse convolution(+add)+ReLU into cuDNN's fused kernels
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    fuse: bool,
+    /// With the rewrites: Nimble's fused kernels for squeeze-and-excitation blocks and
+    /// convolutions followed by SiLU, ReLU, ReLU6 or a residual add
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    fuse_kernels: bool,
+    /// With the rewrites: channels-last (NHWC) weights and inputs; auto: on without grouped
+    /// (depthwise) convolutions, otherwise both layouts are prepared and timed and the faster kept
+    #[arg(long, value_enum, default_value = "auto")]
+    channels_last: torch::Switch,
+}
+
 /// `infer --mode` values.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 enum InferModeArg {
@@ -432,32 +427,32 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
         Command::ExportGraph { model, batch, device, optimize, weights, out } => {
             torch::export_graph(&model, batch, device, optimize, weights.as_deref(), out.as_ref())
         }
-        Command::Infer { model, mode, batch, algo, optimize, fuse, fuse_kernels, channels_last, warmup, iters, weights, out } => {
+        Command::Infer { model, mode, optimize, prepare, warmup, iters, weights, out } => {
             let modes: Vec<InferMode> = mode.into_iter().map(InferMode::from).collect();
             torch::infer(&torch::InferArgs {
                 models: &model,
                 modes: &modes,
-                batch,
-                algorithm: &algo,
+                batch: prepare.batch,
+                algorithm: &prepare.algo,
                 optimize,
-                fuse_conv_relu: fuse,
-                fuse_kernels,
-                channels_last: channels_last.choice(),
+                fuse_conv_relu: prepare.fuse,
+                fuse_kernels: prepare.fuse_kernels,
+                channels_last: prepare.channels_last.choice(),
                 warmup,
                 iterations: iters,
                 weights: weights.as_deref(),
                 out: out.as_deref(),
             })
         }
-        Command::Profile { model, mode, batch, algo, optimize, fuse, fuse_kernels, channels_last, runs, top, trace, out } => torch::profile(&torch::ProfileArgs {
+        Command::Profile { model, mode, optimize, prepare, runs, top, trace, out } => torch::profile(&torch::ProfileArgs {
             model: &model,
             mode: mode.into(),
-            batch,
-            algorithm: &algo,
+            batch: prepare.batch,
+            algorithm: &prepare.algo,
             optimize,
-            fuse_conv_relu: fuse,
-            fuse_kernels,
-            channels_last: channels_last.choice(),
+            fuse_conv_relu: prepare.fuse,
+            fuse_kernels: prepare.fuse_kernels,
+            channels_last: prepare.channels_last.choice(),
             runs,
             top,
             trace: trace.as_deref(),
