@@ -63,6 +63,14 @@ pub struct InferConfig {
     pub channels_last: Option<bool>,
 }
 
+impl InferConfig {
+    /// Nimble's algorithm with every rewrite and the layout decided per model (the defaults of
+    /// `PrepareOptions::inference`).
+    pub fn defaults(batch: i64, warmup: usize, iterations: usize) -> InferConfig {
+        InferConfig { batch, warmup, iterations, algorithm: "nimble".into(), fuse_conv_relu: true, fuse_kernels: true, channels_last: None }
+    }
+}
+
 /// One measured configuration.
 #[derive(Clone, Debug, Serialize)]
 pub struct InferRow {

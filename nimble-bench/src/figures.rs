@@ -16,7 +16,7 @@ use serde_json::Value;
 use crate::output::emit;
 use crate::plots::{save, Drawing};
 use crate::torch::{self, InferArgs, Optimize, TrainArgs};
-use experiments::inference::InferMode;
+use experiments::inference::{InferConfig, InferMode};
 
 /// One figure or table of the evaluation.
 pub struct Figure {
@@ -127,14 +127,8 @@ pub fn inference(invoked_as: &str, models: &str, batch: i64, args: &Rendering) -
         torch::infer(&InferArgs {
             models,
             modes: &[InferMode::Eager, InferMode::TorchScript, InferMode::Graph, InferMode::Nimble],
-            batch,
-            algorithm: "nimble",
             optimize: Optimize::On,
-            fuse_conv_relu: true,
-            fuse_kernels: true,
-            channels_last: None,
-            warmup: args.warmup,
-            iterations: args.iterations,
+            config: InferConfig::defaults(batch, args.warmup, args.iterations),
             weights: None,
             out: Some(&args.results),
         })

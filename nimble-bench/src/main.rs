@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use experiments::inference::InferMode;
+use experiments::inference::{InferConfig, InferMode};
 use experiments::models::Dataset;
 
 use scheduling::{Mode, PlanArgs, SimulatorArgs};
@@ -370,6 +370,20 @@ struct PrepareArgs {
     channels_last: torch::Switch,
 }
 
+impl PrepareArgs {
+    fn config(&self, warmup: usize, iterations: usize) -> InferConfig {
+        InferConfig {
+            batch: self.batch,
+            warmup,
+            iterations,
+            algorithm: self.algo.clone(),
+            fuse_conv_relu: self.fuse,
+            fuse_kernels: self.fuse_kernels,
+            channels_last: self.channels_last.choice(),
+        }
+    }
+}
+
 /// `infer --mode` values.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 enum InferModeArg {
@@ -432,14 +446,8 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
             torch::infer(&torch::InferArgs {
                 models: &model,
                 modes: &modes,
-                batch: prepare.batch,
-                algorithm: &prepare.algo,
                 optimize,
-                fuse_conv_relu: prepare.fuse,
-                fuse_kernels: prepare.fuse_kernels,
-                channels_last: prepare.channels_last.choice(),
-                warmup,
-                iterations: iters,
+                config: prepare.config(warmup, iters),
                 weights: weights.as_deref(),
                 out: out.as_deref(),
             })
@@ -447,12 +455,9 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
         Command::Profile { model, mode, optimize, prepare, runs, top, trace, out } => torch::profile(&torch::ProfileArgs {
             model: &model,
             mode: mode.into(),
-            batch: prepare.batch,
-            algorithm: &prepare.algo,
             optimize,
-            fuse_conv_relu: prepare.fuse,
-            fuse_kernels: prepare.fuse_kernels,
-            channels_last: prepare.channels_last.choice(),
+            // The paper's method for the unprofiled latency printed beside the profile.
+            config: prepare.config(50, 100),
             runs,
             top,
             trace: trace.as_deref(),

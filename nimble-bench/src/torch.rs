@@ -152,39 +152,32 @@ pub fn export_graph(model: &str, batch: i64, device: TraceDevice, optimize: bool
     }
 }
 
-/// What `infer` measures.
+/// What `infer` measures; `config` holds the batch, the algorithm, the rewrites' choices and
+/// the warm-ups and timed runs.
 pub struct InferArgs<'a> {
     pub models: &'a str,
     pub modes: &'a [InferMode],
-    pub batch: i64,
-    pub algorithm: &'a str,
     pub optimize: Optimize,
-    pub fuse_conv_relu: bool,
-    pub fuse_kernels: bool,
-    pub channels_last: Option<bool>,
-    pub warmup: usize,
-    pub iterations: usize,
+    pub config: InferConfig,
     pub weights: Option<&'a Path>,
     pub out: Option<&'a Path>,
 }
 
+/// The checks `infer` and `profile` make of their configuration before looking for a GPU.
+fn check_config(config: &InferConfig) -> Result<()> {
+    anyhow::ensure!(config.batch >= 1, "--batch must be at least 1");
+    anyhow::ensure!(config.iterations >= 1, "--iters must be at least 1");
+    nimble_sched::algorithms::by_name(&config.algorithm)?;
+    Ok(())
+}
+
 /// `infer`: eager / single-stream graph / Nimble latency per model, checked against eager.
 pub fn infer(args: &InferArgs<'_>) -> Result<()> {
-    anyhow::ensure!(args.batch >= 1, "--batch must be at least 1");
-    anyhow::ensure!(args.iterations >= 1, "--iters must be at least 1");
-    nimble_sched::algorithms::by_name(args.algorithm)?;
+    check_config(&args.config)?;
     let names = model_names(args.models)?;
     anyhow::ensure!(args.weights.is_none() || names.len() == 1, "--weights loads one model's weights: name exactly one model");
     let gpu = open_gpu("infer", " (export-graph --device cpu works without one)")?;
-    let config = InferConfig {
-        batch: args.batch,
-        warmup: args.warmup,
-        iterations: args.iterations,
-        algorithm: args.algorithm.to_string(),
-        fuse_conv_relu: args.fuse_conv_relu,
-        fuse_kernels: args.fuse_kernels,
-        channels_last: args.channels_last,
-    };
+    let config = &args.config;
     let optimize: &[bool] = match args.optimize {
         Optimize::On => &[true],
         Optimize::Off => &[false],
@@ -205,7 +198,7 @@ pub fn infer(args: &InferArgs<'_>) -> Result<()> {
         nimble_torch::cuda_empty_cache()?;
         tch::manual_seed(0);
         let model = build_model(name, Device::Cuda(0), args.weights)?;
-        let measured = inference::measure_model(&model, &config, &variants).with_context(|| format!("measuring {name}"))?;
+        let measured = inference::measure_model(&model, config, &variants).with_context(|| format!("measuring {name}"))?;
         for row in measured {
             note(&bar, &format!("  {}", row_line(&row)));
             rows.push(row);
@@ -216,7 +209,7 @@ pub fn infer(args: &InferArgs<'_>) -> Result<()> {
     let method = "cuDNN benchmark on; fresh randn inputs; CUDA events around each call on the current stream (graphs: input copy + replay); each system timed in its own block; median";
     let record = InferRecord {
         experiment: "inference",
-        provenance: Provenance::now(gpu.info(), args.warmup, args.iterations, method),
+        provenance: Provenance::now(gpu.info(), config.warmup, config.iterations, method),
         libtorch: LIBTORCH_VERSION,
         precision: PRECISION,
         rows,
@@ -448,7 +441,7 @@ fn train_table(record: &TrainRecord) -> String {
 pub fn measure_schedulers(models: &str, warmup: usize, iterations: usize, out: &Path) -> Result<()> {
     let names = model_names(models)?;
     let gpu = open_gpu("measuring the schedulers", "")?;
-    let config = InferConfig { batch: 1, warmup, iterations, algorithm: "nimble".into(), fuse_conv_relu: true, fuse_kernels: true, channels_last: None };
+    let config = InferConfig::defaults(1, warmup, iterations);
     let algorithms = schedulers::algorithms();
     let mut measured = Vec::new();
     let bar = progress(names.len(), "schedulers");
@@ -478,16 +471,13 @@ pub fn measure_schedulers(models: &str, warmup: usize, iterations: usize, out: &
     write_file(out, &serde_json::to_string_pretty(&record)?)
 }
 
-/// What `profile` runs.
+/// What `profile` runs; `config` as for `infer` (its warm-ups and timed runs give the
+/// unprofiled latency).
 pub struct ProfileArgs<'a> {
     pub model: &'a str,
     pub mode: InferMode,
-    pub batch: i64,
-    pub algorithm: &'a str,
     pub optimize: bool,
-    pub fuse_conv_relu: bool,
-    pub fuse_kernels: bool,
-    pub channels_last: Option<bool>,
+    pub config: InferConfig,
     pub runs: usize,
     pub top: usize,
     pub trace: Option<&'a Path>,
@@ -501,27 +491,18 @@ const PROFILE_PAUSE: std::time::Duration = std::time::Duration::from_millis(2);
 /// `profile`: what the device runs in one forward of a prepared model (kernels, copies), each
 /// run's span against the time the device was busy, and the kernels that take the most time.
 pub fn profile(args: &ProfileArgs<'_>) -> Result<()> {
-    anyhow::ensure!(args.batch >= 1, "--batch must be at least 1");
+    check_config(&args.config)?;
     anyhow::ensure!(args.runs >= 1, "--runs must be at least 1");
     anyhow::ensure!(args.mode != InferMode::TorchScript, "--mode torchscript is not profiled; use eager, graph or nimble");
-    nimble_sched::algorithms::by_name(args.algorithm)?;
     let name = model_names(args.model)?;
     let [name] = name[..] else { bail!("--model names one model, got {}", args.model) };
     let gpu = open_gpu("profile", "")?;
     tch::manual_seed(0);
     let model = build_model(name, Device::Cuda(0), None)?;
-    let config = InferConfig {
-        batch: args.batch,
-        warmup: 50,
-        iterations: 100,
-        algorithm: args.algorithm.to_string(),
-        fuse_conv_relu: args.fuse_conv_relu,
-        fuse_kernels: args.fuse_kernels,
-        channels_last: args.channels_last,
-    };
+    let config = &args.config;
     let prepared = match args.mode {
         InferMode::Eager => None,
-        mode => Some(inference::prepare_checked(&model, &config, mode, args.optimize).with_context(|| format!("preparing {name}"))?),
+        mode => Some(inference::prepare_checked(&model, config, mode, args.optimize).with_context(|| format!("preparing {name}"))?),
     };
     let run = |x: &tch::Tensor| -> nimble_torch::Result<()> {
         match &prepared {
@@ -533,8 +514,8 @@ pub fn profile(args: &ProfileArgs<'_>) -> Result<()> {
         }
     };
     // The unprofiled latency first (the paper's method), for comparison with the profiled span.
-    let latency = nimble_cuda::Samples::new(inference::time_runs(&model, &config, run)?);
-    let inputs: Vec<tch::Tensor> = (0..args.runs).map(|_| model.input(args.batch)).collect();
+    let latency = nimble_cuda::Samples::new(inference::time_runs(&model, config, run)?);
+    let inputs: Vec<tch::Tensor> = (0..args.runs).map(|_| model.input(config.batch)).collect();
     nimble_torch::cuda_synchronize()?;
     let partial = args.trace.map(|p| p.with_extension("partial.json"));
     let ((), device) = nimble_torch::profile(partial.as_deref(), || {
@@ -568,8 +549,8 @@ pub fn profile(args: &ProfileArgs<'_>) -> Result<()> {
         "provenance": &provenance,
         "libtorch": LIBTORCH_VERSION,
         "precision": PRECISION,
-        "model": name, "mode": args.mode, "batch": args.batch, "optimized": args.optimize && args.mode != InferMode::Eager,
-        "fuse_conv_relu": args.fuse_conv_relu, "fuse_kernels": args.fuse_kernels,
+        "model": name, "mode": args.mode, "batch": config.batch, "optimized": args.optimize && args.mode != InferMode::Eager,
+        "fuse_conv_relu": config.fuse_conv_relu, "fuse_kernels": config.fuse_kernels,
         "prepare": prepared.as_ref().map(|p| &p.1),
         "latency": &latency,
         "runs": &runs,
@@ -581,7 +562,7 @@ pub fn profile(args: &ProfileArgs<'_>) -> Result<()> {
     let per_run = args.runs as f64;
     let busy = median(|r| r.busy_us);
     let mut lines = vec![
-        provenance_line(&provenance, LIBTORCH_VERSION, &format!("{name} {} batch {}", args.mode.name(), args.batch)),
+        provenance_line(&provenance, LIBTORCH_VERSION, &format!("{name} {} batch {}", args.mode.name(), config.batch)),
         format!(
             "unprofiled latency {:.3} ms; per profiled run (median of {}): {} kernels, {} activities, span {:.1} us, device busy {:.1} us, work {:.1} us, {} stream(s)",
             latency.median_us / 1000.0,
