@@ -208,7 +208,7 @@ impl PythonBaselines {
     /// (`latency` for inference, `step` for training).
     fn beside(results: &Path, names: &[&str], timing: &str) -> Result<PythonBaselines> {
         let mut medians = Vec::new();
-        let mut provenance = None;
+        let (mut setup, mut dates) = (None, Vec::new());
         let dir = results.parent().unwrap_or(Path::new("."));
         for name in names {
             let path = dir.join(name);
@@ -217,14 +217,10 @@ impl PythonBaselines {
             }
             let record = read_record(&path)?;
             let p = &record["provenance"];
-            provenance.get_or_insert_with(|| {
-                format!(
-                    "torch {}, {}, {}",
-                    p["torch"].as_str().unwrap_or("?"),
-                    p["gpu"].as_str().unwrap_or("?"),
-                    p["date_utc"].as_str().unwrap_or("?")
-                )
-            });
+            setup.get_or_insert_with(|| format!("torch {}, {}", p["torch"].as_str().unwrap_or("?"), p["gpu"].as_str().unwrap_or("?")));
+            // Each record has its own date: name them all.
+            let what = name.trim_start_matches("pytorch-").trim_end_matches(".json");
+            dates.push(format!("{what} {}", p["date_utc"].as_str().unwrap_or("?")));
             for row in record["rows"].as_array().with_context(|| format!("{}: no `rows` array", path.display()))? {
                 if let (Some(model), Some(system), Some(median)) = (row["model"].as_str(), row["system"].as_str(), row[timing]["median_us"].as_f64()) {
                     // Inference rows carry no batch: the runner measures batch 1.
@@ -232,6 +228,7 @@ impl PythonBaselines {
                 }
             }
         }
+        let provenance = setup.map(|setup| format!("{setup}; {}", dates.join(", ")));
         Ok(PythonBaselines { medians, provenance })
     }
 

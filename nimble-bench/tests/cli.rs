@@ -177,6 +177,8 @@ fn fig5_re_renders_the_committed_inference_record_without_a_gpu() {
     // The Python runner's records beside the inference record add the PyTorch systems.
     assert!(svg.contains("PyTorch eager") && svg.contains("torch.compile"), "the figure lacks the PyTorch baselines");
     assert!(text.contains("PyTorch columns from torch 2.11.0"), "{text}");
+    // Each Python record's own date (eager/TorchScript and torch.compile ran at different times).
+    assert!(text.contains("baselines 2026-") && text.contains("compile 2026-"), "{text}");
 }
 
 #[test]
