@@ -56,7 +56,7 @@ pub struct PrepareOptions {
     /// so cuDNN needs no layout transforms (inductor's layout optimization does the same).
     /// `None` (the default) decides per model: on when it has no grouped (depthwise)
     /// convolutions; with them, neither layout wins everywhere (cuDNN's grouped kernels differ
-    /// by layout), so `prepare` builds both, times a few replays of each, and keeps the faster
+    /// by layout), so `prepare` builds both, times 60 replays of each, and keeps the faster
     /// (`PrepareReport::layout_trial`). Values are unchanged; outputs keep the layout the model
     /// gives them.
     pub channels_last: Option<bool>,
@@ -193,8 +193,14 @@ pub struct LayoutTrial {
     pub nhwc_us: f64,
 }
 
-/// Replays timed per layout in the layout trial, after as many untimed ones.
-const LAYOUT_TRIAL_REPLAYS: usize = 15;
+/// The layout trial: per layout, `rounds` blocks of `warmup` untimed and `timed` timed replays,
+/// the layouts' blocks alternating.
+struct TrialBlocks {
+    rounds: usize,
+    warmup: usize,
+    timed: usize,
+}
+const LAYOUT_TRIAL: TrialBlocks = TrialBlocks { rounds: 3, warmup: 10, timed: 20 };
 
 /// Wall-clock seconds of each step of `prepare`.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -386,27 +392,28 @@ impl Nimble {
     }
 
     /// Prepares the other channels layout than the prepared one's, times both, and keeps the
-    /// faster. `first`: whether the prepared one is channels-last.
+    /// faster. `first`: whether the prepared one is channels-last. The two are timed in
+    /// alternating blocks (warm-ups, then timed replays), so that a drift in the GPU's clocks
+    /// over the trial favours neither.
     fn try_other_layout(&mut self, inputs: &[Tensor], options: &PrepareOptions, first: bool) -> Result<()> {
         let started = Instant::now();
-        let time = |nimble: &mut Nimble, prepared: Prepared| -> Result<(Prepared, f64)> {
-            nimble.prepared = Some(prepared);
-            let mut samples = Vec::with_capacity(LAYOUT_TRIAL_REPLAYS);
-            for i in 0..2 * LAYOUT_TRIAL_REPLAYS {
-                ffi::cuda_synchronize()?;
-                let us = cuda_time(|| nimble.forward(inputs).map(drop))? * 1000.0;
-                if i >= LAYOUT_TRIAL_REPLAYS {
-                    samples.push(us);
-                }
-            }
-            samples.sort_by(f64::total_cmp);
-            Ok((nimble.prepared.take().expect("set above"), samples[samples.len() / 2]))
-        };
         let prepared = self.prepared.take().expect("prepared before the trial");
-        let (first_prepared, first_us) = time(self, prepared)?;
         self.prepare_inference(inputs, &options.clone().channels_last(Some(!first)))?;
-        let prepared = self.prepared.take().expect("prepared above");
-        let (second_prepared, second_us) = time(self, prepared)?;
+        let mut slots = [Some(prepared), self.prepared.take()];
+        let mut samples = [Vec::new(), Vec::new()];
+        for _ in 0..LAYOUT_TRIAL.rounds {
+            for (slot, samples) in slots.iter_mut().zip(samples.iter_mut()) {
+                self.prepared = slot.take();
+                let block = self.time_replays(inputs);
+                *slot = self.prepared.take();
+                samples.extend(block?);
+            }
+        }
+        let [first_us, second_us] = samples.map(|mut s| {
+            s.sort_by(f64::total_cmp);
+            s[s.len() / 2]
+        });
+        let [first_prepared, second_prepared] = slots.map(|slot| slot.expect("put back after each block"));
         let (mut kept, dropped) = if second_us < first_us { (second_prepared, first_prepared) } else { (first_prepared, second_prepared) };
         // The other graph's memory goes back to the allocator before the kept one is handed out.
         drop(dropped);
@@ -417,6 +424,20 @@ impl Nimble {
         seconds.total += seconds.layout_trial;
         self.prepared = Some(kept);
         Ok(())
+    }
+
+    /// One block of the layout trial: `forward` on `inputs` after warm-ups, each timed replay
+    /// in microseconds.
+    fn time_replays(&self, inputs: &[Tensor]) -> Result<Vec<f64>> {
+        for _ in 0..LAYOUT_TRIAL.warmup {
+            self.forward(inputs)?;
+        }
+        let mut samples = Vec::with_capacity(LAYOUT_TRIAL.timed);
+        for _ in 0..LAYOUT_TRIAL.timed {
+            ffi::cuda_synchronize()?;
+            samples.push(cuda_time(|| self.forward(inputs).map(drop))? * 1000.0);
+        }
+        Ok(samples)
     }
 
     /// `prepare` for inference with one layout. Returns whether the model has grouped
