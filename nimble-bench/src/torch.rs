@@ -206,7 +206,7 @@ pub fn infer(args: &InferArgs<'_>) -> Result<()> {
         bar.inc(1);
     }
     bar.finish_and_clear();
-    let method = "cuDNN benchmark on; fresh randn inputs; CUDA events around each call on the current stream (graphs: input copy + replay); each system timed in its own block; median";
+    let method = "cuDNN benchmark on; fresh randn inputs; CUDA events around each call on the current stream (graphs: input copy + replay); each system timed in two blocks (the warm-ups, then half the timed runs), the systems' blocks in mirrored order A B .. B A; median of all timed runs";
     let record = InferRecord {
         experiment: "inference",
         provenance: Provenance::now(gpu.info(), config.warmup, config.iterations, method),
