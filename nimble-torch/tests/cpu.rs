@@ -19,6 +19,15 @@ fn count(trace: &Trace, name: &str) -> usize {
     trace.ops.iter().filter(|op| op.name == name).count()
 }
 
+/// A model built on the CPU with its VarStore frozen (as the inference rewrites need). Keep the
+/// VarStore while the model is used.
+fn frozen<M>(build: impl FnOnce(&nn::Path) -> M) -> (nn::VarStore, M) {
+    let mut vs = nn::VarStore::new(Device::Cpu);
+    let model = build(&vs.root());
+    vs.freeze();
+    (vs, model)
+}
+
 fn resnet50(frozen: bool) -> (nn::VarStore, Nimble) {
     let mut vs = nn::VarStore::new(Device::Cpu);
     let model = tch::vision::resnet::resnet50(&vs.root(), 1000);
@@ -136,9 +145,7 @@ fn the_inference_rewrites_fold_batchnorm_and_need_frozen_parameters() {
 
 #[test]
 fn torchscript_files_are_accepted() {
-    let mut vs = nn::VarStore::new(Device::Cpu);
-    let model = tch::vision::mobilenet::v2(&vs.root(), 10);
-    vs.freeze();
+    let (_vs, model) = frozen(|p| tch::vision::mobilenet::v2(p, 10));
     let x = input(&[1, 3, 64, 64]);
     let mut forward = |xs: &[Tensor]| vec![nn::ModuleT::forward_t(&model, &xs[0], false)];
     let module = tch::CModule::create_by_tracing("M", "forward", &[x.shallow_clone()], &mut forward).unwrap();
@@ -270,9 +277,7 @@ fn the_fused_optimizer_updates_like_tchs_sgd_and_adam() {
 
 #[test]
 fn export_torchscript_writes_a_file_that_tchs_cmodule_runs_alike() {
-    let mut vs = nn::VarStore::new(Device::Cpu);
-    let model = tch::vision::resnet::resnet18(&vs.root(), 10);
-    vs.freeze();
+    let (_vs, model) = frozen(|p| tch::vision::resnet::resnet18(p, 10));
     let x = Tensor::randn([2, 3, 32, 32], (Kind::Float, Device::Cpu));
     let expected = tch::no_grad(|| nn::ModuleT::forward_t(&model, &x, false));
     let dir = std::env::temp_dir().join(format!("nimble-export-{}", std::process::id()));
@@ -291,9 +296,7 @@ fn export_torchscript_writes_a_file_that_tchs_cmodule_runs_alike() {
 
 #[test]
 fn the_fused_kernels_replace_squeeze_excitation_and_convolution_tails_of_efficientnet() {
-    let mut vs = nn::VarStore::new(Device::Cpu);
-    let model = tch::vision::efficientnet::b0(&vs.root(), 10);
-    vs.freeze();
+    let (_vs, model) = frozen(|p| tch::vision::efficientnet::b0(p, 10));
     let x = input(&[2, 3, 64, 64]);
     let expected = tch::no_grad(|| nn::ModuleT::forward_t(&model, &x, false));
     let nimble = Nimble::new(model);
