@@ -115,18 +115,17 @@ at::Tensor squeeze_excite_cuda(const at::Tensor& x, const at::Tensor& w1, const 
   bool nchw = x.is_contiguous(), nhwc = !nchw && x.dim() == 4 && x.is_contiguous(at::MemoryFormat::ChannelsLast);
   bool ours = x.scalar_type() == at::kFloat && x.dim() == 4 && (nchw || nhwc) && w1.dim() == 4 && w2.dim() == 4;
   int64_t batch = 0, channels = 0, squeeze = 0, hw = 0;
+  // A 1×1 weight holds the same bytes in either layout, so contiguous() returns a channels-last
+  // one as it is (no copy) and plain() below sees the NCHW strides.
+  at::Tensor w1c = w1.contiguous(), w2c = w2.contiguous();
   if (ours) {
     batch = x.size(0), channels = x.size(1), squeeze = w1.size(0), hw = x.size(2) * x.size(3);
     const at::Device device = x.device();
-    // 1×1 weights are the same bytes in either layout; plain() checks the NCHW strides.
-    auto weight = [&](const at::Tensor& w, int64_t rows, int64_t cols) {
-      return plain(w.is_contiguous() ? w : w.contiguous(), device, {rows, cols, 1, 1});
-    };
-    ours = hw > 0 && squeeze > 0 && weight(w1, squeeze, channels) && weight(w2, channels, squeeze) &&
-           (!present(b1) || plain(*b1, device, {squeeze})) && (!present(b2) || plain(*b2, device, {channels}));
+    ours = hw > 0 && squeeze > 0 && plain(w1c, device, {squeeze, channels, 1, 1}) &&
+           plain(w2c, device, {channels, squeeze, 1, 1}) && (!present(b1) || plain(*b1, device, {squeeze})) &&
+           (!present(b2) || plain(*b2, device, {channels}));
   }
   if (!ours) return squeeze_excite_aten(x, w1, b1, w2, b2, act);
-  at::Tensor w1c = w1.contiguous(), w2c = w2.contiguous();
   at::Tensor y = at::empty_like(x);  // keeps x's layout
   at::Tensor partials = at::empty({batch * channels * nk_se_chunks(hw)}, x.options());
   at::Tensor hidden = at::empty({batch * squeeze}, x.options());

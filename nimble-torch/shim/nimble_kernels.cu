@@ -259,14 +259,17 @@ extern "C" int nk_squeeze_excite(const float* x, const float* w1, const float* b
   const int warps = kThreads / 32;
   if (!channels_last) {
     se_pool<<<grid_for(planes * chunks, warps), kThreads, 0, stream>>>(x, partials, planes, hw, chunks);
-    se_reduce<<<(unsigned)(batch * squeeze), kThreads, 0, stream>>>(partials, w1, b1, hidden, squeeze, channels, chunks, act);
+  } else {
+    se_pool_nhwc<<<(unsigned)(batch * ((channels + 31) / 32) * chunks), kThreads, 0, stream>>>(x, partials, channels, hw,
+                                                                                             chunks);
+  }
+  se_reduce<<<(unsigned)(batch * squeeze), kThreads, 0, stream>>>(partials, w1, b1, hidden, squeeze, channels, chunks, act);
+  if (!channels_last) {
     se_scale<<<grid_for(planes * chunks, warps), kThreads, 0, stream>>>(x, hidden, w2, b2, y, planes, channels, squeeze,
                                                                         hw, chunks);
     return (int)cudaGetLastError();
   }
-  int64_t groups = (channels + 31) / 32, n = planes * hw;
-  se_pool_nhwc<<<(unsigned)(batch * groups * chunks), kThreads, 0, stream>>>(x, partials, channels, hw, chunks);
-  se_reduce<<<(unsigned)(batch * squeeze), kThreads, 0, stream>>>(partials, w1, b1, hidden, squeeze, channels, chunks, act);
+  int64_t n = planes * hw;
   se_gates<<<grid_for(planes, warps), kThreads, 0, stream>>>(hidden, w2, b2, gates, planes, channels, squeeze);
   if (channels % 4 == 0 && aligned16(x) && aligned16(y)) {
     se_scale_nhwc4<<<grid_for(n / 4, kThreads), kThreads, 0, stream>>>(reinterpret_cast<const float4*>(x), gates,

@@ -384,9 +384,9 @@ impl Nimble {
         if options.training {
             return self.prepare_autograd(inputs, &options);
         }
-        let (grouped_convs, rule) = self.prepare_inference(inputs, &options)?;
+        let (grouped_convs, channels_last) = self.prepare_inference(inputs, &options)?;
         if options.channels_last.is_none() && grouped_convs {
-            self.try_other_layout(inputs, &options, rule)?;
+            self.try_other_layout(inputs, &options, channels_last)?;
         }
         Ok(&self.prepared.as_ref().expect("prepared above").report)
     }
@@ -398,6 +398,7 @@ impl Nimble {
     fn try_other_layout(&mut self, inputs: &[Tensor], options: &PrepareOptions, first: bool) -> Result<()> {
         let started = Instant::now();
         let prepared = self.prepared.take().expect("prepared before the trial");
+        let first_seconds = prepared.report.seconds.total;
         self.prepare_inference(inputs, &options.clone().channels_last(Some(!first)))?;
         let mut slots = [Some(prepared), self.prepared.take()];
         let mut samples = [Vec::new(), Vec::new()];
@@ -419,9 +420,10 @@ impl Nimble {
         drop(dropped);
         let (nchw_us, nhwc_us) = if first { (second_us, first_us) } else { (first_us, second_us) };
         kept.report.layout_trial = Some(LayoutTrial { nchw_us, nhwc_us });
+        // Steps are the kept graph's own; the total is the whole prepare's.
         let seconds = &mut kept.report.seconds;
         seconds.layout_trial = started.elapsed().as_secs_f64();
-        seconds.total += seconds.layout_trial;
+        seconds.total = first_seconds + seconds.layout_trial;
         self.prepared = Some(kept);
         Ok(())
     }
