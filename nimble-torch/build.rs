@@ -1,5 +1,6 @@
-//! Compiles the C++ shim (`shim/nimble_shim.cpp`) against the libtorch that torch-sys links, and
-//! tells the linker where libtorch and the CUDA runtime live.
+//! Compiles the C++ shim (`shim/*.cpp`, its C ABI in `shim/nimble_shim.h`) and the fused CUDA
+//! kernels against the libtorch that torch-sys links, and tells the linker where libtorch and the
+//! CUDA runtime live.
 //!
 //! torch-sys declares `links = "tch"`, so its libtorch lib dir reaches us as
 //! `DEP_TCH_LIBTORCH_LIB`. We pass the two library dirs on to crates that link the final
@@ -7,6 +8,9 @@
 //! link arguments only apply to the package that emits them.
 
 use std::path::PathBuf;
+
+/// The shim's C++ files, one per concern (see `shim/nimble_shim.h`).
+const SHIM_SOURCES: [&str; 7] = ["common.cpp", "device.cpp", "record.cpp", "passes.cpp", "jit.cpp", "training.cpp", "fused_ops.cpp"];
 
 fn main() {
     let lib = PathBuf::from(std::env::var("DEP_TCH_LIBTORCH_LIB").expect("torch-sys exports DEP_TCH_LIBTORCH_LIB"));
@@ -33,13 +37,10 @@ fn main() {
         .define("_GLIBCXX_USE_CXX11_ABI", "1")
         // libtorch is a release build; some of its headers (RecordFunction) change layout without it.
         .define("NDEBUG", None)
-        .file("shim/nimble_shim.cpp")
-        .file("shim/fused_ops.cpp")
+        .files(SHIM_SOURCES.iter().map(|file| format!("shim/{file}")))
         .object(&kernels)
         .compile("nimble_shim");
-    for file in ["nimble_shim.cpp", "fused_ops.cpp", "fused_ops.h", "nimble_kernels.cu", "nimble_kernels.h"] {
-        println!("cargo:rerun-if-changed=shim/{file}");
-    }
+    println!("cargo:rerun-if-changed=shim");
     let cuda_lib = cuda.join("lib");
     println!("cargo:rustc-link-search=native={}", lib.display());
     println!("cargo:rustc-link-search=native={}", cuda_lib.display());

@@ -1,0 +1,275 @@
+// TorchScript: tracing a tch forward into a module, loading and saving modules, freezing them
+// with the inference rewrites (BatchNorm folding, SiLU, cuDNN's and Nimble's fusions, the
+// channels-last layout), and running their forward with the output's structure kept.
+
+#include "common.h"
+#include "fused_ops.h"
+#include "nimble_shim.h"
+
+#include <torch/csrc/jit/frontend/tracer.h>
+#include <torch/csrc/jit/passes/fixup_trace_scope_blocks.h>
+#include <torch/csrc/jit/passes/freeze_module.h>
+#include <torch/csrc/jit/passes/frozen_conv_add_relu_fusion.h>
+#include <torch/csrc/jit/passes/frozen_graph_optimizations.h>
+#include <torch/csrc/jit/passes/graph_rewrite_helper.h>
+#include <torch/csrc/jit/passes/normalize_ops.h>
+#include <torch/csrc/jit/passes/remove_dropout.h>
+#include <torch/csrc/jit/passes/subgraph_rewrite.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/script.h>
+
+#include <cmath>
+#include <iomanip>
+#include <map>
+#include <sstream>
+
+using namespace nimble_shim;
+
+namespace {
+
+// A JSON string literal of `s`.
+std::string json_string(const std::string& s) {
+  std::ostringstream o;
+  o << '"';
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      o << '\\' << c;
+    } else if (c < 0x20) {
+      o << "\\u" << std::hex << std::setw(4) << std::setfill('0') << static_cast<int>(c) << std::dec;
+    } else {
+      o << c;
+    }
+  }
+  o << '"';
+  return o.str();
+}
+
+// Writes the structure of a forward's output as JSON, appending its tensors to `flat`:
+//   {"tensor": i} (index into flat), null (None, or an undefined tensor), true / false,
+//   {"int": n}, {"float": x} (x a number, or "nan", "inf", "-inf"), {"str": "…"},
+//   {"tuple": [...]}, {"list": [...]}, {"dict": [[key, value], ...]} (in insertion order).
+void write_structure(const c10::IValue& v, std::vector<at::Tensor>& flat, std::ostringstream& o) {
+  auto sequence = [&](const char* tag, auto&& elements) {
+    o << "{\"" << tag << "\":[";
+    bool first = true;
+    for (const auto& e : elements) {
+      if (!first) o << ',';
+      first = false;
+      write_structure(e, flat, o);
+    }
+    o << "]}";
+  };
+  if (v.isTensor() && v.toTensor().defined()) {
+    o << "{\"tensor\":" << flat.size() << '}';
+    flat.push_back(v.toTensor());
+  } else if (v.isNone() || v.isTensor()) {
+    o << "null";
+  } else if (v.isBool()) {
+    o << (v.toBool() ? "true" : "false");
+  } else if (v.isInt()) {
+    o << "{\"int\":" << v.toInt() << '}';
+  } else if (v.isDouble()) {
+    double d = v.toDouble();
+    o << "{\"float\":";
+    if (std::isnan(d)) {
+      o << "\"nan\"";
+    } else if (std::isinf(d)) {
+      o << (d > 0 ? "\"inf\"" : "\"-inf\"");
+    } else {
+      o << std::setprecision(17) << d;
+    }
+    o << '}';
+  } else if (v.isString()) {
+    o << "{\"str\":" << json_string(v.toStringRef()) << '}';
+  } else if (v.isTuple()) {
+    sequence("tuple", v.toTupleRef().elements());
+  } else if (v.isList()) {
+    sequence("list", v.toListRef());
+  } else if (v.isGenericDict()) {
+    o << "{\"dict\":[";
+    bool first = true;
+    for (const auto& entry : v.toGenericDict()) {
+      if (!first) o << ',';
+      first = false;
+      o << '[';
+      write_structure(entry.key(), flat, o);
+      o << ',';
+      write_structure(entry.value(), flat, o);
+      o << ']';
+    }
+    o << "]}";
+  } else {
+    throw std::runtime_error(std::string("the module's output holds a ") + v.tagKind() +
+                             ", which Nimble cannot pass through (expected tensors, None, numbers, strings, and tuples, lists or dicts of them)");
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+// Starts recording a TorchScript trace of whatever runs next on this thread, with `inputs` as
+// the graph's inputs; ns_jit_trace_end turns it into a module with a `forward` method.
+int ns_jit_trace_begin(void* const* inputs, int n, void** module) {
+  return guarded([&] {
+    if (torch::jit::tracer::isTracing()) throw std::runtime_error("a TorchScript trace is already running");
+    auto m = std::make_unique<torch::jit::Module>("NimbleTraced");
+    auto state = std::make_shared<torch::jit::tracer::TracingState>();
+    torch::jit::tracer::setTracingState(state);
+    try {
+      state->graph->insertInput(0, "self")->setType(m->_ivalue()->type());
+      for (int i = 0; i < n; i++) {
+        auto* value = state->graph->addInput();
+        value->setType(torch::jit::TensorType::get());
+        state->setValue(*static_cast<const at::Tensor*>(inputs[i]), value);
+      }
+    } catch (...) {
+      torch::jit::tracer::abandon();
+      throw;
+    }
+    *module = m.release();
+  });
+}
+
+int ns_jit_trace_end(void* module, void* const* outputs, int n) {
+  return guarded([&] {
+    auto* m = static_cast<torch::jit::Module*>(module);
+    auto state = torch::jit::tracer::getTracingState();
+    if (state == nullptr) throw std::runtime_error("no TorchScript trace is running");
+    try {
+      // A method has one result: several outputs become one tuple (ns_jit_forward flattens it).
+      std::vector<torch::jit::Value*> values;
+      for (int i = 0; i < n; i++) values.push_back(state->getOutput(*static_cast<const at::Tensor*>(outputs[i]), i));
+      if (values.size() == 1) {
+        state->graph->registerOutput(values[0]);
+      } else {
+        state->graph->registerOutput(state->graph->insertNode(state->graph->createTuple(values))->output());
+      }
+      torch::jit::FixupTraceScopeBlocks(state->graph, m);
+      torch::jit::NormalizeOps(state->graph);
+    } catch (...) {
+      torch::jit::tracer::abandon();
+      throw;
+    }
+    torch::jit::tracer::setTracingState(nullptr);
+    auto fn = m->_ivalue()->compilation_unit()->create_function("forward", state->graph);
+    m->type()->addMethod(fn);
+  });
+}
+
+void ns_jit_trace_abandon() {
+  try {
+    if (torch::jit::tracer::isTracing()) torch::jit::tracer::abandon();
+  } catch (...) {
+  }
+}
+
+int ns_jit_load(const char* path, int device, void** out) {
+  return guarded([&] {
+    c10::Device d = device < 0 ? c10::Device(c10::kCPU) : c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device));
+    auto m = torch::jit::load(std::string(path), d);
+    m.eval();
+    *out = new torch::jit::Module(std::move(m));
+  });
+}
+void ns_jit_free(void* module) { delete static_cast<torch::jit::Module*>(module); }
+
+// Saves the module as a TorchScript file (what torch.jit.save writes; torch.jit.load and tch's
+// CModule read it).
+int ns_jit_save(void* module, const char* path) {
+  return guarded([&] { static_cast<torch::jit::Module*>(module)->save(std::string(path)); });
+}
+
+// Freezes the module (parameters become constants) and applies the inference rewrites:
+// BatchNorm folded into the preceding convolution (and the other frozen foldings), dropout
+// removed, when `fuse` is set (CUDA only), convolution(+add)+ReLU fused into cuDNN's fused
+// kernels, and when `kernels` is set, squeeze-and-excitation blocks and convolutions with their
+// activation or residual add replaced by Nimble's fused ops (fused_ops.cpp; `fused` says how
+// many the graph then has).
+//
+// `channels_last` (0 off, 1 on, 2 auto): 4-D constants (the frozen convolution weights) are
+// stored channels-last, so that with a channels-last input cuDNN runs NHWC kernels without
+// layout transforms (what inductor's layout optimization does for torch.compile). Auto turns it
+// on unless the graph has grouped (e.g. depthwise) convolutions, which cuDNN runs slower in
+// NHWC. `applied`: bit 0, it was applied; bit 1, the graph has grouped convolutions.
+int ns_jit_optimize(void* module, int fuse, int kernels, int channels_last, void** out, int* applied, int* fused) {
+  return guarded([&] {
+    auto* m = static_cast<torch::jit::Module*>(module);
+    m->eval();
+    auto frozen = torch::jit::freeze_module(*m);
+    auto graph = frozen.get_method("forward").graph();
+    torch::jit::graph_rewrite_helper::replaceConvolutionWithAtenConv(graph);
+    torch::jit::removeDropout(graph);
+    torch::jit::OptimizeFrozenGraph(graph, true);
+    // x * sigmoid(x) (swish, as tch's EfficientNet writes it) is one SiLU kernel instead of two.
+    torch::jit::SubgraphRewriter silu;
+    for (const char* product : {"aten::mul(%x, %s)", "aten::mul(%s, %x)"}) {
+      silu.RegisterRewritePattern(std::string("graph(%x):\n  %s = aten::sigmoid(%x)\n  %y = ") + product + "\n  return (%y)",
+                                  "graph(%x):\n  %y = aten::silu(%x)\n  return (%y)");
+    }
+    silu.runOnGraph(graph);
+    // Looked for before the fusions below, which turn convolutions into other ops.
+    bool grouped = false;
+    for (auto* node : graph->nodes()) {
+      if (node->kind() != c10::Symbol::fromQualString("aten::conv2d")) continue;
+      auto groups = torch::jit::toIValue(node->inputs().back());
+      grouped |= !groups || !groups->isInt() || groups->toInt() != 1;
+    }
+    if (channels_last == 2) channels_last = grouped ? 0 : 1;
+    if (kernels) nimble::fuse_squeeze_excite(graph);
+    if (fuse) torch::jit::FuseFrozenConvAddRelu(graph);
+    if (kernels) nimble::fuse_conv_tails(graph);
+    *fused = nimble::fused_op_count(*graph);
+    *applied = (channels_last ? 1 : 0) | (grouped ? 2 : 0);
+    if (channels_last) {
+      for (auto* node : graph->nodes()) {
+        if (node->kind() != c10::prim::Constant || !node->hasAttribute(c10::attr::value) ||
+            node->kindOf(c10::attr::value) != torch::jit::AttributeKind::t)
+          continue;
+        const at::Tensor& t = node->t(c10::attr::value);
+        if (t.dim() == 4) node->t_(c10::attr::value, t.contiguous(at::MemoryFormat::ChannelsLast));
+      }
+    }
+    *out = new torch::jit::Module(std::move(frozen));
+  });
+}
+
+// Runs `forward`, with the graph executor's optimizations off so every run issues the same ops.
+// The output's tensors are returned flat, in order, as new tensors; when `structure` is given, it
+// receives the output's shape as JSON (see write_structure), each tensor by its index in the flat
+// list, so a caller can rebuild tuples, lists, dicts, None and constants around them.
+int ns_jit_forward(void* module, void* const* inputs, int n, void*** outputs, int* n_out, char** structure) {
+  return guarded([&] {
+    auto* m = static_cast<torch::jit::Module*>(module);
+    torch::jit::GraphOptimizerEnabledGuard no_optimizer(false);
+    std::vector<c10::IValue> args;
+    for (int i = 0; i < n; i++) args.emplace_back(*static_cast<const at::Tensor*>(inputs[i]));
+    c10::IValue result = m->forward(args);
+    std::vector<at::Tensor> flat;
+    std::ostringstream o;
+    write_structure(result, flat, o);
+    if (structure != nullptr) *structure = owned_copy(o.str());
+    *outputs = new_tensor_array(flat);
+    *n_out = static_cast<int>(flat.size());
+  });
+}
+
+// Converts the module's floating-point parameters and buffers to `dtype` (a c10::ScalarType
+// code), as `module.to(dtype)` does in Python. Dtypes written into the traced graph itself stay.
+int ns_jit_to(void* module, int dtype) {
+  return guarded([&] { static_cast<torch::jit::Module*>(module)->to(static_cast<c10::ScalarType>(dtype)); });
+}
+
+// The module's forward graph, node kinds with their counts ("aten::conv2d=53\n…").
+int ns_jit_node_kinds(void* module, char** out) {
+  return guarded([&] {
+    auto* m = static_cast<torch::jit::Module*>(module);
+    std::map<std::string, int> counts;
+    for (auto* node : m->get_method("forward").graph()->nodes()) counts[node->kind().toQualString()]++;
+    std::ostringstream o;
+    for (const auto& kv : counts) o << kv.first << '=' << kv.second << '\n';
+    *out = owned_copy(o.str());
+  });
+}
+
+}  // extern "C"

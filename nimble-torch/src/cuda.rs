@@ -1,0 +1,38 @@
+//! The CUDA device as the experiments see it: synchronizing, the caching allocator, timing with
+//! events, and how outputs are compared.
+
+use tch::Tensor;
+
+use crate::error::Result;
+use crate::ffi;
+
+/// Bytes the CUDA caching allocator has handed out on `device` and not taken back.
+pub fn cuda_allocated_bytes(device: usize) -> Result<u64> {
+    ffi::cuda_allocated_bytes(device)
+}
+
+/// Returns the CUDA caching allocator's unused cached blocks to the driver (PyTorch's
+/// `torch.cuda.empty_cache()`), so that what runs next allocates as in a fresh process.
+pub fn cuda_empty_cache() -> Result<()> {
+    ffi::cuda_empty_cache()
+}
+
+/// Waits for all GPU work of this process.
+pub fn cuda_synchronize() -> Result<()> {
+    ffi::cuda_synchronize()
+}
+
+/// Times `body` on the GPU with CUDA events on the current stream (milliseconds).
+pub fn cuda_time(body: impl FnOnce() -> Result<()>) -> Result<f64> {
+    let timer = ffi::Timer::new()?;
+    timer.start()?;
+    body()?;
+    timer.stop()
+}
+
+/// max |output − reference| / max |reference|: how the project compares a prepared model's
+/// output with eager.
+pub fn relative_error(output: &Tensor, reference: &Tensor) -> f64 {
+    let scale = reference.abs().max().double_value(&[]).max(f64::MIN_POSITIVE);
+    (output - reference).abs().max().double_value(&[]) / scale
+}

@@ -1,0 +1,175 @@
+//! TorchScript modules: tracing, loading, saving, the inference rewrites, running (`shim/jit.cpp`).
+
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::ptr;
+
+use tch::Tensor;
+
+use super::{adopt_tensors, check, ns_free_array, take_string, tensor_ptrs};
+use crate::error::{NimbleError, Result};
+
+extern "C" {
+    fn ns_jit_trace_begin(inputs: *const *mut c_void, n: c_int, module: *mut *mut c_void) -> c_int;
+    fn ns_jit_trace_end(module: *mut c_void, outputs: *const *mut c_void, n: c_int) -> c_int;
+    fn ns_jit_trace_abandon();
+    fn ns_jit_load(path: *const c_char, device: c_int, out: *mut *mut c_void) -> c_int;
+    fn ns_jit_free(module: *mut c_void);
+    fn ns_jit_save(module: *mut c_void, path: *const c_char) -> c_int;
+    fn ns_jit_optimize(module: *mut c_void, fuse: c_int, kernels: c_int, channels_last: c_int, out: *mut *mut c_void, applied: *mut c_int, fused: *mut c_int) -> c_int;
+    fn ns_jit_forward(module: *mut c_void, inputs: *const *mut c_void, n: c_int, outputs: *mut *mut *mut c_void, n_out: *mut c_int, structure: *mut *mut c_char) -> c_int;
+    fn ns_jit_to(module: *mut c_void, dtype: c_int) -> c_int;
+    fn ns_jit_node_kinds(module: *mut c_void, out: *mut *mut c_char) -> c_int;
+}
+
+/// Which inference rewrites `JitModule::optimized` applies (see `PrepareOptions`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Rewrites {
+    pub fuse_conv_relu: bool,
+    pub fuse_kernels: bool,
+    /// `None`: decide from the graph.
+    pub channels_last: Option<bool>,
+}
+
+/// What the rewrites did.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Applied {
+    pub channels_last: bool,
+    /// The model has grouped (e.g. depthwise) convolutions.
+    pub grouped_convs: bool,
+    /// Nimble's fused ops in the optimized graph.
+    pub fused_ops: usize,
+}
+
+/// A TorchScript module (`torch::jit::Module`).
+pub(crate) struct JitModule {
+    raw: *mut c_void,
+}
+
+impl JitModule {
+    /// Records a TorchScript trace of `body` run on `inputs`.
+    pub(crate) fn trace(inputs: &[Tensor], body: impl FnOnce() -> Vec<Tensor>) -> Result<JitModule> {
+        let ins = tensor_ptrs(inputs);
+        let mut raw = ptr::null_mut();
+        // SAFETY: `ins` points at live tensors for the call; the shim writes a new module.
+        check("jit_trace_begin", unsafe { ns_jit_trace_begin(ins.as_ptr(), ins.len() as c_int, &mut raw) })?;
+        let module = JitModule { raw };
+        struct Abandon(bool);
+        impl Drop for Abandon {
+            fn drop(&mut self) {
+                if self.0 {
+                    // SAFETY: abandons the trace begun above, if still running.
+                    unsafe { ns_jit_trace_abandon() }
+                }
+            }
+        }
+        let mut abandon = Abandon(true);
+        let outputs = body();
+        let outs = tensor_ptrs(&outputs);
+        // SAFETY: live module and output tensors.
+        let ended = check("jit_trace_end", unsafe { ns_jit_trace_end(module.raw, outs.as_ptr(), outs.len() as c_int) });
+        abandon.0 = ended.is_err();
+        drop(abandon);
+        ended?;
+        Ok(module)
+    }
+
+    /// Loads a `torch.jit.save`d module onto `device` (`None`: the CPU).
+    pub(crate) fn load(path: &std::path::Path, device: Option<usize>) -> Result<JitModule> {
+        let text = path.to_str().ok_or_else(|| NimbleError::InvalidInput(format!("path {} is not UTF-8", path.display())))?;
+        let c_path = CString::new(text).map_err(|_| NimbleError::InvalidInput(format!("path {} contains a NUL byte", path.display())))?;
+        let mut raw = ptr::null_mut();
+        // SAFETY: a NUL-terminated path; the shim writes a new module.
+        check("jit_load", unsafe { ns_jit_load(c_path.as_ptr(), device.map_or(-1, |d| d as c_int), &mut raw) })?;
+        Ok(JitModule { raw })
+    }
+
+    /// Writes the module as a TorchScript file.
+    pub(crate) fn save(&self, path: &std::path::Path) -> Result<()> {
+        let text = path.to_str().ok_or_else(|| NimbleError::InvalidInput(format!("path {} is not UTF-8", path.display())))?;
+        let c_path = CString::new(text).map_err(|_| NimbleError::InvalidInput(format!("path {} contains a NUL byte", path.display())))?;
+        // SAFETY: a live module and a NUL-terminated path.
+        check("jit_save", unsafe { ns_jit_save(self.raw, c_path.as_ptr()) })
+    }
+
+    /// Frozen and optimized for inference with `rewrites` (see the shim's `ns_jit_optimize`).
+    pub(crate) fn optimized(&self, rewrites: &Rewrites) -> Result<(JitModule, Applied)> {
+        let mut raw = ptr::null_mut();
+        let (mut channels_last, mut fused) = (0, 0);
+        let mode = rewrites.channels_last.map_or(2, c_int::from);
+        // SAFETY: a live module; the shim writes a new one and the two counts.
+        check("jit_optimize", unsafe {
+            ns_jit_optimize(
+                self.raw,
+                rewrites.fuse_conv_relu as c_int,
+                rewrites.fuse_kernels as c_int,
+                mode,
+                &mut raw,
+                &mut channels_last,
+                &mut fused,
+            )
+        })?;
+        Ok((JitModule { raw }, Applied { channels_last: channels_last & 1 != 0, grouped_convs: channels_last & 2 != 0, fused_ops: fused as usize }))
+    }
+
+    /// Runs `forward`: the output's tensors, flat and in order.
+    pub(crate) fn forward(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        self.run_forward(inputs, false).map(|(tensors, _)| tensors)
+    }
+
+    /// Runs `forward`: the output's tensors, flat and in order, and the output's structure as
+    /// JSON (tuples, lists, dicts, None and constants around the tensors' indices; format in
+    /// `shim/jit.cpp`, read by `output::Layout::parse`).
+    pub(crate) fn forward_structured(&self, inputs: &[Tensor]) -> Result<(Vec<Tensor>, String)> {
+        self.run_forward(inputs, true)
+    }
+
+    fn run_forward(&self, inputs: &[Tensor], structure: bool) -> Result<(Vec<Tensor>, String)> {
+        let ins = tensor_ptrs(inputs);
+        let mut array = ptr::null_mut();
+        let mut n = 0;
+        let mut text = ptr::null_mut();
+        let text_slot = if structure { &mut text as *mut *mut c_char } else { ptr::null_mut() };
+        // SAFETY: live module and inputs; on success the shim writes a malloc'd array of `n`
+        // new tensors, which we adopt and then free the array, and (when asked) a malloc'd
+        // string that take_string frees.
+        check("jit_forward", unsafe { ns_jit_forward(self.raw, ins.as_ptr(), ins.len() as c_int, &mut array, &mut n, text_slot) })?;
+        // SAFETY: see above.
+        let tensors = unsafe { adopt_tensors(array, n.max(0) as usize) };
+        // SAFETY: the array itself, malloc'd by the shim.
+        unsafe { ns_free_array(array) };
+        Ok((tensors, take_string(text)))
+    }
+
+    /// Converts the module's floating-point parameters and buffers to `kind` (a floating-point
+    /// kind).
+    pub(crate) fn to_kind(&self, kind: tch::Kind) -> Result<()> {
+        // c10::ScalarType's codes.
+        let code = match kind {
+            tch::Kind::Half => 5,
+            tch::Kind::Float => 6,
+            tch::Kind::Double => 7,
+            tch::Kind::BFloat16 => 15,
+            other => return Err(NimbleError::InvalidInput(format!("cannot convert a module to {other:?}, expected a floating-point dtype (float16, bfloat16, float32, float64)"))),
+        };
+        // SAFETY: a live module.
+        check("jit_to", unsafe { ns_jit_to(self.raw, code) })
+    }
+
+    /// Node kinds of the forward graph with their counts.
+    pub(crate) fn node_kinds(&self) -> Result<Vec<(String, usize)>> {
+        let mut out = ptr::null_mut();
+        // SAFETY: a live module; the shim writes a malloc'd string.
+        check("jit_node_kinds", unsafe { ns_jit_node_kinds(self.raw, &mut out) })?;
+        Ok(take_string(out)
+            .lines()
+            .filter_map(|line| line.rsplit_once('=').map(|(k, n)| (k.to_string(), n.parse().unwrap_or(0))))
+            .collect())
+    }
+}
+
+impl Drop for JitModule {
+    fn drop(&mut self) {
+        // SAFETY: allocated by the shim with `new`, freed once.
+        unsafe { ns_jit_free(self.raw) }
+    }
+}

@@ -1,0 +1,68 @@
+//! The layout trial: for models with grouped convolutions neither NCHW nor NHWC wins everywhere,
+//! so `prepare` builds the inference pipeline for both, times both graphs, and keeps the faster.
+
+use std::time::Instant;
+
+use tch::Tensor;
+
+use crate::cuda::cuda_time;
+use crate::error::Result;
+use crate::ffi;
+use crate::inference;
+use crate::options::{LayoutTrial, PrepareOptions};
+use crate::replay::Prepared;
+use crate::source::Source;
+
+/// The layout trial: per layout, `rounds` blocks of `warmup` untimed and `timed` timed replays,
+/// the layouts' blocks alternating, so that a drift in the GPU's clocks over the trial favours
+/// neither.
+struct TrialBlocks {
+    rounds: usize,
+    warmup: usize,
+    timed: usize,
+}
+const LAYOUT_TRIAL: TrialBlocks = TrialBlocks { rounds: 3, warmup: 10, timed: 20 };
+
+/// Prepares the other layout than `first`'s (`first_nhwc`: whether `first` is channels-last),
+/// times both, and returns the faster with both times in its report. The other graph is dropped
+/// before this returns, so its memory goes back to the allocator.
+pub(crate) fn keep_faster(source: &Source, inputs: &[Tensor], options: &PrepareOptions, first: Prepared, first_nhwc: bool) -> Result<Prepared> {
+    let started = Instant::now();
+    let first_seconds = first.report.seconds.total;
+    let (second, _) = inference::prepare(source, inputs, &options.clone().channels_last(Some(!first_nhwc)))?;
+    let candidates = [first, second];
+    let mut samples = [Vec::new(), Vec::new()];
+    for _ in 0..LAYOUT_TRIAL.rounds {
+        for (prepared, samples) in candidates.iter().zip(samples.iter_mut()) {
+            samples.extend(time_replays(prepared, inputs)?);
+        }
+    }
+    let [first_us, second_us] = samples.map(|mut s| {
+        s.sort_by(f64::total_cmp);
+        s[s.len() / 2]
+    });
+    let [first, second] = candidates;
+    let (mut kept, dropped) = if second_us < first_us { (second, first) } else { (first, second) };
+    drop(dropped);
+    let (nchw_us, nhwc_us) = if first_nhwc { (second_us, first_us) } else { (first_us, second_us) };
+    kept.report.layout_trial = Some(LayoutTrial { nchw_us, nhwc_us });
+    // Steps are the kept graph's own; the total is the whole prepare's.
+    let seconds = &mut kept.report.seconds;
+    seconds.layout_trial = started.elapsed().as_secs_f64();
+    seconds.total = first_seconds + seconds.layout_trial;
+    Ok(kept)
+}
+
+/// One block of the trial: replays of `prepared` on `inputs` after warm-ups, each timed replay
+/// in microseconds.
+fn time_replays(prepared: &Prepared, inputs: &[Tensor]) -> Result<Vec<f64>> {
+    for _ in 0..LAYOUT_TRIAL.warmup {
+        prepared.forward(inputs)?;
+    }
+    let mut samples = Vec::with_capacity(LAYOUT_TRIAL.timed);
+    for _ in 0..LAYOUT_TRIAL.timed {
+        ffi::cuda_synchronize()?;
+        samples.push(cuda_time(|| prepared.forward(inputs).map(drop))? * 1000.0);
+    }
+    Ok(samples)
+}

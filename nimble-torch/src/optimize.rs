@@ -1,0 +1,35 @@
+//! Stage 1, optimize: the forward traced into TorchScript, frozen, and rewritten for inference
+//! (BatchNorm folded, SiLU, cuDNN's conv(+add)+ReLU fusion, Nimble's fused ops, the layout).
+
+use tch::Tensor;
+
+use crate::error::{NimbleError, Result};
+use crate::ffi::{Applied, JitModule, Rewrites};
+use crate::source::{Runner, Source};
+
+/// The rewrites of `trace` and `run_optimized`: those prepare applies by default, less cuDNN's
+/// fusions and the channels-last layout (CUDA-only choices that change no op's meaning).
+pub(crate) const TRACE_REWRITES: Rewrites = Rewrites { fuse_conv_relu: false, fuse_kernels: true, channels_last: Some(false) };
+
+/// The forward of `source` as a frozen, optimized TorchScript module, run twice (the first runs
+/// of a TorchScript module differ: profiling), and what the rewrites did.
+pub(crate) fn optimized_module(source: &Source, inputs: &[Tensor], rewrites: &Rewrites) -> Result<(JitModule, Applied)> {
+    let mut rewrites = *rewrites;
+    if !inputs.iter().any(|t| t.device().is_cuda()) {
+        (rewrites.fuse_conv_relu, rewrites.channels_last) = (false, Some(false));
+    }
+    let explain = |e: NimbleError| match e {
+        NimbleError::Torch { message, .. } | NimbleError::ForwardFailed { message, .. } if message.contains("requires grad") => NimbleError::InvalidInput(format!(
+            "the inference rewrites trace the forward into TorchScript, which cannot take parameters that require gradients: \
+             call `freeze()` on the model's VarStore, or prepare with `optimize(false)` ({message})"
+        )),
+        other => other,
+    };
+    let mut traced = None;
+    let module = source.as_torchscript(inputs, &mut traced).map_err(explain)?;
+    let (optimized, applied) = module.optimized(&rewrites)?;
+    for _ in 0..2 {
+        Runner::Jit(&optimized).run_caught(inputs, false, "TorchScript warm-up")?;
+    }
+    Ok((optimized, applied))
+}

@@ -1,0 +1,196 @@
+//! What `prepare` is asked to do ([`PrepareOptions`]) and what it reports ([`PrepareReport`]):
+//! plain data, read by every stage of the pipeline.
+
+use nimble_cuda::CaptureMode;
+use serde::Serialize;
+
+use crate::ffi::Rewrites;
+
+/// Which streams the backward of a training-prepared model runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BackwardStreams {
+    /// Every backward op on one stream, as the paper did.
+    One,
+    /// Each backward op on its forward op's planned stream, as libtorch's autograd engine does by
+    /// itself, with the engine's syncs between them. The default: on the H200 it made
+    /// ResNet-50's whole training step 1.4–3.5% faster than one stream (batch 32–128,
+    /// `paper-figs/results/training-resnet50-backward-streams.txt`), and it is the same plan on
+    /// models whose forward has one stream.
+    Forward,
+}
+
+/// What `prepare` does.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PrepareOptions {
+    /// The stream-assignment algorithm, by its nimble-sched registry name (`nimble`, `single`
+    /// for the paper's single-stream Nimble, `round-robin:4`, …).
+    pub algorithm: String,
+    /// Apply the inference rewrites first: the forward is traced into TorchScript, frozen,
+    /// BatchNorm folded into convolutions, `x * sigmoid(x)` made one SiLU, and on CUDA
+    /// `fuse_conv_relu` and `channels_last` applied. The model's parameters must not require
+    /// gradients (freeze its `VarStore`).
+    pub optimize: bool,
+    /// With `optimize` on CUDA: fuse convolution(+add)+ReLU into cuDNN's fused kernels.
+    pub fuse_conv_relu: bool,
+    /// With `optimize`: replace squeeze-and-excitation blocks (pool, 1×1 convolution, SiLU or
+    /// ReLU, 1×1 convolution, sigmoid, scale) and convolutions followed by SiLU, ReLU, ReLU6 or
+    /// a residual add with Nimble's fused ops (`nimble::squeeze_excite`,
+    /// `nimble::conv2d_fused`), whose CUDA kernels do in one pass what ATen does in several.
+    pub fuse_kernels: bool,
+    /// With `optimize` on CUDA: keep convolution weights and 4-D inputs channels-last (NHWC),
+    /// so cuDNN needs no layout transforms (inductor's layout optimization does the same).
+    /// `None` (the default) decides per model: on when it has no grouped (depthwise)
+    /// convolutions; with them, neither layout wins everywhere (cuDNN's grouped kernels differ
+    /// by layout), so `prepare` builds both, times 60 replays of each, and keeps the faster
+    /// (`PrepareReport::layout_trial`). Values are unchanged; outputs keep the layout the model
+    /// gives them.
+    pub channels_last: Option<bool>,
+    /// How strictly CUDA polices other calls while capturing.
+    pub capture_mode: CaptureMode,
+    /// Turn on cuDNN's benchmark mode (algorithm search in the pre-run), as the paper measured.
+    pub cudnn_benchmark: bool,
+    /// Time each op on the GPU (one extra pass), for `task_graph`'s `duration_us`.
+    pub measure_durations: bool,
+    /// Prepare for training (`prepare` captures a forward and a backward graph behind a custom
+    /// autograd function; `prepare_train_step` the whole step): the forward runs with
+    /// `train = true` and gradients on.
+    pub training: bool,
+    /// With `training`: where the backward's ops run.
+    pub backward_streams: BackwardStreams,
+}
+
+impl PrepareOptions {
+    /// Inference with Nimble's defaults: the `nimble` algorithm, the inference rewrites,
+    /// thread-local capture, cuDNN benchmark on, op durations measured.
+    pub fn inference() -> Self {
+        PrepareOptions {
+            algorithm: "nimble".into(),
+            optimize: true,
+            fuse_conv_relu: true,
+            fuse_kernels: true,
+            channels_last: None,
+            capture_mode: CaptureMode::ThreadLocal,
+            cudnn_benchmark: true,
+            measure_durations: true,
+            training: false,
+            backward_streams: BackwardStreams::One,
+        }
+    }
+
+    /// Training with Nimble's defaults: the `nimble` algorithm for the forward, each backward op
+    /// on its forward op's stream ([`BackwardStreams::Forward`]; the paper used one stream), no
+    /// inference rewrites, thread-local capture, cuDNN benchmark on. Use with `prepare`
+    /// (autograd mode) or `prepare_train_step` (whole step).
+    pub fn training() -> Self {
+        PrepareOptions { optimize: false, training: true, backward_streams: BackwardStreams::Forward, ..PrepareOptions::inference() }
+    }
+
+    /// Picks the streams of the backward (training).
+    pub fn backward_streams(mut self, streams: BackwardStreams) -> Self {
+        self.backward_streams = streams;
+        self
+    }
+
+    /// Picks the stream-assignment algorithm by registry name.
+    pub fn algorithm(mut self, name: impl Into<String>) -> Self {
+        self.algorithm = name.into();
+        self
+    }
+
+    /// Turns the inference rewrites on or off.
+    pub fn optimize(mut self, on: bool) -> Self {
+        self.optimize = on;
+        self
+    }
+
+    /// Turns conv(+add)+ReLU fusion on or off (with `optimize`).
+    pub fn fuse_conv_relu(mut self, on: bool) -> Self {
+        self.fuse_conv_relu = on;
+        self
+    }
+
+    /// Turns Nimble's fused kernels on or off (with `optimize`).
+    pub fn fuse_kernels(mut self, on: bool) -> Self {
+        self.fuse_kernels = on;
+        self
+    }
+
+    pub(crate) fn rewrites(&self) -> Rewrites {
+        Rewrites { fuse_conv_relu: self.fuse_conv_relu, fuse_kernels: self.fuse_kernels, channels_last: self.channels_last }
+    }
+
+    /// Forces the channels-last layout on or off (with `optimize`), or (`None`) lets the model
+    /// decide.
+    pub fn channels_last(mut self, on: Option<bool>) -> Self {
+        self.channels_last = on;
+        self
+    }
+
+    /// Picks the capture mode.
+    pub fn capture_mode(mut self, mode: CaptureMode) -> Self {
+        self.capture_mode = mode;
+        self
+    }
+
+    /// Turns the per-op timing pass on or off.
+    pub fn measure_durations(mut self, on: bool) -> Self {
+        self.measure_durations = on;
+        self
+    }
+}
+
+/// What `prepare` found and built.
+#[derive(Clone, Debug, Serialize)]
+pub struct PrepareReport {
+    /// `inference`, `autograd` (forward and backward graphs behind autograd) or `step` (the
+    /// whole training step as one graph).
+    pub mode: &'static str,
+    pub algorithm: String,
+    pub optimized: bool,
+    /// The channels-last layout was applied.
+    pub channels_last: bool,
+    /// Nimble's fused ops in the optimized forward (`PrepareOptions::fuse_kernels`).
+    pub fused_ops: usize,
+    /// Top-level ops of one forward.
+    pub ops: usize,
+    /// Ops in the task graph (see `Trace::task_ops`: views and CPU-only ops are left out).
+    pub tasks: usize,
+    pub edges: usize,
+    pub streams: usize,
+    pub syncs: usize,
+    /// Nodes of the captured CUDA graph, all kinds, and kernel nodes among them.
+    pub graph_nodes: usize,
+    pub kernel_nodes: usize,
+    /// Largest set of captured nodes no dependency path joins.
+    pub graph_width: usize,
+    /// Kernel nodes of the backward graph (autograd mode; 0 otherwise).
+    pub backward_kernel_nodes: usize,
+    /// When the layout was chosen by timing both (see `PrepareOptions::channels_last`).
+    pub layout_trial: Option<LayoutTrial>,
+    /// Wall-clock seconds per step, and in all.
+    pub seconds: PrepareSeconds,
+}
+
+/// The two layouts' replay times, median microseconds, from which `prepare` chose.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct LayoutTrial {
+    pub nchw_us: f64,
+    pub nhwc_us: f64,
+}
+
+
+/// Wall-clock seconds of each step of `prepare`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PrepareSeconds {
+    pub optimize: f64,
+    pub warmup: f64,
+    pub trace: f64,
+    pub schedule: f64,
+    pub time_ops: f64,
+    pub prerun: f64,
+    pub capture: f64,
+    /// Preparing the other layout and timing both (`layout_trial`); 0 without a trial.
+    pub layout_trial: f64,
+    pub total: f64,
+}
