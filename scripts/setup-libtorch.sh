@@ -41,7 +41,11 @@ for need in "$site/torch/lib/libtorch_cuda.so" "$site/nvidia/cu13/include/cuda_r
         exit 1
     fi
 done
-# Replace the link atomically so a concurrent build never sees it missing.
+# Replace the links atomically so a concurrent build never sees them missing. `.nimble-python` is
+# `.nimble-venv` is the venv itself, with PyTorch 2.11.0: the tests make their TorchScript
+# fixtures with its Python (.cargo/config.toml passes it on as NIMBLE_PYTHON).
 ln -sfn "$site" "$repo/.libtorch.tmp"
 mv -T "$repo/.libtorch.tmp" "$repo/.libtorch"
-echo "setup-libtorch: libtorch 2.11.0 at $site/torch (linked as .libtorch)" >&2
+ln -sfn "$venv" "$repo/.nimble-venv.tmp"
+mv -T "$repo/.nimble-venv.tmp" "$repo/.nimble-venv"
+echo "setup-libtorch: libtorch 2.11.0 at $site/torch (linked as .libtorch), its venv as .nimble-venv" >&2

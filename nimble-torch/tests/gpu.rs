@@ -38,6 +38,11 @@ fn wrap(forward: &Forward) -> Nimble {
 
 type Build = fn() -> (nn::VarStore, Forward);
 
+/// Fresh inputs per model and setting in the replay tests: `NIMBLE_TEST_REPLAYS`, 1,000 unset.
+fn replays() -> usize {
+    std::env::var("NIMBLE_TEST_REPLAYS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000)
+}
+
 const MODELS: &[(&str, i64, Build)] = &[
     ("resnet50", 224, || frozen(|p| tch::vision::resnet::resnet50(p, 1000))),
     ("inception-v3", 299, || frozen(|p| tch::vision::inception::v3(p, 1000))),
@@ -48,7 +53,7 @@ const MODELS: &[(&str, i64, Build)] = &[
 #[test]
 fn vision_models_match_eager_over_1000_fresh_inputs() {
     let Some(_gpu) = gpu() else { return };
-    let replays: usize = std::env::var("NIMBLE_TEST_REPLAYS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+    let replays = replays();
     for &(name, size, build) in MODELS {
         tch::manual_seed(0);
         let (_vs, forward) = build();
@@ -236,6 +241,77 @@ fn host_syncs_are_refused_naming_the_op() {
     // Nothing was left armed or capturing: a good model prepares afterwards.
     let mut good = Nimble::from_fn(|xs: &[Tensor]| vec![xs[0].relu()]);
     good.prepare(&[randn(&[16])], PrepareOptions::inference().optimize(false)).unwrap();
+}
+
+/// The fixture module `name` (tests/fixtures/make_modules.py), on the GPU.
+fn fixture(name: &str) -> Nimble {
+    Nimble::from_torchscript(common::torchscript_fixtures().join(name), CUDA).unwrap()
+}
+
+/// Checks a prepared model's structured output against the module's own eager run: the same
+/// structure, float tensors within `tolerance` (relative), all others equal.
+fn assert_same_value(got: &nimble_torch::Value, expected: &nimble_torch::Value, tolerance: f64, what: &str) {
+    use nimble_torch::Value;
+    match (got, expected) {
+        (Value::Tensor(a), Value::Tensor(b)) => {
+            assert_eq!((a.kind(), a.size()), (b.kind(), b.size()), "{what}");
+            if a.is_floating_point() {
+                let error = relative_error(a, b);
+                assert!(error <= tolerance, "{what}: relative error {error:e} > {tolerance:e}");
+            } else {
+                assert!(a.equal(b), "{what}: integer outputs differ");
+            }
+        }
+        (Value::Tuple(a), Value::Tuple(b)) | (Value::List(a), Value::List(b)) => {
+            assert_eq!(a.len(), b.len(), "{what}");
+            a.iter().zip(b).for_each(|(a, b)| assert_same_value(a, b, tolerance, what));
+        }
+        (Value::Dict(a), Value::Dict(b)) => {
+            assert_eq!(a.len(), b.len(), "{what}");
+            for ((ka, va), (kb, vb)) in a.iter().zip(b) {
+                assert_same_value(ka, kb, tolerance, what);
+                assert_same_value(va, vb, tolerance, what);
+            }
+        }
+        (a, b) => assert_eq!(format!("{a:?}"), format!("{b:?}"), "{what}"),
+    }
+}
+
+#[test]
+fn torchscript_modules_with_shape_arithmetic_several_inputs_and_any_output_structure_are_captured() {
+    let Some(_gpu) = gpu() else { return };
+    let replays = replays().min(100);
+    type Inputs = fn() -> Vec<Tensor>;
+    let cases: [(&str, Inputs); 3] = [
+        ("shape_arith.pt", || vec![randn(&[2, 3, 4, 4])]),
+        ("structures.pt", || vec![randn(&[3, 6])]),
+        ("multi_input.pt", || {
+            vec![
+                Tensor::randint(100, [2, 5], (Kind::Int64, CUDA)),
+                Tensor::rand([2, 5], (Kind::Float, CUDA)).gt(0.3),
+                randn(&[2, 5, 16]),
+                Tensor::arange(5, (Kind::Int, CUDA)).repeat([2, 1]),
+            ]
+        }),
+    ];
+    for (name, inputs) in cases {
+        for optimize in [false, true] {
+            let mut nimble = fixture(name);
+            let report = nimble.prepare(&inputs(), PrepareOptions::inference().optimize(optimize)).unwrap().clone();
+            assert!(report.kernel_nodes > 0, "{name}: {report:?}");
+            let reference = fixture(name);
+            for _ in 0..replays {
+                let xs = inputs();
+                let expected = reference.eager_value(&xs).unwrap();
+                let got = nimble.forward_value(&xs).unwrap();
+                assert_same_value(&got, &expected, if optimize { 1e-3 } else { 1e-5 }, &format!("{name}, rewrites {optimize}"));
+            }
+        }
+    }
+    // A real host read is still refused, naming the op.
+    let mut sync = fixture("host_sync.pt");
+    let error = sync.prepare(&[randn(&[4])], PrepareOptions::inference().optimize(false)).unwrap_err();
+    assert!(matches!(error, NimbleError::HostSync { .. }) && error.to_string().contains("aten::item"), "{error}");
 }
 
 #[test]

@@ -63,3 +63,24 @@ pub fn fusable_inputs(batch: i64, h: i64, w: i64, device: tch::Device, channels_
     }
     vec![x, Tensor::randn([batch, 8, 1, 1], opts), Tensor::randn([batch, 8, h, w], opts)]
 }
+
+/// The directory holding the TorchScript modules of `tests/fixtures/make_modules.py`, made once
+/// per test binary with the Python named by `NIMBLE_PYTHON` (PyTorch 2.11.0: `.cargo/config.toml`
+/// points it at the venv `scripts/setup-libtorch.sh` makes; on the GPU machine, its Python).
+pub fn torchscript_fixtures() -> &'static std::path::Path {
+    use std::path::PathBuf;
+    use std::sync::OnceLock;
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let python = std::env::var("NIMBLE_PYTHON").expect(
+            "NIMBLE_PYTHON must name a Python with torch 2.11.0 to make the TorchScript fixtures (cargo sets it from .cargo/config.toml after scripts/setup-libtorch.sh)",
+        );
+        let dir = std::env::temp_dir().join(format!("nimble-torch-fixtures-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/make_modules.py");
+        let script = if script.exists() { script } else { PathBuf::from("nimble-torch/tests/fixtures/make_modules.py") };
+        let output = std::process::Command::new(&python).arg(&script).arg(&dir).output().unwrap_or_else(|e| panic!("running {python}: {e}"));
+        assert!(output.status.success(), "{python} {} failed: {}", script.display(), String::from_utf8_lossy(&output.stderr));
+        dir
+    })
+}
