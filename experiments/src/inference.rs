@@ -17,6 +17,70 @@ use tch::Tensor;
 use crate::models::Model;
 use crate::record::Provenance;
 
+/// What the inference experiments measure: a zoo model, or any TorchScript file with its inputs
+/// (`crate::torchscript`).
+pub trait Subject {
+    fn name(&self) -> &str;
+    /// Fresh random inputs: a zoo model's at batch `batch`; a TorchScript file's as specified.
+    fn inputs(&self, batch: i64) -> Vec<Tensor>;
+    /// A Nimble over the model, not prepared.
+    fn nimble(&self) -> nimble_torch::Result<Nimble>;
+    /// The reference: the model's eager forward (gradients off), its output tensors flat.
+    fn eager(&self, inputs: &[Tensor]) -> nimble_torch::Result<Vec<Tensor>>;
+    /// The forward as a module libtorch's TorchScript runtime runs (tch's `CModule`).
+    fn script_module(&self, batch: i64) -> nimble_torch::Result<tch::CModule>;
+}
+
+impl Subject for Model {
+    fn name(&self) -> &str {
+        self.info.name
+    }
+
+    fn inputs(&self, batch: i64) -> Vec<Tensor> {
+        vec![self.input(batch)]
+    }
+
+    fn nimble(&self) -> nimble_torch::Result<Nimble> {
+        Ok(Model::nimble(self))
+    }
+
+    fn eager(&self, inputs: &[Tensor]) -> nimble_torch::Result<Vec<Tensor>> {
+        Ok(vec![tch::no_grad(|| self.forward(&inputs[0]))])
+    }
+
+    /// Exported by `Nimble::export_torchscript` and loaded on the model's device.
+    fn script_module(&self, batch: i64) -> nimble_torch::Result<tch::CModule> {
+        let path = std::env::temp_dir().join(format!("nimble-{}-{}.pt", self.info.name, std::process::id()));
+        Model::nimble(self).export_torchscript(&[self.input(batch)], &path)?;
+        let loaded = tch::CModule::load_on_device(&path, self.device).map_err(|e| torch_error("CModule::load", e));
+        let _ = std::fs::remove_file(&path);
+        let mut module = loaded?;
+        module.set_eval();
+        Ok(module)
+    }
+}
+
+/// max over the outputs' tensors of their relative error against the reference's (see
+/// `nimble_torch::relative_error`; integer and bool tensors must be equal, else infinite): how
+/// the experiments compare a prepared model with eager.
+pub fn outputs_error(outputs: &[Tensor], reference: &[Tensor]) -> f64 {
+    if outputs.len() != reference.len() {
+        return f64::INFINITY;
+    }
+    outputs.iter().zip(reference).fold(0.0, |worst: f64, (got, want)| {
+        let error = if got.size() != want.size() || got.kind() != want.kind() {
+            f64::INFINITY
+        } else if !want.is_floating_point() {
+            if got.equal(want) { 0.0 } else { f64::INFINITY }
+        } else if want.numel() == 0 {
+            0.0
+        } else {
+            relative_error(&got.to_kind(tch::Kind::Double), &want.to_kind(tch::Kind::Double))
+        };
+        worst.max(if error.is_nan() { f64::INFINITY } else { error })
+    })
+}
+
 /// The libtorch every measurement runs on (torch-sys =0.24.0 refuses any other).
 pub const LIBTORCH_VERSION: &str = "2.11.0";
 
@@ -100,7 +164,10 @@ pub struct InferRecord {
     pub experiment: &'static str,
     pub provenance: Provenance,
     pub libtorch: &'static str,
-    pub precision: &'static str,
+    pub precision: String,
+    /// For a TorchScript file (`infer --torchscript`): the file and its inputs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub torchscript: Option<serde_json::Value>,
     pub rows: Vec<InferRow>,
 }
 
@@ -121,7 +188,7 @@ pub struct Variant {
 /// variants run by run was tried too: it lets the other variants evict a small model's weights
 /// from L2 between runs, which the baselines' numbers never paid, and slowed MobileNetV2's
 /// graphs by about 12%.)
-pub fn measure_model(model: &Model, config: &InferConfig, variants: &[Variant]) -> nimble_torch::Result<Vec<InferRow>> {
+pub fn measure_model(model: &dyn Subject, config: &InferConfig, variants: &[Variant]) -> nimble_torch::Result<Vec<InferRow>> {
     let mut prepared: Vec<Option<(Nimble, PrepareReport, f64)>> = Vec::new();
     let mut scripted: Vec<Option<(tch::CModule, f64)>> = Vec::new();
     for variant in variants {
@@ -134,14 +201,11 @@ pub fn measure_model(model: &Model, config: &InferConfig, variants: &[Variant]) 
             _ => None,
         });
     }
-    let run = |index: usize, x: &Tensor| -> nimble_torch::Result<()> {
+    let run = |index: usize, xs: &[Tensor]| -> nimble_torch::Result<()> {
         match (&prepared[index], &scripted[index]) {
-            (Some((nimble, _, _)), _) => nimble.forward(std::slice::from_ref(x)).map(drop),
-            (None, Some((module, _))) => tch::no_grad(|| module.forward_ts(&[x])).map(drop).map_err(|e| torch_error("forward_ts", e)),
-            (None, None) => {
-                tch::no_grad(|| drop(model.forward(x)));
-                Ok(())
-            }
+            (Some((nimble, _, _)), _) => nimble.forward(xs).map(drop),
+            (None, Some((module, _))) => run_script(module, xs).map(drop),
+            (None, None) => model.eager(xs).map(drop),
         }
     };
     let mut samples = vec![Vec::with_capacity(config.iterations); variants.len()];
@@ -150,7 +214,7 @@ pub fn measure_model(model: &Model, config: &InferConfig, variants: &[Variant]) 
         let order: Vec<usize> = if round == 0 { (0..variants.len()).collect() } else { (0..variants.len()).rev().collect() };
         for index in order {
             let block = InferConfig { iterations: timed, ..config.clone() };
-            samples[index].extend(time_runs(model, &block, |x| run(index, x))?);
+            samples[index].extend(time_runs(model, &block, |xs| run(index, xs))?);
         }
     }
     Ok(variants
@@ -158,7 +222,7 @@ pub fn measure_model(model: &Model, config: &InferConfig, variants: &[Variant]) 
         .zip(samples)
         .zip(prepared.iter().zip(&scripted))
         .map(|((variant, times), (prepared, scripted))| InferRow {
-            model: model.info.name.into(),
+            model: model.name().into(),
             batch: config.batch,
             mode: variant.mode,
             optimized: variant.optimized && !matches!(variant.mode, InferMode::Eager | InferMode::TorchScript),
@@ -174,67 +238,82 @@ pub fn measure_model(model: &Model, config: &InferConfig, variants: &[Variant]) 
 
 /// `config.warmup` untimed runs of `run` on fresh inputs, then `config.iterations` runs each
 /// timed with CUDA events on the current stream: the samples in microseconds.
-pub fn time_runs(model: &Model, config: &InferConfig, run: impl Fn(&Tensor) -> nimble_torch::Result<()>) -> nimble_torch::Result<Vec<f64>> {
+pub fn time_runs(model: &dyn Subject, config: &InferConfig, run: impl Fn(&[Tensor]) -> nimble_torch::Result<()>) -> nimble_torch::Result<Vec<f64>> {
     for _ in 0..config.warmup {
-        run(&model.input(config.batch))?;
+        run(&model.inputs(config.batch))?;
     }
     let mut times = Vec::with_capacity(config.iterations);
     for _ in 0..config.iterations {
-        let x = model.input(config.batch);
+        let xs = model.inputs(config.batch);
         cuda_synchronize()?;
-        times.push(cuda_time(|| run(&x))? * 1000.0);
+        times.push(cuda_time(|| run(&xs))? * 1000.0);
     }
     Ok(times)
+}
+
+/// Runs a TorchScript module through libtorch's runtime (gradients off): its output's tensors.
+fn run_script(module: &tch::CModule, inputs: &[Tensor]) -> nimble_torch::Result<Vec<Tensor>> {
+    let args: Vec<tch::IValue> = inputs.iter().map(|t| tch::IValue::Tensor(t.shallow_clone())).collect();
+    let output = tch::no_grad(|| module.forward_is(&args)).map_err(|e| torch_error("forward_is", e))?;
+    let mut tensors = Vec::new();
+    collect_tensors(output, &mut tensors);
+    Ok(tensors)
+}
+
+fn collect_tensors(value: tch::IValue, out: &mut Vec<Tensor>) {
+    match value {
+        tch::IValue::Tensor(t) => out.push(t),
+        tch::IValue::Tuple(items) | tch::IValue::GenericList(items) => items.into_iter().for_each(|v| collect_tensors(v, out)),
+        tch::IValue::TensorList(items) => out.extend(items),
+        tch::IValue::GenericDict(entries) => entries.into_iter().for_each(|(k, v)| {
+            collect_tensors(k, out);
+            collect_tensors(v, out);
+        }),
+        _ => {}
+    }
 }
 
 fn torch_error(call: &'static str, e: tch::TchError) -> nimble_torch::NimbleError {
     nimble_torch::NimbleError::Torch { call, message: e.to_string() }
 }
 
-/// Exports `model` as TorchScript, loads it with tch's `CModule` on the model's device and
-/// compares its output with eager tch on a fresh input.
-pub fn torchscript_checked(model: &Model, config: &InferConfig) -> nimble_torch::Result<(tch::CModule, f64)> {
-    let path = std::env::temp_dir().join(format!("nimble-{}-{}.pt", model.info.name, std::process::id()));
-    model.nimble().export_torchscript(&[model.input(config.batch)], &path)?;
-    let loaded = tch::CModule::load_on_device(&path, model.device).map_err(|e| torch_error("CModule::load", e));
-    let _ = std::fs::remove_file(&path);
-    let mut module = loaded?;
-    module.set_eval();
-    let x = model.input(config.batch);
-    let reference = tch::no_grad(|| model.forward(&x));
-    let output = tch::no_grad(|| module.forward_ts(&[&x])).map_err(|e| torch_error("forward_ts", e))?;
-    let error = relative_error(&output, &reference);
-    if error.is_nan() || error > TORCHSCRIPT_TOLERANCE {
+/// The model as a TorchScript module run by libtorch's runtime through tch's `CModule`,
+/// compared with the eager model on a fresh input.
+pub fn torchscript_checked(model: &dyn Subject, config: &InferConfig) -> nimble_torch::Result<(tch::CModule, f64)> {
+    let module = model.script_module(config.batch)?;
+    let xs = model.inputs(config.batch);
+    let reference = model.eager(&xs)?;
+    let error = outputs_error(&run_script(&module, &xs)?, &reference);
+    if error > TORCHSCRIPT_TOLERANCE {
         return Err(nimble_torch::NimbleError::Internal(format!(
-            "{} (TorchScript): output differs from eager tch by {error:.2e} (relative), more than {TORCHSCRIPT_TOLERANCE:.0e}",
-            model.info.name
+            "{} (TorchScript): output differs from eager by {error:.2e} (relative), more than {TORCHSCRIPT_TOLERANCE:.0e}",
+            model.name()
         )));
     }
     Ok((module, error))
 }
 
 /// Prepares `model` for a graph mode and compares its output with eager tch on a fresh input.
-pub fn prepare_checked(model: &Model, config: &InferConfig, mode: InferMode, optimize: bool) -> nimble_torch::Result<(Nimble, PrepareReport, f64)> {
+pub fn prepare_checked(model: &dyn Subject, config: &InferConfig, mode: InferMode, optimize: bool) -> nimble_torch::Result<(Nimble, PrepareReport, f64)> {
     let algorithm = if mode == InferMode::Graph { "single".to_string() } else { config.algorithm.clone() };
-    let mut nimble: Nimble = model.nimble();
+    let mut nimble = model.nimble()?;
     let options = PrepareOptions::inference()
         .algorithm(algorithm)
         .optimize(optimize)
         .fuse_conv_relu(config.fuse_conv_relu)
         .fuse_kernels(config.fuse_kernels)
         .channels_last(config.channels_last);
-    let report = nimble.prepare(&[model.input(config.batch)], options)?.clone();
-    let x = model.input(config.batch);
-    let reference = tch::no_grad(|| model.forward(&x));
-    let output = nimble.forward(&[x])?.remove(0);
-    let error = relative_error(&output, &reference);
+    let report = nimble.prepare(&model.inputs(config.batch), options)?.clone();
+    let xs = model.inputs(config.batch);
+    let reference = model.eager(&xs)?;
+    let error = outputs_error(&nimble.forward(&xs)?, &reference);
     // Without the rewrites the graph runs eager's kernels; with them, folded weights round
     // differently (TF32 convolutions), so allow float32-plus-TF32 drift but not a wrong result.
     let tolerance = if optimize { OPTIMIZED_TOLERANCE } else { RAW_TOLERANCE };
-    if error.is_nan() || error > tolerance {
+    if error > tolerance {
         return Err(nimble_torch::NimbleError::Internal(format!(
-            "{} ({} mode, rewrites {}): output differs from eager tch by {error:.2e} (relative), more than {tolerance:.0e}",
-            model.info.name,
+            "{} ({} mode, rewrites {}): output differs from eager by {error:.2e} (relative), more than {tolerance:.0e}",
+            model.name(),
             mode.name(),
             if optimize { "on" } else { "off" }
         )));

@@ -3,12 +3,14 @@
 //! Each experiment defines what it measures, runs it through the lower crates, and writes a
 //! record with [provenance](record::Provenance) that `paper-figs/results/` keeps. It holds the
 //! [simulator validation](simulator_validation), the paper's [model zoo](models) (each model
-//! checked against its PyTorch reference) and the [inference comparison](inference); training
-//! comes with its issue.
+//! checked against its PyTorch reference), the [inference comparison](inference) over zoo
+//! models and [any TorchScript file](torchscript), the [scheduler study](schedulers) and
+//! [training](training).
 
 pub mod inference;
 pub mod models;
 pub mod record;
 pub mod schedulers;
 pub mod simulator_validation;
+pub mod torchscript;
 pub mod training;

@@ -80,12 +80,12 @@ fn work(graph: &nimble_graph::TaskGraph) -> f64 {
 /// Measures `model` with every algorithm in `algorithms` (see the module documentation).
 pub fn measure_model(model: &Model, config: &InferConfig, algorithms: &[String]) -> nimble_torch::Result<SchedulerModel> {
     let eager = time_runs(model, config, |x| {
-        tch::no_grad(|| drop(model.forward(x)));
+        tch::no_grad(|| drop(model.forward(&x[0])));
         Ok(())
     })?;
     let (eager_gpu_work_us, eager_kernels_graph) = {
         let (nimble, _, _) = prepare_checked(model, config, InferMode::Graph, false)?;
-        let times = time_runs(model, config, |x| nimble.forward(std::slice::from_ref(x)).map(drop))?;
+        let times = time_runs(model, config, |xs| nimble.forward(xs).map(drop))?;
         (work(nimble.task_graph().expect("prepared")), Samples::new(times))
     };
     let simulator = SimulatorConfig::graph();
@@ -99,7 +99,7 @@ pub fn measure_model(model: &Model, config: &InferConfig, algorithms: &[String])
         width = graph.width(&graph.reachability());
         tasks = graph.len();
         let simulated_us = simulate(graph, plan, &simulator).makespan_us;
-        let latency = time_runs(model, &config, |x| nimble.forward(std::slice::from_ref(x)).map(drop))?;
+        let latency = time_runs(model, &config, |xs| nimble.forward(xs).map(drop))?;
         rows.push(SchedulerRow {
             algorithm: algorithm.clone(),
             streams: report.streams,

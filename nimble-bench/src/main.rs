@@ -16,6 +16,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use experiments::inference::{InferConfig, InferMode};
+use experiments::torchscript::InputSpec;
 use experiments::models::Dataset;
 
 use scheduling::{Mode, PlanArgs, SimulatorArgs};
@@ -130,8 +131,10 @@ enum Command {
     /// Trace a model's forward into a task graph (JSON); on CUDA, with each op's measured GPU time
     ExportGraph {
         /// Model name (`nimble-bench models` lists them)
-        #[arg(long)]
-        model: String,
+        #[arg(long, required_unless_present = "torchscript")]
+        model: Option<String>,
+        #[command(flatten)]
+        script: ScriptArgs,
         #[arg(long, default_value_t = 1)]
         batch: i64,
         /// Where to trace: cpu needs no GPU; cuda prepares the model and adds duration_us
@@ -154,7 +157,10 @@ enum Command {
         /// Comma-separated model names (`nimble-bench models` lists them), or `all`
         #[arg(long, default_value = "resnet50")]
         model: String,
-        /// Comma-separated modes: eager, torchscript (tch CModule), graph (one stream), nimble
+        #[command(flatten)]
+        script: ScriptArgs,
+        /// Comma-separated modes: eager (tch; for --torchscript, the module op by op), torchscript
+        /// (libtorch's TorchScript runtime through tch's CModule), graph (one stream), nimble
         #[arg(long, value_enum, value_delimiter = ',', default_value = "eager,torchscript,graph,nimble")]
         mode: Vec<InferModeArg>,
         /// Inference rewrites for the graph modes
@@ -180,6 +186,8 @@ enum Command {
         /// One model name (`nimble-bench models` lists them)
         #[arg(long, default_value = "resnet50")]
         model: String,
+        #[command(flatten)]
+        script: ScriptArgs,
         /// eager (tch), graph (one stream) or nimble
         #[arg(long, value_enum, default_value = "nimble")]
         mode: InferModeArg,
@@ -349,6 +357,42 @@ enum DatasetArg {
     Cifar10,
 }
 
+/// A TorchScript file in place of a zoo model (`infer`, `profile`, `export-graph`).
+#[derive(clap::Args, Debug)]
+struct ScriptArgs {
+    /// A TorchScript file (`torch.jit.save`) to run instead of a zoo model; give its inputs with
+    /// --input
+    #[arg(long, value_name = "FILE", conflicts_with = "model")]
+    torchscript: Option<PathBuf>,
+    /// One per forward argument of --torchscript, in order: shape, dtype (float32, float16,
+    /// bfloat16, float64, int64, int32, int16, int8, uint8, bool; default float32) and the range of
+    /// the random values ([LOW, HIGH); default: standard normal floats, integers 0 or 1), e.g.
+    /// 1x3x224x224 or 1x128:int64:0:30000
+    #[arg(long = "input", value_name = "SHAPE[:DTYPE[:LOW:HIGH]]", requires = "torchscript")]
+    inputs: Vec<InputSpec>,
+    /// With --torchscript: convert the module's floating-point parameters and buffers and its
+    /// float inputs to this dtype (float16, bfloat16, float32, float64)
+    #[arg(long, value_name = "DTYPE", requires = "torchscript", value_parser = parse_float_kind)]
+    dtype: Option<tch::Kind>,
+}
+
+fn parse_float_kind(name: &str) -> Result<tch::Kind, String> {
+    match experiments::torchscript::parse_kind(name)? {
+        kind @ (tch::Kind::Half | tch::Kind::BFloat16 | tch::Kind::Float | tch::Kind::Double) => Ok(kind),
+        _ => Err(format!("`{name}` is not a floating-point dtype; expected float16, bfloat16, float32 or float64")),
+    }
+}
+
+impl ScriptArgs {
+    /// The TorchScript file with its inputs, or else the zoo models named by `list`.
+    fn models<'a>(&'a self, list: &'a str, weights: Option<&'a std::path::Path>) -> torch::Models<'a> {
+        match &self.torchscript {
+            Some(path) => torch::Models::TorchScript { path, inputs: &self.inputs, dtype: self.dtype },
+            None => torch::Models::Zoo { list, weights },
+        }
+    }
+}
+
 /// How `infer` and `profile` prepare a model: batch, algorithm and the rewrites' choices.
 #[derive(clap::Args, Debug)]
 struct PrepareArgs {
@@ -438,22 +482,22 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
             };
             torch::list_models(dataset, trace, json)
         }
-        Command::ExportGraph { model, batch, device, optimize, weights, out } => {
-            torch::export_graph(&model, batch, device, optimize, weights.as_deref(), out.as_ref())
+        Command::ExportGraph { model, script, batch, device, optimize, weights, out } => {
+            let list = model.unwrap_or_default();
+            torch::export_graph(script.models(&list, weights.as_deref()), batch, device, optimize, out.as_ref())
         }
-        Command::Infer { model, mode, optimize, prepare, warmup, iters, weights, out } => {
+        Command::Infer { model, script, mode, optimize, prepare, warmup, iters, weights, out } => {
             let modes: Vec<InferMode> = mode.into_iter().map(InferMode::from).collect();
             torch::infer(&torch::InferArgs {
-                models: &model,
+                models: script.models(&model, weights.as_deref()),
                 modes: &modes,
                 optimize,
                 config: prepare.config(warmup, iters),
-                weights: weights.as_deref(),
                 out: out.as_deref(),
             })
         }
-        Command::Profile { model, mode, optimize, prepare, runs, top, trace, out } => torch::profile(&torch::ProfileArgs {
-            model: &model,
+        Command::Profile { model, script, mode, optimize, prepare, runs, top, trace, out } => torch::profile(&torch::ProfileArgs {
+            models: script.models(&model, None),
             mode: mode.into(),
             optimize,
             // The paper's method for the unprofiled latency printed beside the profile.

@@ -4,14 +4,15 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use experiments::inference::{self, InferConfig, InferMode, InferRecord, InferRow, Variant, LIBTORCH_VERSION};
+use experiments::inference::{self, InferConfig, InferMode, InferRecord, InferRow, Subject, Variant, LIBTORCH_VERSION};
 use experiments::models::{self, Dataset};
 use experiments::record::Provenance;
 use experiments::schedulers::{self, SchedulerRecord};
+use experiments::torchscript::{InputSpec, TorchScriptModel};
 use experiments::training::{self, TrainConfig, TrainMode, TrainRecord, TrainRow};
 use nimble_cuda::Gpu;
 use nimble_torch::PrepareOptions;
-use tch::Device;
+use tch::{Device, Kind};
 
 use crate::output::{emit, emit_json, note, progress, write_file};
 
@@ -91,6 +92,68 @@ fn build_model(name: &str, device: Device, weights: Option<&Path>) -> Result<mod
     Ok(model)
 }
 
+/// What `infer`, `profile` and `export-graph` run: zoo models, or any TorchScript file.
+#[derive(Clone, Copy, Debug)]
+pub enum Models<'a> {
+    /// Comma-separated zoo names or `all`; `weights` for exactly one of them.
+    Zoo { list: &'a str, weights: Option<&'a Path> },
+    /// A TorchScript file with one input specification per forward argument; `dtype` converts
+    /// its floating-point parameters and inputs.
+    TorchScript { path: &'a Path, inputs: &'a [InputSpec], dtype: Option<Kind> },
+}
+
+impl Models<'_> {
+    /// The TorchScript file's model on `device`, its inputs checked against its forward.
+    fn torchscript(path: &Path, inputs: &[InputSpec], device: Device, dtype: Option<Kind>) -> Result<TorchScriptModel> {
+        anyhow::ensure!(!inputs.is_empty(), "--torchscript needs one --input SHAPE[:DTYPE[:LOW:HIGH]] per forward argument, e.g. --input 1x3x224x224");
+        TorchScriptModel::load(path, inputs.to_vec(), device, dtype).map_err(anyhow::Error::msg)
+    }
+
+    /// Checks what needs no GPU: zoo names, `--weights` with one model, the file's existence.
+    fn check(&self) -> Result<()> {
+        match *self {
+            Models::Zoo { list, weights } => {
+                let names = model_names(list)?;
+                anyhow::ensure!(weights.is_none() || names.len() == 1, "--weights loads one model's weights: name exactly one model");
+            }
+            Models::TorchScript { path, inputs, .. } => {
+                anyhow::ensure!(path.is_file(), "--torchscript {}: no such file", path.display());
+                anyhow::ensure!(!inputs.is_empty(), "--torchscript needs one --input SHAPE[:DTYPE[:LOW:HIGH]] per forward argument, e.g. --input 1x3x224x224");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs `body` on each model of `models`, built on `device`, each from an empty allocator cache
+/// and seed 0 (as in a process of its own: the previous model's freed graph pools would
+/// otherwise decide where this one's land); `name` is told first.
+fn for_each_model(models: Models<'_>, device: Device, mut name: impl FnMut(&str), mut body: impl FnMut(&dyn Subject) -> Result<()>) -> Result<()> {
+    let fresh = || -> Result<()> {
+        if device.is_cuda() {
+            nimble_torch::cuda_synchronize()?;
+            nimble_torch::cuda_empty_cache()?;
+        }
+        tch::manual_seed(0);
+        Ok(())
+    };
+    match models {
+        Models::Zoo { list, weights } => {
+            for model_name in model_names(list)? {
+                name(model_name);
+                fresh()?;
+                body(&build_model(model_name, device, weights)?)?;
+            }
+        }
+        Models::TorchScript { path, inputs, dtype } => {
+            name(&path.display().to_string());
+            fresh()?;
+            body(&Models::torchscript(path, inputs, device, dtype)?)?;
+        }
+    }
+    Ok(())
+}
+
 /// `models`: the registry, with parameter counts (and, with `trace`, task-graph structure).
 pub fn list_models(dataset: Dataset, trace: bool, json: bool) -> Result<()> {
     let mut rows = Vec::new();
@@ -124,42 +187,46 @@ pub fn list_models(dataset: Dataset, trace: bool, json: bool) -> Result<()> {
 }
 
 /// `export-graph`: trace a model and write its task graph as JSON.
-pub fn export_graph(model: &str, batch: i64, device: TraceDevice, optimize: bool, weights: Option<&Path>, out: Option<&PathBuf>) -> Result<()> {
+pub fn export_graph(models: Models<'_>, batch: i64, device: TraceDevice, optimize: bool, out: Option<&PathBuf>) -> Result<()> {
     anyhow::ensure!(batch >= 1, "--batch must be at least 1, got {batch}");
+    models.check()?;
+    if let Models::Zoo { list, .. } = models {
+        anyhow::ensure!(model_names(list)?.len() == 1, "--model names one model, got {list}");
+    }
     let device = match device {
         TraceDevice::Cpu => Device::Cpu,
         TraceDevice::Cuda if nimble_torch::cuda_available() => Device::Cuda(0),
         TraceDevice::Cuda => bail!("--device cuda: no CUDA device (libtorch reports CUDA unavailable); --device cpu traces without one"),
     };
-    let model = build_model(model, device, weights)?;
-    let mut nimble = model.nimble();
-    let input = model.input(batch);
-    let graph = if device.is_cuda() {
-        // Prepared on the GPU: the graph carries each op's measured GPU time.
-        nimble.prepare(&[input], PrepareOptions::inference().optimize(optimize))?;
-        nimble.task_graph().expect("prepared").clone()
-    } else {
-        nimble.trace(&[input], optimize)?.task_graph()?
-    };
-    let text = graph.to_json_string();
-    match out {
-        Some(path) => {
-            write_file(path, &text)?;
-            eprintln!("{}: {} tasks, {} edges -> {}", model.info.name, graph.len(), graph.edge_count(), path.display());
-            Ok(())
+    for_each_model(models, device, |_| {}, |model| {
+        let mut nimble = model.nimble()?;
+        let inputs = model.inputs(batch);
+        let graph = if device.is_cuda() {
+            // Prepared on the GPU: the graph carries each op's measured GPU time.
+            nimble.prepare(&inputs, PrepareOptions::inference().optimize(optimize))?;
+            nimble.task_graph().expect("prepared").clone()
+        } else {
+            nimble.trace(&inputs, optimize)?.task_graph()?
+        };
+        let text = graph.to_json_string();
+        match out {
+            Some(path) => {
+                write_file(path, &text)?;
+                eprintln!("{}: {} tasks, {} edges -> {}", model.name(), graph.len(), graph.edge_count(), path.display());
+                Ok(())
+            }
+            None => emit(&text),
         }
-        None => emit(&text),
-    }
+    })
 }
 
 /// What `infer` measures; `config` holds the batch, the algorithm, the rewrites' choices and
 /// the warm-ups and timed runs.
 pub struct InferArgs<'a> {
-    pub models: &'a str,
+    pub models: Models<'a>,
     pub modes: &'a [InferMode],
     pub optimize: Optimize,
     pub config: InferConfig,
-    pub weights: Option<&'a Path>,
     pub out: Option<&'a Path>,
 }
 
@@ -174,8 +241,14 @@ fn check_config(config: &InferConfig) -> Result<()> {
 /// `infer`: eager / single-stream graph / Nimble latency per model, checked against eager.
 pub fn infer(args: &InferArgs<'_>) -> Result<()> {
     check_config(&args.config)?;
-    let names = model_names(args.models)?;
-    anyhow::ensure!(args.weights.is_none() || names.len() == 1, "--weights loads one model's weights: name exactly one model");
+    args.models.check()?;
+    if let Models::TorchScript { .. } = args.models {
+        anyhow::ensure!(args.config.batch == 1, "--batch applies to zoo models; a TorchScript file's batch is in its --input shapes");
+    }
+    let count = match args.models {
+        Models::Zoo { list, .. } => model_names(list)?.len(),
+        Models::TorchScript { .. } => 1,
+    };
     let gpu = open_gpu("infer", " (export-graph --device cpu works without one)")?;
     let config = &args.config;
     let optimize: &[bool] = match args.optimize {
@@ -189,29 +262,31 @@ pub fn infer(args: &InferArgs<'_>) -> Result<()> {
         variants.extend(settings.iter().map(|&optimized| Variant { mode, optimized }));
     }
     let mut rows = Vec::new();
-    let bar = progress(names.len(), "infer");
-    for name in names {
-        bar.set_message(name);
-        // Each model starts from an empty allocator cache, as in a process of its own: the
-        // previous model's freed graph pools would otherwise decide where this one's land.
-        nimble_torch::cuda_synchronize()?;
-        nimble_torch::cuda_empty_cache()?;
-        tch::manual_seed(0);
-        let model = build_model(name, Device::Cuda(0), args.weights)?;
-        let measured = inference::measure_model(&model, config, &variants).with_context(|| format!("measuring {name}"))?;
+    let bar = progress(count, "infer");
+    for_each_model(args.models, Device::Cuda(0), |name| bar.set_message(name.to_string()), |model| {
+        let measured = inference::measure_model(model, config, &variants).with_context(|| format!("measuring {}", model.name()))?;
         for row in measured {
             note(&bar, &format!("  {}", row_line(&row)));
             rows.push(row);
         }
         bar.inc(1);
-    }
+        Ok(())
+    })?;
     bar.finish_and_clear();
     let method = "cuDNN benchmark on; fresh randn inputs; CUDA events around each call on the current stream (graphs: input copy + replay); each system timed in two blocks (the warm-ups, then half the timed runs), the systems' blocks in mirrored order A B .. B A; median of all timed runs";
+    let (precision, torchscript) = match args.models {
+        Models::Zoo { .. } => (PRECISION.to_string(), None),
+        Models::TorchScript { path, inputs, dtype } => (
+            dtype.map_or(PRECISION.to_string(), |kind| format!("{} (module and float inputs converted)", experiments::torchscript::kind_name(kind))),
+            Some(serde_json::json!({ "file": path.display().to_string(), "inputs": inputs.iter().map(InputSpec::to_string).collect::<Vec<_>>() })),
+        ),
+    };
     let record = InferRecord {
         experiment: "inference",
         provenance: Provenance::now(gpu.info(), config.warmup, config.iterations, method),
         libtorch: LIBTORCH_VERSION,
-        precision: PRECISION,
+        precision,
+        torchscript,
         rows,
     };
     if let Some(path) = args.out {
@@ -474,7 +549,7 @@ pub fn measure_schedulers(models: &str, warmup: usize, iterations: usize, out: &
 /// What `profile` runs; `config` as for `infer` (its warm-ups and timed runs give the
 /// unprofiled latency).
 pub struct ProfileArgs<'a> {
-    pub model: &'a str,
+    pub models: Models<'a>,
     pub mode: InferMode,
     pub optimize: bool,
     pub config: InferConfig,
@@ -494,28 +569,30 @@ pub fn profile(args: &ProfileArgs<'_>) -> Result<()> {
     check_config(&args.config)?;
     anyhow::ensure!(args.runs >= 1, "--runs must be at least 1");
     anyhow::ensure!(args.mode != InferMode::TorchScript, "--mode torchscript is not profiled; use eager, graph or nimble");
-    let name = model_names(args.model)?;
-    let [name] = name[..] else { bail!("--model names one model, got {}", args.model) };
+    args.models.check()?;
+    if let Models::Zoo { list, .. } = args.models {
+        anyhow::ensure!(model_names(list)?.len() == 1, "--model names one model, got {list}");
+    }
     let gpu = open_gpu("profile", "")?;
-    tch::manual_seed(0);
-    let model = build_model(name, Device::Cuda(0), None)?;
+    for_each_model(args.models, Device::Cuda(0), |_| {}, |model| profile_model(args, &gpu, model))
+}
+
+fn profile_model(args: &ProfileArgs<'_>, gpu: &Gpu, model: &dyn Subject) -> Result<()> {
+    let name = model.name();
     let config = &args.config;
     let prepared = match args.mode {
         InferMode::Eager => None,
-        mode => Some(inference::prepare_checked(&model, config, mode, args.optimize).with_context(|| format!("preparing {name}"))?),
+        mode => Some(inference::prepare_checked(model, config, mode, args.optimize).with_context(|| format!("preparing {name}"))?),
     };
-    let run = |x: &tch::Tensor| -> nimble_torch::Result<()> {
+    let run = |xs: &[tch::Tensor]| -> nimble_torch::Result<()> {
         match &prepared {
-            Some((nimble, _, _)) => nimble.forward(std::slice::from_ref(x)).map(drop),
-            None => {
-                tch::no_grad(|| drop(model.forward(x)));
-                Ok(())
-            }
+            Some((nimble, _, _)) => nimble.forward(xs).map(drop),
+            None => model.eager(xs).map(drop),
         }
     };
     // The unprofiled latency first (the paper's method), for comparison with the profiled span.
-    let latency = nimble_cuda::Samples::new(inference::time_runs(&model, config, run)?);
-    let inputs: Vec<tch::Tensor> = (0..args.runs).map(|_| model.input(config.batch)).collect();
+    let latency = nimble_cuda::Samples::new(inference::time_runs(model, config, run)?);
+    let inputs: Vec<Vec<tch::Tensor>> = (0..args.runs).map(|_| model.inputs(config.batch)).collect();
     nimble_torch::cuda_synchronize()?;
     let partial = args.trace.map(|p| p.with_extension("partial.json"));
     let ((), device) = nimble_torch::profile(partial.as_deref(), || {

@@ -260,6 +260,19 @@ int ns_jit_to(void* module, int dtype) {
   return guarded([&] { static_cast<torch::jit::Module*>(module)->to(static_cast<c10::ScalarType>(dtype)); });
 }
 
+// The forward method's arguments after `self`, one line each: "<name>\t<type>\t<1 if it has a
+// default, else 0>" (a traced module's are all `Tensor`, without defaults).
+int ns_jit_arguments(void* module, char** out) {
+  return guarded([&] {
+    auto* m = static_cast<torch::jit::Module*>(module);
+    const auto& arguments = m->get_method("forward").function().getSchema().arguments();
+    std::ostringstream o;
+    for (size_t i = 1; i < arguments.size(); i++)
+      o << arguments[i].name() << '\t' << arguments[i].type()->annotation_str() << '\t' << (arguments[i].default_value() ? 1 : 0) << '\n';
+    *out = owned_copy(o.str());
+  });
+}
+
 // The module's forward graph, node kinds with their counts ("aten::conv2d=53\n…").
 int ns_jit_node_kinds(void* module, char** out) {
   return guarded([&] {

@@ -59,6 +59,7 @@ int ns_jit_to(void* module, int dtype);
 int ns_jit_optimize(void* module, int fuse, int kernels, int channels_last, void** out, int* applied, int* fused);
 int ns_jit_forward(void* module, void* const* inputs, int n, void*** outputs, int* n_out, char** structure);
 int ns_jit_node_kinds(void* module, char** out);
+int ns_jit_arguments(void* module, char** out);
 
 // training.cpp: backward, fused optimizer steps, the autograd function over captured graphs
 int ns_grad_enabled(int* out);

@@ -71,6 +71,15 @@ impl Nimble {
         Ok(Nimble { prepared: None, source: Source::TorchScript(JitModule::load(path.as_ref(), device)?) })
     }
 
+    /// A TorchScript model's forward arguments (after `self`): name, type (`Tensor` for every
+    /// argument of a traced module) and whether it has a default. `None` for a Rust forward.
+    pub fn torchscript_arguments(&self) -> Result<Option<Vec<(String, String, bool)>>> {
+        match &self.source {
+            Source::TorchScript(module) => module.arguments().map(Some),
+            Source::Rust(_) => Ok(None),
+        }
+    }
+
     /// Records one forward on `inputs` (any device, CPU included) without preparing anything:
 
     /// Converts a TorchScript model's floating-point parameters and buffers to `kind`

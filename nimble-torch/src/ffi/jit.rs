@@ -18,6 +18,7 @@ extern "C" {
     fn ns_jit_optimize(module: *mut c_void, fuse: c_int, kernels: c_int, channels_last: c_int, out: *mut *mut c_void, applied: *mut c_int, fused: *mut c_int) -> c_int;
     fn ns_jit_forward(module: *mut c_void, inputs: *const *mut c_void, n: c_int, outputs: *mut *mut *mut c_void, n_out: *mut c_int, structure: *mut *mut c_char) -> c_int;
     fn ns_jit_to(module: *mut c_void, dtype: c_int) -> c_int;
+    fn ns_jit_arguments(module: *mut c_void, out: *mut *mut c_char) -> c_int;
     fn ns_jit_node_kinds(module: *mut c_void, out: *mut *mut c_char) -> c_int;
 }
 
@@ -153,6 +154,20 @@ impl JitModule {
         };
         // SAFETY: a live module.
         check("jit_to", unsafe { ns_jit_to(self.raw, code) })
+    }
+
+    /// The forward's arguments after `self`: name, type, and whether it has a default.
+    pub(crate) fn arguments(&self) -> Result<Vec<(String, String, bool)>> {
+        let mut out = ptr::null_mut();
+        // SAFETY: a live module; the shim writes a malloc'd string.
+        check("jit_arguments", unsafe { ns_jit_arguments(self.raw, &mut out) })?;
+        Ok(take_string(out)
+            .lines()
+            .filter_map(|line| {
+                let mut fields = line.split('\t');
+                Some((fields.next()?.to_string(), fields.next()?.to_string(), fields.next()? == "1"))
+            })
+            .collect())
     }
 
     /// Node kinds of the forward graph with their counts.

@@ -49,7 +49,19 @@ pub(super) fn check(call: &'static str, status: c_int) -> Result<()> {
     // SAFETY: the shim keeps a NUL-terminated per-thread message that lives until the next
     // failing call on this thread; we copy it out at once.
     let message = unsafe { CStr::from_ptr(ns_last_error()) }.to_string_lossy().into_owned();
-    Err(NimbleError::Torch { call, message })
+    Err(NimbleError::Torch { call, message: summary(message) })
+}
+
+/// The TorchScript interpreter's errors carry two tracebacks before the line that says what
+/// went wrong; that line is the message.
+fn summary(message: String) -> String {
+    if !message.contains("Traceback of TorchScript") {
+        return message;
+    }
+    match message.lines().rev().map(str::trim).find(|line| !line.is_empty()) {
+        Some(last) => format!("{last} (in the TorchScript module's forward)"),
+        None => message,
+    }
 }
 
 /// Takes ownership of a malloc'd string from the shim.
