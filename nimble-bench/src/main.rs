@@ -384,11 +384,15 @@ fn parse_float_kind(name: &str) -> Result<tch::Kind, String> {
 }
 
 impl ScriptArgs {
-    /// The TorchScript file with its inputs, or else the zoo models named by `list`.
-    fn models<'a>(&'a self, list: &'a str, weights: Option<&'a std::path::Path>) -> torch::Models<'a> {
+    /// The TorchScript file with its inputs, or else the zoo models named by `list`. (clap's
+    /// `requires` does not fire when the conflicting --model is given, so it is checked here.)
+    fn models<'a>(&'a self, list: &'a str, weights: Option<&'a std::path::Path>) -> anyhow::Result<torch::Models<'a>> {
         match &self.torchscript {
-            Some(path) => torch::Models::TorchScript { path, inputs: &self.inputs, dtype: self.dtype },
-            None => torch::Models::Zoo { list, weights },
+            Some(path) => Ok(torch::Models::TorchScript { path, inputs: &self.inputs, dtype: self.dtype }),
+            None if !self.inputs.is_empty() || self.dtype.is_some() => {
+                anyhow::bail!("--input and --dtype describe a --torchscript file; zoo models (--model) take --batch")
+            }
+            None => Ok(torch::Models::Zoo { list, weights }),
         }
     }
 }
@@ -484,12 +488,12 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
         }
         Command::ExportGraph { model, script, batch, device, optimize, weights, out } => {
             let list = model.unwrap_or_default();
-            torch::export_graph(script.models(&list, weights.as_deref()), batch, device, optimize, out.as_ref())
+            torch::export_graph(script.models(&list, weights.as_deref())?, batch, device, optimize, out.as_ref())
         }
         Command::Infer { model, script, mode, optimize, prepare, warmup, iters, weights, out } => {
             let modes: Vec<InferMode> = mode.into_iter().map(InferMode::from).collect();
             torch::infer(&torch::InferArgs {
-                models: script.models(&model, weights.as_deref()),
+                models: script.models(&model, weights.as_deref())?,
                 modes: &modes,
                 optimize,
                 config: prepare.config(warmup, iters),
@@ -497,7 +501,7 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
             })
         }
         Command::Profile { model, script, mode, optimize, prepare, runs, top, trace, out } => torch::profile(&torch::ProfileArgs {
-            models: script.models(&model, None),
+            models: script.models(&model, None)?,
             mode: mode.into(),
             optimize,
             // The paper's method for the unprofiled latency printed beside the profile.

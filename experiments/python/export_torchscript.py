@@ -1,0 +1,132 @@
+"""Exports models that no Rust code of ours defines as TorchScript files, for
+`nimble-bench infer --torchscript` and `nimble-bench coverage`: every classification model of
+torchvision at its default input size, and transformers' BERT-base, GPT-2, RoBERTa-base,
+DistilBERT, ViT-base and the T5 encoder built from their default configurations. Random
+weights (nothing is downloaded), evaluation mode, traced with torch.jit.trace on the device given.
+
+Writes DIR/<name>.pt and DIR/manifest.json: one entry per model with its file, the `--input`
+specifications of its forward arguments, where it comes from, and the error when it could not be
+exported (the file is then missing).
+
+usage: python export_torchscript.py DIR [--set torchvision|transformers|all] [--only a,b,...]
+                                        [--device cpu|cuda] [--batch N]
+"""
+
+import argparse
+import json
+import os
+import time
+import traceback
+
+import torch
+
+# transformers' models: (name, model class, config class, input kind, source)
+TRANSFORMERS = [
+    ("bert-base", "BertModel", "BertConfig", "ids", "transformers BertModel, BertConfig() (bert-base)"),
+    ("gpt2", "GPT2Model", "GPT2Config", "ids", "transformers GPT2Model, GPT2Config() (gpt2, 124M)"),
+    ("roberta-base", "RobertaModel", "RobertaConfig", "ids", "transformers RobertaModel, RobertaConfig() (roberta-base)"),
+    ("distilbert", "DistilBertModel", "DistilBertConfig", "ids", "transformers DistilBertModel, DistilBertConfig() (distilbert-base)"),
+    ("vit-base", "ViTModel", "ViTConfig", "image", "transformers ViTModel, ViTConfig() (vit-base-patch16-224)"),
+    ("t5-encoder", "T5EncoderModel", "T5Config", "ids", "transformers T5EncoderModel, T5Config() (t5-small)"),
+]
+SEQUENCE = 128
+
+
+def spec(shape, dtype="float32", low=None, high=None):
+    text = "x".join(str(d) for d in shape) + ":" + dtype
+    return text if low is None else f"{text}:{low}:{high}"
+
+
+def torchvision_models(batch):
+    import torchvision
+
+    for name in torchvision.models.list_models(module=torchvision.models):
+        def build(name=name):
+            model = torchvision.models.get_model(name, weights=None)
+            if name.startswith("inception") or name == "googlenet":
+                model.aux_logits = False
+                model.AuxLogits = None
+                if hasattr(model, "aux1"):
+                    model.aux1 = model.aux2 = None
+            # ViTs fix their image size at construction; the others take their weights' crop.
+            size = getattr(model, "image_size", None)
+            if size is None:
+                weights = torchvision.models.get_model_weights(name).DEFAULT
+                size = weights.transforms().crop_size[0]
+            return model, [torch.randn(batch, 3, size, size)], [spec([batch, 3, size, size])]
+
+        yield name, build, f"torchvision.models.{name}(weights=None), default input size"
+
+
+def transformers_models(batch):
+    import transformers
+
+    for name, model_class, config_class, kind, source in TRANSFORMERS:
+        def build(model_class=model_class, config_class=config_class, kind=kind):
+            config = getattr(transformers, config_class)()
+            # Tuples instead of ModelOutput (transformers 5 no longer reads `torchscript`), and no
+            # key-value cache object, which the tracer cannot return.
+            config.torchscript = True
+            config.return_dict = False
+            config.use_cache = False
+            model = getattr(transformers, model_class)(config)
+            if kind == "image":
+                size = config.image_size
+                return model, [torch.randn(batch, 3, size, size)], [spec([batch, 3, size, size])]
+            ids = torch.randint(0, config.vocab_size, (batch, SEQUENCE))
+            return model, [ids], [spec([batch, SEQUENCE], "int64", 0, config.vocab_size)]
+
+        yield name, build, source
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dir")
+    parser.add_argument("--set", choices=["torchvision", "transformers", "all"], default="all")
+    parser.add_argument("--only", default="", help="comma-separated model names")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--batch", type=int, default=1)
+    args = parser.parse_args()
+    os.makedirs(args.dir, exist_ok=True)
+    only = {n for n in args.only.split(",") if n}
+    sources = []
+    if args.set in ("torchvision", "all"):
+        sources.append(torchvision_models(args.batch))
+    if args.set in ("transformers", "all"):
+        sources.append(transformers_models(args.batch))
+    manifest_path = os.path.join(args.dir, "manifest.json")
+    manifest = []
+    for models in sources:
+        for name, build, source in models:
+            if only and name not in only:
+                continue
+            entry = {"name": name, "file": f"{name}.pt", "source": source}
+            started = time.time()
+            try:
+                torch.manual_seed(0)
+                model, inputs, specs = build()
+                model = model.eval().to(args.device)
+                inputs = [x.to(args.device) for x in inputs]
+                with torch.no_grad():
+                    # strict=False lets dicts through (their structure is fixed for fixed shapes).
+                    traced = torch.jit.trace(model, tuple(inputs), check_trace=False, strict=False)
+                    traced.save(os.path.join(args.dir, entry["file"]))
+                entry["inputs"] = specs
+                entry["parameters"] = sum(p.numel() for p in model.parameters())
+                del model, traced
+            except Exception as e:  # recorded, never fatal: the experiment reports it
+                entry["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                entry["traceback"] = traceback.format_exc(limit=3)
+            entry["export_s"] = round(time.time() - started, 2)
+            manifest.append(entry)
+            print(f"{name}: {entry.get('error', 'ok')} ({entry['export_s']} s)", flush=True)
+            if args.device == "cuda":
+                torch.cuda.empty_cache()
+            # Rewritten after every model, so a run cut short still leaves a usable manifest.
+            with open(manifest_path + ".partial", "w") as f:
+                json.dump({"torch": torch.__version__, "device": args.device, "batch": args.batch, "models": manifest}, f, indent=1)
+            os.replace(manifest_path + ".partial", manifest_path)
+
+
+if __name__ == "__main__":
+    main()
