@@ -7,6 +7,7 @@
 #include "nimble_shim.h"
 
 #include <torch/csrc/jit/frontend/tracer.h>
+#include <torch/csrc/jit/runtime/graph_iterator.h>
 #include <torch/csrc/jit/passes/fixup_trace_scope_blocks.h>
 #include <torch/csrc/jit/passes/freeze_module.h>
 #include <torch/csrc/jit/passes/frozen_conv_add_relu_fusion.h>
@@ -164,10 +165,30 @@ void ns_jit_trace_abandon() {
   }
 }
 
+// Loads a module onto the CPU or CUDA device `device`. On CUDA, the parameters, buffers and the
+// graphs' tensor constants are moved there, except 0-dim CPU constants: those are the scalars a
+// trace records for shape arithmetic (`x.size(1) // 2`), which must stay on the host as they were
+// traced; moved (as `torch.jit.load(f, map_location="cuda")` moves them), the arithmetic runs on
+// the GPU and its `aten::Int` becomes a device-to-host copy that no CUDA graph can capture.
 int ns_jit_load(const char* path, int device, void** out) {
   return guarded([&] {
-    c10::Device d = device < 0 ? c10::Device(c10::kCPU) : c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device));
-    auto m = torch::jit::load(std::string(path), d);
+    auto m = torch::jit::load(std::string(path), c10::Device(c10::kCPU));
+    if (device >= 0) {
+      c10::Device d(c10::kCUDA, static_cast<c10::DeviceIndex>(device));
+      m.to(d);
+      for (const auto& module : m.modules()) {
+        for (const auto& method : module.get_methods()) {
+          std::shared_ptr<torch::jit::Graph> graph = method.graph();
+          for (torch::jit::DepthFirstGraphNodeIterator it(graph); auto* node = it.next();) {
+            if (node->kind() != c10::prim::Constant || !node->hasAttribute(c10::attr::value) ||
+                node->kindOf(c10::attr::value) != torch::jit::AttributeKind::t)
+              continue;
+            const at::Tensor& t = node->t(c10::attr::value);
+            if (t.dim() > 0) node->t_(c10::attr::value, t.to(d));
+          }
+        }
+      }
+    }
     m.eval();
     *out = new torch::jit::Module(std::move(m));
   });

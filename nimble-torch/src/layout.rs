@@ -24,12 +24,16 @@ struct TrialBlocks {
 const LAYOUT_TRIAL: TrialBlocks = TrialBlocks { rounds: 3, warmup: 10, timed: 20 };
 
 /// Prepares the other layout than `first`'s (`first_nhwc`: whether `first` is channels-last),
-/// times both, and returns the faster with both times in its report. The other graph is dropped
+/// times both, and returns the faster with both times in its report (`first` alone, without a
+/// trial, when the model cannot run in the other layout). The other graph is dropped
 /// before this returns, so its memory goes back to the allocator.
 pub(crate) fn keep_faster(source: &Source, inputs: &[Tensor], options: &PrepareOptions, first: Prepared, first_nhwc: bool) -> Result<Prepared> {
     let started = Instant::now();
     let first_seconds = first.report.seconds.total;
-    let (second, _) = inference::prepare(source, inputs, &options.clone().channels_last(Some(!first_nhwc)))?;
+    // A layout the model cannot run in (a `view` of a channels-last output) leaves the other.
+    let Ok((second, _)) = inference::prepare(source, inputs, &options.clone().channels_last(Some(!first_nhwc))) else {
+        return Ok(first);
+    };
     let candidates = [first, second];
     let mut samples = [Vec::new(), Vec::new()];
     for _ in 0..LAYOUT_TRIAL.rounds {

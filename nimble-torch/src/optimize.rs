@@ -28,8 +28,23 @@ pub(crate) fn optimized_module(source: &Source, inputs: &[Tensor], rewrites: &Re
     let mut traced = None;
     let module = source.as_torchscript(inputs, &mut traced).map_err(explain)?;
     let (optimized, applied) = module.optimized(&rewrites)?;
-    for _ in 0..2 {
-        Runner::Jit(&optimized).run_caught(inputs, false, "TorchScript warm-up")?;
+    match warm_up(&optimized, inputs) {
+        Ok(()) => Ok((optimized, applied)),
+        // Left to decide, the layout must not refuse a model: channels-last outputs break a
+        // model's `view` of a convolution's output (which needs the contiguous layout), so such a
+        // model keeps NCHW.
+        Err(_) if applied.channels_last && rewrites.channels_last.is_none() => {
+            let (optimized, nchw) = module.optimized(&Rewrites { channels_last: Some(false), ..rewrites })?;
+            warm_up(&optimized, inputs)?;
+            Ok((optimized, Applied { grouped_convs: applied.grouped_convs, ..nchw }))
+        }
+        Err(e) => Err(e),
     }
-    Ok((optimized, applied))
+}
+
+fn warm_up(module: &JitModule, inputs: &[Tensor]) -> Result<()> {
+    for _ in 0..2 {
+        Runner::Jit(module).run_caught(inputs, false, "TorchScript warm-up")?;
+    }
+    Ok(())
 }
