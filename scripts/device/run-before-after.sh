@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine: `infer --model M` with two nimble-bench binaries, model by model
-# in one run (the earlier commit's first), so that a change can be shown to leave the zoo's
-# latency within noise. Builds nothing: .gpu/nimble-bench and .gpu/before/nimble-bench.
+# in one run (the earlier commit's first; ORDER=after-first reverses that, to tell the order's
+# effect from the change's), so that a change can be shown to leave the zoo's latency within
+# noise. Builds nothing: .gpu/nimble-bench and .gpu/before/nimble-bench.
 # Writes $OUT/inference-before.json, $OUT/inference-after.json (one record per binary, rows of
 # every model) and a table of Nimble's latency side by side.
 #   usage: scripts/device/run-before-after.sh [MODELS] [MODES]
@@ -12,7 +13,8 @@ modes=${2:-graph,nimble}
 mkdir -p "$out/parts"
 status=0
 for model in ${models//,/ }; do
-    for which in before after; do
+    pair="before after"; [ "${ORDER:-}" = after-first ] && pair="after before"
+    for which in $pair; do
         binary=.gpu/nimble-bench; [ $which = before ] && binary=.gpu/before/nimble-bench
         $binary infer --model "$model" --mode "$modes" --out "$out/parts/$which-$model.json" 2>/dev/null | tail -n 1 | sed "s/^/$which /" || status=1
     done
