@@ -179,11 +179,27 @@ impl Model {
     /// (such as PyTorch's `num_batches_tracked`) are ignored. On error the model may hold a
     /// mix of old and new values, so drop it.
     pub fn load(&mut self, path: &Path) -> Result<(), String> {
-        match path.extension().and_then(|e| e.to_str()) {
-            Some("safetensors" | "ot") => {}
+        let read = match path.extension().and_then(|e| e.to_str()) {
+            Some("safetensors") => Tensor::read_safetensors(path),
+            Some("ot") => Tensor::load_multi(path),
             _ => return Err(format!("{}: expected a .safetensors or .ot weight file", path.display())),
+        };
+        let context = |what: String| format!("loading {} into {}: {what}", path.display(), self.info.name);
+        let file: std::collections::HashMap<String, Tensor> = read.map_err(|e| context(e.to_string()))?.into_iter().collect();
+        // Checked in name order before anything is copied, so the error names the first problem
+        // (tch's own load visits the variables in hash order, and copies as it goes).
+        let mut variables: Vec<(String, Tensor)> = self.vs.variables().into_iter().collect();
+        variables.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, variable) in &variables {
+            match file.get(name) {
+                None => return Err(context(format!("the file has no `{name}`"))),
+                Some(value) if value.size() != variable.size() => {
+                    return Err(context(format!("`{name}` is {:?} in the file, expected {:?}", value.size(), variable.size())))
+                }
+                Some(_) => {}
+            }
         }
-        self.vs.load(path).map_err(|e| format!("loading {} into {}: {e}", path.display(), self.info.name))
+        self.vs.load(path).map_err(|e| context(e.to_string()))
     }
 }
 
