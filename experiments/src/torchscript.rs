@@ -212,6 +212,10 @@ impl Subject for TorchScriptModel {
         self.reference.eager(inputs)
     }
 
+    fn kind(&self) -> Kind {
+        self.dtype.unwrap_or(Kind::Float)
+    }
+
     fn script_module(&self, _batch: i64) -> nimble_torch::Result<tch::CModule> {
         let mut module = tch::CModule::load_on_device(&self.path, self.device).map_err(|e| nimble_torch::NimbleError::Torch { call: "CModule::load", message: e.to_string() })?;
         if let Some(kind) = self.dtype {

@@ -125,7 +125,7 @@ pub fn inference(invoked_as: &str, models: &str, batch: i64, args: &Rendering) -
     let figure = find("inference")?;
     let record = args.record(invoked_as, figure, || {
         torch::infer(&InferArgs {
-            models: torch::Models::Zoo { list: models, weights: None },
+            models: torch::Models::Zoo { list: models, weights: None, dtype: None },
             modes: &[InferMode::Eager, InferMode::TorchScript, InferMode::Graph, InferMode::Nimble],
             optimize: Optimize::On,
             config: InferConfig::defaults(batch, args.warmup, args.iterations),

@@ -370,9 +370,10 @@ struct ScriptArgs {
     /// 1x3x224x224 or 1x128:int64:0:30000
     #[arg(long = "input", value_name = "SHAPE[:DTYPE[:LOW:HIGH]]", requires = "torchscript")]
     inputs: Vec<InputSpec>,
-    /// With --torchscript: convert the module's floating-point parameters and buffers and its
-    /// float inputs to this dtype (float16, bfloat16, float32, float64)
-    #[arg(long, value_name = "DTYPE", requires = "torchscript", value_parser = parse_float_kind)]
+    /// Convert the model's floating-point parameters and buffers and its float inputs to this
+    /// dtype (float16, bfloat16, float32, float64); eager runs in it too, and the tolerances of
+    /// the check against eager follow it
+    #[arg(long, value_name = "DTYPE", value_parser = parse_float_kind)]
     dtype: Option<tch::Kind>,
 }
 
@@ -389,10 +390,8 @@ impl ScriptArgs {
     fn models<'a>(&'a self, list: &'a str, weights: Option<&'a std::path::Path>) -> anyhow::Result<torch::Models<'a>> {
         match &self.torchscript {
             Some(path) => Ok(torch::Models::TorchScript { path, inputs: &self.inputs, dtype: self.dtype }),
-            None if !self.inputs.is_empty() || self.dtype.is_some() => {
-                anyhow::bail!("--input and --dtype describe a --torchscript file; zoo models (--model) take --batch")
-            }
-            None => Ok(torch::Models::Zoo { list, weights }),
+            None if !self.inputs.is_empty() => anyhow::bail!("--input describes a --torchscript file's arguments; zoo models (--model) take --batch"),
+            None => Ok(torch::Models::Zoo { list, weights, dtype: self.dtype }),
         }
     }
 }

@@ -95,8 +95,9 @@ fn build_model(name: &str, device: Device, weights: Option<&Path>) -> Result<mod
 /// What `infer`, `profile` and `export-graph` run: zoo models, or any TorchScript file.
 #[derive(Clone, Copy, Debug)]
 pub enum Models<'a> {
-    /// Comma-separated zoo names or `all`; `weights` for exactly one of them.
-    Zoo { list: &'a str, weights: Option<&'a Path> },
+    /// Comma-separated zoo names or `all`; `weights` for exactly one of them; `dtype` converts
+    /// the models' parameters and inputs.
+    Zoo { list: &'a str, weights: Option<&'a Path>, dtype: Option<Kind> },
     /// A TorchScript file with one input specification per forward argument; `dtype` converts
     /// its floating-point parameters and inputs.
     TorchScript { path: &'a Path, inputs: &'a [InputSpec], dtype: Option<Kind> },
@@ -112,7 +113,7 @@ impl Models<'_> {
     /// Checks what needs no GPU: zoo names, `--weights` with one model, the file's existence.
     fn check(&self) -> Result<()> {
         match *self {
-            Models::Zoo { list, weights } => {
+            Models::Zoo { list, weights, .. } => {
                 let names = model_names(list)?;
                 anyhow::ensure!(weights.is_none() || names.len() == 1, "--weights loads one model's weights: name exactly one model");
             }
@@ -138,11 +139,15 @@ fn for_each_model(models: Models<'_>, device: Device, mut name: impl FnMut(&str)
         Ok(())
     };
     match models {
-        Models::Zoo { list, weights } => {
+        Models::Zoo { list, weights, dtype } => {
             for model_name in model_names(list)? {
                 name(model_name);
                 fresh()?;
-                body(&build_model(model_name, device, weights)?)?;
+                let mut model = build_model(model_name, device, weights)?;
+                if let Some(kind) = dtype {
+                    model.set_kind(kind);
+                }
+                body(&model)?;
             }
         }
         Models::TorchScript { path, inputs, dtype } => {
@@ -274,13 +279,15 @@ pub fn infer(args: &InferArgs<'_>) -> Result<()> {
     })?;
     bar.finish_and_clear();
     let method = "cuDNN benchmark on; fresh randn inputs; CUDA events around each call on the current stream (graphs: input copy + replay); each system timed in two blocks (the warm-ups, then half the timed runs), the systems' blocks in mirrored order A B .. B A; median of all timed runs";
-    let (precision, torchscript) = match args.models {
-        Models::Zoo { .. } => (PRECISION.to_string(), None),
-        Models::TorchScript { path, inputs, dtype } => (
-            dtype.map_or(PRECISION.to_string(), |kind| format!("{} (module and float inputs converted)", experiments::torchscript::kind_name(kind))),
-            Some(serde_json::json!({ "file": path.display().to_string(), "inputs": inputs.iter().map(InputSpec::to_string).collect::<Vec<_>>() })),
-        ),
+    let (dtype, torchscript) = match args.models {
+        Models::Zoo { dtype, .. } => (dtype, None),
+        Models::TorchScript { path, inputs, dtype } => {
+            (dtype, Some(serde_json::json!({ "file": path.display().to_string(), "inputs": inputs.iter().map(InputSpec::to_string).collect::<Vec<_>>() })))
+        }
     };
+    let precision = dtype.filter(|&k| k != Kind::Float).map_or(PRECISION.to_string(), |kind| {
+        format!("{} (parameters, buffers and float inputs converted, every system alike)", experiments::torchscript::kind_name(kind))
+    });
     let record = InferRecord {
         experiment: "inference",
         provenance: Provenance::now(gpu.info(), config.warmup, config.iterations, method),

@@ -314,3 +314,12 @@ fn a_torchscript_file_with_the_wrong_inputs_gets_one_line_naming_what_it_expecte
         assert_eq!(error_lines, 1, "{arguments:?}: {stderr}");
     }
 }
+
+#[test]
+fn zoo_models_convert_to_bfloat16_and_export_their_task_graph() {
+    let out = scratch("mobilenet-bf16.graph.json");
+    let output = nimble_bench(&["export-graph", "--model", "mobilenet-v2", "--dtype", "bfloat16", "--optimize", "--out", out.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let graph: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert!(graph["nodes"].as_array().unwrap().len() > 50, "{graph}");
+}

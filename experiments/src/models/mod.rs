@@ -117,6 +117,8 @@ pub struct Model {
     pub info: ModelInfo,
     pub dataset: Dataset,
     pub device: Device,
+    /// The floating-point dtype of the parameters and inputs (float32 unless `set_kind`).
+    pub kind: tch::Kind,
     net: Rc<dyn ModuleT>,
     vs: nn::VarStore,
 }
@@ -124,7 +126,7 @@ pub struct Model {
 impl Model {
     /// A fresh input batch of this model's shape on its device (standard normal values).
     pub fn input(&self, batch: i64) -> Tensor {
-        Tensor::randn(self.info.input_shape(self.dataset, batch), (tch::Kind::Float, self.device))
+        Tensor::randn(self.info.input_shape(self.dataset, batch), (self.kind, self.device))
     }
 
     /// The forward in evaluation mode.
@@ -142,6 +144,13 @@ impl Model {
     pub fn nimble(&self) -> Nimble {
         let net = self.net.clone();
         Nimble::from_fn_t(move |xs: &[Tensor], train| vec![net.forward_t(&xs[0], train)])
+    }
+
+    /// Converts the parameters and buffers to `kind` (float16, bfloat16, float32, float64);
+    /// `input` then makes inputs of that dtype, so eager and every prepared graph compute in it.
+    pub fn set_kind(&mut self, kind: tch::Kind) {
+        self.vs.set_kind(kind);
+        self.kind = kind;
     }
 
     /// Lets the parameters require gradients again (models are built frozen), for training.
@@ -240,5 +249,5 @@ pub fn build(name: &str, dataset: Dataset, device: Device) -> Result<Model, Stri
         _ => unreachable!("info() knows every name"),
     };
     vs.freeze();
-    Ok(Model { info, dataset, device, net, vs })
+    Ok(Model { info, dataset, device, kind: tch::Kind::Float, net, vs })
 }
