@@ -79,8 +79,8 @@ fn work(graph: &nimble_graph::TaskGraph) -> f64 {
 
 /// Measures `model` with every algorithm in `algorithms` (see the module documentation).
 pub fn measure_model(model: &Model, config: &InferConfig, algorithms: &[String]) -> nimble_torch::Result<SchedulerModel> {
-    let eager = time_runs(model, config, |x| {
-        tch::no_grad(|| drop(model.forward(&x[0])));
+    let eager = time_runs(model, config, |xs| {
+        tch::no_grad(|| drop(model.forward(&xs[0])));
         Ok(())
     })?;
     let (eager_gpu_work_us, eager_kernels_graph) = {

@@ -104,9 +104,9 @@ pub enum Models<'a> {
 }
 
 impl Models<'_> {
-    /// The TorchScript file's model on `device`, its inputs checked against its forward.
+    /// The TorchScript file's model on `device`, its inputs checked against its forward (after
+    /// `check`, which every command runs before it looks for a GPU).
     fn torchscript(path: &Path, inputs: &[InputSpec], device: Device, dtype: Option<Kind>) -> Result<TorchScriptModel> {
-        anyhow::ensure!(!inputs.is_empty(), "--torchscript needs one --input SHAPE[:DTYPE[:LOW:HIGH]] per forward argument, e.g. --input 1x3x224x224");
         TorchScriptModel::load(path, inputs.to_vec(), device, dtype).map_err(anyhow::Error::msg)
     }
 
