@@ -154,6 +154,12 @@ pub struct InferRow {
     /// max |output − eager tch output| / max |eager tch output| on one fresh input (graph modes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub relative_error: Option<f64>,
+    /// max |eager output| on that input, and whether eager's output changed with the input: a
+    /// check against a reference that is zero, or the same for every input, proves little.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reference_scale: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_sensitive: Option<bool>,
     /// What prepare built and how long it took (graph modes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prepare: Option<PrepareReport>,
@@ -195,8 +201,8 @@ pub struct Variant {
 /// from L2 between runs, which the baselines' numbers never paid, and slowed MobileNetV2's
 /// graphs by about 12%.)
 pub fn measure_model(model: &dyn Subject, config: &InferConfig, variants: &[Variant]) -> nimble_torch::Result<Vec<InferRow>> {
-    let mut prepared: Vec<Option<(Nimble, PrepareReport, f64)>> = Vec::new();
-    let mut scripted: Vec<Option<(tch::CModule, f64)>> = Vec::new();
+    let mut prepared: Vec<Option<(Nimble, PrepareReport, Check)>> = Vec::new();
+    let mut scripted: Vec<Option<(tch::CModule, Check)>> = Vec::new();
     for variant in variants {
         prepared.push(match variant.mode {
             InferMode::Eager | InferMode::TorchScript => None,
@@ -227,17 +233,22 @@ pub fn measure_model(model: &dyn Subject, config: &InferConfig, variants: &[Vari
         .iter()
         .zip(samples)
         .zip(prepared.iter().zip(&scripted))
-        .map(|((variant, times), (prepared, scripted))| InferRow {
+        .map(|((variant, times), (prepared, scripted))| {
+          let check = prepared.as_ref().map(|p| p.2).or(scripted.as_ref().map(|s| s.1));
+          InferRow {
             model: model.name().into(),
             batch: config.batch,
             mode: variant.mode,
             optimized: variant.optimized && !matches!(variant.mode, InferMode::Eager | InferMode::TorchScript),
             latency: Samples::new(times),
-            relative_error: prepared.as_ref().map(|p| p.2).or(scripted.as_ref().map(|s| s.1)),
+            relative_error: check.map(|c| c.relative_error),
+            reference_scale: check.map(|c| c.reference_scale),
+            input_sensitive: check.map(|c| c.input_sensitive),
             channels_last: prepared.as_ref().is_some_and(|p| p.1.channels_last),
             fuse_conv_relu: prepared.is_some() && variant.optimized && config.fuse_conv_relu,
             fuse_kernels: prepared.is_some() && variant.optimized && config.fuse_kernels,
             prepare: prepared.as_ref().map(|p| p.1.clone()),
+          }
         })
         .collect())
 }
@@ -285,11 +296,10 @@ fn torch_error(call: &'static str, e: tch::TchError) -> nimble_torch::NimbleErro
 
 /// The model as a TorchScript module run by libtorch's runtime through tch's `CModule`,
 /// compared with the eager model on a fresh input.
-pub fn torchscript_checked(model: &dyn Subject, config: &InferConfig) -> nimble_torch::Result<(tch::CModule, f64)> {
+pub fn torchscript_checked(model: &dyn Subject, config: &InferConfig) -> nimble_torch::Result<(tch::CModule, Check)> {
     let module = model.script_module(config.batch)?;
-    let xs = model.inputs(config.batch);
-    let reference = model.eager(&xs)?;
-    let error = outputs_error(&run_script(&module, &xs)?, &reference);
+    let check = Check::against_eager(model, config.batch, |xs| run_script(&module, xs))?;
+    let error = check.relative_error;
     let tolerance = if is_low_precision(model.kind()) { LOW_PRECISION_TOLERANCE } else { TORCHSCRIPT_TOLERANCE };
     if error > tolerance {
         return Err(nimble_torch::NimbleError::Internal(format!(
@@ -297,11 +307,11 @@ pub fn torchscript_checked(model: &dyn Subject, config: &InferConfig) -> nimble_
             model.name()
         )));
     }
-    Ok((module, error))
+    Ok((module, check))
 }
 
 /// Prepares `model` for a graph mode and compares its output with eager tch on a fresh input.
-pub fn prepare_checked(model: &dyn Subject, config: &InferConfig, mode: InferMode, optimize: bool) -> nimble_torch::Result<(Nimble, PrepareReport, f64)> {
+pub fn prepare_checked(model: &dyn Subject, config: &InferConfig, mode: InferMode, optimize: bool) -> nimble_torch::Result<(Nimble, PrepareReport, Check)> {
     let algorithm = if mode == InferMode::Graph { "single".to_string() } else { config.algorithm.clone() };
     let mut nimble = model.nimble()?;
     let options = PrepareOptions::inference()
@@ -311,9 +321,8 @@ pub fn prepare_checked(model: &dyn Subject, config: &InferConfig, mode: InferMod
         .fuse_kernels(config.fuse_kernels)
         .channels_last(config.channels_last);
     let report = nimble.prepare(&model.inputs(config.batch), options)?.clone();
-    let xs = model.inputs(config.batch);
-    let reference = model.eager(&xs)?;
-    let error = outputs_error(&nimble.forward(&xs)?, &reference);
+    let check = Check::against_eager(model, config.batch, |xs| nimble.forward(xs))?;
+    let error = check.relative_error;
     // Without the rewrites the graph runs eager's kernels; with them, folded weights round
     // differently (TF32 convolutions), so allow float32-plus-TF32 drift but not a wrong result.
     let tolerance = tolerance(model.kind(), optimize);
@@ -325,7 +334,36 @@ pub fn prepare_checked(model: &dyn Subject, config: &InferConfig, mode: InferMod
             if optimize { "on" } else { "off" }
         )));
     }
-    Ok((nimble, report, error))
+    Ok((nimble, report, check))
+}
+
+/// A prepared model's output on a fresh input against eager's on the same input.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Check {
+    /// `outputs_error` of the prepared output against eager's.
+    pub relative_error: f64,
+    /// max |x| over eager's floating-point output tensors (0 without any).
+    pub reference_scale: f64,
+    /// Eager's output on a second fresh input differs from the first: a model whose output does
+    /// not depend on its input (a random initialization can make one) makes the check vacuous,
+    /// since a graph that never read its input would pass it too.
+    pub input_sensitive: bool,
+}
+
+impl Check {
+    /// Runs `run` and eager on one fresh input and eager on another.
+    pub fn against_eager(model: &dyn Subject, batch: i64, run: impl FnOnce(&[Tensor]) -> nimble_torch::Result<Vec<Tensor>>) -> nimble_torch::Result<Check> {
+        let xs = model.inputs(batch);
+        let reference = model.eager(&xs)?;
+        let relative_error = outputs_error(&run(&xs)?, &reference);
+        let other = model.eager(&model.inputs(batch))?;
+        let reference_scale = reference
+            .iter()
+            .filter(|t| t.is_floating_point() && t.numel() > 0)
+            .map(|t| t.abs().max().double_value(&[]))
+            .fold(0.0, f64::max);
+        Ok(Check { relative_error, reference_scale, input_sensitive: outputs_error(&other, &reference) > 0.0 })
+    }
 }
 
 /// The largest relative error against eager a prepared model computing in `kind` may show,

@@ -4,9 +4,11 @@
 //! record with [provenance](record::Provenance) that `paper-figs/results/` keeps. It holds the
 //! [simulator validation](simulator_validation), the paper's [model zoo](models) (each model
 //! checked against its PyTorch reference), the [inference comparison](inference) over zoo
-//! models and [any TorchScript file](torchscript), the [scheduler study](schedulers) and
+//! models and [any TorchScript file](torchscript), the [coverage](coverage) of a whole population
+//! of exported models, the [scheduler study](schedulers) and
 //! [training](training).
 
+pub mod coverage;
 pub mod inference;
 pub mod models;
 pub mod record;

@@ -93,7 +93,7 @@ pub fn measure_model(model: &Model, config: &InferConfig, algorithms: &[String])
     let (mut width, mut tasks) = (0, 0);
     for algorithm in algorithms {
         let config = InferConfig { algorithm: algorithm.clone(), ..config.clone() };
-        let (nimble, report, relative_error) = prepare_checked(model, &config, InferMode::Nimble, true)?;
+        let (nimble, report, check) = prepare_checked(model, &config, InferMode::Nimble, true)?;
         let graph = nimble.task_graph().expect("prepared");
         let plan = nimble.plan().expect("prepared");
         width = graph.width(&graph.reachability());
@@ -108,7 +108,7 @@ pub fn measure_model(model: &Model, config: &InferConfig, algorithms: &[String])
             latency: Samples::new(latency),
             simulated_us,
             gpu_work_us: work(graph),
-            relative_error,
+            relative_error: check.relative_error,
             prepare_seconds: report.seconds.total,
         });
     }

@@ -177,7 +177,9 @@ fn zoo_models_export_to_torchscript_that_tchs_cmodule_runs_alike() {
     let config = InferConfig { batch: 1, warmup: 0, iterations: 0, algorithm: "nimble".into(), fuse_conv_relu: false, fuse_kernels: true, channels_last: None };
     for name in ["mobilenet-v2", "darts"] {
         let model = models::build(name, Dataset::ImageNet, Device::Cpu).unwrap();
-        let (_module, error) = torchscript_checked(&model, &config).unwrap();
+        let (_module, check) = torchscript_checked(&model, &config).unwrap();
+        let error = check.relative_error;
         assert!(error < 1e-5, "{name}: TorchScript differs from eager by {error:.2e}");
+        assert!(check.reference_scale > 0.0 && check.input_sensitive, "{name}: the check proves nothing: {check:?}");
     }
 }

@@ -63,6 +63,12 @@ pub const FIGURES: &[Figure] = &[
         pending: None,
     },
     Figure {
+        name: "coverage",
+        aliases: &[],
+        what: "every torchvision classifier and six transformers models, exported as TorchScript and run from the CLI: prepared or why not, speedup over eager and over one stream (beyond the paper)",
+        pending: None,
+    },
+    Figure {
         name: "schedulers",
         aliases: &[],
         what: "every registered stream-assignment algorithm on every zoo model: speedup over one stream, measured and simulated (beyond the paper)",

@@ -3,6 +3,8 @@
 //! The top layer: it parses arguments, loads graphs, calls the library crates and prints
 //! results. Errors are printed as one line and exit with status 2.
 
+mod coverage;
+mod coverage_figure;
 mod example;
 mod figures;
 mod gpu;
@@ -294,6 +296,34 @@ enum Command {
         #[command(flatten)]
         figure: FigureArgs,
     },
+    /// GPU: every model of a population exported by experiments/python/export_torchscript.py
+    /// DIR, each run by `infer --torchscript` in its own process (eager, one-stream graph and
+    /// Nimble, with and without the rewrites, each graph checked against eager), gathered with
+    /// the class of every failure into a record and a figure; without DIR, re-renders the record
+    Coverage {
+        /// The exporter's directory: manifest.json and the .pt files
+        #[arg(value_name = "DIR")]
+        dir: Option<PathBuf>,
+        /// Comma-separated names of the manifest's models to run (default: all)
+        #[arg(long, value_delimiter = ',', requires = "dir")]
+        only: Vec<String>,
+        /// Seconds one model's process may run before it is killed (and recorded as a timeout)
+        #[arg(long, default_value_t = 300)]
+        timeout: u64,
+        #[arg(long, default_value_t = 50)]
+        warmup: usize,
+        #[arg(long, default_value_t = 100)]
+        iters: usize,
+        /// Records measured in parts (comma-separated), merged into --results; no GPU needed
+        #[arg(long, value_delimiter = ',', value_name = "FILES", conflicts_with = "dir")]
+        merge: Vec<PathBuf>,
+        /// The record to write (measuring, merging; rewritten after every model) or read
+        #[arg(long, default_value = "paper-figs/results/coverage.json")]
+        results: PathBuf,
+        /// Where the figure goes (<out-dir>/coverage.svg and .png)
+        #[arg(long, default_value = "paper-figs")]
+        out_dir: PathBuf,
+    },
     /// Figure: a small DAG through the steps of Nimble's stream assignment (graph, MEG,
     /// bipartite matching, chains, streams and syncs), from nimble-sched's own output
     AlgorithmExample {
@@ -520,6 +550,16 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
             iterations: iters,
             check_steps,
             out: out.as_deref(),
+        }),
+        Command::Coverage { dir, only, timeout, warmup, iters, merge, results, out_dir } => coverage::coverage(&coverage::CoverageArgs {
+            dir: dir.as_deref(),
+            only: &only,
+            timeout: std::time::Duration::from_secs(timeout),
+            warmup,
+            iterations: iters,
+            merge: &merge,
+            results: &results,
+            out_dir: &out_dir,
         }),
         Command::Gen { synthetic, out } => scheduling::generate(&synthetic, out.as_ref()),
     }

@@ -55,7 +55,7 @@ const PRECISION: &str = "float32 (libtorch defaults: TF32 for cuDNN convolutions
 
 /// The GPU a measuring command runs on, with cuDNN's benchmark mode on (the paper's method), or
 /// an error saying that `command` needs one (`hint` appended).
-fn open_gpu(command: &str, hint: &str) -> Result<Gpu> {
+pub(crate) fn open_gpu(command: &str, hint: &str) -> Result<Gpu> {
     if !nimble_torch::cuda_available() {
         bail!("{command} needs a CUDA device and libtorch sees none{hint}");
     }

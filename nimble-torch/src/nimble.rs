@@ -80,8 +80,6 @@ impl Nimble {
         }
     }
 
-    /// Records one forward on `inputs` (any device, CPU included) without preparing anything:
-
     /// Converts a TorchScript model's floating-point parameters and buffers to `kind`
     /// (`Kind::Half`, `Kind::BFloat16`, …), as `module.to(dtype)` does in PyTorch; a prepared
     /// graph is dropped. Dtypes the trace wrote into the graph itself (a `torch.float32`

@@ -1,0 +1,559 @@
+//! The coverage experiment: a whole population of models no Rust code of ours defines (every
+//! torchvision classifier, six transformers models), exported as TorchScript files by
+//! `experiments/python/export_torchscript.py`, each run from the CLI as a user would
+//! (`nimble-bench infer --torchscript`), in a process of its own.
+//!
+//! This module holds what needs no GPU and no libtorch: the exporter's manifest, the outcome of
+//! each model (measured, or the class of its error), the check that Nimble is not slower than
+//! its own one-stream graph beyond noise, the summary, and the merging of records measured in
+//! parts. `nimble-bench coverage` runs the models and draws the figure.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::record::Provenance;
+
+/// `DIR/manifest.json` as the exporter writes it.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct Manifest {
+    /// The exporting PyTorch's version.
+    pub torch: String,
+    /// Where the models were traced (`cuda` or `cpu`).
+    pub device: String,
+    pub batch: i64,
+    pub models: Vec<ManifestEntry>,
+}
+
+/// One model of the manifest: exported (`file`, `inputs`) or not (`error`).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct ManifestEntry {
+    pub name: String,
+    pub file: String,
+    pub source: String,
+    /// `--input` specifications of the forward's arguments.
+    #[serde(default)]
+    pub inputs: Vec<String>,
+    #[serde(default)]
+    pub parameters: Option<u64>,
+    #[serde(default)]
+    pub export_s: Option<f64>,
+    /// Why the exporter could not write the file.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+impl Manifest {
+    /// Reads and checks `path`.
+    pub fn read(path: &Path) -> Result<Manifest, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            format!("{}: {e} (expected the manifest.json that experiments/python/export_torchscript.py DIR writes)", path.display())
+        })?;
+        let manifest: Manifest = serde_json::from_str(&text).map_err(|e| format!("{}: not an exporter manifest: {e}", path.display()))?;
+        for entry in &manifest.models {
+            if entry.error.is_none() && entry.inputs.is_empty() {
+                return Err(format!("{}: model `{}` has neither inputs nor an export error", path.display(), entry.name));
+            }
+        }
+        Ok(manifest)
+    }
+
+    /// The entries named in `only` (all when empty), in the manifest's order; an unknown name is
+    /// an error listing the known ones.
+    pub fn select(&self, only: &[String]) -> Result<Vec<&ManifestEntry>, String> {
+        for name in only {
+            if !self.models.iter().any(|e| &e.name == name) {
+                let names: Vec<&str> = self.models.iter().map(|e| e.name.as_str()).collect();
+                return Err(format!("--only: `{name}` is not in the manifest, which has {}", names.join(", ")));
+            }
+        }
+        Ok(self.models.iter().filter(|e| only.is_empty() || only.contains(&e.name)).collect())
+    }
+}
+
+/// What became of one model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Status {
+    /// Prepared in every mode and matched eager within the tolerances.
+    Ok,
+    /// PyTorch could not trace or save it.
+    Export,
+    /// libtorch could not load the file, or its forward rejected the inputs.
+    Load,
+    /// The forward synchronizes with the host (a real one: on device tensors).
+    HostSync,
+    /// The forward's ops differ between passes (data-dependent control flow).
+    Dynamic,
+    /// CUDA graph capture failed.
+    Capture,
+    /// A prepared graph's output differs from eager beyond the tolerance.
+    Mismatch,
+    OutOfMemory,
+    /// The model's process ran past the time limit and was killed.
+    Timeout,
+    /// The model's process died from a signal (a C++ abort, a fault).
+    Crash,
+    Other,
+}
+
+impl Status {
+    /// The class of an error message of `nimble-bench infer` (its `error:` line).
+    pub fn classify(message: &str) -> Status {
+        let m = message.to_ascii_lowercase();
+        if m.contains("synchronizes with the host") {
+            Status::HostSync
+        } else if m.contains("is not static") {
+            Status::Dynamic
+        } else if m.contains("out of memory") {
+            Status::OutOfMemory
+        } else if m.contains("output differs from eager") {
+            Status::Mismatch
+        } else if m.contains("capture") {
+            Status::Capture
+        } else if m.contains("jit_load") || m.contains("--input") || m.contains("forward argument") {
+            Status::Load
+        } else {
+            Status::Other
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Export => "export",
+            Status::Load => "load",
+            Status::HostSync => "host-sync",
+            Status::Dynamic => "dynamic",
+            Status::Capture => "capture",
+            Status::Mismatch => "mismatch",
+            Status::OutOfMemory => "out-of-memory",
+            Status::Timeout => "timeout",
+            Status::Crash => "crash",
+            Status::Other => "other",
+        }
+    }
+}
+
+/// The smallest relative difference of two medians that counts as more than noise, whatever
+/// their spread: blocks of the same graph measured at different times in one run differ by up to
+/// about 2% (the zoo's before/after runs).
+pub const NOISE_FLOOR: f64 = 0.02;
+
+/// Nimble's latency against its own one-stream graph's (same rewrites) on one model.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AgainstOneStream {
+    /// Nimble's median over the one-stream graph's.
+    pub ratio: f64,
+    /// The relative difference that is noise: the larger of [`NOISE_FLOOR`] and twice the
+    /// standard error of the medians' difference (from each set's median absolute deviation).
+    pub noise: f64,
+    /// `ratio > 1 + noise`.
+    pub slower: bool,
+}
+
+impl AgainstOneStream {
+    pub fn new(graph_us: &[f64], nimble_us: &[f64]) -> AgainstOneStream {
+        let (graph, nimble) = (median(graph_us), median(nimble_us));
+        let error = (median_standard_error(graph_us).powi(2) + median_standard_error(nimble_us).powi(2)).sqrt();
+        let noise = NOISE_FLOOR.max(2.0 * error / graph);
+        let ratio = nimble / graph;
+        AgainstOneStream { ratio, noise, slower: ratio > 1.0 + noise }
+    }
+}
+
+fn median(samples: &[f64]) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+/// The standard error of a sample median, from the median absolute deviation (robust to the
+/// occasional slow run): 1.2533 · 1.4826 · MAD / √n, exact for normal samples.
+fn median_standard_error(samples: &[f64]) -> f64 {
+    let center = median(samples);
+    let deviations: Vec<f64> = samples.iter().map(|x| (x - center).abs()).collect();
+    1.2533 * 1.4826 * median(&deviations) / (samples.len() as f64).sqrt()
+}
+
+/// The two graph modes under one rewrite setting.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GraphModes {
+    /// One-stream CUDA graph and Nimble's streams: median latency, milliseconds.
+    pub graph_ms: f64,
+    pub nimble_ms: f64,
+    /// The larger of the two graphs' relative errors against eager.
+    pub relative_error: f64,
+    pub tolerance: f64,
+    pub against_one_stream: AgainstOneStream,
+    /// Nimble's plan and graph.
+    pub streams: usize,
+    pub syncs: usize,
+    pub tasks: usize,
+    pub kernel_nodes: usize,
+    pub channels_last: bool,
+    /// Nimble's prepare, wall-clock seconds (the layout trial included).
+    pub prepare_s: f64,
+}
+
+/// One model's outcome.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelOutcome {
+    pub name: String,
+    pub source: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters: Option<u64>,
+    pub status: Status,
+    /// Why it did not run (the `error:` line, or what killed its process).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Index into the record's `parts`: which run measured it.
+    pub part: usize,
+    /// Seconds the model's process ran (load, prepare, check and timing).
+    pub process_s: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eager_ms: Option<f64>,
+    /// With the inference rewrites (what a user gets by default) and without them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optimized: Option<GraphModes>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw: Option<GraphModes>,
+    /// max |eager output| on the check's input, and whether eager's output depends on the input
+    /// (see `inference::Check`); `vacuous` when either makes the check prove little.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_scale: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_sensitive: Option<bool>,
+    #[serde(default)]
+    pub vacuous_check: bool,
+}
+
+impl ModelOutcome {
+    /// A model that did not run, for `reason`.
+    pub fn failed(entry: &ManifestEntry, part: usize, status: Status, error: String, process_s: f64) -> ModelOutcome {
+        ModelOutcome {
+            name: entry.name.clone(),
+            source: entry.source.clone(),
+            inputs: entry.inputs.clone(),
+            parameters: entry.parameters,
+            status,
+            error: Some(error),
+            part,
+            process_s,
+            eager_ms: None,
+            optimized: None,
+            raw: None,
+            reference_scale: None,
+            input_sensitive: None,
+            vacuous_check: false,
+        }
+    }
+
+    /// The outcome read from the `infer` record the model's process wrote (rows of eager and of
+    /// the graph and nimble modes, with and without the rewrites).
+    pub fn from_infer_record(entry: &ManifestEntry, part: usize, record: &serde_json::Value, process_s: f64) -> Result<ModelOutcome, String> {
+        let rows = record["rows"].as_array().ok_or("the infer record has no `rows`")?;
+        let row = |mode: &str, optimized: bool| {
+            rows.iter().find(|r| r["mode"] == mode && (mode == "eager" || r["optimized"] == optimized)).ok_or_else(|| format!("the infer record lacks the {mode} row (rewrites {optimized})"))
+        };
+        let samples = |row: &serde_json::Value| -> Result<Vec<f64>, String> {
+            row["latency"]["samples_us"].as_array().ok_or("a row without latency samples")?.iter().map(|v| v.as_f64().ok_or_else(|| "a latency sample that is not a number".to_string())).collect()
+        };
+        let eager = samples(row("eager", false)?)?;
+        let modes = |optimized: bool| -> Result<GraphModes, String> {
+            let (graph, nimble) = (row("graph", optimized)?, row("nimble", optimized)?);
+            let (graph_us, nimble_us) = (samples(graph)?, samples(nimble)?);
+            let prepare = &nimble["prepare"];
+            let count = |key: &str| prepare[key].as_u64().map(|n| n as usize).ok_or_else(|| format!("the nimble row's prepare report lacks `{key}`"));
+            let error = |r: &serde_json::Value| r["relative_error"].as_f64().unwrap_or(f64::INFINITY);
+            Ok(GraphModes {
+                graph_ms: median(&graph_us) / 1000.0,
+                nimble_ms: median(&nimble_us) / 1000.0,
+                relative_error: error(graph).max(error(nimble)),
+                tolerance: if optimized { crate::inference::OPTIMIZED_TOLERANCE } else { crate::inference::RAW_TOLERANCE },
+                against_one_stream: AgainstOneStream::new(&graph_us, &nimble_us),
+                streams: count("streams")?,
+                syncs: count("syncs")?,
+                tasks: count("tasks")?,
+                kernel_nodes: count("kernel_nodes")?,
+                channels_last: prepare["channels_last"].as_bool().unwrap_or(false),
+                prepare_s: prepare["seconds"]["total"].as_f64().ok_or("the nimble row's prepare report lacks `seconds.total`")?,
+            })
+        };
+        let optimized = modes(true)?;
+        let checked = rows.iter().filter(|r| r["mode"] != "eager");
+        let reference_scale = checked.clone().filter_map(|r| r["reference_scale"].as_f64()).fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.min(x))));
+        let input_sensitive = checked.filter_map(|r| r["input_sensitive"].as_bool()).reduce(|a, b| a && b);
+        Ok(ModelOutcome {
+            name: entry.name.clone(),
+            source: entry.source.clone(),
+            inputs: entry.inputs.clone(),
+            parameters: entry.parameters,
+            status: Status::Ok,
+            error: None,
+            part,
+            process_s,
+            eager_ms: Some(median(&eager) / 1000.0),
+            optimized: Some(optimized),
+            raw: Some(modes(false)?),
+            reference_scale,
+            input_sensitive,
+            vacuous_check: reference_scale.is_some_and(|s| s == 0.0) || input_sensitive == Some(false),
+        })
+    }
+
+    /// Nimble's speedup over eager, rewrites on.
+    pub fn speedup_over_eager(&self) -> Option<f64> {
+        Some(self.eager_ms? / self.optimized.as_ref()?.nimble_ms)
+    }
+
+    /// Nimble's speedup over its own one-stream graph, rewrites on.
+    pub fn speedup_over_one_stream(&self) -> Option<f64> {
+        self.optimized.as_ref().map(|o| o.graph_ms / o.nimble_ms)
+    }
+}
+
+/// One run of `nimble-bench coverage`: where and how it measured, and over which export.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Part {
+    pub provenance: Provenance,
+    pub libtorch: String,
+    pub precision: String,
+    /// The manifest without its models: the exporting PyTorch, device and batch.
+    pub exporter: serde_json::Value,
+    /// Seconds one model's process may run.
+    pub timeout_s: f64,
+}
+
+/// The record `paper-figs/results/coverage.json` holds.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CoverageRecord {
+    pub experiment: String,
+    pub parts: Vec<Part>,
+    pub models: Vec<ModelOutcome>,
+    /// Recomputed from `models` whenever the record is written.
+    pub summary: Summary,
+}
+
+impl CoverageRecord {
+    pub fn new(part: Part, models: Vec<ModelOutcome>) -> CoverageRecord {
+        let summary = Summary::of(&models);
+        CoverageRecord { experiment: "coverage".into(), parts: vec![part], models, summary }
+    }
+
+    /// One record of several measured in parts (each model once; the parts renumbered).
+    pub fn merge(records: Vec<CoverageRecord>) -> Result<CoverageRecord, String> {
+        let mut parts = Vec::new();
+        let mut models: Vec<ModelOutcome> = Vec::new();
+        for record in records {
+            if record.experiment != "coverage" {
+                return Err(format!("a record of experiment `{}`, expected `coverage`", record.experiment));
+            }
+            let offset = parts.len();
+            parts.extend(record.parts);
+            for mut model in record.models {
+                if models.iter().any(|m| m.name == model.name) {
+                    return Err(format!("model `{}` is in more than one record; measure each model once", model.name));
+                }
+                model.part += offset;
+                models.push(model);
+            }
+        }
+        let summary = Summary::of(&models);
+        Ok(CoverageRecord { experiment: "coverage".into(), parts, models, summary })
+    }
+}
+
+/// The population's numbers, as the README reports them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub population: usize,
+    /// Prepared and matched eager, with and without the rewrites.
+    pub ok: usize,
+    pub ok_fraction: f64,
+    /// Models per status.
+    pub statuses: BTreeMap<String, usize>,
+    /// Geometric means over the models that ran: Nimble (rewrites on) over eager and over its own
+    /// one-stream graph.
+    pub geomean_speedup_over_eager: f64,
+    pub geomean_speedup_over_one_stream: f64,
+    /// Models on which Nimble was slower than its one-stream graph beyond noise (either rewrite
+    /// setting), and models whose check proved little.
+    pub slower_than_one_stream: Vec<String>,
+    pub vacuous_checks: Vec<String>,
+    /// Nimble's prepare time (rewrites on), seconds: median and the slowest model.
+    pub prepare_median_s: f64,
+    pub prepare_max_s: f64,
+    pub prepare_max_model: String,
+}
+
+impl Summary {
+    pub fn of(models: &[ModelOutcome]) -> Summary {
+        let ran: Vec<&ModelOutcome> = models.iter().filter(|m| m.status == Status::Ok).collect();
+        let mut statuses = BTreeMap::new();
+        for model in models {
+            *statuses.entry(model.status.name().to_string()).or_insert(0) += 1;
+        }
+        let geomean = |values: Vec<f64>| if values.is_empty() { f64::NAN } else { (values.iter().map(|v| v.ln()).sum::<f64>() / values.len() as f64).exp() };
+        let prepare: Vec<(f64, &str)> = ran.iter().filter_map(|m| Some((m.optimized.as_ref()?.prepare_s, m.name.as_str()))).collect();
+        let slowest = prepare.iter().copied().max_by(|a, b| a.0.total_cmp(&b.0));
+        Summary {
+            population: models.len(),
+            ok: ran.len(),
+            ok_fraction: if models.is_empty() { 0.0 } else { ran.len() as f64 / models.len() as f64 },
+            statuses,
+            geomean_speedup_over_eager: geomean(ran.iter().filter_map(|m| m.speedup_over_eager()).collect()),
+            geomean_speedup_over_one_stream: geomean(ran.iter().filter_map(|m| m.speedup_over_one_stream()).collect()),
+            slower_than_one_stream: ran
+                .iter()
+                .filter(|m| [&m.optimized, &m.raw].iter().any(|g| g.as_ref().is_some_and(|g| g.against_one_stream.slower)))
+                .map(|m| m.name.clone())
+                .collect(),
+            vacuous_checks: ran.iter().filter(|m| m.vacuous_check).map(|m| m.name.clone()).collect(),
+            prepare_median_s: median(&prepare.iter().map(|p| p.0).collect::<Vec<_>>()),
+            prepare_max_s: slowest.map_or(f64::NAN, |s| s.0),
+            prepare_max_model: slowest.map_or(String::new(), |s| s.1.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_are_classified_by_what_infer_says() {
+        let cases = [
+            ("measuring x: the forward synchronizes with the host at op #3 (aten::item, through ...)", Status::HostSync),
+            ("the model is not static: in the capture pass, op #4 is aten::add, expected aten::mul", Status::Dynamic),
+            ("libtorch (jit_forward): CUDA out of memory. Tried to allocate 2.00 GiB", Status::OutOfMemory),
+            ("x (nimble mode, rewrites on): output differs from eager by 3.1e-1 (relative), more than 1e-2", Status::Mismatch),
+            ("libtorch (capture_end): operation not permitted when stream is capturing", Status::Capture),
+            ("libtorch (jit_load): PytorchStreamReader failed reading zip archive", Status::Load),
+            ("something else entirely", Status::Other),
+        ];
+        for (message, status) in cases {
+            assert_eq!(Status::classify(message), status, "{message}");
+        }
+    }
+
+    #[test]
+    fn slower_than_one_stream_only_beyond_noise() {
+        let graph: Vec<f64> = (0..100).map(|i| 1000.0 + (i % 10) as f64).collect();
+        let same: Vec<f64> = graph.iter().map(|x| x + 5.0).collect();
+        let check = AgainstOneStream::new(&graph, &same);
+        assert!(!check.slower && check.noise >= NOISE_FLOOR, "{check:?}");
+        let slower: Vec<f64> = graph.iter().map(|x| x * 1.05).collect();
+        let check = AgainstOneStream::new(&graph, &slower);
+        assert!(check.slower && (check.ratio - 1.05).abs() < 1e-9, "{check:?}");
+        // A spread wider than the floor widens what counts as noise.
+        let noisy: Vec<f64> = (0..100).map(|i| 1000.0 + 400.0 * ((i * 37 % 100) as f64 / 100.0)).collect();
+        let shifted: Vec<f64> = noisy.iter().map(|x| x * 1.03).collect();
+        let check = AgainstOneStream::new(&noisy, &shifted);
+        assert!(check.noise > NOISE_FLOOR && !check.slower, "{check:?}");
+    }
+
+    fn entry(name: &str) -> ManifestEntry {
+        ManifestEntry { name: name.into(), file: format!("{name}.pt"), source: "test".into(), inputs: vec!["1x3x8x8:float32".into()], parameters: Some(10), export_s: None, error: None }
+    }
+
+    fn row(mode: &str, optimized: bool, us: f64, extra: serde_json::Value) -> serde_json::Value {
+        let mut row = serde_json::json!({"mode": mode, "optimized": optimized, "latency": {"samples_us": vec![us; 10]}});
+        if mode != "eager" {
+            row["relative_error"] = serde_json::json!(1e-7);
+            row["reference_scale"] = serde_json::json!(2.5);
+            row["input_sensitive"] = serde_json::json!(true);
+            row["prepare"] = serde_json::json!({"streams": 3, "syncs": 2, "tasks": 40, "kernel_nodes": 50, "channels_last": false, "seconds": {"total": 0.4}});
+        }
+        if let (Some(row), Some(extra)) = (row.as_object_mut(), extra.as_object()) {
+            row.extend(extra.clone());
+        }
+        row
+    }
+
+    fn infer_record() -> serde_json::Value {
+        let none = serde_json::json!({});
+        serde_json::json!({"rows": [
+            row("eager", false, 4000.0, none.clone()),
+            row("graph", true, 1000.0, none.clone()),
+            row("nimble", true, 500.0, none.clone()),
+            row("graph", false, 1200.0, none.clone()),
+            row("nimble", false, 1300.0, serde_json::json!({"input_sensitive": false})),
+        ]})
+    }
+
+    #[test]
+    fn an_infer_record_becomes_an_outcome_with_its_checks() {
+        let outcome = ModelOutcome::from_infer_record(&entry("m"), 0, &infer_record(), 3.0).unwrap();
+        assert_eq!(outcome.status, Status::Ok);
+        assert_eq!(outcome.speedup_over_eager(), Some(8.0));
+        assert_eq!(outcome.speedup_over_one_stream(), Some(2.0));
+        let raw = outcome.raw.as_ref().unwrap();
+        assert!(raw.against_one_stream.slower, "1.3 ms against 1.2 ms with no spread is beyond noise");
+        assert!(outcome.vacuous_check, "one row saw the same output for two inputs");
+        let mut record = infer_record();
+        record["rows"].as_array_mut().unwrap().remove(2);
+        let error = ModelOutcome::from_infer_record(&entry("m"), 0, &record, 3.0).unwrap_err();
+        assert!(error.contains("nimble row (rewrites true)"), "{error}");
+    }
+
+    #[test]
+    fn the_summary_counts_statuses_and_takes_geometric_means() {
+        let ok = ModelOutcome::from_infer_record(&entry("a"), 0, &infer_record(), 3.0).unwrap();
+        let mut faster = ok.clone();
+        faster.name = "b".into();
+        faster.eager_ms = Some(1.0);
+        let failed = ModelOutcome::failed(&entry("c"), 0, Status::HostSync, "the forward synchronizes with the host".into(), 1.0);
+        let summary = Summary::of(&[ok, faster, failed]);
+        assert_eq!((summary.population, summary.ok), (3, 2));
+        assert_eq!(summary.statuses["host-sync"], 1);
+        assert!((summary.geomean_speedup_over_eager - (8.0f64 * 2.0).sqrt()).abs() < 1e-9);
+        assert_eq!(summary.slower_than_one_stream, vec!["a", "b"]);
+        assert_eq!(summary.prepare_max_s, 0.4);
+    }
+
+    #[test]
+    fn merged_parts_keep_each_model_once() {
+        let part = || Part {
+            provenance: Provenance {
+                gpu: "test".into(),
+                compute_capability: "9.0".into(),
+                multiprocessors: 1,
+                driver_cuda_version: "13.0".into(),
+                driver_version: None,
+                date_utc: "2026-11-23T00:00:00Z".into(),
+                commit: "c".into(),
+                warmup: 1,
+                iterations: 1,
+                method: "test".into(),
+            },
+            libtorch: "2.11.0".into(),
+            precision: "float32".into(),
+            exporter: serde_json::json!({}),
+            timeout_s: 1.0,
+        };
+        let outcome = |name: &str| ModelOutcome::failed(&entry(name), 0, Status::Other, "x".into(), 0.0);
+        let merged = CoverageRecord::merge(vec![CoverageRecord::new(part(), vec![outcome("a")]), CoverageRecord::new(part(), vec![outcome("b")])]).unwrap();
+        assert_eq!(merged.parts.len(), 2);
+        assert_eq!(merged.models[1].part, 1);
+        assert_eq!(merged.summary.population, 2);
+        let twice = CoverageRecord::merge(vec![CoverageRecord::new(part(), vec![outcome("a")]), CoverageRecord::new(part(), vec![outcome("a")])]).unwrap_err();
+        assert!(twice.contains("`a` is in more than one record"), "{twice}");
+    }
+
+    #[test]
+    fn manifest_selection_names_what_is_unknown() {
+        let manifest = Manifest { torch: "2.11.0".into(), device: "cuda".into(), batch: 1, models: vec![entry("a"), entry("b")] };
+        assert_eq!(manifest.select(&["b".into()]).unwrap().len(), 1);
+        assert_eq!(manifest.select(&[]).unwrap().len(), 2);
+        let error = manifest.select(&["zz".into()]).unwrap_err();
+        assert!(error.contains("`zz` is not in the manifest, which has a, b"), "{error}");
+    }
+}
