@@ -2,7 +2,8 @@
 `nimble-bench infer --torchscript` and `nimble-bench coverage`: every classification model of
 torchvision at its default input size, and transformers' BERT-base, GPT-2, RoBERTa-base,
 DistilBERT, ViT-base and the T5 encoder built from their default configurations. Random
-weights (nothing is downloaded), evaluation mode, traced with torch.jit.trace on the device given.
+weights (nothing is downloaded), made informative (see `informative_weights`), evaluation mode,
+traced with torch.jit.trace on the device given.
 
 Writes DIR/<name>.pt and DIR/manifest.json: one entry per model with its file, the `--input`
 specifications of its forward arguments, where it comes from, and the error when it could not be
@@ -30,6 +31,9 @@ TRANSFORMERS = [
     ("t5-encoder", "T5EncoderModel", "T5Config", "ids", "transformers T5EncoderModel, T5Config() (t5-small)"),
 ]
 SEQUENCE = 128
+# Batch of the random inputs BatchNorm's statistics are measured on.
+CALIBRATION_BATCH = 8
+CALIBRATION_BATCHES = 4
 
 
 def spec(shape, dtype="float32", low=None, high=None):
@@ -79,6 +83,61 @@ def transformers_models(batch):
         yield name, build, source
 
 
+def informative_weights(model, example_inputs):
+    """Makes a randomly initialized model's output depend on its input at a realistic scale, so
+    that comparing a prepared graph with eager proves something. Left as initialized, torchvision's
+    ViT heads are zero (the output is 0 for every input); and BatchNorm layers that never saw
+    data keep mean 0 and variance 1, so activations shrink layer by layer (EfficientNet's outputs
+    were about 1e-14, GoogLeNet's the same for every input) and folding BatchNorm into the
+    convolutions is nearly the identity. So: every all-zero weight matrix is drawn from
+    N(0, 0.02^2), and BatchNorm's running statistics are measured on random inputs shaped like
+    the example ones (training mode, the cumulative average over a few batches), as a model that
+    saw data has them. Returns what was changed, for the manifest."""
+    notes = []
+    with torch.no_grad():
+        zero = [name for name, p in model.named_parameters() if p.dim() >= 2 and not p.any()]
+        for name, p in model.named_parameters():
+            if name in zero:
+                p.normal_(0.0, 0.02)
+        if zero:
+            notes.append(f"all-zero weights drawn from N(0, 0.02^2): {', '.join(zero)}")
+        norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+        if norms and all(x.is_floating_point() for x in example_inputs):
+            momenta = [m.momentum for m in norms]
+            for m in norms:
+                m.reset_running_stats()
+                m.momentum = None
+            model.train()
+            for _ in range(CALIBRATION_BATCHES):
+                model(*[torch.randn(CALIBRATION_BATCH, *x.shape[1:], device=x.device, dtype=x.dtype) for x in example_inputs])
+            model.eval()
+            for m, momentum in zip(norms, momenta):
+                m.momentum = momentum
+            notes.append(f"running statistics of {len(norms)} BatchNorm layers measured on {CALIBRATION_BATCHES} random batches of {CALIBRATION_BATCH}")
+    return notes
+
+
+def output_scale(model, inputs):
+    """max |output| over the floating-point output tensors on `inputs`, and whether the output
+    changes when the float inputs are redrawn."""
+    def tensors(value):
+        if isinstance(value, torch.Tensor):
+            return [value]
+        if isinstance(value, (tuple, list)):
+            return [t for v in value for t in tensors(v)]
+        if isinstance(value, dict):
+            return [t for v in value.values() for t in tensors(v)]
+        return []
+
+    with torch.no_grad():
+        first = [t for t in tensors(model(*inputs)) if t.is_floating_point()]
+        other = [torch.randn_like(x) if x.is_floating_point() else x for x in inputs]
+        second = [t for t in tensors(model(*other)) if t.is_floating_point()]
+    scale = max((t.abs().max().item() for t in first if t.numel()), default=0.0)
+    changes = any(not torch.equal(a, b) for a, b in zip(first, second)) or not any(x.is_floating_point() for x in inputs)
+    return scale, changes
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dir")
@@ -107,6 +166,8 @@ def main():
                 model, inputs, specs = build()
                 model = model.eval().to(args.device)
                 inputs = [x.to(args.device) for x in inputs]
+                entry["weights"] = informative_weights(model, inputs)
+                entry["output_scale"], entry["input_sensitive"] = output_scale(model, inputs)
                 with torch.no_grad():
                     # strict=False lets dicts through (their structure is fixed for fixed shapes).
                     traced = torch.jit.trace(model, tuple(inputs), check_trace=False, strict=False)

@@ -18,7 +18,7 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 fn entry(name: &str) -> ManifestEntry {
-    ManifestEntry { name: name.into(), file: format!("{name}.pt"), source: "a test".into(), inputs: vec!["1x3x32x32:float32".into()], parameters: Some(1000), export_s: Some(0.1), error: None }
+    ManifestEntry { name: name.into(), file: format!("{name}.pt"), source: "a test".into(), inputs: vec!["1x3x32x32:float32".into()], parameters: Some(1000), export_s: Some(0.1), error: None, weights: vec![] }
 }
 
 /// An `infer` record as the model's process writes it: eager 4 ms, graph 1 ms, Nimble 0.5 ms.

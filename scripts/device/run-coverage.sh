@@ -20,7 +20,7 @@ rm -rf "$dir" && mkdir -p "$dir"
 python3 experiments/python/export_torchscript.py "$dir" --only "$models" --device cuda 2>&1 | grep -E '^[a-z0-9_.-]+: ' | tee "$out/export-$part.log"
 left=$((budget - ($(date +%s) - started)))
 echo "== export took $(($(date +%s) - started)) s; $left s left for the models"
-timeout "$left" .gpu/nimble-bench coverage "$dir" --timeout 240 --results "$out/coverage-$part.json" --out-dir "$out/figure-$part" 2>&1 | tee "$out/coverage-$part.log" | grep -E '^\[|^[0-9]+ of|^prepare'
+timeout "$left" .gpu/nimble-bench coverage "$dir" --timeout 240 --results "$out/coverage-$part.json" --out-dir "$out/figure-$part" 2>&1 | tee "$out/coverage-$part.log" | grep -E "^\[|^[0-9]+ of|^prepare|^Nimble against"
 status=${PIPESTATUS[0]}
 rm -rf "$dir"
 echo "== part $part finished with status $status after $(($(date +%s) - started)) s"
