@@ -60,8 +60,8 @@ fn measure(dir: &Path, args: &CoverageArgs<'_>) -> Result<CoverageRecord> {
     let scratch = std::env::temp_dir().join(format!("nimble-coverage-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
     let exporter = serde_json::json!({ "torch": manifest.torch, "device": manifest.device, "batch": manifest.batch });
-    let method = "each model in its own process: nimble-bench infer --torchscript FILE --input ... --mode eager,graph,nimble --optimize both (cuDNN benchmark on; fresh random inputs; \
-                  every graph checked against the module's eager forward on a fresh input before timing; CUDA events; two mirrored blocks per system; median)";
+    let method = "each model in its own process: nimble-bench infer --torchscript FILE --input ... --mode eager,graph,nimble --optimize both --exact-check (cuDNN benchmark on; fresh random inputs; \
+                  every graph checked against the module's eager forward on a fresh input in exact float32, then prepared again with libtorch's defaults (TF32 convolutions) and timed; CUDA events; two mirrored blocks per system; median)";
     // Stamped whenever the record is written: the date is when its last model finished.
     let part = || Part {
         provenance: Provenance::now(gpu.info(), args.warmup, args.iterations, method),
@@ -98,7 +98,7 @@ fn run_model(dir: &Path, entry: &ManifestEntry, args: &CoverageArgs<'_>, scratch
         for input in &entry.inputs {
             command.args(["--input", input]);
         }
-        command.args(["--mode", "eager,graph,nimble", "--optimize", "both", "--warmup", &args.warmup.to_string(), "--iters", &args.iterations.to_string(), "--out"]).arg(&out);
+        command.args(["--mode", "eager,graph,nimble", "--optimize", "both", "--exact-check", "--warmup", &args.warmup.to_string(), "--iters", &args.iterations.to_string(), "--out"]).arg(&out);
         command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr);
         Ok(command.spawn()?)
     })();
@@ -184,13 +184,13 @@ fn table(record: &CoverageRecord) -> String {
         ));
     }
     lines.push(format!(
-        "{:<22} {:<10} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>8} {:>8} {:>8}",
-        "model", "status", "eager", "graph", "nimble", "x eager", "x graph", "streams", "prep s", "err opt", "err raw"
+        "{:<22} {:<10} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>8} {:>8} {:>8} {:>8}",
+        "model", "status", "eager", "graph", "nimble", "x eager", "x graph", "streams", "prep s", "err opt", "err raw", "tf32 opt"
     ));
     for m in &record.models {
         let line = match (&m.optimized, &m.raw, m.eager_ms) {
             (Some(o), Some(r), Some(eager)) => format!(
-                "{:<22} {:<10} {:>8.3} {:>8.3} {:>8.3} {:>7.2} {:>7.2} {:>7} {:>8.2} {:>8.1e} {:>8.1e}{}{}",
+                "{:<22} {:<10} {:>8.3} {:>8.3} {:>8.3} {:>7.2} {:>7.2} {:>7} {:>8.2} {:>8.1e} {:>8.1e} {:>8}{}{}",
                 m.name,
                 "ok",
                 eager,
@@ -202,6 +202,7 @@ fn table(record: &CoverageRecord) -> String {
                 o.prepare_s,
                 o.relative_error,
                 r.relative_error,
+                o.timed_relative_error.map_or("-".to_string(), |e| format!("{e:.1e}")),
                 if record.summary.slower_than_one_stream.contains(&m.name) { "  slower than one stream" } else { "" },
                 if m.vacuous_check { "  vacuous check" } else { "" }
             ),

@@ -445,6 +445,12 @@ struct PrepareArgs {
     /// (depthwise) convolutions, otherwise both layouts are prepared and timed and the faster kept
     #[arg(long, value_enum, default_value = "auto")]
     channels_last: torch::Switch,
+    /// Check each graph against eager in exact float32 (TF32 convolutions off for both), then
+    /// prepare it again with libtorch's defaults (TF32 convolutions) for timing; the timed
+    /// graph's error is recorded, not judged. For deep networks with random weights, whose
+    /// outputs TF32's rounding moves by more than the tolerance even in eager
+    #[arg(long)]
+    exact_check: bool,
 }
 
 impl PrepareArgs {
@@ -457,6 +463,7 @@ impl PrepareArgs {
             fuse_conv_relu: self.fuse,
             fuse_kernels: self.fuse_kernels,
             channels_last: self.channels_last.choice(),
+            exact_check: self.exact_check,
         }
     }
 }

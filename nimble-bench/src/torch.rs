@@ -305,14 +305,15 @@ pub fn infer(args: &InferArgs<'_>) -> Result<()> {
 fn row_line(row: &InferRow) -> String {
     let prepared = row.prepare.as_ref().map_or(String::new(), |p| {
         format!(
-            " | {} streams {} syncs, {} kernels{}{}, prepare {:.2} s, rel.err {:.1e}",
+            " | {} streams {} syncs, {} kernels{}{}, prepare {:.2} s, rel.err {:.1e}{}",
             p.streams,
             p.syncs,
             p.kernel_nodes,
             if p.channels_last { ", NHWC" } else { "" },
             p.layout_trial.map_or(String::new(), |t| format!(" (timed NCHW {:.0} us, NHWC {:.0} us)", t.nchw_us, t.nhwc_us)),
             p.seconds.total,
-            row.relative_error.unwrap_or(f64::NAN)
+            row.relative_error.unwrap_or(f64::NAN),
+            row.timed_relative_error.map_or(String::new(), |e| format!(" (exact float32; timed graph {e:.1e})"))
         )
     });
     format!(

@@ -33,6 +33,20 @@ int ns_cuda_allocated_bytes(int device, long long* out) {
   });
 }
 
+// Whether float32 convolutions on CUDA may run in TF32 (libtorch's and PyTorch's default: yes;
+// torch.backends.cudnn.conv.fp32_precision = "tf32" or "ieee"). Matmuls keep libtorch's
+// default, full float32.
+int ns_set_conv_tf32(int allow) {
+  return guarded([&] {
+    at::globalContext().setFloat32Precision(at::Float32Backend::CUDA, at::Float32Op::CONV,
+                                            allow ? at::Float32Precision::TF32 : at::Float32Precision::IEEE);
+  });
+}
+
+int ns_conv_tf32(int* out) {
+  return guarded([&] { *out = at::globalContext().allowTF32CuDNN(at::Float32Op::CONV) ? 1 : 0; });
+}
+
 // Returns the caching allocator's unused cached blocks to the driver (torch.cuda.empty_cache).
 int ns_cuda_empty_cache() {
   return guarded([&] { c10::cuda::CUDACachingAllocator::emptyCache(); });

@@ -21,6 +21,8 @@ int ns_cuda_device_count(int* out);
 int ns_cuda_synchronize();
 int ns_cuda_allocated_bytes(int device, long long* out);
 int ns_cuda_empty_cache();
+int ns_set_conv_tf32(int allow);
+int ns_conv_tf32(int* out);
 int ns_timer_new(void** out);
 void ns_timer_free(void* timer);
 int ns_timer_start(void* timer);

@@ -17,6 +17,19 @@ pub fn cuda_empty_cache() -> Result<()> {
     ffi::cuda_empty_cache()
 }
 
+/// Lets float32 CUDA convolutions run in TF32 (`true`: libtorch's and PyTorch's default, as
+/// `torch.backends.cudnn.allow_tf32`) or only in exact float32 (`false`). Applies to what runs
+/// and is captured afterwards, eager and graphs alike; a captured graph keeps the kernels it was
+/// captured with.
+pub fn set_conv_tf32(allow: bool) -> Result<()> {
+    ffi::set_conv_tf32(allow)
+}
+
+/// Whether float32 CUDA convolutions may run in TF32 now.
+pub fn conv_tf32() -> Result<bool> {
+    ffi::conv_tf32()
+}
+
 /// Waits for all GPU work of this process.
 pub fn cuda_synchronize() -> Result<()> {
     ffi::cuda_synchronize()

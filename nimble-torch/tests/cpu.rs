@@ -444,3 +444,12 @@ fn the_device_profiler_stops_after_a_failing_body_and_sees_no_device_work_on_the
         assert!(profile.runs(1_000).is_empty());
     }
 }
+
+#[test]
+fn tf32_for_convolutions_is_libtorchs_default_and_can_be_turned_off_and_on() {
+    assert!(nimble_torch::conv_tf32().unwrap(), "libtorch lets float32 convolutions use TF32 by default");
+    nimble_torch::set_conv_tf32(false).unwrap();
+    let exact = nimble_torch::conv_tf32().unwrap();
+    nimble_torch::set_conv_tf32(true).unwrap();
+    assert!(!exact && nimble_torch::conv_tf32().unwrap());
+}

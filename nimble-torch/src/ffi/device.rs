@@ -13,6 +13,8 @@ extern "C" {
     fn ns_cuda_synchronize() -> c_int;
     fn ns_cuda_allocated_bytes(device: c_int, out: *mut i64) -> c_int;
     fn ns_cuda_empty_cache() -> c_int;
+    fn ns_set_conv_tf32(allow: c_int) -> c_int;
+    fn ns_conv_tf32(out: *mut c_int) -> c_int;
     fn ns_profile_begin() -> c_int;
     fn ns_profile_end(chrome_trace: *const c_char, out: *mut *mut c_char) -> c_int;
     fn ns_timer_new(out: *mut *mut c_void) -> c_int;
@@ -51,6 +53,20 @@ pub(crate) fn cuda_allocated_bytes(device: usize) -> Result<u64> {
     // SAFETY: writes one integer.
     check("allocated_bytes", unsafe { ns_cuda_allocated_bytes(device as c_int, &mut bytes) })?;
     Ok(bytes.max(0) as u64)
+}
+
+/// Lets float32 CUDA convolutions run in TF32, or not.
+pub(crate) fn set_conv_tf32(allow: bool) -> Result<()> {
+    // SAFETY: sets a flag of libtorch's global context.
+    check("set_conv_tf32", unsafe { ns_set_conv_tf32(c_int::from(allow)) })
+}
+
+/// Whether float32 CUDA convolutions may run in TF32.
+pub(crate) fn conv_tf32() -> Result<bool> {
+    let mut allowed = 0;
+    // SAFETY: writes one int.
+    check("conv_tf32", unsafe { ns_conv_tf32(&mut allowed) })?;
+    Ok(allowed != 0)
 }
 
 /// Returns the caching allocator's unused cached memory to the driver.
