@@ -38,13 +38,14 @@ int ns_cuda_allocated_bytes(int device, long long* out) {
 // default, full float32.
 int ns_set_conv_tf32(int allow) {
   return guarded([&] {
-    at::globalContext().setFloat32Precision(at::Float32Backend::CUDA, at::Float32Op::CONV,
-                                            allow ? at::Float32Precision::TF32 : at::Float32Precision::IEEE);
+    // The legacy setter, as torch.backends.cudnn.allow_tf32 = ... calls it: setting the
+    // per-op precision instead left TF32 in the channels-last convolutions' plans.
+    at::globalContext().setAllowTF32CuDNN(allow != 0);
   });
 }
 
 int ns_conv_tf32(int* out) {
-  return guarded([&] { *out = at::globalContext().allowTF32CuDNN(at::Float32Op::CONV) ? 1 : 0; });
+  return guarded([&] { *out = at::globalContext().allowTF32CuDNN() ? 1 : 0; });
 }
 
 // Returns the caching allocator's unused cached blocks to the driver (torch.cuda.empty_cache).
