@@ -117,27 +117,6 @@ def informative_weights(model, example_inputs):
     return notes
 
 
-def output_scale(model, inputs):
-    """max |output| over the floating-point output tensors on `inputs`, and whether the output
-    changes when the float inputs are redrawn."""
-    def tensors(value):
-        if isinstance(value, torch.Tensor):
-            return [value]
-        if isinstance(value, (tuple, list)):
-            return [t for v in value for t in tensors(v)]
-        if isinstance(value, dict):
-            return [t for v in value.values() for t in tensors(v)]
-        return []
-
-    with torch.no_grad():
-        first = [t for t in tensors(model(*inputs)) if t.is_floating_point()]
-        other = [torch.randn_like(x) if x.is_floating_point() else x for x in inputs]
-        second = [t for t in tensors(model(*other)) if t.is_floating_point()]
-    scale = max((t.abs().max().item() for t in first if t.numel()), default=0.0)
-    changes = any(not torch.equal(a, b) for a, b in zip(first, second)) or not any(x.is_floating_point() for x in inputs)
-    return scale, changes
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dir")
@@ -167,7 +146,6 @@ def main():
                 model = model.eval().to(args.device)
                 inputs = [x.to(args.device) for x in inputs]
                 entry["weights"] = informative_weights(model, inputs)
-                entry["output_scale"], entry["input_sensitive"] = output_scale(model, inputs)
                 with torch.no_grad():
                     # strict=False lets dicts through (their structure is fixed for fixed shapes).
                     traced = torch.jit.trace(model, tuple(inputs), check_trace=False, strict=False)

@@ -3,7 +3,7 @@
 //! `experiments/python/export_torchscript.py`, each run from the CLI as a user would
 //! (`nimble-bench infer --torchscript`), in a process of its own.
 //!
-//! This module holds what needs no GPU and no libtorch: the exporter's manifest, the outcome of
+//! This module holds what needs no GPU and calls no tch: the exporter's manifest, the outcome of
 //! each model (measured, or the class of its error), the check that Nimble is not slower than
 //! its own one-stream graph beyond noise, the summary, and the merging of records measured in
 //! parts. `nimble-bench coverage` runs the models and draws the figure.
@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use nimble_cuda::Samples;
 use serde::{Deserialize, Serialize};
 
 use crate::record::Provenance;
@@ -164,13 +165,7 @@ impl AgainstOneStream {
 }
 
 fn median(samples: &[f64]) -> f64 {
-    let mut sorted = samples.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    match sorted.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => sorted[n / 2],
-        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
-    }
+    Samples::new(samples.to_vec()).median_us
 }
 
 /// The standard error of a sample median, from the median absolute deviation (robust to the
@@ -246,16 +241,21 @@ pub struct ModelOutcome {
 }
 
 impl ModelOutcome {
-    /// A model that did not run, for `reason`.
+    /// A model that did not run, with the class and message of why.
     pub fn failed(entry: &ManifestEntry, part: usize, status: Status, error: String, process_s: f64) -> ModelOutcome {
+        ModelOutcome { status, error: Some(error), ..ModelOutcome::unmeasured(entry, part, process_s) }
+    }
+
+    /// What the manifest says of `entry`, nothing measured yet.
+    fn unmeasured(entry: &ManifestEntry, part: usize, process_s: f64) -> ModelOutcome {
         ModelOutcome {
             name: entry.name.clone(),
             source: entry.source.clone(),
             inputs: entry.inputs.clone(),
             parameters: entry.parameters,
             weights: entry.weights.clone(),
-            status,
-            error: Some(error),
+            status: Status::Other,
+            error: None,
             part,
             process_s,
             eager_ms: None,
@@ -305,21 +305,14 @@ impl ModelOutcome {
         let reference_scale = checked.clone().filter_map(|r| r["reference_scale"].as_f64()).fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.min(x))));
         let input_sensitive = checked.filter_map(|r| r["input_sensitive"].as_bool()).reduce(|a, b| a && b);
         Ok(ModelOutcome {
-            name: entry.name.clone(),
-            source: entry.source.clone(),
-            inputs: entry.inputs.clone(),
-            parameters: entry.parameters,
-            weights: entry.weights.clone(),
             status: Status::Ok,
-            error: None,
-            part,
-            process_s,
             eager_ms: Some(median(&eager) / 1000.0),
             optimized: Some(optimized),
             raw: Some(modes(false)?),
             reference_scale,
             input_sensitive,
             vacuous_check: reference_scale.is_some_and(|s| s == 0.0) || input_sensitive == Some(false),
+            ..ModelOutcome::unmeasured(entry, part, process_s)
         })
     }
 

@@ -66,7 +66,7 @@ fn measure(dir: &Path, args: &CoverageArgs<'_>) -> Result<CoverageRecord> {
     let part = || Part {
         provenance: Provenance::now(gpu.info(), args.warmup, args.iterations, method),
         libtorch: LIBTORCH_VERSION.into(),
-        precision: "float32 (libtorch defaults: TF32 for cuDNN convolutions)".into(),
+        precision: crate::torch::PRECISION.into(),
         exporter: exporter.clone(),
         timeout_s: args.timeout.as_secs_f64(),
     };

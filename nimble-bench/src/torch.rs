@@ -51,7 +51,7 @@ impl Switch {
 }
 
 /// What every measured record says about its numbers' precision.
-const PRECISION: &str = "float32 (libtorch defaults: TF32 for cuDNN convolutions)";
+pub(crate) const PRECISION: &str = "float32 (libtorch defaults: TF32 for cuDNN convolutions)";
 
 /// The GPU a measuring command runs on, with cuDNN's benchmark mode on (the paper's method), or
 /// an error saying that `command` needs one (`hint` appended).
