@@ -289,7 +289,7 @@ impl ModelOutcome {
                 nimble_ms: median(&nimble_us) / 1000.0,
                 relative_error: error(graph).max(error(nimble)),
                 timed_relative_error: [graph, nimble].iter().filter_map(|r| r["timed_relative_error"].as_f64()).reduce(f64::max),
-                tolerance: if optimized { crate::inference::OPTIMIZED_TOLERANCE } else { crate::inference::RAW_TOLERANCE },
+                tolerance: if optimized { crate::tolerance::OPTIMIZED_TOLERANCE } else { crate::tolerance::RAW_TOLERANCE },
                 against_one_stream: AgainstOneStream::new(&graph_us, &nimble_us),
                 streams: count("streams")?,
                 syncs: count("syncs")?,

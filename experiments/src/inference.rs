@@ -15,6 +15,7 @@ use serde::Serialize;
 use tch::Tensor;
 
 use crate::models::Model;
+pub use crate::tolerance::{LIBTORCH_VERSION, LOW_PRECISION_TOLERANCE, OPTIMIZED_TOLERANCE, RAW_TOLERANCE, TORCHSCRIPT_TOLERANCE};
 use crate::record::Provenance;
 
 /// What the inference experiments measure: a zoo model, or any TorchScript file with its inputs
@@ -86,9 +87,6 @@ pub fn outputs_error(outputs: &[Tensor], reference: &[Tensor]) -> f64 {
         worst.max(if error.is_nan() { f64::INFINITY } else { error })
     })
 }
-
-/// The libtorch every measurement runs on (torch-sys =0.24.0 refuses any other).
-pub const LIBTORCH_VERSION: &str = "2.11.0";
 
 /// How one model is run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -416,13 +414,3 @@ fn is_low_precision(kind: tch::Kind) -> bool {
     matches!(kind, tch::Kind::Half | tch::Kind::BFloat16)
 }
 
-/// In float16 and bfloat16 a value carries 11 and 8 significant bits (relative steps of 5e-4 and
-/// 4e-3), and the same graph may pick other cuDNN algorithms than eager did, whose sums round
-/// differently in every layer; folded BatchNorm weights round once more.
-pub const LOW_PRECISION_TOLERANCE: f64 = 5e-2;
-
-/// Largest relative error against eager tch that a measured configuration may show.
-pub const RAW_TOLERANCE: f64 = 1e-5;
-pub const OPTIMIZED_TOLERANCE: f64 = 1e-2;
-/// TorchScript's executor may fuse element-wise ops, which rounds differently.
-pub const TORCHSCRIPT_TOLERANCE: f64 = 1e-3;

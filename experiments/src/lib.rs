@@ -7,12 +7,22 @@
 //! models and [any TorchScript file](torchscript), the [coverage](coverage) of a whole population
 //! of exported models, the [scheduler study](schedulers) and
 //! [training](training).
+//!
+//! Everything that runs a model needs libtorch and sits behind the `torch` feature (on by
+//! default); without it the crate keeps the simulator validation, the coverage record's logic,
+//! the tolerances and the records' provenance, and builds with no libtorch.
 
 pub mod coverage;
+#[cfg(feature = "torch")]
 pub mod inference;
+#[cfg(feature = "torch")]
 pub mod models;
 pub mod record;
+#[cfg(feature = "torch")]
 pub mod schedulers;
 pub mod simulator_validation;
+pub mod tolerance;
+#[cfg(feature = "torch")]
 pub mod torchscript;
+#[cfg(feature = "torch")]
 pub mod training;

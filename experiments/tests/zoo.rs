@@ -1,3 +1,4 @@
+#![cfg(feature = "torch")] // the zoo runs on libtorch
 //! The model zoo against its references, on the CPU: parameter and operator counts, output
 //! shapes, the CIFAR-10 variants, variable names and weight loading.
 //!

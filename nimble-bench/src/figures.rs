@@ -15,8 +15,7 @@ use serde_json::Value;
 
 use crate::output::emit;
 use crate::plots::{save, Drawing};
-use crate::torch::{self, InferArgs, Optimize, TrainArgs};
-use experiments::inference::{InferConfig, InferMode};
+use crate::libtorch;
 
 /// One figure or table of the evaluation.
 pub struct Figure {
@@ -95,6 +94,7 @@ pub fn list() -> Result<()> {
 }
 
 /// How a figure command runs: the measuring method, and where its record and figure go.
+#[cfg_attr(not(feature = "torch"), allow(dead_code))] // read only when measuring, which needs libtorch
 pub struct Rendering {
     pub warmup: usize,
     pub iterations: usize,
@@ -105,16 +105,19 @@ pub struct Rendering {
 }
 
 impl Rendering {
-    /// Says what `figure` shows; measures with `measure` (writing the record) when there is a GPU
-    /// and re-rendering was not asked for; then reads the record.
-    fn record(&self, invoked_as: &str, figure: &Figure, measure: impl FnOnce() -> Result<()>) -> Result<Value> {
+    /// Says what `figure` shows; measures `what` (writing the record) when there is a GPU and
+    /// libtorch and re-rendering was not asked for; then reads the record.
+    fn record(&self, invoked_as: &str, figure: &Figure, what: Measurement<'_>) -> Result<Value> {
         eprintln!("{invoked_as}: {}", figure.what);
-        if !self.from_results && nimble_torch::cuda_available() {
-            eprintln!("measuring on this machine's GPU; the record goes to {}", self.results.display());
-            measure()?;
-        } else {
-            let why = if self.from_results { "--from-results" } else { "no CUDA GPU here" };
-            eprintln!("{why}: re-rendering from {}", self.results.display());
+        match libtorch::can_measure() {
+            Ok(()) if !self.from_results => {
+                eprintln!("measuring on this machine's GPU; the record goes to {}", self.results.display());
+                measure(&what, self)?;
+            }
+            why => {
+                let why = if self.from_results { "--from-results" } else { why.err().unwrap_or_default() };
+                eprintln!("{why}: re-rendering from {}", self.results.display());
+            }
         }
         read_record(&self.results)
     }
@@ -126,18 +129,31 @@ impl Rendering {
     }
 }
 
+/// What a figure command measures on a GPU.
+#[cfg_attr(not(feature = "torch"), allow(dead_code))] // read only when measuring, which needs libtorch
+pub enum Measurement<'a> {
+    /// The inference comparison of the zoo models in `models` at batch `batch`.
+    Inference { models: &'a str, batch: i64 },
+    /// The training comparison of `models` at `batches`.
+    Training { models: &'a str, batches: &'a [i64] },
+    /// The scheduler study of `models`.
+    Schedulers { models: &'a str },
+}
+
+#[cfg(feature = "torch")]
+fn measure(what: &Measurement<'_>, args: &Rendering) -> Result<()> {
+    crate::torch::measure_figure(what, args)
+}
+
+#[cfg(not(feature = "torch"))]
+fn measure(_: &Measurement<'_>, _: &Rendering) -> Result<()> {
+    Err(libtorch::missing("measuring a figure"))
+}
+
 /// `inference` (`fig5`): measure (GPU) or re-render (no GPU), then draw.
 pub fn inference(invoked_as: &str, models: &str, batch: i64, args: &Rendering) -> Result<()> {
     let figure = find("inference")?;
-    let record = args.record(invoked_as, figure, || {
-        torch::infer(&InferArgs {
-            models: torch::Models::Zoo { list: models, weights: None, dtype: None },
-            modes: &[InferMode::Eager, InferMode::TorchScript, InferMode::Graph, InferMode::Nimble],
-            optimize: Optimize::On,
-            config: InferConfig::defaults(batch, args.warmup, args.iterations),
-            out: Some(&args.results),
-        })
-    })?;
+    let record = args.record(invoked_as, figure, Measurement::Inference { models, batch })?;
     let bars = speedups(&record).with_context(|| format!("reading the rows of {}", args.results.display()))?;
     let p = &record["provenance"];
     let measured = measured_on(&record);
@@ -316,20 +332,7 @@ fn measured_on(record: &Value) -> String {
 /// `training`: measure (GPU) or re-render (no GPU), then draw.
 pub fn training(invoked_as: &str, models: &str, batches: &[i64], args: &Rendering) -> Result<()> {
     let figure = find("training")?;
-    let record = args.record(invoked_as, figure, || {
-        let modes: Vec<String> = ["eager", "graph", "nimble", "nimble-fused", "step"].iter().map(|m| m.to_string()).collect();
-        torch::train(&TrainArgs {
-            models,
-            batches,
-            modes: &modes,
-            algorithm: "nimble",
-            backward_streams: nimble_torch::BackwardStreams::Forward,
-            warmup: args.warmup,
-            iterations: args.iterations,
-            check_steps: 1,
-            out: Some(&args.results),
-        })
-    })?;
+    let record = args.record(invoked_as, figure, Measurement::Training { models, batches })?;
     let rows = record["rows"].as_array().with_context(|| format!("{}: no `rows` array", args.results.display()))?;
     let median = |model: &str, batch: i64, mode: &str| {
         rows.iter().find(|r| r["model"] == model && r["batch"] == batch && r["mode"] == mode).and_then(|r| r["step"]["median_us"].as_f64())
@@ -511,7 +514,7 @@ fn model_runs(record: &Value) -> Result<Vec<ModelRuns<'_>>> {
 /// The figures drawn from the schedulers record: `schedulers`, `multistream`, `overhead`.
 pub fn from_schedulers_record(invoked_as: &str, name: &str, models: &str, args: &Rendering) -> Result<()> {
     let figure = find(name)?;
-    let record = args.record(invoked_as, figure, || torch::measure_schedulers(models, args.warmup, args.iterations, &args.results))?;
+    let record = args.record(invoked_as, figure, Measurement::Schedulers { models })?;
     let runs = model_runs(&record).with_context(|| format!("reading {}", args.results.display()))?;
     let measured = measured_on(&record);
     let svg = args.svg(figure)?;

@@ -5,26 +5,33 @@
 
 mod coverage;
 mod coverage_figure;
+#[cfg(feature = "torch")]
+mod coverage_run;
 mod example;
 mod figures;
 mod gpu;
+mod libtorch;
 mod output;
 mod plots;
 mod scheduling;
+#[cfg(feature = "torch")]
 mod torch;
+#[cfg(feature = "torch")]
+mod torch_cli;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use experiments::inference::{InferConfig, InferMode};
-use experiments::torchscript::InputSpec;
-use experiments::models::Dataset;
 
 use scheduling::{Mode, PlanArgs, SimulatorArgs};
 
 #[derive(Parser, Debug)]
 #[command(name = "nimble-bench", version, about = "Nimble: ahead-of-time, multi-stream GPU task scheduling — scheduling, simulation and experiments")]
+#[cfg_attr(
+    not(feature = "torch"),
+    command(after_help = "Built without the `torch` feature: models, export-graph, infer, profile, train and coverage DIR need libtorch (build with the default features).")
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -118,132 +125,9 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
-    /// List the model zoo: input shapes, parameter counts, reference definitions
-    Models {
-        /// imagenet (1000 classes, the paper's inference sizes) or cifar10 (the training models,
-        /// 10 classes, 32x32)
-        #[arg(long, value_enum, default_value = "imagenet")]
-        dataset: DatasetArg,
-        /// Also trace each model on the CPU: ops, tasks, edges and width of its task graph
-        #[arg(long)]
-        trace: bool,
-        #[arg(long)]
-        json: bool,
-    },
-    /// Trace a model's forward into a task graph (JSON); on CUDA, with each op's measured GPU time
-    ExportGraph {
-        /// Model name (`nimble-bench models` lists them)
-        #[arg(long, required_unless_present = "torchscript")]
-        model: Option<String>,
-        #[command(flatten)]
-        script: ScriptArgs,
-        #[arg(long, default_value_t = 1)]
-        batch: i64,
-        /// Where to trace: cpu needs no GPU; cuda prepares the model and adds duration_us
-        #[arg(long, value_enum, default_value = "cpu")]
-        device: torch::TraceDevice,
-        /// Apply the inference rewrites first (BatchNorm folding; on cuda also conv+add+ReLU fusion)
-        #[arg(long)]
-        optimize: bool,
-        /// Load the model's weights from a .safetensors or .ot file (names as the reference's
-        /// state_dict) instead of random ones
-        #[arg(long, value_name = "FILE")]
-        weights: Option<PathBuf>,
-        /// Output file (default: stdout)
-        #[arg(long, value_name = "FILE")]
-        out: Option<PathBuf>,
-    },
-    /// GPU: inference latency of real models eagerly (tch), as a single-stream CUDA graph and as
-    /// Nimble's multi-stream graph, checked against eager; the paper's method
-    Infer {
-        /// Comma-separated model names (`nimble-bench models` lists them), or `all`
-        #[arg(long, default_value = "resnet50")]
-        model: String,
-        #[command(flatten)]
-        script: ScriptArgs,
-        /// Comma-separated modes: eager (tch; for --torchscript, the module op by op), torchscript
-        /// (libtorch's TorchScript runtime through tch's CModule), graph (one stream), nimble
-        #[arg(long, value_enum, value_delimiter = ',', default_value = "eager,torchscript,graph,nimble")]
-        mode: Vec<InferModeArg>,
-        /// Inference rewrites for the graph modes
-        #[arg(long, value_enum, default_value = "on")]
-        optimize: torch::Optimize,
-        #[command(flatten)]
-        prepare: PrepareArgs,
-        #[arg(long, default_value_t = 50)]
-        warmup: usize,
-        #[arg(long, default_value_t = 100)]
-        iters: usize,
-        /// Load the model's weights from a .safetensors or .ot file (one model only)
-        #[arg(long, value_name = "FILE")]
-        weights: Option<PathBuf>,
-        /// Also write the result record (JSON, with provenance) here
-        #[arg(long, value_name = "FILE")]
-        out: Option<PathBuf>,
-    },
-    /// GPU: what the device runs in one forward of a prepared model: kernels and copies per
-    /// run, the run's span against the time the device was busy, and the kernels that take the
-    /// most time (libtorch's Kineto profiler, CUPTI)
-    Profile {
-        /// One model name (`nimble-bench models` lists them)
-        #[arg(long, default_value = "resnet50")]
-        model: String,
-        #[command(flatten)]
-        script: ScriptArgs,
-        /// eager (tch), graph (one stream) or nimble
-        #[arg(long, value_enum, default_value = "nimble")]
-        mode: InferModeArg,
-        /// Inference rewrites for the graph modes
-        #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
-        optimize: bool,
-        #[command(flatten)]
-        prepare: PrepareArgs,
-        /// Profiled runs, each on a fresh input with the device idle before it
-        #[arg(long, default_value_t = 20)]
-        runs: usize,
-        /// Kernel names listed, the largest total time first
-        #[arg(long, default_value_t = 30)]
-        top: usize,
-        /// Also write the whole Chrome trace (chrome://tracing, Perfetto) here
-        #[arg(long, value_name = "FILE")]
-        trace: Option<PathBuf>,
-        /// Also write the summary record (JSON, with provenance) here
-        #[arg(long, value_name = "FILE")]
-        out: Option<PathBuf>,
-    },
-    /// GPU: time of one training step (forward, cross-entropy, backward, SGD momentum) of CIFAR-10
-    /// models: tch eager, the whole step as a one-stream CUDA graph, Nimble's autograd mode
-    /// (forward and backward graphs) and the whole step on Nimble's streams; each graph mode
-    /// checked against eager training first; the paper's method
-    Train {
-        /// Comma-separated training models (`nimble-bench models --dataset cifar10`), or `all`
-        #[arg(long, default_value = "mobilenet-v2")]
-        model: String,
-        /// Comma-separated batch sizes
-        #[arg(long, value_delimiter = ',', default_value = "32")]
-        batch: Vec<i64>,
-        /// Comma-separated modes: eager, graph (whole step, one stream), nimble (autograd mode),
-        /// step (whole step, Nimble's streams); eager-fused and nimble-fused: eager and nimble
-        /// with nimble-torch's FusedOptimizer instead of tch's SGD
-        #[arg(long, value_delimiter = ',', default_value = "eager,eager-fused,graph,nimble,nimble-fused,step")]
-        mode: Vec<String>,
-        /// The forward's stream-assignment algorithm in the nimble and step modes
-        #[arg(long, default_value = "nimble")]
-        algo: String,
-        /// Where the backward's ops run: their forward op's stream, or one stream (the paper)
-        #[arg(long, value_enum, default_value = "forward")]
-        backward_streams: torch::BackwardArg,
-        #[arg(long, default_value_t = 50)]
-        warmup: usize,
-        #[arg(long, default_value_t = 100)]
-        iters: usize,
-        /// Steps of the check against eager training before timing (0: none)
-        #[arg(long, default_value_t = 1)]
-        check_steps: usize,
-        /// Also write the result record (JSON, with provenance) here
-        #[arg(long, value_name = "FILE")]
-        out: Option<PathBuf>,
-    },
+    #[cfg(feature = "torch")]
+    #[command(flatten)]
+    Torch(torch_cli::TorchCommand),
     /// List the paper's figures, their figN aliases and which can be made today
     Figures,
     /// Figure (alias fig5): inference speedup over tch eager for every zoo model; measures on a
@@ -380,118 +264,6 @@ impl FigureArgs {
     }
 }
 
-/// `models --dataset` values.
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-enum DatasetArg {
-    Imagenet,
-    Cifar10,
-}
-
-/// A TorchScript file in place of a zoo model (`infer`, `profile`, `export-graph`).
-#[derive(clap::Args, Debug)]
-struct ScriptArgs {
-    /// A TorchScript file (`torch.jit.save`) to run instead of a zoo model; give its inputs with
-    /// --input
-    #[arg(long, value_name = "FILE", conflicts_with = "model")]
-    torchscript: Option<PathBuf>,
-    /// One per forward argument of --torchscript, in order: shape, dtype (float32, float16,
-    /// bfloat16, float64, int64, int32, int16, int8, uint8, bool; default float32) and the range of
-    /// the random values ([LOW, HIGH); default: standard normal floats, integers 0 or 1), e.g.
-    /// 1x3x224x224 or 1x128:int64:0:30000
-    #[arg(long = "input", value_name = "SHAPE[:DTYPE[:LOW:HIGH]]", requires = "torchscript")]
-    inputs: Vec<InputSpec>,
-    /// Convert the model's floating-point parameters and buffers and its float inputs to this
-    /// dtype (float16, bfloat16, float32, float64); eager runs in it too, and the tolerances of
-    /// the check against eager follow it
-    #[arg(long, value_name = "DTYPE", value_parser = parse_float_kind)]
-    dtype: Option<tch::Kind>,
-}
-
-fn parse_float_kind(name: &str) -> Result<tch::Kind, String> {
-    match experiments::torchscript::parse_kind(name)? {
-        kind @ (tch::Kind::Half | tch::Kind::BFloat16 | tch::Kind::Float | tch::Kind::Double) => Ok(kind),
-        _ => Err(format!("`{name}` is not a floating-point dtype; expected float16, bfloat16, float32 or float64")),
-    }
-}
-
-impl ScriptArgs {
-    /// The TorchScript file with its inputs, or else the zoo models named by `list`. (clap's
-    /// `requires` does not fire when the conflicting --model is given, so it is checked here.)
-    fn models<'a>(&'a self, list: &'a str, weights: Option<&'a std::path::Path>) -> anyhow::Result<torch::Models<'a>> {
-        match &self.torchscript {
-            Some(path) => Ok(torch::Models::TorchScript { path, inputs: &self.inputs, dtype: self.dtype }),
-            None if !self.inputs.is_empty() => anyhow::bail!("--input describes a --torchscript file's arguments; zoo models (--model) take --batch"),
-            None => Ok(torch::Models::Zoo { list, weights, dtype: self.dtype }),
-        }
-    }
-}
-
-/// How `infer` and `profile` prepare a model: batch, algorithm and the rewrites' choices.
-#[derive(clap::Args, Debug)]
-struct PrepareArgs {
-    #[arg(long, default_value_t = 1)]
-    batch: i64,
-    /// The stream-assignment algorithm of the nimble mode
-    #[arg(long, default_value = "nimble")]
-    algo: String,
-    /// With the rewrites: fuse convolution(+add)+ReLU into cuDNN's fused kernels
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
-    fuse: bool,
-    /// With the rewrites: Nimble's fused kernels for squeeze-and-excitation blocks and
-    /// convolutions followed by SiLU, ReLU, ReLU6 or a residual add
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
-    fuse_kernels: bool,
-    /// With the rewrites: channels-last (NHWC) weights and inputs; auto: on without grouped
-    /// (depthwise) convolutions, otherwise both layouts are prepared and timed and the faster kept
-    #[arg(long, value_enum, default_value = "auto")]
-    channels_last: torch::Switch,
-    /// Check each graph against eager in exact float32 (TF32 convolutions off for both), then
-    /// prepare it again with libtorch's defaults (TF32 convolutions) for timing; the timed
-    /// graph's error is recorded, not judged. For deep networks with random weights, whose
-    /// outputs TF32's rounding moves by more than the tolerance even in eager
-    #[arg(long)]
-    exact_check: bool,
-}
-
-impl PrepareArgs {
-    fn config(&self, warmup: usize, iterations: usize) -> InferConfig {
-        InferConfig {
-            batch: self.batch,
-            warmup,
-            iterations,
-            algorithm: self.algo.clone(),
-            fuse_conv_relu: self.fuse,
-            fuse_kernels: self.fuse_kernels,
-            channels_last: self.channels_last.choice(),
-            exact_check: self.exact_check,
-        }
-    }
-}
-
-/// `infer --mode` values.
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-enum InferModeArg {
-    /// tch eager
-    Eager,
-    /// the forward exported as TorchScript, run through tch's CModule
-    Torchscript,
-    /// one CUDA graph, one stream
-    Graph,
-    /// one CUDA graph, Nimble's streams
-    Nimble,
-}
-
-impl From<InferModeArg> for InferMode {
-    fn from(mode: InferModeArg) -> InferMode {
-        match mode {
-            InferModeArg::Eager => InferMode::Eager,
-            InferModeArg::Torchscript => InferMode::TorchScript,
-            InferModeArg::Graph => InferMode::Graph,
-            InferModeArg::Nimble => InferMode::Nimble,
-        }
-    }
-}
-
 fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
     match cli.command {
         Command::Figures => figures::list(),
@@ -515,49 +287,8 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
         Command::ValidateSimulator { out, suite, measure } => gpu::validate_simulator(&out, suite, &measure),
         Command::SimulatorReport { results, svg } => gpu::simulator_report(&results, svg.as_ref()),
         Command::CalibrateSimulator { results, out } => gpu::calibrate_simulator(&results, out.as_ref()),
-        Command::Models { dataset, trace, json } => {
-            let dataset = match dataset {
-                DatasetArg::Imagenet => Dataset::ImageNet,
-                DatasetArg::Cifar10 => Dataset::Cifar10,
-            };
-            torch::list_models(dataset, trace, json)
-        }
-        Command::ExportGraph { model, script, batch, device, optimize, weights, out } => {
-            let list = model.unwrap_or_default();
-            torch::export_graph(script.models(&list, weights.as_deref())?, batch, device, optimize, out.as_ref())
-        }
-        Command::Infer { model, script, mode, optimize, prepare, warmup, iters, weights, out } => {
-            let modes: Vec<InferMode> = mode.into_iter().map(InferMode::from).collect();
-            torch::infer(&torch::InferArgs {
-                models: script.models(&model, weights.as_deref())?,
-                modes: &modes,
-                optimize,
-                config: prepare.config(warmup, iters),
-                out: out.as_deref(),
-            })
-        }
-        Command::Profile { model, script, mode, optimize, prepare, runs, top, trace, out } => torch::profile(&torch::ProfileArgs {
-            models: script.models(&model, None)?,
-            mode: mode.into(),
-            optimize,
-            // The paper's method for the unprofiled latency printed beside the profile.
-            config: prepare.config(50, 100),
-            runs,
-            top,
-            trace: trace.as_deref(),
-            out: out.as_deref(),
-        }),
-        Command::Train { model, batch, mode, algo, backward_streams, warmup, iters, check_steps, out } => torch::train(&torch::TrainArgs {
-            models: &model,
-            batches: &batch,
-            modes: &mode,
-            algorithm: &algo,
-            backward_streams: backward_streams.into(),
-            warmup,
-            iterations: iters,
-            check_steps,
-            out: out.as_deref(),
-        }),
+        #[cfg(feature = "torch")]
+        Command::Torch(command) => torch_cli::run(command),
         Command::Coverage { dir, only, timeout, warmup, iters, merge, results, out_dir } => coverage::coverage(&coverage::CoverageArgs {
             dir: dir.as_deref(),
             only: &only,
@@ -582,6 +313,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
         args[1] = figure.name.to_string();
+    }
+    if !libtorch::PRESENT && libtorch::COMMANDS.contains(&invoked_as.as_str()) {
+        eprintln!("error: {}", libtorch::missing(&format!("`{invoked_as}`")));
+        return ExitCode::from(2);
     }
     let cli = Cli::parse_from(args); // usage errors: clap prints them and exits with status 2
     match run(cli, &invoked_as) {

@@ -26,6 +26,7 @@ pub fn write_file(path: &Path, text: &str) -> Result<()> {
 }
 
 /// A progress bar on stderr for a run of `len` steps (drawn only on a terminal).
+#[cfg(feature = "torch")]
 pub fn progress(len: usize, what: &str) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(len as u64);
     if let Ok(style) = indicatif::ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg} ({elapsed})") {
@@ -36,6 +37,7 @@ pub fn progress(len: usize, what: &str) -> indicatif::ProgressBar {
 }
 
 /// Prints `line` on stderr above the bar (also when the bar is hidden, as in a log).
+#[cfg(feature = "torch")]
 pub fn note(bar: &indicatif::ProgressBar, line: &str) {
     bar.suspend(|| eprintln!("{line}"));
 }

@@ -521,7 +521,36 @@ fn train_table(record: &TrainRecord) -> String {
 
 /// Measures every registered algorithm on `models` (the schedulers experiment) and writes the
 /// record to `out`.
-pub fn measure_schedulers(models: &str, warmup: usize, iterations: usize, out: &Path) -> Result<()> {
+/// Measures a figure's experiment, writing its record to `args.results`.
+pub fn measure_figure(what: &crate::figures::Measurement<'_>, args: &crate::figures::Rendering) -> Result<()> {
+    use crate::figures::Measurement;
+    match *what {
+        Measurement::Inference { models, batch } => infer(&InferArgs {
+            models: Models::Zoo { list: models, weights: None, dtype: None },
+            modes: &[InferMode::Eager, InferMode::TorchScript, InferMode::Graph, InferMode::Nimble],
+            optimize: Optimize::On,
+            config: InferConfig::defaults(batch, args.warmup, args.iterations),
+            out: Some(&args.results),
+        }),
+        Measurement::Training { models, batches } => {
+            let modes: Vec<String> = ["eager", "graph", "nimble", "nimble-fused", "step"].iter().map(|m| m.to_string()).collect();
+            train(&TrainArgs {
+                models,
+                batches,
+                modes: &modes,
+                algorithm: "nimble",
+                backward_streams: nimble_torch::BackwardStreams::Forward,
+                warmup: args.warmup,
+                iterations: args.iterations,
+                check_steps: 1,
+                out: Some(&args.results),
+            })
+        }
+        Measurement::Schedulers { models } => measure_schedulers(models, args.warmup, args.iterations, &args.results),
+    }
+}
+
+fn measure_schedulers(models: &str, warmup: usize, iterations: usize, out: &Path) -> Result<()> {
     let names = model_names(models)?;
     let gpu = open_gpu("measuring the schedulers", "")?;
     let config = InferConfig::defaults(1, warmup, iterations);

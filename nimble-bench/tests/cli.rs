@@ -141,11 +141,29 @@ fn gpu_commands_say_there_is_no_gpu() {
     let output = nimble_bench(&["synth", "--synthetic", "fan:2"]);
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).starts_with("error: no CUDA GPU available"));
-    let output = nimble_bench(&["profile", "--model", "efficientnet-b0"]);
-    assert_eq!(output.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&output.stderr).starts_with("error: profile needs a CUDA device"), "{}", String::from_utf8_lossy(&output.stderr));
+    if cfg!(feature = "torch") {
+        let output = nimble_bench(&["profile", "--model", "efficientnet-b0"]);
+        assert_eq!(output.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&output.stderr).starts_with("error: profile needs a CUDA device"), "{}", String::from_utf8_lossy(&output.stderr));
+    }
 }
 
+/// Built without libtorch, the commands that run models say so and how to get them; the
+/// scheduling commands and the figures re-rendered from records work.
+#[cfg(not(feature = "torch"))]
+#[test]
+fn without_libtorch_the_model_commands_say_which_feature_they_need() {
+    for args in [&["infer", "--model", "resnet50"][..], &["models"], &["export-graph", "--model", "resnet50"], &["profile"], &["train"], &["coverage", "/nonexistent"]] {
+        let output = nimble_bench(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.starts_with("error: ") && stderr.contains("the `torch` feature") && stderr.lines().count() == 1, "{args:?}: {stderr}");
+    }
+    let help = stdout(&nimble_bench(&["--help"]));
+    assert!(help.contains("without the `torch` feature"), "{help}");
+}
+
+#[cfg(feature = "torch")]
 #[test]
 fn profile_checks_its_arguments_before_looking_for_a_gpu() {
     for (args, message) in [
@@ -241,6 +259,7 @@ fn training_re_renders_the_committed_training_record_without_a_gpu() {
     assert!(svg.contains("torch.cuda.graph"), "the figure lacks the PyTorch bars");
 }
 
+#[cfg(feature = "torch")]
 #[test]
 fn train_refuses_bad_arguments_before_touching_a_gpu() {
     let output = nimble_bench(&["train", "--model", "nasnet-a-large"]);
@@ -253,6 +272,7 @@ fn train_refuses_bad_arguments_before_touching_a_gpu() {
 
 /// The TorchScript fixtures of nimble-torch's tests (`nimble-torch/tests/fixtures/make_modules.py`),
 /// made once with the Python of `NIMBLE_PYTHON` (torch 2.11.0; see .cargo/config.toml).
+#[cfg(feature = "torch")]
 fn torchscript_fixture(name: &str) -> PathBuf {
     static MADE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     let directory = MADE.get_or_init(|| {
@@ -267,6 +287,7 @@ fn torchscript_fixture(name: &str) -> PathBuf {
     directory.join(name)
 }
 
+#[cfg(feature = "torch")]
 #[test]
 fn any_torchscript_file_exports_its_task_graph_on_the_cpu() {
     let file = torchscript_fixture("multi_input.pt");
@@ -282,6 +303,7 @@ fn any_torchscript_file_exports_its_task_graph_on_the_cpu() {
     assert!(ops.contains(&"aten::embedding") && ops.contains(&"aten::linear"), "{ops:?}");
 }
 
+#[cfg(feature = "torch")]
 #[test]
 fn a_torchscript_file_with_the_wrong_inputs_gets_one_line_naming_what_it_expected() {
     let file = torchscript_fixture("multi_input.pt");
@@ -315,6 +337,7 @@ fn a_torchscript_file_with_the_wrong_inputs_gets_one_line_naming_what_it_expecte
     }
 }
 
+#[cfg(feature = "torch")]
 #[test]
 fn zoo_models_convert_to_bfloat16_and_export_their_task_graph() {
     let out = scratch("mobilenet-bf16.graph.json");
