@@ -111,6 +111,11 @@ impl BitSet {
         self.words[i / 64] |= 1 << (i % 64);
     }
 
+    /// Removes `i`.
+    pub fn remove(&mut self, i: usize) {
+        self.words[i / 64] &= !(1 << (i % 64));
+    }
+
     /// Removes every element.
     pub fn clear(&mut self) {
         self.words.fill(0);

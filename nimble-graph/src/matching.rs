@@ -198,6 +198,202 @@ pub fn augment_dense(rows: &BitMatrix, mut matching: Matching) -> Matching {
     }
 }
 
+/// Hopcroft–Karp on a dense relation held as bit rows: left vertex `u` may match right vertex
+/// `v` when `v` is in `allowed` and bit `v` of `row(u)` is set.
+///
+/// Gives exactly the matching [`hopcroft_karp`] gives on adjacency lists that list each row's
+/// allowed bits in ascending order, without building those lists: a relation such as "chain
+/// `i`'s tail reaches chain `j`'s head" holds up to C²/2 pairs for C chains, and building and
+/// scanning them was most of the time of Nimble's chain merge.
+///
+/// Right vertices are numbered `0..64·W` for the `W` words of `allowed`; rows may be shorter
+/// (missing words are empty).
+///
+/// # Complexity
+/// Each phase scans every reached row once a word at a time for the layering, and resumes each
+/// row's scan where it stopped for the augmenting paths: O(L·R/64) per phase for L left and R
+/// right vertices, plus O(R/64) per layer for the candidate sets.
+pub fn hopcroft_karp_rows<'a>(left: usize, allowed: &BitSet, row: impl Fn(usize) -> &'a [u64]) -> Matching {
+    const UNREACHED: u32 = u32::MAX;
+    let words = allowed.words().len();
+    let right = words * 64;
+    let mut matching = Matching::empty(left, right);
+    let word_of = |r: &[u64], i: usize| r.get(i).copied().unwrap_or(0);
+    let mut layer = vec![UNREACHED; left];
+    let mut queue = Vec::with_capacity(left);
+    let mut cursor = vec![0usize; left];
+    let mut stack: Vec<(usize, Option<usize>)> = Vec::new();
+    // Right vertices not matched yet, and (during layering) those whose partner is unreached.
+    let mut free = allowed.clone();
+    let mut unreached = BitSet::new(right);
+    // Where each row's first allowed bit lies: scans start there.
+    let first_word: Vec<usize> = (0..left).map(|u| row(u).iter().zip(allowed.words()).position(|(r, a)| r & a != 0).unwrap_or(words)).collect();
+    loop {
+        // BFS from every free left vertex, as `hopcroft_karp` does; a matched right vertex is
+        // followed to its partner the first time a row holds it (lowest row in queue order,
+        // lowest bit within the row).
+        queue.clear();
+        unreached.clear();
+        for (u, layer_of_u) in layer.iter_mut().enumerate() {
+            match matching.right_of[u] {
+                None => {
+                    *layer_of_u = 0;
+                    queue.push(u);
+                }
+                Some(v) => {
+                    *layer_of_u = UNREACHED;
+                    unreached.insert(v);
+                }
+            }
+        }
+        // Words that may hold a bit: rows are scanned only there.
+        let free_words = Summary::of(&[free.words()]);
+        let mut unreached_words = Summary::of(&[unreached.words()]);
+        let mut found_free_right = false;
+        let mut head = 0;
+        while head < queue.len() {
+            let u = queue[head];
+            head += 1;
+            let r = row(u);
+            found_free_right = found_free_right || free_words.any_from(first_word[u], |i| word_of(r, i) & free.words()[i] != 0);
+            unreached_words.visit_from(first_word[u], |i| {
+                let mut reach = word_of(r, i) & unreached.words()[i];
+                while reach != 0 {
+                    let v = i * 64 + reach.trailing_zeros() as usize;
+                    reach &= reach - 1;
+                    let w = matching.left_of[v].expect("an unreached right vertex is matched");
+                    layer[w] = layer[u] + 1;
+                    queue.push(w);
+                    unreached.remove(v);
+                }
+                (true, unreached.words()[i] != 0)
+            });
+        }
+        if !found_free_right {
+            return matching;
+        }
+        // The right vertices a left vertex of layer `l` may step to: the free ones, and those
+        // whose partner is in layer `l + 1` (`by_layer[l + 1]`), kept up to date as partners
+        // die and paths flip; `candidate_words[l]` covers the words of both.
+        let layers = layer.iter().filter(|&&l| l != UNREACHED).max().map_or(0, |&l| l as usize + 1);
+        let mut by_layer = vec![BitSet::new(right); layers + 1];
+        for (w, &l) in layer.iter().enumerate() {
+            if let (Some(v), true) = (matching.right_of[w], l != UNREACHED) {
+                by_layer[l as usize].insert(v);
+            }
+        }
+        let mut candidate_words: Vec<Summary> = by_layer.iter().map(|set| Summary::of(&[free.words(), set.words()])).collect();
+        for (u, c) in cursor.iter_mut().enumerate() {
+            *c = first_word[u] * 64;
+        }
+        for root in 0..left {
+            if matching.right_of[root].is_some() {
+                continue;
+            }
+            stack.clear();
+            stack.push((root, None));
+            while let Some(&(u, _)) = stack.last() {
+                let next = layer[u] as usize + 1;
+                let r = row(u);
+                let (from, targets) = (cursor[u], &by_layer[next]);
+                let mut found = None;
+                candidate_words[next].visit_from(from / 64, |i| {
+                    let allowed_here = free.words()[i] | targets.words()[i];
+                    let mut candidates = word_of(r, i) & allowed_here;
+                    if i == from / 64 {
+                        candidates &= !0u64 << (from % 64);
+                    }
+                    if candidates != 0 {
+                        found = Some(i * 64 + candidates.trailing_zeros() as usize);
+                    }
+                    (found.is_none(), allowed_here != 0)
+                });
+                let Some(v) = found else {
+                    // A dead end for the rest of this phase: its partner leaves the candidates.
+                    if let Some(v) = matching.right_of[u] {
+                        by_layer[layer[u] as usize].remove(v);
+                    }
+                    layer[u] = UNREACHED;
+                    cursor[u] = right;
+                    stack.pop();
+                    continue;
+                };
+                cursor[u] = v + 1;
+                match matching.left_of[v] {
+                    None => {
+                        // Flip the path; every right vertex on it changes partner.
+                        free.remove(v);
+                        let mut next = v;
+                        for &(w, via) in stack.iter().rev() {
+                            if let Some(old) = matching.left_of[next] {
+                                by_layer[layer[old] as usize].remove(next);
+                            }
+                            by_layer[layer[w] as usize].insert(next);
+                            candidate_words[layer[w] as usize].insert(next / 64);
+                            matching.right_of[w] = Some(next);
+                            matching.left_of[next] = Some(w);
+                            match via {
+                                Some(previous) => next = previous,
+                                None => break,
+                            }
+                        }
+                        break;
+                    }
+                    Some(w) => stack.push((w, Some(v))),
+                }
+            }
+        }
+    }
+}
+
+/// Which words of one or more bit sets may be non-zero: one bit per word, a superset that
+/// scans clear as they find words empty.
+struct Summary {
+    bits: Vec<u64>,
+}
+
+impl Summary {
+    /// The words non-zero in any of `sets` (all of one length).
+    fn of(sets: &[&[u64]]) -> Summary {
+        let mut bits = vec![0u64; sets[0].len().div_ceil(64)];
+        for (i, _) in (0..sets[0].len()).map(|i| (i, ())).filter(|&(i, _)| sets.iter().any(|s| s[i] != 0)) {
+            bits[i / 64] |= 1 << (i % 64);
+        }
+        Summary { bits }
+    }
+
+    fn insert(&mut self, word: usize) {
+        self.bits[word / 64] |= 1 << (word % 64);
+    }
+
+    /// Whether `test` holds for a marked word from `first` on, in ascending order.
+    fn any_from(&self, first: usize, mut test: impl FnMut(usize) -> bool) -> bool {
+        crate::bitset::ones(&self.bits).skip_while(|&i| i < first).any(&mut test)
+    }
+
+    /// Calls `step` on every marked word from `first` on, ascending, until it returns
+    /// `(false, _)`; a word for which the second value is false is unmarked.
+    fn visit_from(&mut self, first: usize, mut step: impl FnMut(usize) -> (bool, bool)) {
+        for s in first / 64..self.bits.len() {
+            let mut pending = self.bits[s];
+            if s == first / 64 {
+                pending &= !0u64 << (first % 64);
+            }
+            while pending != 0 {
+                let bit = pending.trailing_zeros() as usize;
+                pending &= pending - 1;
+                let (go_on, keep) = step(s * 64 + bit);
+                if !keep {
+                    self.bits[s] &= !(1 << bit);
+                }
+                if !go_on {
+                    return;
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -176,9 +176,13 @@ proptest! {
         ours.sort_unstable();
         theirs.sort_unstable();
         prop_assert_eq!(ours, theirs);
+        // The one-pass version gives the same relation and the same lists, in the same order.
+        let (one_pass_reach, one_pass_reduced) = graph.reachability_and_reduction();
+        prop_assert_eq!(&one_pass_reduced, &reduced);
         for a in 0..n {
             for b in 0..n {
                 prop_assert_eq!(reach.reaches(a, b), closure.contains_edge(a as u32, b as u32));
+                prop_assert_eq!(one_pass_reach.reaches(a, b), reach.reaches(a, b));
             }
         }
     }
@@ -207,5 +211,49 @@ proptest! {
         let position = graph.topological_position();
         prop_assert_eq!(graph.topological_order().len(), n);
         for (u, v) in graph.edges() { prop_assert!(position[u] < position[v]); }
+    }
+}
+
+/// A random bipartite relation as bit rows over `right` columns, with a random set of allowed
+/// right vertices; dense or sparse.
+fn random_relation() -> impl Strategy<Value = (usize, Vec<Vec<bool>>, Vec<bool>)> {
+    (1usize..40, 1usize..150, 0.02f64..0.9).prop_flat_map(|(left, right, density)| {
+        (
+            Just(right),
+            proptest::collection::vec(proptest::collection::vec(proptest::bool::weighted(density), right), left),
+            proptest::collection::vec(proptest::bool::weighted(0.7), right),
+        )
+    })
+}
+
+proptest! {
+    /// The bit-row Hopcroft–Karp gives the very matching the list one gives (not only one of the
+    /// same size): Nimble's chain merge switched to it without changing any plan.
+    #[test]
+    fn hopcroft_karp_on_bit_rows_is_hopcroft_karp_on_lists((right, relation, allowed) in random_relation()) {
+        use nimble_graph::bitset::{BitMatrix, BitSet};
+        use nimble_graph::matching::{hopcroft_karp, hopcroft_karp_rows};
+        let mut rows = BitMatrix::new(relation.len(), right);
+        let mut mask = BitSet::new(right);
+        let lists: Vec<Vec<usize>> = relation
+            .iter()
+            .enumerate()
+            .map(|(u, bits)| {
+                for (v, &bit) in bits.iter().enumerate() {
+                    if bit {
+                        rows.set(u, v);
+                    }
+                }
+                (0..right).filter(|&v| bits[v] && allowed[v]).collect()
+            })
+            .collect();
+        for (v, &a) in allowed.iter().enumerate() {
+            if a {
+                mask.insert(v);
+            }
+        }
+        let from_lists = hopcroft_karp(right, &lists);
+        let from_rows = hopcroft_karp_rows(relation.len(), &mask, |u| rows.row(u));
+        prop_assert_eq!(&from_rows.right_of, &from_lists.right_of);
     }
 }

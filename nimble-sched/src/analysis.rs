@@ -18,8 +18,7 @@ pub struct Analysis<'g> {
 impl<'g> Analysis<'g> {
     /// Analyses `graph`: O(E·V/64) time, V²/8 bytes.
     pub fn new(graph: &'g TaskGraph) -> Self {
-        let reachability = graph.reachability();
-        let meg_successors = graph.transitive_reduction(&reachability);
+        let (reachability, meg_successors) = graph.reachability_and_reduction();
         let mut meg_predecessors = vec![Vec::new(); graph.len()];
         for (u, successors) in meg_successors.iter().enumerate() {
             for &v in successors {

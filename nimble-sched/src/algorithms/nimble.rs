@@ -1,7 +1,7 @@
 //! `nimble` and `nimble-chains`: the stream assignment of Nimble (Kwon et al., NeurIPS 2020).
 
 use nimble_graph::bitset::BitSet;
-use nimble_graph::matching::{hopcroft_karp, Matching};
+use nimble_graph::matching::{hopcroft_karp, hopcroft_karp_rows, Matching};
 
 use crate::{Analysis, StreamAssigner, StreamPlan};
 
@@ -36,7 +36,9 @@ pub fn chain_decomposition(analysis: &Analysis<'_>) -> Chains {
 /// Returns `|M₂|` and, per stream, its chains in execution order.
 ///
 /// # Complexity
-/// O(C·V/64 + R·√C) for C chains and R related chain pairs.
+/// O(C·V/64) per phase of the matching for C chains (`hopcroft_karp_rows` on the tails'
+/// reachability rows, masked to the heads): the same matching as Hopcroft–Karp on the lists of
+/// related chain pairs, of which there are up to C²/2.
 pub fn merge_chains(analysis: &Analysis<'_>, chains: &Chains) -> (usize, Vec<Vec<usize>>) {
     let n = analysis.graph().len();
     let mut heads = BitSet::new(n);
@@ -45,17 +47,15 @@ pub fn merge_chains(analysis: &Analysis<'_>, chains: &Chains) -> (usize, Vec<Vec
         heads.insert(chain[0]);
         chain_of_head[chain[0]] = c;
     }
+    // Left: chains by tail; right: head nodes. Chains are numbered in the order of their heads'
+    // indices, so scanning a tail's row in index order lists related chains in order.
     let reach = analysis.reachability().matrix();
-    let related: Vec<Vec<usize>> = chains
-        .chains
-        .iter()
-        .map(|chain| {
-            let tail = *chain.last().expect("chains are non-empty");
-            let masked: Vec<u64> = reach.row(tail).iter().zip(heads.words()).map(|(r, h)| r & h).collect();
-            nimble_graph::bitset::ones(&masked).map(|head| chain_of_head[head]).collect()
-        })
-        .collect();
-    let matching = hopcroft_karp(chains.chains.len(), &related);
+    let by_head = hopcroft_karp_rows(chains.chains.len(), &heads, |c| reach.row(*chains.chains[c].last().expect("chains are non-empty")));
+    let mut matching = Matching::empty(chains.chains.len(), chains.chains.len());
+    for (c, head) in by_head.pairs() {
+        matching.right_of[c] = Some(chain_of_head[head]);
+        matching.left_of[chain_of_head[head]] = Some(c);
+    }
     let streams = follow(&matching, chains.chains.len());
     (matching.size(), streams)
 }
