@@ -6,7 +6,7 @@
 //! petgraph offers only general-graph matching (Gabow), which is far slower on these bipartite
 //! inputs, and the paper's reference code used Kuhn's O(V³) algorithm on dense matrices.
 
-use crate::bitset::{BitMatrix, BitSet};
+use crate::bitset::{BitSet, RowRef};
 
 /// A matching between left vertices `0..left` and right vertices `0..right`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -142,8 +142,8 @@ pub fn hopcroft_karp(right: usize, adjacency: &[Vec<usize>]) -> Matching {
     }
 }
 
-/// Extends `matching` to a maximum matching of the relation `rows` (left vertex `u` may match
-/// right vertex `v` when bit `(u, v)` is set).
+/// Extends `matching` to a maximum matching of a relation given by `row` (left vertex
+/// `u < left` may match right vertex `v < columns` when bit `v` of `row(u)` is set).
 ///
 /// Meant for dense relations such as reachability, seeded with a good matching of a sparse
 /// sub-relation (the MEG), so that few augmenting phases remain.
@@ -151,9 +151,8 @@ pub fn hopcroft_karp(right: usize, adjacency: &[Vec<usize>]) -> Matching {
 /// # Complexity
 /// Each phase visits every right vertex at most once and scans rows a word at a time:
 /// O(V²/64) per phase; phases stop when one finds no augmenting path.
-pub fn augment_dense(rows: &BitMatrix, mut matching: Matching) -> Matching {
-    let left = rows.rows();
-    let mut visited = BitSet::new(rows.columns());
+pub fn augment_dense<'a>(left: usize, columns: usize, row: impl Fn(usize) -> RowRef<'a>, mut matching: Matching) -> Matching {
+    let mut visited = BitSet::new(columns);
     // Frames: (left vertex, right vertex we came through, word where its row scan resumes).
     let mut stack: Vec<(usize, Option<usize>)> = Vec::new();
     let mut resume: Vec<usize> = Vec::new();
@@ -170,7 +169,7 @@ pub fn augment_dense(rows: &BitMatrix, mut matching: Matching) -> Matching {
             resume.push(0);
             while let Some(&(u, _)) = stack.last() {
                 let top = stack.len() - 1;
-                let Some((v, word)) = visited.first_in_row_not_in_set(rows.row(u), resume[top]) else {
+                let Some((v, word)) = visited.first_in_row_not_in_set(row(u), resume[top]) else {
                     stack.pop();
                     resume.pop();
                     continue;
@@ -206,19 +205,19 @@ pub fn augment_dense(rows: &BitMatrix, mut matching: Matching) -> Matching {
 /// `i`'s tail reaches chain `j`'s head" holds up to C²/2 pairs for C chains, and building and
 /// scanning them was most of the time of Nimble's chain merge.
 ///
-/// Right vertices are numbered `0..64·W` for the `W` words of `allowed`; rows may be shorter
-/// (missing words are empty).
+/// Right vertices are numbered `0..64·W` for the `W` words of `allowed`; rows are windows of
+/// words ([`RowRef`]), empty outside.
 ///
 /// # Complexity
 /// Each phase scans every reached row once a word at a time for the layering, and resumes each
 /// row's scan where it stopped for the augmenting paths: O(L·R/64) per phase for L left and R
 /// right vertices, plus O(R/64) per layer for the candidate sets.
-pub fn hopcroft_karp_rows<'a>(left: usize, allowed: &BitSet, row: impl Fn(usize) -> &'a [u64]) -> Matching {
+pub fn hopcroft_karp_rows<'a>(left: usize, allowed: &BitSet, row: impl Fn(usize) -> RowRef<'a>) -> Matching {
     const UNREACHED: u32 = u32::MAX;
     let words = allowed.words().len();
     let right = words * 64;
     let mut matching = Matching::empty(left, right);
-    let word_of = |r: &[u64], i: usize| r.get(i).copied().unwrap_or(0);
+    let word_of = |r: RowRef<'_>, i: usize| r.word(i);
     let mut layer = vec![UNREACHED; left];
     let mut queue = Vec::with_capacity(left);
     let mut cursor = vec![0usize; left];
@@ -227,7 +226,12 @@ pub fn hopcroft_karp_rows<'a>(left: usize, allowed: &BitSet, row: impl Fn(usize)
     let mut free = allowed.clone();
     let mut unreached = BitSet::new(right);
     // Where each row's first allowed bit lies: scans start there.
-    let first_word: Vec<usize> = (0..left).map(|u| row(u).iter().zip(allowed.words()).position(|(r, a)| r & a != 0).unwrap_or(words)).collect();
+    let first_word: Vec<usize> = (0..left)
+        .map(|u| {
+            let r = row(u);
+            (r.first_word..r.end_word().min(words)).find(|&i| r.word(i) & allowed.words()[i] != 0).unwrap_or(words)
+        })
+        .collect();
     loop {
         // BFS from every free left vertex, as `hopcroft_karp` does; a matched right vertex is
         // followed to its partner the first time a row holds it (lowest row in queue order,
@@ -416,13 +420,13 @@ mod tests {
     #[test]
     fn dense_augmentation_matches_sparse_result() {
         let adjacency = vec![vec![0, 1], vec![0], vec![1, 2], vec![2]];
-        let mut rows = BitMatrix::new(4, 3);
+        let mut rows = crate::bitset::BitMatrix::new(4, 3);
         for (u, vs) in adjacency.iter().enumerate() {
             for &v in vs {
                 rows.set(u, v);
             }
         }
-        let dense = augment_dense(&rows, Matching::empty(4, 3));
+        let dense = augment_dense(4, 3, |u| rows.row_ref(u), Matching::empty(4, 3));
         assert_eq!(dense.size(), hopcroft_karp(3, &adjacency).size());
         for (u, v) in dense.pairs() {
             assert!(rows.get(u, v));

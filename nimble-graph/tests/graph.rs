@@ -253,7 +253,7 @@ proptest! {
             }
         }
         let from_lists = hopcroft_karp(right, &lists);
-        let from_rows = hopcroft_karp_rows(relation.len(), &mask, |u| rows.row(u));
+        let from_rows = hopcroft_karp_rows(relation.len(), &mask, |u| rows.row_ref(u));
         prop_assert_eq!(&from_rows.right_of, &from_lists.right_of);
     }
 }

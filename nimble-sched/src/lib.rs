@@ -26,6 +26,7 @@ mod error;
 mod happens_before;
 mod plan;
 pub mod simulate;
+mod stream_clocks;
 mod verify;
 
 pub use analysis::Analysis;

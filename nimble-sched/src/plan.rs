@@ -3,7 +3,7 @@
 use serde_json::{json, Value};
 
 use crate::analysis::Analysis;
-use crate::happens_before::HappensBefore;
+use crate::stream_clocks::Frontier;
 
 /// The output of a stream assigner, and the input of every executor and of the simulator.
 ///
@@ -40,7 +40,8 @@ impl StreamPlan {
     /// * `order` – a topological order of all nodes (the graph's own if `None`).
     ///
     /// # Complexity
-    /// O((V + S)·V/64) time and V²/8 bytes, for S syncs.
+    /// O((V + S)·V/64) time and V²/8 bytes for S syncs with bit rows, or O(V + C·K) with vector
+    /// clocks for C cross-stream MEG edges and K streams, whichever is less (`stream_clocks`).
     ///
     /// # Panics
     /// When `stream_of` or `order` does not cover the graph's nodes, or `order` is not
@@ -62,7 +63,8 @@ impl StreamPlan {
         }
         let (streams, stream_of) = renumber_by_first_use(stream_of, &order);
 
-        let mut happens_before = HappensBefore::new(n, streams);
+        let cross_stream = (0..n).map(|v| analysis.meg_predecessors()[v].iter().filter(|&&u| stream_of[u] != stream_of[v]).count()).sum();
+        let mut happens_before = Frontier::new(n, streams, cross_stream);
         let mut syncs = Vec::new();
         let mut candidates = Vec::new();
         for &v in &order {

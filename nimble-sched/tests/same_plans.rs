@@ -29,6 +29,7 @@ fn digest(plan: &StreamPlan) -> u64 {
 const GRAPHS: &[&str] = &[
     "chain:50", "fan:7:3", "fan:100:100", "nasnet:3", "nasnet:20:5", "nasnet:334", "layered:300", "layered:2000:7", "layered:10000",
     "dnn:500", "dnn:3000:11", "dnn:10000",
+    "rev:nasnet:20:5", "rev:layered:2000:7", "rev:dnn:3000:11",
 ];
 
 const ALGORITHMS: &[&str] = &["nimble", "nimble-chains", "single", "round-robin:3", "level", "greedy"];
@@ -107,14 +108,46 @@ const PINNED: &[(&str, &str, u64)] = &[
     ("dnn:10000", "round-robin:3", 0xec81557f08dc417e),
     ("dnn:10000", "level", 0x5ff33620458cf84d),
     ("dnn:10000", "greedy", 0xa84323e0da885df7),
+    ("rev:nasnet:20:5", "nimble", 0xef062295830d70a8),
+    ("rev:nasnet:20:5", "nimble-chains", 0x131a250762c4d3d6),
+    ("rev:nasnet:20:5", "single", 0xd4fb9d15407901b5),
+    ("rev:nasnet:20:5", "round-robin:3", 0x9bf75935846b284a),
+    ("rev:nasnet:20:5", "level", 0x7c74d462e1cc157e),
+    ("rev:nasnet:20:5", "greedy", 0x6e776feb3db44f86),
+    ("rev:layered:2000:7", "nimble", 0xd14e9613b0eab08b),
+    ("rev:layered:2000:7", "nimble-chains", 0xe70a0e24899b05ec),
+    ("rev:layered:2000:7", "single", 0x8cb46f8146591228),
+    ("rev:layered:2000:7", "round-robin:3", 0x9d96e8d7916a9ece),
+    ("rev:layered:2000:7", "level", 0x76538eccdc7e876d),
+    ("rev:layered:2000:7", "greedy", 0xc0dd7d7608ad6adb),
+    ("rev:dnn:3000:11", "nimble", 0x882ba658646a2e06),
+    ("rev:dnn:3000:11", "nimble-chains", 0x5522a2da10ae6152),
+    ("rev:dnn:3000:11", "single", 0x019145e392573d58),
+    ("rev:dnn:3000:11", "round-robin:3", 0x1de0ec2da329ae46),
+    ("rev:dnn:3000:11", "level", 0x469b7dee7f350761),
+    ("rev:dnn:3000:11", "greedy", 0x9affe2617c6560c2),
 ];
+
+/// `rev:SPEC`: the synthetic graph with its node list reversed, so that node indices run against
+/// the topological order (the analyses' other path).
+fn graph(spec: &str) -> nimble_graph::TaskGraph {
+    match spec.strip_prefix("rev:") {
+        Some(inner) => {
+            let graph = inner.parse::<SyntheticSpec>().expect("valid spec").generate();
+            let mut json: serde_json::Value = serde_json::from_str(&graph.to_json_string()).expect("json");
+            json["nodes"].as_array_mut().expect("a node list").reverse();
+            nimble_graph::TaskGraph::from_json_str(&json.to_string()).expect("the same graph")
+        }
+        None => spec.parse::<SyntheticSpec>().expect("valid spec").generate(),
+    }
+}
 
 #[test]
 fn every_algorithm_plans_every_family_as_before() {
     let print = std::env::var_os("NIMBLE_PRINT_DIGESTS").is_some();
     let mut mismatches = Vec::new();
     for spec in GRAPHS {
-        let graph = spec.parse::<SyntheticSpec>().expect("valid spec").generate();
+        let graph = graph(spec);
         let analysis = Analysis::new(&graph);
         for name in ALGORITHMS {
             let plan = algorithms::by_name(name).expect("registered").assign(&analysis);

@@ -1,6 +1,6 @@
 //! `nimble` and `nimble-chains`: the stream assignment of Nimble (Kwon et al., NeurIPS 2020).
 
-use nimble_graph::bitset::BitSet;
+use nimble_graph::bitset::{BitMatrix, BitSet};
 use nimble_graph::matching::{hopcroft_karp, hopcroft_karp_rows, Matching};
 
 use crate::{Analysis, StreamAssigner, StreamPlan};
@@ -47,14 +47,34 @@ pub fn merge_chains(analysis: &Analysis<'_>, chains: &Chains) -> (usize, Vec<Vec
         heads.insert(chain[0]);
         chain_of_head[chain[0]] = c;
     }
-    // Left: chains by tail; right: head nodes. Chains are numbered in the order of their heads'
-    // indices, so scanning a tail's row in index order lists related chains in order.
-    let reach = analysis.reachability().matrix();
-    let by_head = hopcroft_karp_rows(chains.chains.len(), &heads, |c| reach.row(*chains.chains[c].last().expect("chains are non-empty")));
+    // Left: chains by tail; right: head nodes, as the reachability rows number them (topological
+    // positions). Chains are numbered in the order of their heads' indices; when positions are
+    // indices, a tail's row scanned in order lists related chains in order, as the matching's
+    // definition on lists wants. Otherwise the chain relation is built as rows of its own.
+    let reach = analysis.reachability();
+    let c = chains.chains.len();
+    let tail_row = |chain: usize| reach.row_at(reach.position()[*chains.chains[chain].last().expect("chains are non-empty")]);
+    let pairs: Vec<(usize, usize)> = if reach.in_index_order() {
+        hopcroft_karp_rows(c, &heads, tail_row).pairs().map(|(chain, head)| (chain, chain_of_head[head])).collect()
+    } else {
+        let order = analysis.graph().topological_order();
+        let mut related = BitMatrix::new(c, c);
+        for chain in 0..c {
+            let row = tail_row(chain);
+            for q in nimble_graph::bitset::ones(row.words).map(|bit| bit + 64 * row.first_word) {
+                if heads.contains(order[q]) {
+                    related.set(chain, chain_of_head[order[q]]);
+                }
+            }
+        }
+        let mut all = BitSet::new(c);
+        (0..c).for_each(|chain| all.insert(chain));
+        hopcroft_karp_rows(c, &all, |chain| related.row_ref(chain)).pairs().collect()
+    };
     let mut matching = Matching::empty(chains.chains.len(), chains.chains.len());
-    for (c, head) in by_head.pairs() {
-        matching.right_of[c] = Some(chain_of_head[head]);
-        matching.left_of[chain_of_head[head]] = Some(c);
+    for (tail_chain, head_chain) in pairs {
+        matching.right_of[tail_chain] = Some(head_chain);
+        matching.left_of[head_chain] = Some(tail_chain);
     }
     let streams = follow(&matching, chains.chains.len());
     (matching.size(), streams)
