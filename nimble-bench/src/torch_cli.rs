@@ -300,3 +300,19 @@ pub(crate) fn run(command: TorchCommand) -> anyhow::Result<()> {
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// `libtorch::COMMANDS`, which a build without libtorch uses to name the missing feature,
+    /// lists exactly the commands defined here.
+    #[test]
+    fn the_list_of_libtorch_commands_is_this_enum() {
+        use clap::Subcommand;
+        let command = super::TorchCommand::augment_subcommands(clap::Command::new("nimble-bench"));
+        let mut defined: Vec<String> = command.get_subcommands().map(|c| c.get_name().to_string()).collect();
+        let mut listed: Vec<String> = crate::libtorch::COMMANDS.iter().map(|c| c.to_string()).collect();
+        defined.sort();
+        listed.sort();
+        assert_eq!(defined, listed);
+    }
+}

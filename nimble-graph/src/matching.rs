@@ -360,7 +360,7 @@ impl Summary {
     /// The words non-zero in any of `sets` (all of one length).
     fn of(sets: &[&[u64]]) -> Summary {
         let mut bits = vec![0u64; sets[0].len().div_ceil(64)];
-        for (i, _) in (0..sets[0].len()).map(|i| (i, ())).filter(|&(i, _)| sets.iter().any(|s| s[i] != 0)) {
+        for i in (0..sets[0].len()).filter(|&i| sets.iter().any(|s| s[i] != 0)) {
             bits[i / 64] |= 1 << (i % 64);
         }
         Summary { bits }
