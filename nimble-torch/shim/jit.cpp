@@ -105,6 +105,26 @@ void write_structure(const c10::IValue& v, std::vector<at::Tensor>& flat, std::o
   }
 }
 
+
+// A trace records each convolution as aten::_convolution with the tracing process's cuDNN flags
+// (benchmark, deterministic, enabled, TF32) as constants, so a loaded module would ignore this
+// process's settings: eager could not be checked in exact float32 (TF32 stayed on), nor timed
+// with cuDNN's benchmark on. Rewritten as aten::conv2d (or aten::convolution, for what that
+// pass leaves), which read the flags at run time as every other convolution does.
+void convolutions_follow_process_flags(std::shared_ptr<torch::jit::Graph> graph) {
+  torch::jit::graph_rewrite_helper::replaceConvolutionWithAtenConv(graph);
+  std::vector<torch::jit::Node*> left;
+  for (torch::jit::DepthFirstGraphNodeIterator it(graph); auto* node = it.next();)
+    if (node->kind() == c10::Symbol::fromQualString("aten::_convolution") && node->inputs().size() >= 9) left.push_back(node);
+  for (auto* node : left) {
+    torch::jit::WithInsertPoint guard(node);
+    auto inputs = node->inputs().slice(0, 9);
+    auto* conv = graph->insertNode(graph->create(c10::Symbol::fromQualString("aten::convolution"), inputs, 1));
+    conv->output()->setType(node->output()->type());
+    node->output()->replaceAllUsesWith(conv->output());
+    node->destroy();
+  }
+}
 }  // namespace
 
 extern "C" {
@@ -165,7 +185,8 @@ void ns_jit_trace_abandon() {
   }
 }
 
-// Loads a module onto the CPU or CUDA device `device`. On CUDA, the parameters, buffers and the
+// Loads a module onto the CPU or CUDA device `device`, its convolutions made to follow this
+// process's cuDNN flags (convolutions_follow_process_flags). On CUDA, the parameters, buffers and the
 // graphs' tensor constants are moved there, except 0-dim CPU constants: those are the scalars a
 // trace records for shape arithmetic (`x.size(1) // 2`), which must stay on the host as they were
 // traced; moved (as `torch.jit.load(f, map_location="cuda")` moves them), the arithmetic runs on
@@ -189,6 +210,8 @@ int ns_jit_load(const char* path, int device, void** out) {
         }
       }
     }
+    for (const auto& module : m.modules())
+      for (const auto& method : module.get_methods()) convolutions_follow_process_flags(method.graph());
     m.eval();
     *out = new torch::jit::Module(std::move(m));
   });

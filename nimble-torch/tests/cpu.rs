@@ -155,6 +155,18 @@ fn traced_shape_arithmetic_stays_on_the_host_and_out_of_the_task_graph() {
 }
 
 #[test]
+fn a_traced_modules_convolutions_follow_this_processs_cudnn_settings() {
+    // torch.jit.trace records a convolution as aten::_convolution with the tracing process's
+    // cuDNN flags as constants (TF32 on, benchmark off). Loaded, the module runs aten::conv2d,
+    // which reads them at run time: eager can then be checked in exact float32 and timed with
+    // cuDNN's benchmark on, as the graphs are.
+    let nimble = fixture("shape_arith.pt");
+    let trace = nimble.trace(&[input(&[2, 3, 4, 4])], false).unwrap();
+    assert_eq!(count(&trace, "aten::_convolution"), 0, "{:?}", trace.op_histogram());
+    assert_eq!(count(&trace, "aten::conv2d"), 1, "{:?}", trace.op_histogram());
+}
+
+#[test]
 fn outputs_keep_their_structure_with_none_and_constants() {
     use nimble_torch::Value;
     let nimble = fixture("structures.pt");
