@@ -32,7 +32,7 @@ impl<'a> CoverageFigure<'a> {
             (None, Some(_)) => std::cmp::Ordering::Greater,
             (None, None) => a.status.cmp(&b.status).then(a.name.cmp(&b.name)),
         });
-        let top = rows.iter().filter_map(|m| m.speedup_over_eager()).fold(2.0, f64::max) * 1.4; // room for the legend at the top right
+        let top = rows.iter().filter_map(|m| m.speedup_over_eager()).fold(2.0, f64::max) * 1.1; // the legend sits at the lower right, by the slowest models
         let s = &record.summary;
         let title = format!(
             "Coverage: {} of {} models prepared and matched eager; Nimble {:.2}x over eager (geometric mean)",
@@ -123,7 +123,7 @@ impl Drawing for CoverageFigure<'_> {
             let short: String = why.chars().take(110).collect();
             chart.draw_series(std::iter::once(Text::new(format!("{}: {short}", m.status.name()), (0.05, y(i) + 0.8), failed_style.clone())))?;
         }
-        chart.configure_series_labels().background_style(WHITE.mix(0.9)).border_style(BLACK).position(SeriesLabelPosition::UpperRight).draw()?;
+        chart.configure_series_labels().background_style(WHITE.mix(0.9)).border_style(BLACK).position(SeriesLabelPosition::LowerRight).draw()?;
         let style = ("sans-serif", 13).into_font().color(&BLACK.mix(0.8));
         for (i, note) in self.notes.iter().enumerate() {
             notes_area.draw(&Text::new(note.clone(), (20, 8 + 22 * i as i32), style.clone()))?;
