@@ -1,0 +1,45 @@
+"""Nimble-rs for PyTorch: ahead-of-time scheduled, multi-stream CUDA graphs.
+
+    import torch, torchvision, nimble_rs
+    model = torchvision.models.inception_v3(weights=None, aux_logits=False, init_weights=False).cuda().eval()
+    x = torch.randn(1, 3, 299, 299, device="cuda")
+    fast = nimble_rs.Nimble(model)
+    report = fast.prepare(x)          # trace, schedule on streams, capture one CUDA graph
+    y = fast(x)                       # replay
+
+The scheduler is usable on its own, with task graphs as dicts: ``algorithms()``,
+``assign(graph, "nimble")``, ``simulate(graph, "nimble", "graph")``.
+"""
+
+import torch as _torch
+
+from ._version import REQUIRED_TORCH, check_torch_version
+
+check_torch_version(_torch.__version__)
+
+from . import errors  # noqa: E402
+from .errors import (  # noqa: E402
+    DynamicModelError,
+    HostSyncError,
+    NimbleError,
+    NimbleInputError,
+    NoCudaError,
+    NotPreparedError,
+)
+from .nimble import Nimble  # noqa: E402
+from .scheduling import algorithms, assign, simulate  # noqa: E402
+
+__all__ = [
+    "Nimble",
+    "algorithms",
+    "assign",
+    "simulate",
+    "errors",
+    "NimbleError",
+    "NimbleInputError",
+    "HostSyncError",
+    "DynamicModelError",
+    "NoCudaError",
+    "NotPreparedError",
+    "REQUIRED_TORCH",
+]

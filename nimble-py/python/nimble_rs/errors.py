@@ -1,0 +1,26 @@
+"""Nimble's exceptions. Every error the Rust side raises is one of these, with its message."""
+
+
+class NimbleError(RuntimeError):
+    """Something went wrong tracing, preparing or running a model, or scheduling a graph."""
+
+
+class NimbleInputError(NimbleError, ValueError):
+    """Bad input: wrong number, shape or dtype of inputs, an unknown algorithm, a malformed graph."""
+
+
+class HostSyncError(NimbleError):
+    """The forward makes the host wait for the GPU (``.item()``, ``nonzero``, a copy to the CPU),
+    which no CUDA graph can capture."""
+
+
+class DynamicModelError(NimbleError):
+    """The forward issued different ops on a later run: its control flow depends on the data."""
+
+
+class NoCudaError(NimbleError):
+    """``prepare`` needs a CUDA device and torch sees none."""
+
+
+class NotPreparedError(NimbleError):
+    """The model was called before ``prepare``."""

@@ -1,0 +1,165 @@
+"""``Nimble``: a PyTorch module run as one ahead-of-time scheduled, multi-stream CUDA graph."""
+
+import inspect
+import json
+import os
+import tempfile
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from . import _native
+from .errors import NimbleInputError, NotPreparedError
+
+
+def _tensors(inputs: tuple) -> tuple:
+    if not inputs:
+        raise TypeError("no inputs given: pass the forward's tensors, e.g. prepare(x)")
+    for i, x in enumerate(inputs):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"input {i}: expected a torch.Tensor, got {type(x).__name__} (Nimble's forward takes tensors only; bind other arguments in the module)")
+    return inputs
+
+
+def _check_count(module: torch.nn.Module, inputs: tuple) -> None:
+    """A plain module's forward must take as many tensors as were given."""
+    try:
+        parameters = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        return
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in positional if p.default is p.empty]
+    variadic = any(p.kind == p.VAR_POSITIONAL for p in parameters)
+    if len(inputs) < len(required) or (not variadic and len(inputs) > len(positional)):
+        names = ", ".join(p.name for p in positional)
+        raise NimbleInputError(f"{len(inputs)} input tensors given; the module's forward takes ({names})")
+
+
+class Nimble:
+    """Wraps a ``torch.nn.Module`` (traced with ``torch.jit.trace`` at ``prepare``) or a
+    ``torch.jit.ScriptModule`` (used as is).
+
+    The module's parameters are read when it is first traced or loaded: later changes to them
+    are not seen until ``Nimble(module)`` is made again.
+    """
+
+    def __init__(self, module: torch.nn.Module):
+        if isinstance(module, torch.jit.ScriptModule):
+            self._script: Optional[torch.jit.ScriptModule] = module
+        elif isinstance(module, torch.nn.Module):
+            self._script = None
+        else:
+            raise TypeError(f"expected a torch.nn.Module or a torch.jit.ScriptModule, got {type(module).__name__}")
+        self._module = module
+        self._native: Optional[Any] = None
+        self._loaded_as: Optional[tuple] = None
+        self._training = False
+
+    def _load(self, inputs: tuple, training: bool) -> Any:
+        """The Rust model on the inputs' device, traced (a plain module) in evaluation or
+        training mode as asked; loaded again only when the device or the mode changes."""
+        device = inputs[0].device
+        # A plain module is traced again for inputs of other shapes or dtypes (a trace may
+        # bake them in); a ScriptModule takes whatever its forward accepts.
+        signature = None if self._script is not None else [(tuple(x.shape), x.dtype) for x in inputs]
+        if self._native is None or self._loaded_as != (device, training, signature):
+            script = self._script if self._script is not None else self._trace(inputs, training)
+            with tempfile.TemporaryDirectory(prefix="nimble_rs-") as directory:
+                path = os.path.join(directory, "module.pt")
+                torch.jit.save(script, path)
+                self._native = _native.Native.load(path, str(device))
+            self._loaded_as = (device, training, signature)
+            self._training = training
+        arguments = self._native.arguments()
+        required = [name for name, _, has_default in arguments if not has_default]
+        if not len(required) <= len(inputs) <= len(arguments):
+            names = ", ".join(f"{name}: {kind}" for name, kind, _ in arguments)
+            raise NimbleInputError(f"{len(inputs)} input tensors given; the module's forward takes ({names})")
+        return self._native
+
+    def _trace(self, inputs: tuple, training: bool) -> torch.jit.ScriptModule:
+        module = self._module
+        _check_count(module, inputs)
+        was_training = module.training
+        module.train(training)
+        try:
+            with torch.set_grad_enabled(training):
+                # strict=False: transformers-style outputs (dicts, lists) are traced as they are.
+                return torch.jit.trace(module, inputs, strict=False, check_trace=False)
+        except Exception as e:
+            # The tracer's last line says why (the lines before it print the offending values).
+            reason = [line for line in str(e).splitlines() if line.strip()][-1:] or [type(e).__name__]
+            raise NimbleInputError(
+                f"torch.jit.trace could not trace {type(module).__name__}: {reason[0].lstrip(':')}; "
+                "script it (torch.jit.script) and pass the ScriptModule to Nimble instead"
+            ) from e
+        finally:
+            module.train(was_training)
+
+    def _prepared(self) -> Any:
+        if self._native is None or self._native.task_graph() is None:
+            raise NotPreparedError("the model is not prepared: call prepare(*example_inputs) first")
+        return self._native
+
+    def prepare(
+        self,
+        *example_inputs: torch.Tensor,
+        algorithm: str = "nimble",
+        optimize: bool = True,
+        training: bool = False,
+        channels_last: Optional[bool] = None,
+    ) -> Dict[str, Any]:
+        """Traces the forward on ``example_inputs`` (CUDA tensors; their shapes and dtypes are
+        fixed from now on), assigns its tasks to streams with ``algorithm`` (see
+        ``nimble_rs.algorithms()``) and captures one CUDA graph. ``optimize`` applies the
+        inference rewrites (BatchNorm folding, cuDNN's and Nimble's fused kernels);
+        ``channels_last`` forces the layout (``None``: chosen by measuring). Returns the report:
+        ``streams``, ``syncs``, ``tasks``, ``kernel_nodes``, ``seconds`` per stage, …"""
+        inputs = _tensors(example_inputs)
+        native = self._load(inputs, training)
+        return json.loads(native.prepare(inputs, algorithm, optimize, channels_last, training))
+
+    def __call__(self, *inputs: torch.Tensor) -> Any:
+        """Replays the graph on ``inputs``; the module's output structure, its tensors the graph's
+        own output buffers, overwritten by the next call (as ``torch.cuda.graphs`` does): clone
+        what you keep, or use ``forward_owned``."""
+        return self._prepared().forward(_tensors(inputs), False)
+
+    def forward_owned(self, *inputs: torch.Tensor) -> Any:
+        """As calling the model, with every output tensor a copy of its own."""
+        return self._prepared().forward(_tensors(inputs), True)
+
+    def eager(self, *inputs: torch.Tensor) -> Any:
+        """The traced module's own forward, op by op (the reference Nimble is checked against)."""
+        inputs = _tensors(inputs)
+        return self._load(inputs, self._training).eager(inputs)
+
+    def run_optimized(self, *inputs: torch.Tensor) -> List[torch.Tensor]:
+        """The forward after the inference rewrites, run once op by op (on the CPU too): what the
+        rewrites compute, to check against the module. The output tensors, flat."""
+        inputs = _tensors(inputs)
+        return self._load(inputs, False).run_optimized(inputs)
+
+    def trace_graph(self, *inputs: torch.Tensor, optimize: bool = True) -> Dict[str, Any]:
+        """The task graph of one forward on ``inputs``, recorded without preparing (on the CPU
+        too), as a dict in the README's JSON schema, for ``assign`` and ``simulate``."""
+        inputs = _tensors(inputs)
+        return json.loads(self._load(inputs, False).trace_graph(inputs, optimize))
+
+    def task_graph(self) -> Dict[str, Any]:
+        """The prepared forward's task graph (with each task's measured GPU time)."""
+        return json.loads(self._prepared().task_graph())
+
+    def plan(self) -> Dict[str, Any]:
+        """The prepared plan: ``streams``, ``syncs``, ``stream_of``, ``order``, ``sync_edges``."""
+        return json.loads(self._prepared().plan())
+
+    def export_graph(self, path: "os.PathLike[str] | str") -> None:
+        """Writes the prepared task graph as JSON (what ``nimble-bench assign --graph`` reads);
+        through a temporary file, so a failed write leaves no half-written file."""
+        text = self._prepared().task_graph()
+        path = os.fspath(path)
+        temporary = f"{path}.partial"
+        with open(temporary, "w") as f:
+            f.write(text)
+        os.replace(temporary, path)

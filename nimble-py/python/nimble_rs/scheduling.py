@@ -1,0 +1,31 @@
+"""The stream-assignment algorithms on task graphs given as dicts, in the README's JSON schema:
+``{"nodes": [{"id": 0, "op": "aten::conv2d", "duration_us": 12.0}, ...], "edges": [[0, 1], ...]}``
+(a networkx DiGraph converts with ``{"nodes": [{"id": n, **d} for n, d in g.nodes(data=True)],
+"edges": list(g.edges())}``)."""
+
+import json
+from typing import Any, Dict, List, Tuple
+
+from . import _native
+
+Graph = Dict[str, Any]
+
+
+def algorithms() -> List[Tuple[str, str, str]]:
+    """The registered algorithms: ``(name, usage, summary)`` each; ``usage`` shows an argument
+    where the algorithm takes one (``round-robin:K``)."""
+    return _native.algorithms_list()
+
+
+def assign(graph: Graph, algorithm: str = "nimble") -> Dict[str, Any]:
+    """The plan of ``algorithm`` for ``graph``, checked: ``streams``, ``syncs``, ``stream_of``
+    (node id as a string -> stream), ``order`` (ids in issue order), ``sync_edges`` and
+    ``assign_ms``."""
+    return json.loads(_native.assign_json(json.dumps(graph), algorithm))
+
+
+def simulate(graph: Graph, algorithm: str = "nimble", mode: str = "graph") -> Dict[str, Any]:
+    """The simulated latency (µs) of ``algorithm``'s plan for ``graph`` launched as one CUDA graph
+    (``mode="graph"``) or kernel by kernel (``"eager"``), with one stream's and the critical
+    path's (the floor no assignment beats)."""
+    return json.loads(_native.simulate_json(json.dumps(graph), algorithm, mode))

@@ -1,0 +1,88 @@
+//! The scheduler from Python on graphs given as the README's task-graph JSON (the Python side
+//! turns dicts into that text and back): the registered algorithms, a plan, a simulation.
+
+use crate::errors::input_error;
+use nimble_graph::TaskGraph;
+use nimble_sched::algorithms::{self, ALGORITHMS};
+use nimble_sched::{simulate, verify, Analysis, LaunchMode, SimulatorConfig, StreamPlan};
+use pyo3::prelude::*;
+use serde_json::json;
+use std::time::Instant;
+
+/// The registered algorithms: `(name, usage, summary)` each.
+#[pyfunction]
+pub fn algorithms_list() -> Vec<(&'static str, &'static str, &'static str)> {
+    ALGORITHMS
+        .iter()
+        .map(|a| (a.name, a.usage, a.summary))
+        .collect()
+}
+
+fn graph(text: &str) -> PyResult<TaskGraph> {
+    TaskGraph::from_json_str(text).map_err(input_error)
+}
+
+/// Assigns `graph`'s tasks to streams with `algorithm` and checks the plan (every dependency
+/// ordered, on one stream or by a sync).
+fn planned<'g>(graph: &'g TaskGraph, algorithm: &str) -> PyResult<(Analysis<'g>, StreamPlan, f64)> {
+    let assigner = algorithms::by_name(algorithm).map_err(input_error)?;
+    let started = Instant::now();
+    let analysis = Analysis::new(graph);
+    let plan = assigner.assign(&analysis);
+    let assign_ms = started.elapsed().as_secs_f64() * 1e3;
+    let report = verify(&analysis, &plan);
+    if let Some(violation) = report.violations.first() {
+        return Err(crate::errors::raise(
+            "NimbleError",
+            format!(
+                "algorithm {} produced an invalid plan: {violation}",
+                plan.algorithm
+            ),
+        ));
+    }
+    Ok((analysis, plan, assign_ms))
+}
+
+/// The plan of `graph_json` by `algorithm`, as JSON (the CLI's `assign --json` fields plus
+/// `assign_ms`).
+#[pyfunction]
+pub fn assign_json(graph_json: &str, algorithm: &str) -> PyResult<String> {
+    let graph = graph(graph_json)?;
+    let (analysis, plan, assign_ms) = planned(&graph, algorithm)?;
+    let mut out = plan.to_json(&analysis);
+    out["assign_ms"] = json!(assign_ms);
+    Ok(out.to_string())
+}
+
+/// The simulated latency of `algorithm`'s plan for `graph_json` in `mode` (`graph` or `eager`)
+/// next to one stream's and the critical path's, as JSON.
+#[pyfunction]
+pub fn simulate_json(graph_json: &str, algorithm: &str, mode: &str) -> PyResult<String> {
+    let mode = match mode {
+        "graph" => LaunchMode::Graph,
+        "eager" => LaunchMode::Eager,
+        other => return Err(input_error(format!("unknown mode `{other}`: expected `graph` (one CUDA-graph launch) or `eager` (kernel by kernel)"))),
+    };
+    let graph = graph(graph_json)?;
+    let config = SimulatorConfig::for_mode(mode);
+    let (_, plan, _) = planned(&graph, algorithm)?;
+    let (_, single, _) = planned(&graph, "single")?;
+    let result = simulate(&graph, &plan, &config);
+    let baseline = simulate(&graph, &single, &config);
+    Ok(json!({
+        "algorithm": plan.algorithm,
+        "mode": mode.name(),
+        "streams": plan.streams,
+        "syncs": plan.syncs.len(),
+        "makespan_us": result.makespan_us,
+        "single_makespan_us": baseline.makespan_us,
+        "speedup_over_single": baseline.makespan_us / result.makespan_us,
+        "critical_path_us": graph.critical_path().length_us,
+    })
+    .to_string())
+}
+
+/// The plan of a prepared model's graph, as `assign_json` writes it.
+pub fn plan_json(graph: &TaskGraph, plan: &StreamPlan) -> String {
+    plan.to_json(&Analysis::new(graph)).to_string()
+}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds the Python package nimble_rs (nimble-py/, maturin) into the cached torch 2.11.0 venv
+# that scripts/setup-libtorch.sh makes (linked as .nimble-venv), then runs its pytest suite.
+# pytest's "no tests ran" (exit 5) fails like a failing test. Run setup-libtorch.sh first.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+venv="$repo/.nimble-venv"
+if [ ! -x "$venv/bin/python3" ]; then
+    echo "test-python: $venv is missing; run scripts/setup-libtorch.sh first" >&2
+    exit 1
+fi
+# maturin and pytest live in the cached venv too, so later runs skip this.
+if [ ! -x "$venv/bin/maturin" ] || [ ! -x "$venv/bin/pytest" ]; then
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "maturin==1.9.6" "pytest==8.4.2"
+fi
+cd "$repo"
+# From the repo root, so that .cargo/config.toml (LIBTORCH) applies to the build.
+VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" maturin develop --locked --manifest-path nimble-py/Cargo.toml
+"$venv/bin/python3" -m pytest -q nimble-py/tests "$@"
