@@ -45,24 +45,12 @@ pub fn value(py: Python<'_>, v: &Value, copy: bool) -> PyResult<PyObject> {
         Value::Int(i) => i.into_py_any(py)?,
         Value::Float(x) => x.into_py_any(py)?,
         Value::Str(s) => s.into_py_any(py)?,
-        Value::Tuple(items) => PyTuple::new(
-            py,
-            items
-                .iter()
-                .map(|item| value(py, item, copy))
-                .collect::<PyResult<Vec<_>>>()?,
-        )?
-        .into_any()
-        .unbind(),
-        Value::List(items) => PyList::new(
-            py,
-            items
-                .iter()
-                .map(|item| value(py, item, copy))
-                .collect::<PyResult<Vec<_>>>()?,
-        )?
-        .into_any()
-        .unbind(),
+        Value::Tuple(items) => PyTuple::new(py, values(py, items, copy)?)?
+            .into_any()
+            .unbind(),
+        Value::List(items) => PyList::new(py, values(py, items, copy)?)?
+            .into_any()
+            .unbind(),
         Value::Dict(entries) => {
             let dict = PyDict::new(py);
             for (k, item) in entries {
@@ -71,4 +59,8 @@ pub fn value(py: Python<'_>, v: &Value, copy: bool) -> PyResult<PyObject> {
             dict.into_any().unbind()
         }
     })
+}
+
+fn values(py: Python<'_>, items: &[Value], copy: bool) -> PyResult<Vec<PyObject>> {
+    items.iter().map(|item| value(py, item, copy)).collect()
 }

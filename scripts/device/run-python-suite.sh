@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs on the lent GPU machine: the Python package's tests (nimble-py/tests, the GPU ones
+# required) with that machine's own Python and torch 2.11.0. Builds nothing: installs the
+# wheel and pytest's wheels carried in .gpu/wheels (scripts/build-gpu-binaries.sh) into a
+# scratch directory. Everything lands under $OUT.
+#   usage: scripts/device/run-python-suite.sh
+set -uo pipefail
+. "$(dirname "$0")/setup.sh"
+site=${TMPDIR:-/tmp}/nimble-python
+rm -rf "$site"
+python3 -m pip install --quiet --no-index --no-deps --target "$site" .gpu/wheels/*.whl 2>&1 | tail -3
+export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+python3 -c "import sys, torch, nimble_rs; print('python', sys.version.split()[0], 'torch', torch.__version__, 'nimble_rs from', nimble_rs.__file__)"
+NIMBLE_REQUIRE_GPU=1 python3 -m pytest -q -p no:cacheprovider nimble-py/tests 2>&1 | tee "$out/python-tests.log" | tail -30
+status=${PIPESTATUS[0]}
+echo "== python tests finished with status $status"
+exit "$status"
