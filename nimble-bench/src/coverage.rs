@@ -46,7 +46,7 @@ pub fn coverage(args: &CoverageArgs<'_>) -> Result<()> {
 }
 
 fn read(path: &Path) -> Result<CoverageRecord> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {} (measure with `nimble-bench coverage DIR` on a GPU machine)", path.display()))?;
+    let text = nimble_graph::json::read_text(path).with_context(|| "no coverage record to re-render (measure one with `nimble-bench coverage DIR` on a GPU machine)")?;
     serde_json::from_str(&text).with_context(|| format!("{}: not a coverage record", path.display()))
 }
 

@@ -311,7 +311,7 @@ fn speedups(record: &Value) -> Result<Vec<Bars>> {
 
 /// Reads a result record.
 fn read_record(path: &Path) -> Result<Value> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = nimble_graph::json::read_text(path)?;
     serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
 }
 

@@ -137,7 +137,7 @@ pub fn calibrate_simulator(results: &Path, out: Option<&PathBuf>) -> Result<()> 
 
 fn read_record(path: &Path) -> Result<ValidationRecord> {
     let context = || format!("reading {}", path.display());
-    let text = std::fs::read_to_string(path).with_context(context)?;
+    let text = nimble_graph::json::read_text(path)?;
     serde_json::from_str(&text).with_context(context)
 }
 

@@ -36,7 +36,7 @@ impl GraphSource {
         match (&self.graph, &self.synthetic) {
             (Some(path), _) => {
                 let context = || format!("reading {}", path.display());
-                let text = std::fs::read_to_string(path).with_context(context)?;
+                let text = nimble_graph::json::read_text(path)?;
                 TaskGraph::from_json_str(&text).with_context(context)
             }
             (None, Some(spec)) => Ok(spec.parse::<SyntheticSpec>()?.generate()),
@@ -109,7 +109,7 @@ impl SimulatorArgs {
 /// `config` with the fields present in the JSON object at `path` replaced (`mode` is kept).
 fn overridden(config: &SimulatorConfig, path: &std::path::Path) -> Result<SimulatorConfig> {
     let context = || format!("reading simulator parameters from {}", path.display());
-    let text = std::fs::read_to_string(path).with_context(context)?;
+    let text = nimble_graph::json::read_text(path)?;
     let overrides: serde_json::Value = serde_json::from_str(&text).with_context(context)?;
     let serde_json::Value::Object(overrides) = overrides else {
         anyhow::bail!("{}: expected a JSON object of simulator parameters", path.display());

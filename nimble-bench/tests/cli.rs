@@ -47,7 +47,15 @@ fn bad_input_gives_one_line_and_status_2() {
     let unknown = write("unknown.json", r#"{"nodes":[{"id":1,"op":"a"}],"edges":[[1,3]]}"#);
     let duplicate = write("duplicate.json", r#"{"nodes":[{"id":1,"op":"a"},{"id":1,"op":"b"}]}"#);
     let missing = scratch("does-not-exist.json");
+    let negative = write("negative.json", r#"{"nodes":[{"id":1,"op":"a","duration_us":2},{"id":9,"op":"b","duration_us":-5}],"edges":[[1,9]]}"#);
+    let huge = write("huge.json", r#"{"nodes":[{"id":4,"op":"a","duration_us":1e308}]}"#);
+    let share = write("share.json", r#"{"nodes":[{"id":7,"op":"a","attrs":{"sm_share":1.5}}]}"#);
     let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["simulate", "--graph", negative.to_str().unwrap()], "node 9: duration_us is -5, expected a finite number"),
+        (vec!["simulate", "--graph", huge.to_str().unwrap()], "node 4: duration_us is 1000000000"),
+        (vec!["compare", "--graph", share.to_str().unwrap()], "node 7: sm_share is 1.5, expected a number in (0, 1]"),
+        (vec!["assign", "--synthetic", "fan:1000000:1000"], "it has 1,000,000,002 nodes, more than 100000"),
+        (vec!["assign", "--graph", "/dev/zero"], "larger than 64 MiB"),
         (vec!["assign", "--graph", malformed.to_str().unwrap()], "line 3, column"),
         (vec!["assign", "--graph", cycle.to_str().unwrap()], "cycle in task graph through node"),
         (vec!["assign", "--graph", unknown.to_str().unwrap()], "unknown node id 3"),

@@ -28,6 +28,19 @@ pub enum GraphError {
     #[error("malformed task-graph JSON at line {line}, column {column}: {message}")]
     Json { line: usize, column: usize, message: String },
 
+    /// A node's field is out of range: a duration that is negative, not finite or absurdly
+    /// long, or an `sm_share` outside (0, 1].
+    #[error("node {id}: {field} is {value}, expected {expected}")]
+    InvalidField { id: u64, field: &'static str, value: String, expected: String },
+
+    /// The graph has more nodes than the analyses can hold in memory.
+    #[error("the graph has more than {limit} nodes, the most this build handles: the analyses keep a bit per pair of tasks for each relation (V²/8 bytes, {limit_gb:.2} GB at the limit)")]
+    TooLarge { limit: usize, limit_gb: f64 },
+
+    /// An input file is larger than any valid task graph or record this build reads.
+    #[error("{path}: larger than {limit_mib} MiB, the most an input file may be (a task graph of the maximum size is far smaller)")]
+    FileTooLarge { path: String, limit_mib: u64 },
+
     /// A synthetic-graph specification could not be parsed.
     #[error("invalid synthetic graph `{spec}`: {reason}")]
     InvalidSpec { spec: String, reason: String },

@@ -139,6 +139,37 @@ impl TaskGraph {
     }
 }
 
+/// The most nodes a graph may have. The analyses keep each relation between tasks
+/// (reachability, the minimum equivalent graph, happens-before) as bit rows, V²/8 bytes at most
+/// (1.25 GB at this limit), so a larger graph would exhaust memory rather than fail.
+pub const MAX_NODES: usize = 100_000;
+
+/// The longest duration a task may have, µs (1,000 s): anything longer is a mistake, and sums of
+/// such values lose all precision.
+pub const MAX_DURATION_US: f64 = 1e9;
+
+fn too_large() -> GraphError {
+    GraphError::TooLarge { limit: MAX_NODES, limit_gb: (MAX_NODES as f64).powi(2) / 8.0 / 1e9 }
+}
+
+/// A node's duration must be a finite number of µs in [0, MAX_DURATION_US], and its `sm_share`
+/// (the simulator's share of the GPU's SMs), when given, a number in (0, 1].
+fn check_fields(node: &Node) -> Result<()> {
+    let invalid = |field, value: String, expected: &str| GraphError::InvalidField { id: node.id, field, value, expected: expected.into() };
+    if let Some(d) = node.duration_us {
+        if !(0.0..=MAX_DURATION_US).contains(&d) {
+            return Err(invalid("duration_us", d.to_string(), "a finite number of microseconds from 0 to 1e9"));
+        }
+    }
+    if let Some(share) = node.attrs.get("sm_share") {
+        match share.as_f64() {
+            Some(x) if x > 0.0 && x <= 1.0 => {}
+            _ => return Err(invalid("sm_share", share.to_string(), "a number in (0, 1]: the share of the GPU's SMs the task occupies")),
+        }
+    }
+    Ok(())
+}
+
 /// Builds a [`TaskGraph`], rejecting duplicate ids, self-edges, dangling ids and cycles.
 ///
 /// # Example
@@ -171,6 +202,10 @@ impl TaskGraphBuilder {
         if self.index_of.contains_key(&node.id) {
             return Err(GraphError::DuplicateId { id: node.id });
         }
+        if self.nodes.len() >= MAX_NODES {
+            return Err(too_large());
+        }
+        check_fields(&node)?;
         let index = self.nodes.len();
         self.index_of.insert(node.id, index);
         self.nodes.push(node);

@@ -4,12 +4,17 @@
 //! Per node, `id` and `op` are required; `duration_us`, `shapes` (a list of integer lists) and
 //! `attrs` (an object) are optional; any other field is ignored, as is any other top-level field.
 
+use std::io::Read;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{GraphError, Result};
 use crate::graph::{Node, TaskGraph, TaskGraphBuilder};
+
+/// The largest task-graph file read, bytes (64 MiB). A graph of [`crate::MAX_NODES`] nodes with
+/// shapes and durations takes about 15 MB.
+pub const MAX_GRAPH_FILE_BYTES: u64 = 64 << 20;
 
 #[derive(Serialize, Deserialize)]
 struct GraphFile {
@@ -41,12 +46,10 @@ impl TaskGraph {
         builder.build()
     }
 
-    /// Reads and validates a graph from a JSON file.
+    /// Reads and validates a graph from a JSON file of at most [`MAX_GRAPH_FILE_BYTES`] (read
+    /// with that bound, so `/dev/zero` or a huge file is an error, not an exhausted memory).
     pub fn read_json(path: impl AsRef<Path>) -> Result<TaskGraph> {
-        let path = path.as_ref();
-        let text = std::fs::read_to_string(path)
-            .map_err(|error| GraphError::Io { path: path.display().to_string(), error })?;
-        TaskGraph::from_json_str(&text)
+        TaskGraph::from_json_str(&read_text(path.as_ref())?)
     }
 
     /// The graph as JSON text in the schema above (edges as user ids).
@@ -63,6 +66,22 @@ impl TaskGraph {
     pub fn write_json(&self, path: impl AsRef<Path>) -> Result<()> {
         write_atomically(path.as_ref(), self.to_json_string().as_bytes())
     }
+}
+
+/// Reads a UTF-8 text file of at most [`MAX_GRAPH_FILE_BYTES`], with that bound: a larger file,
+/// or an endless one such as `/dev/zero`, is an error once the bound is passed.
+pub fn read_text(path: &Path) -> Result<String> {
+    let io = |error| GraphError::Io { path: path.display().to_string(), error };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_GRAPH_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 > MAX_GRAPH_FILE_BYTES {
+        return Err(GraphError::FileTooLarge { path: path.display().to_string(), limit_mib: MAX_GRAPH_FILE_BYTES >> 20 });
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        let valid = e.utf8_error().valid_up_to();
+        io(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not UTF-8 text (byte {valid} is not valid UTF-8); expected JSON")))
+    })
 }
 
 /// Writes `bytes` to `path` through a temporary file in the same directory and a rename.

@@ -29,5 +29,5 @@ pub mod synth;
 pub use analysis::{CriticalPath, Reachability};
 pub use dot::DotOptions;
 pub use error::{GraphError, Result};
-pub use graph::{Node, TaskGraph, TaskGraphBuilder};
+pub use graph::{Node, TaskGraph, TaskGraphBuilder, MAX_DURATION_US, MAX_NODES};
 pub use synth::SyntheticSpec;

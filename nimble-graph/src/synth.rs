@@ -12,7 +12,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::error::{GraphError, Result};
-use crate::graph::{Node, TaskGraph, TaskGraphBuilder};
+use crate::graph::{Node, TaskGraph, TaskGraphBuilder, MAX_NODES};
 
 /// A synthetic graph family with its size parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,15 +56,37 @@ impl FromStr for SyntheticSpec {
         if numbers.len() > max_arguments {
             return Err(invalid(&format!("too many fields; {EXPECTED}")));
         }
-        match family {
-            "chain" => Ok(SyntheticSpec::Chain { nodes: size(0, None)? }),
-            "fan" => Ok(SyntheticSpec::Fan { branches: size(0, None)?, depth: size(1, Some(1))? }),
-            "nasnet" => Ok(SyntheticSpec::Nasnet { cells: size(0, None)?, seed }),
-            "layered" => Ok(SyntheticSpec::Layered { nodes: size(0, None)?, seed }),
-            "dnn" => Ok(SyntheticSpec::Dnn { nodes: size(0, None)?, seed }),
-            _ => Err(invalid(&format!("unknown family `{family}`; {EXPECTED}"))),
+        let parsed = match family {
+            "chain" => SyntheticSpec::Chain { nodes: size(0, None)? },
+            "fan" => SyntheticSpec::Fan { branches: size(0, None)?, depth: size(1, Some(1))? },
+            "nasnet" => SyntheticSpec::Nasnet { cells: size(0, None)?, seed },
+            "layered" => SyntheticSpec::Layered { nodes: size(0, None)?, seed },
+            "dnn" => SyntheticSpec::Dnn { nodes: size(0, None)?, seed },
+            _ => return Err(invalid(&format!("unknown family `{family}`; {EXPECTED}"))),
+        };
+        // Refused before anything is allocated: `fan:1000000:1000` would be a billion nodes.
+        let nodes = parsed.max_nodes();
+        if nodes > MAX_NODES as u128 {
+            return Err(invalid(&format!(
+                "it has {} nodes, more than {MAX_NODES}, the most a graph may have (the analyses keep a bit per pair of tasks for each relation)",
+                thousands(nodes)
+            )));
         }
+        Ok(parsed)
     }
+}
+
+/// `n` with thousands separators.
+fn thousands(n: u128) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 impl fmt::Display for SyntheticSpec {
@@ -80,7 +102,23 @@ impl fmt::Display for SyntheticSpec {
 }
 
 impl SyntheticSpec {
+    /// The most nodes the graph can have (exact except for `nasnet`, whose branches are 1–3
+    /// tasks long).
+    pub fn max_nodes(&self) -> u128 {
+        match *self {
+            SyntheticSpec::Chain { nodes } | SyntheticSpec::Layered { nodes, .. } | SyntheticSpec::Dnn { nodes, .. } => nodes as u128,
+            SyntheticSpec::Fan { branches, depth } => branches as u128 * depth as u128 + 2,
+            // Per cell: 4 preprocessing tasks, 10 branches of at most 3, 5 adds, a concat; a
+            // stem of 2 and a head of 2.
+            SyntheticSpec::Nasnet { cells, .. } => cells as u128 * 40 + 4,
+        }
+    }
+
     /// Generates the graph; the same specification always gives the same graph.
+    ///
+    /// # Panics
+    /// If the graph would have more than [`MAX_NODES`] nodes (parsing refuses such a
+    /// specification; only one built by hand can have them).
     pub fn generate(&self) -> TaskGraph {
         match *self {
             SyntheticSpec::Chain { nodes } => {
@@ -122,7 +160,7 @@ impl Generator {
         let id = self.next_id;
         self.next_id += 1;
         let duration = (self.rng.random_range(2.0..30.0f64) * 10.0).round() / 10.0;
-        self.builder.add_node(Node::new(id, op).with_duration(duration)).expect("generated ids are fresh");
+        self.builder.add_node(Node::new(id, op).with_duration(duration)).expect("generated ids are fresh, durations in range and specs within MAX_NODES");
         for &input in inputs {
             self.builder.add_edge(input, id).expect("generated edges join distinct tasks");
         }
