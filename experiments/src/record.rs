@@ -33,13 +33,23 @@ impl Provenance {
             multiprocessors: device.multiprocessors,
             driver_cuda_version: device.driver_cuda_version.clone(),
             driver_version: kernel_driver_version(),
-            date_utc: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-            commit: env!("NIMBLE_COMMIT").to_string(),
+            date_utc: now_utc(),
+            commit: build_commit().to_string(),
             warmup,
             iterations,
             method: method.to_string(),
         }
     }
+}
+
+/// The commit this binary was built from (`-dirty` when the tree had changes).
+pub fn build_commit() -> &'static str {
+    env!("NIMBLE_COMMIT")
+}
+
+/// Now, UTC, as the records write dates (RFC 3339, seconds).
+pub fn now_utc() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }
 
 /// The NVIDIA kernel module's version, from `/proc/driver/nvidia/version` (Linux).

@@ -9,13 +9,12 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use plotters::coord::Shift;
 use plotters::prelude::*;
 use serde_json::Value;
 
-use crate::output::emit;
-use crate::plots::{save, Drawing};
+use crate::bars::{draw_grouped, Group, PALETTE};
 use crate::libtorch;
+use crate::output::emit;
 
 /// One figure or table of the evaluation.
 pub struct Figure {
@@ -402,78 +401,6 @@ pub fn training(invoked_as: &str, models: &str, batches: &[i64], args: &Renderin
     emit(&lines.join("\n"))
 }
 
-/// One group of bars: its label and one value per series.
-struct Group {
-    label: String,
-    values: Vec<f64>,
-}
-
-/// A grouped bar chart of speedups over eager, with a legend and notes under it.
-struct GroupedBars<'a> {
-    title: &'a str,
-    y_desc: &'a str,
-    groups: &'a [Group],
-    series: &'a [(&'a str, RGBColor)],
-    notes: &'a [String],
-}
-
-impl Drawing for GroupedBars<'_> {
-    fn size(&self) -> (u32, u32) {
-        // Wide enough for the group labels under their bars.
-        ((130 * self.groups.len() as u32).max(1000), 560)
-    }
-
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>
-    where
-        DB::ErrorType: 'static,
-    {
-        let groups = self.groups;
-        // Headroom above the bars for the legend.
-        let top = groups.iter().flat_map(|g| g.values.iter().copied()).fold(1.0, f64::max) * (1.25 + 0.07 * self.series.len() as f64);
-        let n = groups.len() as f64;
-        let width = 0.8 / self.series.len() as f64;
-        root.fill(&WHITE)?;
-        let (plot, notes_area) = root.split_vertically(500);
-        let mut chart = ChartBuilder::on(&plot)
-            .caption(self.title, ("sans-serif", 22))
-            .margin(16)
-            .x_label_area_size(40)
-            .y_label_area_size(56)
-            .build_cartesian_2d(0.0..n, 0.0..top)?;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_labels(groups.len() * 2 + 1)
-            .x_label_formatter(&|x| {
-                let i = x.floor() as usize;
-                if (x - i as f64 - 0.5).abs() < 1e-6 && i < groups.len() {
-                    groups[i].label.clone()
-                } else {
-                    String::new()
-                }
-            })
-            .y_desc(self.y_desc)
-            .draw()?;
-        for (k, &(label, color)) in self.series.iter().enumerate() {
-            let offset = 0.1 + k as f64 * width;
-            let rects = groups.iter().enumerate().map(|(i, g)| Rectangle::new([(i as f64 + offset, 0.0), (i as f64 + offset + width * 0.9, g.values[k])], color.filled()));
-            chart.draw_series(rects)?.label(label).legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
-        }
-        chart.configure_series_labels().background_style(WHITE.mix(0.9)).border_style(BLACK).position(SeriesLabelPosition::UpperLeft).draw()?;
-        let style = ("sans-serif", 13).into_font().color(&BLACK.mix(0.8));
-        for (i, note) in self.notes.iter().enumerate() {
-            notes_area.draw(&Text::new(note.clone(), (20, 10 + 22 * i as i32), style.clone()))?;
-        }
-        Ok(())
-    }
-}
-
-/// Draws a grouped bar chart as SVG and PNG.
-fn draw_grouped(path: &Path, (title, y_desc): (&str, &str), groups: &[Group], series: &[(&str, RGBColor)], notes: &[String]) -> Result<()> {
-    save(&GroupedBars { title, y_desc, groups, series, notes }, path)?;
-    Ok(())
-}
-
 /// The schedulers record's data for one model, as the three figures drawn from it read it.
 struct ModelRuns<'a> {
     name: &'a str,
@@ -537,8 +464,7 @@ pub fn from_schedulers_record(invoked_as: &str, name: &str, models: &str, args: 
                 lines.push(line);
                 groups.push(Group { label: m.name.to_string(), values: algorithms.iter().map(|a| m.latency(a).map_or(0.0, |t| single / t)).collect() });
             }
-            let palette = [RGBColor(25, 118, 210), RGBColor(100, 181, 246), RGBColor(120, 144, 156), RGBColor(255, 152, 0), RGBColor(76, 175, 80), RGBColor(156, 39, 176), RGBColor(244, 67, 54)];
-            let series: Vec<(&str, RGBColor)> = algorithms.iter().enumerate().map(|(i, a)| (a.as_str(), palette[i % palette.len()])).collect();
+            let series: Vec<(&str, RGBColor)> = algorithms.iter().enumerate().map(|(i, a)| (a.as_str(), PALETTE[i % PALETTE.len()])).collect();
             let notes = [format!("Measured: {measured}. Batch 1, inference rewrites on; speedup of each algorithm's graph over the one-stream graph.")];
             draw_grouped(&svg, ("Stream-assignment algorithms: speedup over one stream", "speedup over one stream (×)"), &groups, &series, &notes)?;
         }

@@ -3,6 +3,7 @@
 //! The top layer: it parses arguments, loads graphs, calls the library crates and prints
 //! results. Errors are printed as one line and exit with status 2.
 
+mod bars;
 mod coverage;
 mod coverage_figure;
 #[cfg(feature = "torch")]
@@ -13,6 +14,7 @@ mod gpu;
 mod libtorch;
 mod output;
 mod plots;
+mod research;
 mod scheduling;
 #[cfg(feature = "torch")]
 mod torch;
@@ -172,11 +174,26 @@ enum Command {
         figure: FigureArgs,
     },
     /// Figure: every registered stream-assignment algorithm on every zoo model, speedup over one
-    /// stream, measured and simulated; measures on a GPU, otherwise re-renders
+    /// stream, measured and simulated; measures on a GPU, otherwise re-renders. With --simulate:
+    /// every committed model task graph simulated, no GPU or libtorch needed
     Schedulers {
         /// Comma-separated model names, or `all`
         #[arg(long, default_value = "all")]
         models: String,
+        /// Simulate each algorithm on the committed model task graphs (*.graph.json in
+        /// --graphs) instead of measuring: streams, syncs, assignment time, simulated latency,
+        /// speedup over one stream and over the floor; writes
+        /// paper-figs/results/schedulers-simulated.json and <out-dir>/schedulers-simulated.svg
+        #[arg(long)]
+        simulate: bool,
+        /// With --simulate: comma-separated algorithms (default: every registered one)
+        #[arg(long, requires = "simulate")]
+        algos: Option<String>,
+        /// With --simulate: the directory of model task graphs
+        #[arg(long, value_name = "DIR", default_value = "paper-figs/results", requires = "simulate")]
+        graphs: PathBuf,
+        #[command(flatten)]
+        simulator: SimulatorArgs,
         #[command(flatten)]
         figure: FigureArgs,
     },
@@ -271,7 +288,15 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
         Command::Training { models, batch, figure } => figures::training(invoked_as, &models, &batch, &figure.rendering("training")),
         Command::Overhead { models, figure } => figures::from_schedulers_record(invoked_as, "overhead", &models, &figure.rendering("schedulers")),
         Command::Multistream { models, figure } => figures::from_schedulers_record(invoked_as, "multistream", &models, &figure.rendering("schedulers")),
-        Command::Schedulers { models, figure } => figures::from_schedulers_record(invoked_as, "schedulers", &models, &figure.rendering("schedulers")),
+        Command::Schedulers { models, simulate: true, algos, graphs, simulator, figure } => research::simulate_schedulers(&research::SimulateArgs {
+            models: &models,
+            algorithms: algos.as_deref(),
+            graphs: &graphs,
+            simulator: &simulator,
+            results: &figure.results.clone().unwrap_or_else(|| PathBuf::from("paper-figs/results/schedulers-simulated.json")),
+            out_dir: &figure.out_dir,
+        }),
+        Command::Schedulers { models, figure, .. } => figures::from_schedulers_record(invoked_as, "schedulers", &models, &figure.rendering("schedulers")),
         Command::AlgorithmExample { graph, synthetic, out_dir } => {
             let source = if graph.is_some() || synthetic.is_some() { Some(scheduling::GraphSource::new(graph, synthetic).load()?) } else { None };
             example::algorithm_example(source, &out_dir)

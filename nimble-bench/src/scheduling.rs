@@ -279,35 +279,10 @@ pub fn dot(source: &GraphSource, algorithm: &str, out: Option<&PathBuf>) -> Resu
 /// `compare`: every registered algorithm (or a chosen few) on one graph.
 pub fn compare(source: &GraphSource, names: Option<&str>, simulator: &SimulatorArgs, as_json: bool) -> Result<()> {
     let graph = source.load()?;
-    let names: Vec<String> = match names {
-        Some(list) => list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect(),
-        None => ALGORITHMS.iter().map(|a| a.name.to_string()).collect(),
-    };
-    let assigners = names.iter().map(|n| algorithms::by_name(n)).collect::<Result<Vec<_>, _>>()?;
-    let (graph_config, eager_config) = (simulator.config(Mode::Graph)?, simulator.config(Mode::Eager)?);
     let analysis = Analysis::new(&graph);
     let critical_path_us = graph.critical_path().length_us;
     let width = analysis.width();
-    let mut rows = Vec::new();
-    for assigner in &assigners {
-        let started = Instant::now();
-        let plan = assigner.assign(&analysis);
-        let assign_ms = started.elapsed().as_secs_f64() * 1e3;
-        let report = verify(&analysis, &plan);
-        anyhow::ensure!(report.is_valid(), "algorithm {} produced an invalid plan: {}", plan.algorithm, report.violations[0]);
-        rows.push(CompareRow {
-            algorithm: plan.algorithm.clone(),
-            streams: plan.streams,
-            syncs: plan.syncs.len(),
-            max_logical_concurrency: report.max_logical_concurrency,
-            graph_makespan_us: simulate(&graph, &plan, &graph_config).makespan_us,
-            eager_makespan_us: simulate(&graph, &plan, &eager_config).makespan_us,
-            assign_ms,
-            graph_over_floor: None,
-        });
-        let row = rows.last_mut().expect("just pushed");
-        row.graph_over_floor = (critical_path_us > 0.0).then(|| row.graph_makespan_us / critical_path_us);
-    }
+    let rows = compare_rows(&analysis, names, simulator)?;
     let summary = json!({
         "nodes": graph.len(), "edges": graph.edge_count(), "meg_edges": analysis.meg_edge_count(),
         "width": width, "critical_path_us": critical_path_us, "algorithms": rows,
@@ -340,18 +315,55 @@ pub fn compare(source: &GraphSource, names: Option<&str>, simulator: &SimulatorA
     Ok(())
 }
 
+/// The algorithms named in the comma-separated `names`, or every registered one.
+pub fn algorithm_names(names: Option<&str>) -> Vec<String> {
+    match names {
+        Some(list) => list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect(),
+        None => ALGORITHMS.iter().map(|a| a.name.to_string()).collect(),
+    }
+}
+
+/// Each algorithm of `names` (see `algorithm_names`) on the analysed graph: its plan, checked,
+/// timed and simulated in both launch modes.
+pub fn compare_rows(analysis: &Analysis<'_>, names: Option<&str>, simulator: &SimulatorArgs) -> Result<Vec<CompareRow>> {
+    let graph = analysis.graph();
+    let assigners = algorithm_names(names).iter().map(|n| algorithms::by_name(n)).collect::<Result<Vec<_>, _>>()?;
+    let (graph_config, eager_config) = (simulator.config(Mode::Graph)?, simulator.config(Mode::Eager)?);
+    let critical_path_us = graph.critical_path().length_us;
+    let mut rows = Vec::new();
+    for assigner in &assigners {
+        let started = Instant::now();
+        let plan = assigner.assign(analysis);
+        let assign_ms = started.elapsed().as_secs_f64() * 1e3;
+        let report = verify(analysis, &plan);
+        anyhow::ensure!(report.is_valid(), "algorithm {} produced an invalid plan: {}", plan.algorithm, report.violations[0]);
+        let graph_makespan_us = simulate(graph, &plan, &graph_config).makespan_us;
+        rows.push(CompareRow {
+            algorithm: plan.algorithm.clone(),
+            streams: plan.streams,
+            syncs: plan.syncs.len(),
+            max_logical_concurrency: report.max_logical_concurrency,
+            graph_makespan_us,
+            eager_makespan_us: simulate(graph, &plan, &eager_config).makespan_us,
+            assign_ms,
+            graph_over_floor: (critical_path_us > 0.0).then(|| graph_makespan_us / critical_path_us),
+        });
+    }
+    Ok(rows)
+}
+
 /// One algorithm's line of `compare`.
 #[derive(Serialize)]
-struct CompareRow {
-    algorithm: String,
-    streams: usize,
-    syncs: usize,
-    max_logical_concurrency: bool,
-    graph_makespan_us: f64,
-    eager_makespan_us: f64,
-    assign_ms: f64,
+pub struct CompareRow {
+    pub algorithm: String,
+    pub streams: usize,
+    pub syncs: usize,
+    pub max_logical_concurrency: bool,
+    pub graph_makespan_us: f64,
+    pub eager_makespan_us: f64,
+    pub assign_ms: f64,
     /// Simulated graph-mode makespan over the critical path (the floor); none without durations.
-    graph_over_floor: Option<f64>,
+    pub graph_over_floor: Option<f64>,
 }
 
 fn yes_no(value: bool) -> &'static str {

@@ -354,3 +354,50 @@ fn zoo_models_convert_to_bfloat16_and_export_their_task_graph() {
     let graph: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert!(graph["nodes"].as_array().unwrap().len() > 50, "{graph}");
 }
+
+#[test]
+fn schedulers_simulate_runs_every_algorithm_on_the_committed_model_graphs_without_a_gpu() {
+    let results = scratch("schedulers-simulated.json");
+    let figures = scratch("figures");
+    let output = nimble_bench(&["schedulers", "--simulate", "--graphs", "../paper-figs/results", "--results", results.to_str().unwrap(), "--out-dir", figures.to_str().unwrap()]);
+    let text = stdout(&output);
+    let record: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
+    let models = record["models"].as_array().unwrap();
+    assert!(models.iter().any(|m| m["model"] == "inception-v3"), "{text}");
+    for m in models {
+        let floor = m["floor_us"].as_f64().unwrap();
+        let rows = m["rows"].as_array().unwrap();
+        // Every registered algorithm, each no faster than the floor.
+        assert!(rows.iter().any(|r| r["algorithm"] == "nimble") && rows.iter().any(|r| r["algorithm"] == "greedy"), "{m}");
+        for r in rows {
+            assert!(r["graph_makespan_us"].as_f64().unwrap() >= floor * 0.999, "{m}");
+        }
+    }
+    assert!(figures.join("schedulers-simulated.svg").exists() && figures.join("schedulers-simulated.png").exists());
+    // Chosen algorithms and models only.
+    let chosen = stdout(&nimble_bench(&["schedulers", "--simulate", "--graphs", "../paper-figs/results", "--models", "resnet50", "--algos", "single,level", "--results", results.to_str().unwrap(), "--out-dir", figures.to_str().unwrap()]));
+    assert!(chosen.contains("resnet50") && chosen.contains("level") && !chosen.contains("inception-v3") && !chosen.contains("greedy"), "{chosen}");
+}
+
+#[test]
+fn schedulers_simulate_says_what_is_missing() {
+    let empty = scratch("no-graphs");
+    std::fs::create_dir_all(&empty).unwrap();
+    let untimed = scratch("untimed");
+    std::fs::create_dir_all(&untimed).unwrap();
+    std::fs::write(untimed.join("toy.graph.json"), r#"{"nodes":[{"id":0,"op":"a"},{"id":1,"op":"b"}],"edges":[[0,1]]}"#).unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["schedulers", "--simulate", "--graphs", empty.to_str().unwrap()], "no model task graphs (*.graph.json)"),
+        (vec!["schedulers", "--simulate", "--graphs", untimed.to_str().unwrap()], "no node has a duration_us"),
+        (vec!["schedulers", "--simulate", "--graphs", untimed.to_str().unwrap(), "--models", "bert"], "no task graph for model `bert`"),
+        (vec!["schedulers", "--simulate", "--graphs", "../paper-figs/results", "--algos", "nimbel"], "unknown algorithm `nimbel`"),
+    ];
+    for (arguments, expected) in cases {
+        let output = nimble_bench(&arguments);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{arguments:?}: {stderr}");
+        assert!(stderr.starts_with("error: ") && stderr.contains(expected), "{arguments:?}: {stderr}");
+    }
+    let usage = nimble_bench(&["schedulers", "--algos", "nimble"]);
+    assert_eq!(usage.status.code(), Some(2), "--algos without --simulate is a usage error");
+}

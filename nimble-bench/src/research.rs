@@ -1,0 +1,142 @@
+//! `schedulers --simulate`: the research loop without a GPU. Every registered algorithm (or the
+//! chosen ones) on every committed model task graph (`*.graph.json`, each op's GPU time
+//! measured on the GPU): streams, syncs, assignment time, simulated latency of the graph launch,
+//! speedup over one stream and latency over the floor (the critical path, which no stream
+//! assignment beats). A table, a JSON record and a figure; a newly registered algorithm appears
+//! in all three with no other change.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use nimble_graph::TaskGraph;
+use nimble_sched::Analysis;
+use serde::Serialize;
+use serde_json::json;
+
+use crate::bars::{draw_grouped, Group, PALETTE};
+use crate::output::{emit, write_file};
+use crate::scheduling::{compare_rows, CompareRow, Mode, SimulatorArgs};
+
+/// What `schedulers --simulate` reads and writes.
+pub struct SimulateArgs<'a> {
+    /// Comma-separated model names (file names up to their first `.`), or `all`.
+    pub models: &'a str,
+    pub algorithms: Option<&'a str>,
+    /// The directory of `*.graph.json` task graphs.
+    pub graphs: &'a Path,
+    pub simulator: &'a SimulatorArgs,
+    pub results: &'a Path,
+    pub out_dir: &'a Path,
+}
+
+/// One model's graph and every algorithm's row.
+#[derive(Serialize)]
+struct ModelRows {
+    model: String,
+    file: String,
+    nodes: usize,
+    width: usize,
+    /// The critical path by the graph's durations, µs: the latency no assignment beats.
+    floor_us: f64,
+    rows: Vec<CompareRow>,
+}
+
+/// The model task graphs of `dir` (sorted by file name), with their model names.
+fn model_graphs(dir: &Path, models: &str) -> Result<Vec<(String, PathBuf)>> {
+    let entries = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(".graph.json")))
+        .collect();
+    files.sort();
+    let wanted: Option<Vec<&str>> = (models != "all").then(|| models.split(',').map(str::trim).collect());
+    let named: Vec<(String, PathBuf)> = files
+        .into_iter()
+        .map(|p| (p.file_name().and_then(|n| n.to_str()).and_then(|n| n.split('.').next()).unwrap_or_default().to_string(), p))
+        .filter(|(name, _)| wanted.as_ref().is_none_or(|w| w.contains(&name.as_str())))
+        .collect();
+    if let Some(wanted) = &wanted {
+        if let Some(missing) = wanted.iter().find(|w| !named.iter().any(|(n, _)| n == *w)) {
+            bail!("no task graph for model `{missing}` in {} (expected {missing}.*graph.json)", dir.display());
+        }
+    }
+    if named.is_empty() {
+        bail!(
+            "no model task graphs (*.graph.json) in {}; make one on a GPU machine with `nimble-bench export-graph --model M --device cuda --optimize --out {}/M.graph.json`",
+            dir.display(),
+            dir.display()
+        );
+    }
+    Ok(named)
+}
+
+/// Runs `schedulers --simulate`.
+pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
+    let mut models = Vec::new();
+    for (model, path) in model_graphs(args.graphs, args.models)? {
+        let graph = TaskGraph::read_json(&path).with_context(|| format!("reading {}", path.display()))?;
+        if graph.nodes().iter().all(|n| n.duration_us.is_none()) {
+            bail!("{}: no node has a duration_us; export the graph with --device cuda so each op's GPU time is measured", path.display());
+        }
+        let analysis = Analysis::new(&graph);
+        let rows = compare_rows(&analysis, args.algorithms, args.simulator)?;
+        models.push(ModelRows {
+            model,
+            file: path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string(),
+            nodes: graph.len(),
+            width: analysis.width(),
+            floor_us: graph.critical_path().length_us,
+            rows,
+        });
+    }
+    let config = args.simulator.config(Mode::Graph)?;
+    let record = json!({
+        "experiment": "schedulers-simulated",
+        "provenance": {
+            "commit": experiments::record::build_commit(),
+            "date_utc": experiments::record::now_utc(),
+            "machine": "any (no GPU): the latencies are simulated; assign_ms is this machine's CPU time",
+        },
+        "method": "each committed model task graph (per-op GPU times as exported) assigned by each algorithm, the plan checked, and its CUDA-graph launch simulated; no GPU",
+        "simulator": config,
+        "graphs_dir": args.graphs.display().to_string(),
+        "models": models,
+    });
+    write_file(args.results, &serde_json::to_string_pretty(&record)?)?;
+    let mut lines = vec![format!(
+        "{:<18} {:<14} {:>7} {:>6} {:>10} {:>11} {:>9} {:>8}",
+        "model", "algorithm", "streams", "syncs", "assign ms", "simulated", "x single", "x floor"
+    )];
+    let algorithms: Vec<String> = models.first().map(|m| m.rows.iter().map(|r| r.algorithm.clone()).collect()).unwrap_or_default();
+    let mut groups = Vec::new();
+    for m in &models {
+        let single = m.rows.iter().find(|r| r.algorithm == "single").map(|r| r.graph_makespan_us);
+        for r in &m.rows {
+            lines.push(format!(
+                "{:<18} {:<14} {:>7} {:>6} {:>10.3} {:>8.1} µs {:>9} {:>8}",
+                m.model,
+                r.algorithm,
+                r.streams,
+                r.syncs,
+                r.assign_ms,
+                r.graph_makespan_us,
+                single.map_or("-".to_string(), |s| format!("{:.2}", s / r.graph_makespan_us)),
+                r.graph_over_floor.map_or("-".to_string(), |f| format!("{f:.2}")),
+            ));
+        }
+        lines.push(format!("{:<18} floor (critical path) {:.1} µs, {} tasks, width {}", "", m.floor_us, m.nodes, m.width));
+        // Bars: each algorithm's simulated speedup over one stream (1 without `single`).
+        let base = single.unwrap_or(f64::NAN);
+        groups.push(Group { label: m.model.clone(), values: m.rows.iter().map(|r| if base.is_finite() { base / r.graph_makespan_us } else { 0.0 }).collect() });
+    }
+    let series: Vec<(&str, plotters::style::RGBColor)> = algorithms.iter().enumerate().map(|(i, a)| (a.as_str(), PALETTE[i % PALETTE.len()])).collect();
+    std::fs::create_dir_all(args.out_dir).with_context(|| format!("creating {}", args.out_dir.display()))?;
+    let svg = args.out_dir.join("schedulers-simulated.svg");
+    let notes = [
+        format!("Simulated (nimble-sched's simulator, graph launch, calibrated H200 defaults) on the task graphs in {}; no GPU.", args.graphs.display()),
+        "Per-op times as exported (CUDA events around each op), which overstate small ops; see the README's simulator section.".to_string(),
+    ];
+    draw_grouped(&svg, ("Stream-assignment algorithms, simulated: speedup over one stream", "simulated speedup over one stream (×)"), &groups, &series, &notes)?;
+    lines.push(format!("record: {}\nfigure: {}", args.results.display(), svg.display()));
+    emit(&lines.join("\n"))
+}
