@@ -125,6 +125,8 @@ def test_bad_inputs_and_misuse_are_clear_errors():
         nimble(x)
     with pytest.raises(nimble_rs.NotPreparedError):
         nimble.export_graph("never-written.json")
+    with pytest.raises(nimble_rs.NimbleInputError, match=r"training=True is not available from Python yet"):
+        nimble.prepare(x, training=True)
     with pytest.raises(nimble_rs.NimbleInputError, match=r"2 input tensors given; the module's forward takes \(x\)"):
         nimble.eager(x, x)
     scripted = nimble_rs.Nimble(torch.jit.script(model))

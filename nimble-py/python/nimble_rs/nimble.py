@@ -116,6 +116,13 @@ class Nimble:
         ``channels_last`` forces the layout (``None``: chosen by measuring). Returns the report:
         ``streams``, ``syncs``, ``tasks``, ``kernel_nodes``, ``seconds`` per stage, …"""
         inputs = _tensors(example_inputs)
+        if training:
+            # What nimble-torch answers too, said before tracing: its training capture runs tch
+            # forwards, and a Python module reaches it as TorchScript.
+            raise NimbleInputError(
+                "training=True is not available from Python yet: nimble-torch captures training steps of tch models, "
+                "and a PyTorch module reaches it as TorchScript, which it prepares for inference only"
+            )
         native = self._load(inputs, training)
         return json.loads(native.prepare(inputs, algorithm, optimize, channels_last, training))
 
