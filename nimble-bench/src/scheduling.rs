@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use nimble_graph::{DotOptions, SyntheticSpec, TaskGraph};
 use nimble_sched::algorithms::{self, ALGORITHMS};
-use nimble_sched::{simulate, verify, Analysis, LaunchMode, SimulatorConfig, StreamPlan};
+use nimble_sched::{simulate, verified, Analysis, LaunchMode, SimulatorConfig, StreamPlan};
 use serde::Serialize;
 use serde_json::json;
 
@@ -181,8 +181,7 @@ pub fn assign(source: &GraphSource, algorithm: &str, as_json: bool) -> Result<()
     let graph = source.load()?;
     let (analysis, timed) = assign_timed(&graph, algorithm)?;
     let plan = &timed.plan;
-    let report = verify(&analysis, plan);
-    anyhow::ensure!(report.is_valid(), "algorithm {} produced an invalid plan: {}", plan.algorithm, report.violations[0]);
+    let report = verified(&analysis, plan)?;
     if as_json {
         let mut value = plan.to_json(&analysis);
         let extra = json!({
@@ -335,8 +334,7 @@ pub fn compare_rows(analysis: &Analysis<'_>, names: Option<&str>, simulator: &Si
         let started = Instant::now();
         let plan = assigner.assign(analysis);
         let assign_ms = started.elapsed().as_secs_f64() * 1e3;
-        let report = verify(analysis, &plan);
-        anyhow::ensure!(report.is_valid(), "algorithm {} produced an invalid plan: {}", plan.algorithm, report.violations[0]);
+        let report = verified(analysis, &plan)?;
         let graph_makespan_us = simulate(graph, &plan, &graph_config).makespan_us;
         rows.push(CompareRow {
             algorithm: plan.algorithm.clone(),

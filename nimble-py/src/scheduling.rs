@@ -4,7 +4,7 @@
 use crate::errors::input_error;
 use nimble_graph::TaskGraph;
 use nimble_sched::algorithms::{self, ALGORITHMS};
-use nimble_sched::{simulate, verify, Analysis, LaunchMode, SimulatorConfig, StreamPlan};
+use nimble_sched::{simulate, verified, Analysis, LaunchMode, SimulatorConfig, StreamPlan};
 use pyo3::prelude::*;
 use serde_json::json;
 use std::time::Instant;
@@ -30,16 +30,7 @@ fn planned<'g>(graph: &'g TaskGraph, algorithm: &str) -> PyResult<(Analysis<'g>,
     let analysis = Analysis::new(graph);
     let plan = assigner.assign(&analysis);
     let assign_ms = started.elapsed().as_secs_f64() * 1e3;
-    let report = verify(&analysis, &plan);
-    if let Some(violation) = report.violations.first() {
-        return Err(crate::errors::raise(
-            "NimbleError",
-            format!(
-                "algorithm {} produced an invalid plan: {violation}",
-                plan.algorithm
-            ),
-        ));
-    }
+    verified(&analysis, &plan).map_err(|e| crate::errors::raise("NimbleError", e.to_string()))?;
     Ok((analysis, plan, assign_ms))
 }
 
@@ -65,8 +56,10 @@ pub fn simulate_json(graph_json: &str, algorithm: &str, mode: &str) -> PyResult<
     };
     let graph = graph(graph_json)?;
     let config = SimulatorConfig::for_mode(mode);
-    let (_, plan, _) = planned(&graph, algorithm)?;
-    let (_, single, _) = planned(&graph, "single")?;
+    let (analysis, plan, _) = planned(&graph, algorithm)?;
+    let single = algorithms::by_name("single")
+        .map_err(input_error)?
+        .assign(&analysis);
     let result = simulate(&graph, &plan, &config);
     let baseline = simulate(&graph, &single, &config);
     Ok(json!({

@@ -12,6 +12,11 @@ pub enum SchedError {
     /// The algorithm's argument (after the colon) is missing or malformed.
     #[error("invalid argument `{argument}` for algorithm `{algorithm}`: expected {expected}")]
     InvalidArgument { algorithm: String, argument: String, expected: String },
+
+    /// An algorithm's plan leaves a dependency unenforced or is malformed (a bug in the
+    /// algorithm); the first violation found.
+    #[error("algorithm {algorithm} produced an invalid plan: {violation}")]
+    InvalidPlan { algorithm: String, violation: String },
 }
 
 /// The result type of `nimble-sched`.

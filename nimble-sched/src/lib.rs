@@ -34,4 +34,4 @@ pub use assigner::StreamAssigner;
 pub use error::{Result, SchedError};
 pub use plan::StreamPlan;
 pub use simulate::{simulate, LaunchMode, Simulation, SimulatorConfig};
-pub use verify::{verify, Verification, Violation};
+pub use verify::{verified, verify, Verification, Violation};

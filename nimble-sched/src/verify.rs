@@ -3,6 +3,7 @@
 use std::fmt;
 
 use crate::analysis::Analysis;
+use crate::error::{Result, SchedError};
 use crate::happens_before::HappensBefore;
 use crate::plan::StreamPlan;
 
@@ -61,6 +62,19 @@ impl Verification {
     /// Whether every dependency is enforced and the plan is well formed.
     pub fn is_valid(&self) -> bool {
         self.violations.is_empty()
+    }
+}
+
+/// [`verify`], with an invalid plan as an error: what every caller that runs an algorithm
+/// (the CLI, the Python package) does before using its plan.
+///
+/// # Errors
+/// [`SchedError::InvalidPlan`] naming the algorithm and the first violation.
+pub fn verified(analysis: &Analysis<'_>, plan: &StreamPlan) -> Result<Verification> {
+    let report = verify(analysis, plan);
+    match report.violations.first() {
+        Some(violation) => Err(SchedError::InvalidPlan { algorithm: plan.algorithm.clone(), violation: violation.to_string() }),
+        None => Ok(report),
     }
 }
 

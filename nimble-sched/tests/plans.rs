@@ -4,7 +4,7 @@
 use nimble_graph::matching::hopcroft_karp;
 use nimble_graph::{Node, SyntheticSpec, TaskGraph, TaskGraphBuilder};
 use nimble_sched::algorithms::{self, chain_decomposition, ALGORITHMS};
-use nimble_sched::{verify, Analysis, SchedError, StreamPlan, Violation};
+use nimble_sched::{verified, verify, Analysis, SchedError, StreamPlan, Violation};
 use petgraph::graph::UnGraph;
 use proptest::prelude::*;
 
@@ -133,6 +133,10 @@ fn checker_catches_broken_plans() {
     let mut missing = good.clone();
     missing.syncs.pop();
     assert!(verify(&analysis, &missing).violations.iter().any(|v| matches!(v, Violation::UnenforcedDependency { .. })));
+    // As an error, naming the algorithm and the first violation; a valid plan passes.
+    let message = verified(&analysis, &missing).unwrap_err().to_string();
+    assert!(message.starts_with("algorithm nimble produced an invalid plan: ") && message.contains(&verify(&analysis, &missing).violations[0].to_string()), "{message}");
+    assert!(verified(&analysis, &good).is_ok());
 
     let mut backwards = good.clone();
     let (u, v) = backwards.syncs[0];

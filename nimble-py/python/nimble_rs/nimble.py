@@ -52,6 +52,7 @@ class Nimble:
             raise TypeError(f"expected a torch.nn.Module or a torch.jit.ScriptModule, got {type(module).__name__}")
         self._module = module
         self._native: Optional[Any] = None
+        self._prepared_native: Optional[Any] = None
         self._loaded_as: Optional[tuple] = None
         self._training = False
 
@@ -97,9 +98,11 @@ class Nimble:
             module.train(was_training)
 
     def _prepared(self) -> Any:
-        if self._native is None or self._native.task_graph() is None:
+        # Kept apart from `_native`, which `eager` or `trace_graph` on inputs of other shapes
+        # replace: those calls leave the prepared graph as it is.
+        if self._prepared_native is None:
             raise NotPreparedError("the model is not prepared: call prepare(*example_inputs) first")
-        return self._native
+        return self._prepared_native
 
     def prepare(
         self,
@@ -124,7 +127,10 @@ class Nimble:
                 "and a PyTorch module reaches it as TorchScript, which it prepares for inference only"
             )
         native = self._load(inputs, training)
-        return json.loads(native.prepare(inputs, algorithm, optimize, channels_last, training))
+        self._prepared_native = None
+        report = json.loads(native.prepare(inputs, algorithm, optimize, channels_last, training))
+        self._prepared_native = native
+        return report
 
     def __call__(self, *inputs: torch.Tensor) -> Any:
         """Replays the graph on ``inputs``; the module's output structure, its tensors the graph's
