@@ -47,6 +47,17 @@ impl Native {
         })
     }
 
+    /// Makes the module read the caller's tensors: `tensors[i]` becomes its parameter or
+    /// buffer `names[i]` (see `Nimble::bind_tensors`).
+    fn bind(&mut self, names: Vec<String>, tensors: &Bound<'_, PyTuple>) -> PyResult<()> {
+        let tensors = convert::tensors(tensors)?;
+        if names.len() != tensors.len() {
+            return Err(input_error(format!("{} names for {} tensors", names.len(), tensors.len())));
+        }
+        let named: Vec<(String, tch::Tensor)> = names.into_iter().zip(tensors).collect();
+        self.inner.bind_tensors(&named).map_err(torch_error)
+    }
+
     /// The forward's arguments after `self`: `(name, type, has_default)` each.
     fn arguments(&self) -> PyResult<Vec<(String, String, bool)>> {
         Ok(self

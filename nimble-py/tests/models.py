@@ -41,6 +41,19 @@ class TwoInputs(nn.Module):
         return self.embed(ids) + features
 
 
+class Tied(nn.Module):
+    """Two layers sharing one weight matrix (as language models tie embeddings and heads)."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Linear(6, 6, bias=False)
+        self.second = nn.Linear(6, 6, bias=False)
+        self.second.weight = self.first.weight
+
+    def forward(self, x):
+        return self.second(self.first(x).relu())
+
+
 class HostRead(nn.Module):
     """Reads a value on the host in its forward (a real host synchronization on CUDA)."""
 

@@ -6,7 +6,7 @@ import torch
 
 import nimble_rs
 from nimble_rs._version import check_torch_version
-from models import Branches, HostRead, Structured, TwoInputs, relative_error
+from models import Branches, HostRead, Structured, Tied, TwoInputs, relative_error
 
 torch.manual_seed(0)
 
@@ -125,8 +125,6 @@ def test_bad_inputs_and_misuse_are_clear_errors():
         nimble(x)
     with pytest.raises(nimble_rs.NotPreparedError):
         nimble.export_graph("never-written.json")
-    with pytest.raises(nimble_rs.NimbleInputError, match=r"training=True is not available from Python yet"):
-        nimble.prepare(x, training=True)
     with pytest.raises(nimble_rs.NimbleInputError, match=r"2 input tensors given; the module's forward takes \(x\)"):
         nimble.eager(x, x)
     scripted = nimble_rs.Nimble(torch.jit.script(model))
@@ -148,8 +146,9 @@ def test_a_module_the_tracer_cannot_take_names_the_way_out():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
 def test_prepare_without_cuda_says_so():
     model, x = branches()
-    with pytest.raises(nimble_rs.NoCudaError, match=r"no CUDA device"):
-        nimble_rs.Nimble(model).prepare(x)
+    for training in (False, True):
+        with pytest.raises(nimble_rs.NoCudaError, match=r"no CUDA device"):
+            nimble_rs.Nimble(model).prepare(x, training=training)
 
 
 def test_reading_a_cpu_value_on_the_host_is_no_host_sync():
@@ -157,3 +156,28 @@ def test_reading_a_cpu_value_on_the_host_is_no_host_sync():
     x = torch.randn(4)
     graph = nimble_rs.Nimble(torch.jit.script(HostRead())).trace_graph(x, optimize=False)
     assert len(graph["nodes"]) >= 1
+
+
+def test_nimble_runs_on_the_modules_own_tensors():
+    # Not copies from the traced file: what an optimizer does to the module, Nimble sees.
+    for make in (lambda m: m, torch.jit.script):
+        model, x = branches()
+        nimble = nimble_rs.Nimble(make(model))
+        before = nimble.eager(x)
+        with torch.no_grad():
+            model.left.weight.mul_(2.0)
+            model.bn.running_mean.add_(0.5)
+        after = nimble.eager(x)
+        with torch.no_grad():
+            expected = model(x)
+        assert relative_error(after, expected) < 1e-6 and relative_error(after, before) > 1e-3
+
+
+def test_tied_weights_stay_tied():
+    model, x = Tied().eval(), torch.randn(2, 6)
+    nimble = nimble_rs.Nimble(model)
+    nimble.eager(x)
+    with torch.no_grad():
+        model.first.weight.add_(1.0)
+        expected = model(x)
+    assert relative_error(nimble.eager(x), expected) < 1e-6

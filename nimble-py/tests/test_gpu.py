@@ -99,3 +99,84 @@ def test_the_exported_graph_is_what_the_scheduler_reads(tmp_path):
     assert nimble_rs.assign(graph, "nimble")["streams"] == report["streams"]
     simulated = nimble_rs.simulate(graph, "nimble", "graph")
     assert simulated["critical_path_us"] <= simulated["makespan_us"] <= simulated["single_makespan_us"]
+
+
+# Training: float32 with TF32 convolutions and cuDNN's non-deterministic backward reductions,
+# whose rounding differences compound over the steps (nimble-torch's training tests' tolerance).
+TRAINING_TOLERANCE = 5e-3
+STEPS = 20
+
+
+def train(forward, model, batches):
+    """The losses of STEPS SGD steps (momentum 0.9, weight decay 5e-4) of `model` through
+    `forward`, cycling through `batches`."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+    losses = []
+    for step in range(STEPS):
+        x, y = batches[step % len(batches)]
+        optimizer.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(forward(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def worst_difference(a: torch.nn.Module, b: torch.nn.Module):
+    """The largest relative difference (max |a - b| / max |b|) of any parameter or buffer."""
+    worst = (0.0, "")
+    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
+        if x.is_floating_point():
+            error = float((x - y).abs().max() / y.abs().max().clamp_min(1e-12))
+            worst = max(worst, (error, name))
+    return worst
+
+
+def test_a_training_loop_through_nimble_trains_like_eager():
+    import copy
+
+    import torchvision
+
+    # The zoo's CIFAR-10 ResNet-50: torchvision's, 10 classes, 32x32 inputs, batch 32.
+    model = torchvision.models.resnet50(num_classes=10).cuda().train()
+    reference = copy.deepcopy(model)
+    batches = [(torch.randn(32, 3, 32, 32, device="cuda"), torch.randint(10, (32,), device="cuda")) for _ in range(4)]
+    expected = train(reference, reference, batches)
+    initial = copy.deepcopy(model.state_dict())
+    nimble = nimble_rs.Nimble(model)
+    report = nimble.prepare(batches[0][0], training=True)
+    assert report["mode"] == "autograd" and report["backward_kernel_nodes"] > report["kernel_nodes"], report
+    # prepare left the module as it was (its trace and warm-ups ran training forwards).
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, initial[key]), f"prepare changed {key}"
+    losses = train(nimble, model, batches)
+    loss_error = max(abs(a - b) / abs(b) for a, b in zip(losses, expected))
+    error, name = worst_difference(model, reference)
+    print(f"losses {losses[0]:.4f} -> {losses[-1]:.4f}, eager {expected[0]:.4f} -> {expected[-1]:.4f}; "
+          f"worst loss difference {loss_error:.2e}, worst state difference {error:.2e} ({name})")
+    assert expected[-1] < expected[0], "eager training did not lower the loss, so the test proves little"
+    assert loss_error <= TRAINING_TOLERANCE, (losses, expected)
+    # BatchNorm's running statistics and the weights moved as eager's did.
+    assert error <= TRAINING_TOLERANCE, (error, name)
+
+
+def test_training_starts_from_the_modules_state_and_accumulates_into_grad():
+    model = Branches().cuda().train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    nimble = nimble_rs.Nimble(model)
+    x = torch.randn(4, 3, 16, 16, device="cuda")
+    report = nimble.prepare(x, training=True)
+    assert report["streams"] >= 2, report
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), f"prepare changed {key}"
+    # Two backward passes accumulate, as autograd does.
+    reference = Branches().cuda().train()
+    reference.load_state_dict(before)
+    for forward, module in ((nimble, model), (reference, reference)):
+        for _ in range(2):
+            forward(x).square().mean().backward()
+        assert module.left.weight.grad is not None
+    assert relative_error(model.left.weight.grad, reference.left.weight.grad) < 1e-4
+    assert relative_error(model.bn.running_mean, reference.bn.running_mean) < 1e-5
+    with torch.no_grad(), pytest.raises(nimble_rs.NimbleError, match=r"gradients off"):
+        nimble(x)

@@ -278,13 +278,16 @@ int ns_jit_optimize(void* module, int fuse, int kernels, int channels_last, void
   });
 }
 
-// Runs `forward`, with the graph executor's optimizations off so every run issues the same ops.
+// Runs `forward`, with the graph executor's optimizations off so every run issues the same ops,
+// the module in training mode when `train` is set, else in evaluation mode (what a scripted
+// module's `self.training` reads; a trace has the mode it was traced in written into its ops).
 // The output's tensors are returned flat, in order, as new tensors; when `structure` is given, it
 // receives the output's shape as JSON (see write_structure), each tensor by its index in the flat
 // list, so a caller can rebuild tuples, lists, dicts, None and constants around them.
-int ns_jit_forward(void* module, void* const* inputs, int n, void*** outputs, int* n_out, char** structure) {
+int ns_jit_forward(void* module, void* const* inputs, int n, int train, void*** outputs, int* n_out, char** structure) {
   return guarded([&] {
     auto* m = static_cast<torch::jit::Module*>(module);
+    if (m->is_training() != (train != 0)) m->train(train != 0);
     torch::jit::GraphOptimizerEnabledGuard no_optimizer(false);
     std::vector<c10::IValue> args;
     for (int i = 0; i < n; i++) args.emplace_back(*static_cast<const at::Tensor*>(inputs[i]));
@@ -295,6 +298,36 @@ int ns_jit_forward(void* module, void* const* inputs, int n, void*** outputs, in
     if (structure != nullptr) *structure = owned_copy(o.str());
     *outputs = new_tensor_array(flat);
     *n_out = static_cast<int>(flat.size());
+  });
+}
+
+// Makes the module's parameter or buffer `name` (dotted, as `named_parameters` writes it:
+// "layer1.0.conv1.weight") the tensor `value` itself, so that the module reads and trains the
+// caller's tensor instead of its own copy. `value` must have the slot's dtype, shape and device.
+// With `check_only`, only checks that it could.
+int ns_jit_bind(void* module, const char* name, void* value, int check_only) {
+  return guarded([&] {
+    torch::jit::Module m = *static_cast<torch::jit::Module*>(module);
+    std::string path(name);
+    size_t start = 0;
+    for (size_t dot; (dot = path.find('.', start)) != std::string::npos; start = dot + 1) {
+      std::string part = path.substr(start, dot - start);
+      if (!m.hasattr(part) || !m.attr(part).isModule())
+        throw std::runtime_error("the module has no submodule `" + path.substr(0, dot) + "` (binding `" + path + "`)");
+      m = m.attr(part).toModule();
+    }
+    std::string leaf = path.substr(start);
+    if (!m.hasattr(leaf) || !m.attr(leaf).isTensor())
+      throw std::runtime_error("the module has no parameter or buffer `" + path + "`");
+    const at::Tensor& tensor = *static_cast<const at::Tensor*>(value);
+    at::Tensor slot = m.attr(leaf).toTensor();
+    if (slot.defined() && (slot.scalar_type() != tensor.scalar_type() || slot.sizes() != tensor.sizes() || slot.device() != tensor.device())) {
+      std::ostringstream o;
+      o << "`" << path << "` is " << slot.scalar_type() << " " << slot.sizes() << " on " << slot.device() << " in the module, but the tensor given is "
+        << tensor.scalar_type() << " " << tensor.sizes() << " on " << tensor.device();
+      throw std::runtime_error(o.str());
+    }
+    if (!check_only) m.setattr(leaf, tensor);
   });
 }
 

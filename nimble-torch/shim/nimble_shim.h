@@ -59,7 +59,8 @@ void ns_jit_free(void* module);
 int ns_jit_save(void* module, const char* path);
 int ns_jit_to(void* module, int dtype);
 int ns_jit_optimize(void* module, int fuse, int kernels, int channels_last, void** out, int* applied, int* fused);
-int ns_jit_forward(void* module, void* const* inputs, int n, void*** outputs, int* n_out, char** structure);
+int ns_jit_forward(void* module, void* const* inputs, int n, int train, void*** outputs, int* n_out, char** structure);
+int ns_jit_bind(void* module, const char* name, void* value, int check_only);
 int ns_jit_node_kinds(void* module, char** out);
 int ns_jit_arguments(void* module, char** out);
 

@@ -95,6 +95,32 @@ impl Nimble {
         }
     }
 
+    /// Makes a TorchScript model read the caller's own tensors: each `(name, tensor)` (names
+    /// dotted as PyTorch's `named_parameters` and `named_buffers` write them) replaces that
+    /// parameter or buffer of the loaded module with the tensor itself, which must have its
+    /// dtype, shape and device. The module's forward, and graphs prepared afterwards, then read
+    /// those tensors, and training updates them and accumulates into their `.grad` (how the
+    /// Python package trains the user's `nn.Module` and not a copy loaded from the file). A
+    /// prepared graph is dropped. A bad name or tensor is an error naming it, and then none is
+    /// bound.
+    pub fn bind_tensors(&mut self, named: &[(String, Tensor)]) -> Result<()> {
+        let Source::TorchScript(module) = &self.source else {
+            return Err(NimbleError::InvalidInput("bind_tensors replaces a TorchScript model's parameters; a Rust model reads its VarStore's own".into()));
+        };
+        self.prepared = None;
+        let as_input = |e: NimbleError| match e {
+            NimbleError::Torch { call: "jit_bind", message } => NimbleError::InvalidInput(message),
+            other => other,
+        };
+        // Every binding is checked first, so a bad one binds none.
+        for check_only in [true, false] {
+            for (name, tensor) in named {
+                module.bind(name, tensor, check_only).map_err(as_input)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Records one forward on `inputs` (any device, CPU included) without preparing anything:
     /// the trace, after the inference rewrites when `optimize` (BatchNorm folding, SiLU and
     /// Nimble's fused ops; cuDNN's fusions and the channels-last layout are left to `prepare`).

@@ -39,11 +39,6 @@ impl Source {
     }
 }
 
-/// Training needs the forward as Rust code: a TorchScript module runs under `no_grad` here.
-pub(crate) fn torchscript_cannot_train() -> NimbleError {
-    NimbleError::InvalidInput("training needs a tch model or function; TorchScript modules are prepared for inference only".into())
-}
-
 /// What runs the forward after `prepare`'s optimization step.
 pub(crate) enum Runner<'a> {
     Rust(&'a ForwardFn),
@@ -57,22 +52,23 @@ impl Runner<'_> {
         match (self, train) {
             (Runner::Rust(f), false) => tch::no_grad(|| Ok(f(inputs, false))),
             (Runner::Rust(f), true) => tch::with_grad(|| Ok(f(inputs, true))),
-            (Runner::Jit(m), false) => tch::no_grad(|| m.forward(inputs)),
-            (Runner::Jit(_), true) => Err(torchscript_cannot_train()),
+            (Runner::Jit(m), false) => tch::no_grad(|| m.forward(inputs, false)),
+            (Runner::Jit(m), true) => tch::with_grad(|| m.forward(inputs, true)),
         }
     }
 
-    /// Runs for inference, also returning how the output is put together around its tensors
-    /// (a Rust forward returns a list of tensors: one tensor, or a tuple of them).
-    pub(crate) fn run_structured(&self, inputs: &[Tensor]) -> Result<(Vec<Tensor>, Layout)> {
+    /// [`Runner::run`], also returning how the output is put together around its tensors (a
+    /// Rust forward returns a list of tensors: one tensor, or a tuple of them).
+    pub(crate) fn run_structured(&self, inputs: &[Tensor], train: bool) -> Result<(Vec<Tensor>, Layout)> {
         match self {
             Runner::Rust(_) => {
-                let tensors = self.run(inputs, false)?;
+                let tensors = self.run(inputs, train)?;
                 let layout = Layout::of_list(tensors.len());
                 Ok((tensors, layout))
             }
             Runner::Jit(m) => {
-                let (tensors, text) = tch::no_grad(|| m.forward_structured(inputs))?;
+                let run = || m.forward_structured(inputs, train);
+                let (tensors, text) = if train { tch::with_grad(run) } else { tch::no_grad(run) }?;
                 Ok((tensors, Layout::parse(&text)?))
             }
         }
@@ -83,9 +79,9 @@ impl Runner<'_> {
         caught(pass, || self.run(inputs, train))
     }
 
-    /// [`Runner::run_structured`], a panic turned into an error.
+    /// [`Runner::run_structured`] for inference, a panic turned into an error.
     pub(crate) fn run_structured_caught(&self, inputs: &[Tensor], pass: &'static str) -> Result<(Vec<Tensor>, Layout)> {
-        caught(pass, || self.run_structured(inputs))
+        caught(pass, || self.run_structured(inputs, false))
     }
 }
 

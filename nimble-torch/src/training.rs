@@ -40,7 +40,7 @@ use crate::options::{BackwardStreams, PrepareOptions, PrepareReport, PrepareSeco
 use crate::output::Layout;
 use crate::replay::{Prepared, Replay};
 use crate::schedule::{check_capturable, plan_schedule, scheduled_run, time_ops};
-use crate::source::{torchscript_cannot_train, Runner, Source};
+use crate::source::{Runner, Source};
 use crate::trace::{panic_message, record_with_state, Trace};
 
 /// A loss: the model's outputs and the targets to a scalar tensor.
@@ -110,6 +110,8 @@ struct Setup {
     graph: TaskGraph,
     plan: StreamPlan,
     schedule: Schedule,
+    /// How the forward's output is put together around its tensors.
+    layout: Layout,
     seconds: PrepareSeconds,
     started: Instant,
 }
@@ -177,7 +179,7 @@ fn ones_for(outputs: &[Tensor]) -> Vec<Tensor> {
 fn check_trainable(outputs: &[Tensor], external: &ExternalState) -> Result<()> {
     if external.params.is_empty() || !outputs.iter().any(Tensor::requires_grad) {
         return Err(NimbleError::InvalidInput(
-            "the forward reads no parameter that requires gradients, so there is nothing to train (is the VarStore frozen?)".into(),
+            "the forward reads no parameter that requires gradients, so there is nothing to train (is the VarStore frozen, or do the module's parameters have requires_grad off?)".into(),
         ));
     }
     if let Some(i) = outputs.iter().position(|o| !o.is_floating_point()) {
@@ -206,13 +208,10 @@ fn training_setup(source: &Source, inputs: &[Tensor], options: &PrepareOptions) 
         }
         let inputs: Vec<Tensor> = inputs.iter().map(|t| t.detach().copy()).collect();
         let runner = source.runner(None);
-        if let Runner::Jit(_) = runner {
-            return Err(torchscript_cannot_train());
-        }
         let step = Instant::now();
         // The first training forward: it records the parameters and buffers before they change.
-        let (trace, outputs, external) = record_with_state(|| runner.run(&inputs, true))?;
-        let outputs = outputs?;
+        let (trace, outputs, external) = record_with_state(|| runner.run_structured(&inputs, true))?;
+        let (outputs, layout) = outputs?;
         check_capturable(&trace)?;
         check_trainable(&outputs, &external)?;
         drop(outputs);
@@ -220,7 +219,7 @@ fn training_setup(source: &Source, inputs: &[Tensor], options: &PrepareOptions) 
         let step = Instant::now();
         let (graph, plan, schedule) = plan_schedule(&trace, assigner.as_ref(), device)?;
         seconds.schedule = step.elapsed().as_secs_f64();
-        Ok(Setup { device, inputs, trace, external, graph, plan, schedule, seconds, started })
+        Ok(Setup { device, inputs, trace, external, graph, plan, schedule, layout, seconds, started })
     }
 
 /// `prepare` with [`PrepareOptions::training`]: see the module documentation.
@@ -277,7 +276,7 @@ pub(crate) fn prepare_autograd(source: &Source, inputs: &[Tensor], options: &Pre
         // The captured forward's autograd graph is not needed any more (the backward graph has
         // its kernels); keeping it would keep its gradient accumulators on the capture's streams.
         let outputs: Vec<Tensor> = outputs.iter().map(Tensor::detach).collect();
-        let layout = Layout::of_list(outputs.len());
+        let layout = std::mem::replace(&mut s.layout, Layout::of_list(0));
         let state = TrainState::new(&forward_graph, &backward_graph, &outputs, &grad_outputs, &s.external.params, &param_grads)?;
         let replay = Replay::Autograd { state, _outputs: outputs, _grad_outputs: grad_outputs, _forward: forward_graph, _backward: backward_graph };
         Ok(s.finish("autograd", replay, layout, task_graph, &forward_structure, backward_structure.kernel_count()))

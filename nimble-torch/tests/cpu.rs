@@ -167,6 +167,39 @@ fn a_traced_modules_convolutions_follow_this_processs_cudnn_settings() {
 }
 
 #[test]
+fn bound_tensors_are_what_the_module_reads_and_a_bad_binding_binds_nothing() {
+    let mut nimble = fixture("shape_arith.pt");
+    let x = input(&[2, 3, 4, 4]);
+    let before = nimble.eager(&[x.shallow_clone()]).unwrap().remove(0);
+    let weight = Tensor::zeros([10, 64], (Kind::Float, Device::Cpu));
+    let bias = Tensor::arange(10, (Kind::Float, Device::Cpu));
+    // A bad name or tensor anywhere in the list: an error naming it, and nothing bound.
+    let bad = [
+        (("fc.nope", weight.shallow_clone()), "no parameter or buffer `fc.nope`"),
+        (("head.weight", weight.shallow_clone()), "no submodule `head`"),
+        (("fc.weight", Tensor::zeros([64, 10], (Kind::Float, Device::Cpu))), "[10, 64]"),
+        (("fc.weight", Tensor::zeros([10, 64], (Kind::Double, Device::Cpu))), "Double"),
+    ];
+    for ((name, tensor), expected) in bad {
+        let list = vec![("fc.bias".to_string(), bias.shallow_clone()), (name.to_string(), tensor)];
+        let err = nimble.bind_tensors(&list).unwrap_err();
+        assert!(matches!(err, NimbleError::InvalidInput(_)) && err.to_string().contains(expected), "{name}: {err}");
+        let after = nimble.eager(&[x.shallow_clone()]).unwrap().remove(0);
+        assert_eq!(nimble_torch::relative_error(&after, &before), 0.0, "{name}: a failed binding changed the module");
+    }
+    nimble.bind_tensors(&[("fc.weight".into(), weight.shallow_clone()), ("fc.bias".into(), bias.shallow_clone())]).unwrap();
+    // fc(y) * (channels // 4) + offset, with fc's weight zero: bias * 2 + arange(10).
+    let expected = (&bias * 2.0 + Tensor::arange(10, (Kind::Float, Device::Cpu))).unsqueeze(0).expand([2, 10], false);
+    assert_eq!(nimble_torch::relative_error(&nimble.eager(&[x.shallow_clone()]).unwrap()[0], &expected), 0.0);
+    // The module reads the tensor itself, not a copy: a change in place is seen.
+    let _ = bias.shallow_clone().fill_(1.0);
+    let expected = Tensor::full([2, 10], 2.0, (Kind::Float, Device::Cpu)) + Tensor::arange(10, (Kind::Float, Device::Cpu));
+    assert_eq!(nimble_torch::relative_error(&nimble.eager(&[x]).unwrap()[0], &expected), 0.0);
+    let err = Nimble::from_fn(|xs: &[Tensor]| vec![xs[0].relu()]).bind_tensors(&[("w".into(), bias)]).unwrap_err();
+    assert!(err.to_string().contains("TorchScript"), "{err}");
+}
+
+#[test]
 fn outputs_keep_their_structure_with_none_and_constants() {
     use nimble_torch::Value;
     let nimble = fixture("structures.pt");

@@ -6,12 +6,8 @@
 #   usage: scripts/device/run-python-suite.sh
 set -uo pipefail
 . "$(dirname "$0")/setup.sh"
-site=${TMPDIR:-/tmp}/nimble-python
-rm -rf "$site"
-python3 -m pip install --quiet --no-index --no-deps --target "$site" .gpu/wheels/*.whl 2>&1 | tail -3
-export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-python3 -c "import sys, torch, nimble_rs; print('python', sys.version.split()[0], 'torch', torch.__version__, 'nimble_rs from', nimble_rs.__file__)"
-NIMBLE_REQUIRE_GPU=1 python3 -m pytest -q -p no:cacheprovider nimble-py/tests 2>&1 | tee "$out/python-tests.log" | tail -30
+install_nimble_rs
+NIMBLE_REQUIRE_GPU=1 python3 -m pytest -q -s -p no:cacheprovider nimble-py/tests 2>&1 | tee "$out/python-tests.log" | tail -30
 status=${PIPESTATUS[0]}
 echo "== python tests finished with status $status"
 exit "$status"

@@ -7,3 +7,12 @@ export LD_LIBRARY_PATH="$torch/lib:$torch/../nvidia/cu13/lib:${LD_LIBRARY_PATH:-
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv | tee "$out/nvidia-smi.csv"
 # The tests that make TorchScript fixtures run this machine's Python (PyTorch 2.11.0).
 export NIMBLE_PYTHON=${NIMBLE_PYTHON:-$(command -v python3)}
+# Installs the Python package and pytest from the wheels in .gpu/wheels into a scratch directory
+# on PYTHONPATH (scripts/build-gpu-binaries.sh builds them; nothing is fetched here).
+install_nimble_rs() {
+    local site=${TMPDIR:-/tmp}/nimble-python
+    rm -rf "$site"
+    python3 -m pip install --quiet --no-index --no-deps --target "$site" .gpu/wheels/*.whl 2>&1 | tail -3
+    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+    python3 -c "import sys, torch, nimble_rs; print('python', sys.version.split()[0], 'torch', torch.__version__, 'nimble_rs from', nimble_rs.__file__)"
+}

@@ -39,8 +39,10 @@ class Nimble:
     """Wraps a ``torch.nn.Module`` (traced with ``torch.jit.trace`` at ``prepare``) or a
     ``torch.jit.ScriptModule`` (used as is).
 
-    The module's parameters are read when it is first traced or loaded: later changes to them
-    are not seen until ``Nimble(module)`` is made again.
+    Nimble runs on the module's own parameters and buffers (the same tensors, not copies): an
+    optimizer's updates reach it, and a graph prepared for training updates BatchNorm's running
+    statistics as the module would. A graph prepared for inference with ``optimize=True`` has
+    the weights folded in (BatchNorm into convolutions): prepare again after changing them.
     """
 
     def __init__(self, module: torch.nn.Module):
@@ -68,7 +70,12 @@ class Nimble:
             with tempfile.TemporaryDirectory(prefix="nimble_rs-") as directory:
                 path = os.path.join(directory, "module.pt")
                 torch.jit.save(script, path)
-                self._native = _native.Native.load(path, str(device))
+                native = _native.Native.load(path, str(device))
+            # The loaded module's tensors are copies from the file: it reads the module's own
+            # instead (a trace shares them with the module it traced).
+            names, tensors = _own_tensors(script)
+            native.bind(names, tuple(tensors))
+            self._native = native
             self._loaded_as = (device, training, signature)
             self._training = training
         arguments = self._native.arguments()
@@ -83,6 +90,9 @@ class Nimble:
         _check_count(module, inputs)
         was_training = module.training
         module.train(training)
+        # A forward in training mode updates BatchNorm's running statistics: the trace's must
+        # not count.
+        buffers = [(b, b.detach().clone()) for _, b in module.named_buffers()] if training else []
         try:
             with torch.set_grad_enabled(training):
                 # strict=False: transformers-style outputs (dicts, lists) are traced as they are.
@@ -96,6 +106,9 @@ class Nimble:
             ) from e
         finally:
             module.train(was_training)
+            with torch.no_grad():
+                for buffer, value in buffers:
+                    buffer.copy_(value)
 
     def _prepared(self) -> Any:
         # Kept apart from `_native`, which `eager` or `trace_graph` on inputs of other shapes
@@ -117,15 +130,15 @@ class Nimble:
         ``nimble_rs.algorithms()``) and captures one CUDA graph. ``optimize`` applies the
         inference rewrites (BatchNorm folding, cuDNN's and Nimble's fused kernels);
         ``channels_last`` forces the layout (``None``: chosen by measuring). Returns the report:
-        ``streams``, ``syncs``, ``tasks``, ``kernel_nodes``, ``seconds`` per stage, …"""
+        ``streams``, ``syncs``, ``tasks``, ``kernel_nodes``, ``seconds`` per stage, …
+
+        With ``training=True`` (the paper's training mode), the module is traced in training mode
+        and two graphs are captured, the forward (on the plan's streams) and its backward; calling
+        the model then replays the forward inside an autograd function whose backward replays the
+        backward graph, so ``loss.backward()`` accumulates into the parameters' ``.grad`` and any
+        ``torch.optim`` optimizer steps them. The module's parameters and buffers keep the values
+        they had before ``prepare``; ``optimize`` and ``channels_last`` apply to inference only."""
         inputs = _tensors(example_inputs)
-        if training:
-            # What nimble-torch answers too, said before tracing: its training capture runs tch
-            # forwards, and a Python module reaches it as TorchScript.
-            raise NimbleInputError(
-                "training=True is not available from Python yet: nimble-torch captures training steps of tch models, "
-                "and a PyTorch module reaches it as TorchScript, which it prepares for inference only"
-            )
         native = self._load(inputs, training)
         self._prepared_native = None
         report = json.loads(native.prepare(inputs, algorithm, optimize, channels_last, training))
@@ -176,3 +189,15 @@ class Nimble:
         with open(temporary, "w") as f:
             f.write(text)
         os.replace(temporary, path)
+
+
+def _own_tensors(script: torch.jit.ScriptModule) -> tuple:
+    """Every parameter and buffer of ``script`` with its dotted name, a tensor shared by several
+    names (tied weights) under each."""
+    named = []
+    for members in (script.named_parameters, script.named_buffers):
+        try:
+            named.extend(members(remove_duplicate=False))
+        except TypeError:  # an older signature, without remove_duplicate
+            named.extend(members())
+    return [name for name, _ in named], [tensor for _, tensor in named]

@@ -16,7 +16,8 @@ extern "C" {
     fn ns_jit_free(module: *mut c_void);
     fn ns_jit_save(module: *mut c_void, path: *const c_char) -> c_int;
     fn ns_jit_optimize(module: *mut c_void, fuse: c_int, kernels: c_int, channels_last: c_int, out: *mut *mut c_void, applied: *mut c_int, fused: *mut c_int) -> c_int;
-    fn ns_jit_forward(module: *mut c_void, inputs: *const *mut c_void, n: c_int, outputs: *mut *mut *mut c_void, n_out: *mut c_int, structure: *mut *mut c_char) -> c_int;
+    fn ns_jit_forward(module: *mut c_void, inputs: *const *mut c_void, n: c_int, train: c_int, outputs: *mut *mut *mut c_void, n_out: *mut c_int, structure: *mut *mut c_char) -> c_int;
+    fn ns_jit_bind(module: *mut c_void, name: *const c_char, value: *mut c_void, check_only: c_int) -> c_int;
     fn ns_jit_to(module: *mut c_void, dtype: c_int) -> c_int;
     fn ns_jit_arguments(module: *mut c_void, out: *mut *mut c_char) -> c_int;
     fn ns_jit_node_kinds(module: *mut c_void, out: *mut *mut c_char) -> c_int;
@@ -112,19 +113,20 @@ impl JitModule {
         Ok((JitModule { raw }, Applied { channels_last: channels_last & 1 != 0, grouped_convs: channels_last & 2 != 0, fused_ops: fused as usize }))
     }
 
-    /// Runs `forward`: the output's tensors, flat and in order.
-    pub(crate) fn forward(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        self.run_forward(inputs, false).map(|(tensors, _)| tensors)
+    /// Runs `forward` in evaluation mode, or in training mode with `train` (what a scripted
+    /// module's `self.training` reads): the output's tensors, flat and in order.
+    pub(crate) fn forward(&self, inputs: &[Tensor], train: bool) -> Result<Vec<Tensor>> {
+        self.run_forward(inputs, train, false).map(|(tensors, _)| tensors)
     }
 
-    /// Runs `forward`: the output's tensors, flat and in order, and the output's structure as
-    /// JSON (tuples, lists, dicts, None and constants around the tensors' indices; format in
-    /// `shim/jit.cpp`, read by `output::Layout::parse`).
-    pub(crate) fn forward_structured(&self, inputs: &[Tensor]) -> Result<(Vec<Tensor>, String)> {
-        self.run_forward(inputs, true)
+    /// As [`JitModule::forward`], also returning the output's structure as JSON (tuples, lists,
+    /// dicts, None and constants around the tensors' indices; format in `shim/jit.cpp`, read by
+    /// `output::Layout::parse`).
+    pub(crate) fn forward_structured(&self, inputs: &[Tensor], train: bool) -> Result<(Vec<Tensor>, String)> {
+        self.run_forward(inputs, train, true)
     }
 
-    fn run_forward(&self, inputs: &[Tensor], structure: bool) -> Result<(Vec<Tensor>, String)> {
+    fn run_forward(&self, inputs: &[Tensor], train: bool, structure: bool) -> Result<(Vec<Tensor>, String)> {
         let ins = tensor_ptrs(inputs);
         let mut array = ptr::null_mut();
         let mut n = 0;
@@ -133,12 +135,23 @@ impl JitModule {
         // SAFETY: live module and inputs; on success the shim writes a malloc'd array of `n`
         // new tensors, which we adopt and then free the array, and (when asked) a malloc'd
         // string that take_string frees.
-        check("jit_forward", unsafe { ns_jit_forward(self.raw, ins.as_ptr(), ins.len() as c_int, &mut array, &mut n, text_slot) })?;
+        check("jit_forward", unsafe { ns_jit_forward(self.raw, ins.as_ptr(), ins.len() as c_int, train as c_int, &mut array, &mut n, text_slot) })?;
         // SAFETY: see above.
         let tensors = unsafe { adopt_tensors(array, n.max(0) as usize) };
         // SAFETY: the array itself, malloc'd by the shim.
         unsafe { ns_free_array(array) };
         Ok((tensors, take_string(text)))
+    }
+
+    /// Makes the parameter or buffer `name` (dotted, as PyTorch's `named_parameters` writes it)
+    /// the tensor `value` itself: the module then reads, and training updates, that tensor.
+    /// With `check_only`, only checks that it could.
+    pub(crate) fn bind(&self, name: &str, value: &Tensor, check_only: bool) -> Result<()> {
+        let c_name = CString::new(name).map_err(|_| NimbleError::InvalidInput(format!("the name {name:?} contains a NUL byte")))?;
+        let value = tensor_ptrs(std::slice::from_ref(value));
+        // SAFETY: a live module, a NUL-terminated name and a live tensor; the shim keeps its own
+        // reference to the tensor.
+        check("jit_bind", unsafe { ns_jit_bind(self.raw, c_name.as_ptr(), value[0], check_only as c_int) })
     }
 
     /// Converts the module's floating-point parameters and buffers to `kind` (a floating-point

@@ -1,0 +1,224 @@
+"""The same-process comparison: in one Python process, on the same module object, PyTorch eager,
+`torch.cuda.graph` (the whole forward captured on one stream), `torch.compile(mode=
+"reduce-overhead")` and Nimble through the `nimble_rs` package, each measured the paper's way
+(cuDNN benchmark on, 50 warm-ups, 100 timed calls on fresh random inputs, CUDA events around
+each call on the current stream, median), float32 with PyTorch's defaults for every system.
+Each system's output is checked against eager's on a fresh input first.
+
+Models: the zoo's models that have a PyTorch reference (../reference/export_reference.py; the
+list is nimble-bench's own, `nimble-bench models --json`), then GoogLeNet, Inception-v4 (timm)
+and BERT-base (transformers, 1x128 token ids) from the coverage set. The record is rewritten
+after every model, so a run cut short keeps what it measured; `nimble-bench same-process`
+renders its figure.
+
+    python3 experiments/python/same_process.py --models-json MODELS.json --out OUT.json \
+        [--models a,b|all] [--systems eager,cuda-graph,compile,nimble] [--warmup 50] [--iters 100] \
+        [--save-torchscript NAME=FILE] [--commit SHA]
+
+`--save-torchscript inception-v3=FILE` also writes the module Nimble traced as a TorchScript
+file, for the Rust CLI to measure the very same model (`nimble-bench infer --torchscript`).
+"""
+
+import argparse
+import datetime
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from baselines import build, driver_version, first_output, load_reference_module, measure, summary
+
+COVERAGE_MODELS = ["googlenet", "inception-v4", "bert-base"]
+SYSTEMS = ["eager", "cuda-graph", "compile", "nimble"]
+# Float32 with TF32 convolutions (PyTorch's default) and reassociations: every system must land
+# within the inference tolerance of the CLI's check.
+TOLERANCE = 1e-2
+
+
+def coverage_model(name):
+    """(module, make_input) for a model of the coverage set."""
+    if name == "googlenet":
+        import torchvision
+
+        model = torchvision.models.googlenet(weights=None, aux_logits=False, init_weights=True)
+        return model, lambda: torch.randn(1, 3, 224, 224, device="cuda")
+    if name == "inception-v4":
+        import timm
+
+        return timm.create_model("inception_v4", pretrained=False), lambda: torch.randn(1, 3, 299, 299, device="cuda")
+    if name == "bert-base":
+        from transformers import BertConfig, BertModel
+
+        model = BertModel(BertConfig(torchscript=True))
+        vocabulary = model.config.vocab_size
+        return model, lambda: torch.randint(0, vocabulary, (1, 128), device="cuda")
+    raise SystemExit(f"unknown model {name!r}")
+
+
+def nimble_system(model, example, save_to):
+    import nimble_rs
+
+    nimble = nimble_rs.Nimble(model)
+    report = nimble.prepare(example)
+    if save_to is not None:
+        # What Nimble traced, for the CLI: the same module in the same mode.
+        with torch.no_grad():
+            torch.jit.trace(model, (example,), strict=False, check_trace=False).save(save_to)
+    return nimble, {k: report[k] for k in ("streams", "syncs", "tasks", "kernel_nodes") if k in report}
+
+
+def cuda_graph_system(model, example):
+    """PyTorch's own whole-forward capture: warm up on a side stream, capture, replay."""
+    static_input = example.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            model(static_input)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_output = model(static_input)
+
+    def replay(x):
+        static_input.copy_(x)
+        graph.replay()
+        return static_output
+
+    return replay
+
+
+def prepared(system, model, make_input, save_to):
+    """A function of the input for `system`, the seconds it took to make it, and notes."""
+    started = time.time()
+    example = make_input()
+    notes = {}
+    if system == "eager":
+        run = model
+    elif system == "cuda-graph":
+        run = cuda_graph_system(model, example)
+    elif system == "compile":
+        run = torch.compile(model, mode="reduce-overhead")
+        for _ in range(3):  # compiling and capturing happen here, not in the warm-ups' count
+            run(example)
+    elif system == "nimble":
+        run, notes = nimble_system(model, example, save_to)
+    else:
+        raise SystemExit(f"unknown system {system!r}; expected one of {SYSTEMS}")
+    torch.cuda.synchronize()
+    return run, time.time() - started, notes
+
+
+def relative_error(got, expected):
+    got, expected = first_output(got).float(), first_output(expected).float()
+    return ((got - expected).abs().max() / expected.abs().max().clamp_min(1e-30)).item()
+
+
+def write_record(args, rows, skipped):
+    record = {
+        "experiment": "same-process",
+        "provenance": {
+            "gpu": torch.cuda.get_device_name(0),
+            "driver_version": driver_version(),
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version(),
+            "python": sys.version.split()[0],
+            "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "commit": args.commit,
+            "warmup": args.warmup,
+            "iterations": args.iters,
+            "method": "one Python process, the same module object for every system; batch 1, float32 with PyTorch's defaults "
+            "(TF32 for cuDNN convolutions) for every system, cuDNN benchmark on, fresh random inputs, CUDA events around each "
+            "call on the current stream, median; cuda-graph: torch.cuda.graph of the whole forward after three warm-ups on a "
+            "side stream; compile: torch.compile(mode='reduce-overhead'); nimble: nimble_rs.Nimble(model).prepare(x) "
+            "(algorithm nimble, the inference rewrites on, layout chosen by measuring)",
+        },
+        "rows": rows,
+        "skipped": skipped,
+    }
+    partial = Path(args.out).with_suffix(".partial")
+    partial.write_text(json.dumps(record, indent=2))
+    partial.replace(args.out)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models-json", required=True, help="nimble-bench models --json output")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--models", default="all")
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--iters", type=int, default=100)
+    parser.add_argument("--save-torchscript", action="append", default=[], metavar="NAME=FILE")
+    parser.add_argument("--commit", default="unknown")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("error: no CUDA device: the same-process comparison runs on a GPU")
+    systems = [s.strip() for s in args.systems.split(",")]
+    unknown = [s for s in systems if s not in SYSTEMS]
+    if unknown or systems[0] != "eager":
+        raise SystemExit(f"error: systems {args.systems!r}: expected some of {SYSTEMS}, eager first (the reference)")
+    save = dict(item.split("=", 1) for item in args.save_torchscript)
+
+    zoo = {m["name"]: m for m in json.loads(Path(args.models_json).read_text())}
+    everything = list(zoo) + COVERAGE_MODELS
+    names = everything if args.models == "all" else [n.strip() for n in args.models.split(",")]
+    if [n for n in names if n not in everything]:
+        raise SystemExit(f"error: unknown models {[n for n in names if n not in everything]}; expected some of {everything}")
+
+    torch.backends.cudnn.benchmark = True
+    reference = load_reference_module()
+    rows, skipped = [], []
+    for name in names:
+        if name in zoo:
+            model, why = build(name, reference)
+            if model is None:
+                skipped.append({"model": name, "reason": why})
+                print(f"{name}: skipped ({why})", file=sys.stderr, flush=True)
+                continue
+            shape = [1] + zoo[name]["input_shape"]
+            make_input = lambda shape=shape: torch.randn(shape, device="cuda")
+        else:
+            model, make_input = coverage_model(name)
+        torch.manual_seed(0)
+        model = model.cuda().eval()
+        with torch.no_grad():
+            x = make_input()
+            expected = first_output(model(x)).clone()
+            for system in systems:
+                try:
+                    run, seconds, notes = prepared(system, model, make_input, save.get(name))
+                    error = relative_error(run(x), expected)
+                    samples = measure(run, lambda: (make_input(),), args.warmup, args.iters, "cuda")
+                except Exception as e:  # one system failing must not lose the others
+                    rows.append({"model": name, "system": system, "error": f"{type(e).__name__}: {e}"})
+                    print(f"  {name:<16} {system:<11} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+                    continue
+                row = {"model": name, "system": system, "latency": summary(samples), "prepare_seconds": seconds, "relative_error": error, "matches": error <= TOLERANCE, **notes}
+                rows.append(row)
+                print(f"  {name:<16} {system:<11} {row['latency']['median_us'] / 1000:8.3f} ms  (prepare {seconds:.1f} s, rel.err {error:.1e})", file=sys.stderr, flush=True)
+                del run
+                torch._dynamo.reset()
+                torch.cuda.synchronize()
+        del model
+        torch.cuda.empty_cache()
+        write_record(args, rows, skipped)
+
+    write_record(args, rows, skipped)
+    print(f"{'model':<16} " + " ".join(f"{s:>11}" for s in systems) + "   (ms, median)   nimble vs compile")
+    for name in names:
+        cells, by_system = [], {}
+        for system in systems:
+            hit = [r for r in rows if r["model"] == name and r["system"] == system and "latency" in r]
+            if hit:
+                by_system[system] = hit[0]["latency"]["median_us"]
+            cells.append(f"{by_system[system] / 1000:11.3f}" if system in by_system else f"{'-':>11}")
+        ratio = f"{by_system['nimble'] / by_system['compile']:.2f}x" if {"nimble", "compile"} <= set(by_system) else "-"
+        print(f"{name:<16} " + " ".join(cells) + f"   {ratio:>17}")
+
+
+if __name__ == "__main__":
+    main()
