@@ -5,6 +5,7 @@
 
 mod convert;
 mod errors;
+mod nogil;
 mod scheduling;
 
 use errors::{input_error, torch_error};
@@ -71,6 +72,7 @@ impl Native {
     #[pyo3(signature = (inputs, algorithm, optimize, channels_last, training))]
     fn prepare(
         &mut self,
+        py: Python<'_>,
         inputs: &Bound<'_, PyTuple>,
         algorithm: &str,
         optimize: bool,
@@ -87,8 +89,11 @@ impl Native {
             .algorithm(algorithm)
             .optimize(optimize)
             .channels_last(channels_last);
-        let report = self.inner.prepare(&inputs, options).map_err(torch_error)?;
-        serde_json::to_string(report)
+        // Training runs autograd's backward, which libtorch refuses under the GIL.
+        let inner = &mut self.inner;
+        let report = nogil::without_gil(py, move || inner.prepare(&inputs, options).map(|r| r.clone()))
+            .map_err(torch_error)?;
+        serde_json::to_string(&report)
             .map_err(|e| errors::raise("NimbleError", format!("writing the report: {e}")))
     }
 
