@@ -109,8 +109,9 @@ STEPS = 20
 
 def train(forward, model, batches):
     """The losses of STEPS SGD steps (momentum 0.9, weight decay 5e-4) of `model` through
-    `forward`, cycling through `batches`."""
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+    `forward`, cycling through `batches`. (At lr 0.01 a ResNet-50 on random data diverges, and
+    then any rounding difference grows without bound: the comparison needs a stable run.)"""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.002, momentum=0.9, weight_decay=5e-4)
     losses = []
     for step in range(STEPS):
         x, y = batches[step % len(batches)]
@@ -140,7 +141,7 @@ def test_a_training_loop_through_nimble_trains_like_eager():
     # The zoo's CIFAR-10 ResNet-50: torchvision's, 10 classes, 32x32 inputs, batch 32.
     model = torchvision.models.resnet50(num_classes=10).cuda().train()
     reference = copy.deepcopy(model)
-    batches = [(torch.randn(32, 3, 32, 32, device="cuda"), torch.randint(10, (32,), device="cuda")) for _ in range(4)]
+    batches = [(torch.randn(32, 3, 32, 32, device="cuda"), torch.randint(10, (32,), device="cuda")) for _ in range(2)]
     expected = train(reference, reference, batches)
     initial = copy.deepcopy(model.state_dict())
     nimble = nimble_rs.Nimble(model)
@@ -154,6 +155,7 @@ def test_a_training_loop_through_nimble_trains_like_eager():
     error, name = worst_difference(model, reference)
     print(f"losses {losses[0]:.4f} -> {losses[-1]:.4f}, eager {expected[0]:.4f} -> {expected[-1]:.4f}; "
           f"worst loss difference {loss_error:.2e}, worst state difference {error:.2e} ({name})")
+    print("nimble", " ".join(f"{l:.4f}" for l in losses), "\neager ", " ".join(f"{l:.4f}" for l in expected))
     assert expected[-1] < expected[0], "eager training did not lower the loss, so the test proves little"
     assert loss_error <= TRAINING_TOLERANCE, (losses, expected)
     # BatchNorm's running statistics and the weights moved as eager's did.
