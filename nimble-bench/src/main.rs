@@ -15,6 +15,7 @@ mod libtorch;
 mod output;
 mod plots;
 mod research;
+mod same_process;
 mod scheduling;
 #[cfg(feature = "torch")]
 mod torch;
@@ -225,6 +226,17 @@ enum Command {
         #[arg(long, default_value = "paper-figs")]
         out_dir: PathBuf,
     },
+    /// Figure: the same-process comparison (PyTorch eager, torch.cuda.graph, torch.compile
+    /// reduce-overhead and Nimble from Python, in one process), rendered from the records
+    /// experiments/python/same_process.py wrote on the GPU machine; no GPU needed
+    SameProcess {
+        /// The records (comma-separated), each a part measured in one process
+        #[arg(long, value_delimiter = ',', value_name = "FILES", default_value = "paper-figs/results/same-process-f299530.json,paper-figs/results/same-process-29eb1b1.json")]
+        results: Vec<PathBuf>,
+        /// Where the figure goes (<out-dir>/same-process.svg)
+        #[arg(long, default_value = "paper-figs")]
+        out_dir: PathBuf,
+    },
     /// Figure: a small DAG through the steps of Nimble's stream assignment (graph, MEG,
     /// bipartite matching, chains, streams and syncs), from nimble-sched's own output
     AlgorithmExample {
@@ -324,6 +336,7 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
             results: &results,
             out_dir: &out_dir,
         }),
+        Command::SameProcess { results, out_dir } => same_process::same_process(&results, &out_dir),
         Command::Gen { synthetic, out } => scheduling::generate(&synthetic, out.as_ref()),
     }
 }
