@@ -401,3 +401,21 @@ fn schedulers_simulate_says_what_is_missing() {
     let usage = nimble_bench(&["schedulers", "--algos", "nimble"]);
     assert_eq!(usage.status.code(), Some(2), "--algos without --simulate is a usage error");
 }
+
+#[test]
+fn same_process_renders_the_committed_records_and_names_a_bad_one() {
+    let figures = scratch("same-process-figures");
+    let records = "../paper-figs/results/same-process-f299530.json,../paper-figs/results/same-process-29eb1b1.json";
+    let output = nimble_bench(&["same-process", "--results", records, "--out-dir", figures.to_str().unwrap()]);
+    let text = stdout(&output);
+    assert!(output.status.success(), "{text}");
+    // Every model of both records, with Nimble's latency over torch.compile's.
+    for model in ["resnet50", "inception-v3", "bert-base", "nasnet-a-large"] {
+        assert!(text.lines().any(|l| l.starts_with(model) && l.split_whitespace().count() == 6), "{model}: {text}");
+    }
+    assert!(figures.join("same-process.svg").exists());
+    let not_a_record = write("not-same-process.json", r#"{"experiment":"coverage"}"#);
+    let output = nimble_bench(&["same-process", "--results", not_a_record.to_str().unwrap(), "--out-dir", figures.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("not a same-process record"), "{output:?}");
+}
