@@ -20,7 +20,6 @@ file, for the Rust CLI to measure the very same model (`nimble-bench infer --tor
 """
 
 import argparse
-import datetime
 import json
 import sys
 import time
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from baselines import build, driver_version, first_output, load_reference_module, measure, summary
+from baselines import build, first_output, load_reference_module, measure, summary, write_record
 
 COVERAGE_MODELS = ["googlenet", "inception-v4", "bert-base"]
 SYSTEMS = ["eager", "cuda-graph", "compile", "nimble"]
@@ -117,32 +116,13 @@ def relative_error(got, expected):
     return ((got - expected).abs().max() / expected.abs().max().clamp_min(1e-30)).item()
 
 
-def write_record(args, rows, skipped):
-    record = {
-        "experiment": "same-process",
-        "provenance": {
-            "gpu": torch.cuda.get_device_name(0),
-            "driver_version": driver_version(),
-            "torch": torch.__version__,
-            "cuda": torch.version.cuda,
-            "cudnn": torch.backends.cudnn.version(),
-            "python": sys.version.split()[0],
-            "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "commit": args.commit,
-            "warmup": args.warmup,
-            "iterations": args.iters,
-            "method": "one Python process, the same module object for every system; batch 1, float32 with PyTorch's defaults "
-            "(TF32 for cuDNN convolutions) for every system, cuDNN benchmark on, fresh random inputs, CUDA events around each "
-            "call on the current stream, median; cuda-graph: torch.cuda.graph of the whole forward after three warm-ups on a "
-            "side stream; compile: torch.compile(mode='reduce-overhead'); nimble: nimble_rs.Nimble(model).prepare(x) "
-            "(algorithm nimble, the inference rewrites on, layout chosen by measuring)",
-        },
-        "rows": rows,
-        "skipped": skipped,
-    }
-    partial = Path(args.out).with_suffix(".partial")
-    partial.write_text(json.dumps(record, indent=2))
-    partial.replace(args.out)
+METHOD = (
+    "one Python process, the same module object for every system; batch 1, float32 with PyTorch's defaults "
+    "(TF32 for cuDNN convolutions) for every system, cuDNN benchmark on, fresh random inputs, CUDA events around each "
+    "call on the current stream, median; cuda-graph: torch.cuda.graph of the whole forward after three warm-ups on a "
+    "side stream; compile: torch.compile(mode='reduce-overhead'); nimble: nimble_rs.Nimble(model).prepare(x) "
+    "(algorithm nimble, the inference rewrites on, layout chosen by measuring)"
+)
 
 
 def main():
@@ -156,6 +136,7 @@ def main():
     parser.add_argument("--save-torchscript", action="append", default=[], metavar="NAME=FILE")
     parser.add_argument("--commit", default="unknown")
     args = parser.parse_args()
+    args.device = "cuda"  # baselines.write_record's provenance reads it
     if not torch.cuda.is_available():
         raise SystemExit("error: no CUDA device: the same-process comparison runs on a GPU")
     systems = [s.strip() for s in args.systems.split(",")]
@@ -211,9 +192,9 @@ def main():
                 torch.cuda.synchronize()
         del model
         torch.cuda.empty_cache()
-        write_record(args, rows, skipped)
+        write_record(args, "same-process", rows, skipped, METHOD)
 
-    write_record(args, rows, skipped)
+    write_record(args, "same-process", rows, skipped, METHOD)
     print(f"{'model':<16} " + " ".join(f"{s:>11}" for s in systems) + "   (ms, median)   nimble vs compile")
     for name in names:
         cells, by_system = [], {}
