@@ -41,7 +41,7 @@ def load_reference_module():
     return module
 
 
-def build(name, reference):
+def why_not_built(name, reference):
     """The model, or (None, why) when no package here provides it."""
     made = reference.reference(name)
     if made is not None:
@@ -56,6 +56,16 @@ def build(name, reference):
     if name in ("darts", "amoebanet"):
         return None, "the DARTS authors' definitions are not a package"
     return None, "its reference package is not installed here"
+
+
+def build(name, reference, skipped):
+    """The model, or None when no package here provides it, the reason then added to `skipped`
+    and printed."""
+    model, why = why_not_built(name, reference)
+    if model is None:
+        skipped.append({"model": name, "reason": why})
+        print(f"{name}: skipped ({why})", file=sys.stderr, flush=True)
+    return model
 
 
 def summary(samples_us):
@@ -232,10 +242,8 @@ def main():
     reference = load_reference_module()
     rows, skipped = [], []
     for name in names:
-        model, why = build(name, reference)
+        model = build(name, reference, skipped)
         if model is None:
-            skipped.append({"model": name, "reason": why})
-            print(f"{name}: skipped ({why})", file=sys.stderr, flush=True)
             continue
         model = model.to(args.device).eval()
         shape = [1] + zoo[name]["input_shape"]

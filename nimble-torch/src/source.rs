@@ -49,12 +49,10 @@ impl Runner<'_> {
     /// Runs for inference (gradients off, `train = false`) or, with `train`, for training
     /// (gradients on, `train = true`): the output's tensors, flat.
     pub(crate) fn run(&self, inputs: &[Tensor], train: bool) -> Result<Vec<Tensor>> {
-        match (self, train) {
-            (Runner::Rust(f), false) => tch::no_grad(|| Ok(f(inputs, false))),
-            (Runner::Rust(f), true) => tch::with_grad(|| Ok(f(inputs, true))),
-            (Runner::Jit(m), false) => tch::no_grad(|| m.forward(inputs, false)),
-            (Runner::Jit(m), true) => tch::with_grad(|| m.forward(inputs, true)),
-        }
+        in_mode(train, || match self {
+            Runner::Rust(f) => Ok(f(inputs, train)),
+            Runner::Jit(m) => m.forward(inputs, train),
+        })
     }
 
     /// [`Runner::run`], also returning how the output is put together around its tensors (a
@@ -67,8 +65,7 @@ impl Runner<'_> {
                 Ok((tensors, layout))
             }
             Runner::Jit(m) => {
-                let run = || m.forward_structured(inputs, train);
-                let (tensors, text) = if train { tch::with_grad(run) } else { tch::no_grad(run) }?;
+                let (tensors, text) = in_mode(train, || m.forward_structured(inputs, train))?;
                 Ok((tensors, Layout::parse(&text)?))
             }
         }
@@ -82,6 +79,15 @@ impl Runner<'_> {
     /// [`Runner::run_structured`] for inference, a panic turned into an error.
     pub(crate) fn run_structured_caught(&self, inputs: &[Tensor], pass: &'static str) -> Result<(Vec<Tensor>, Layout)> {
         caught(pass, || self.run_structured(inputs, false))
+    }
+}
+
+/// Runs `f` with gradients on for training, off otherwise.
+fn in_mode<T>(train: bool, f: impl FnOnce() -> T) -> T {
+    if train {
+        tch::with_grad(f)
+    } else {
+        tch::no_grad(f)
     }
 }
 
