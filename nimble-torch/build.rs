@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 
 /// The shim's C++ files, one per concern (see `shim/nimble_shim.h`).
-const SHIM_SOURCES: [&str; 7] = ["common.cpp", "device.cpp", "record.cpp", "passes.cpp", "jit.cpp", "training.cpp", "fused_ops.cpp"];
+const SHIM_SOURCES: [&str; 8] = ["common.cpp", "device.cpp", "record.cpp", "passes.cpp", "jit.cpp", "training.cpp", "fused_ops.cpp", "comm.cpp"];
 
 fn main() {
     let lib = PathBuf::from(std::env::var("DEP_TCH_LIBTORCH_LIB").expect("torch-sys exports DEP_TCH_LIBTORCH_LIB"));
@@ -25,6 +25,8 @@ fn main() {
             cuda.join("include").display()
         );
     }
+    // NCCL (data parallelism) comes with the pip packages too; libtorch_cuda itself links it.
+    let nccl = torch.join("../nvidia/nccl");
     let kernels = compile_kernels(&cuda);
     cc::Build::new()
         .cpp(true)
@@ -33,6 +35,7 @@ fn main() {
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
         .include(cuda.join("include"))
+        .include(nccl.join("include"))
         .flag("-std=c++17")
         .define("_GLIBCXX_USE_CXX11_ABI", "1")
         // libtorch is a release build; some of its headers (RecordFunction) change layout without it.
@@ -42,19 +45,22 @@ fn main() {
         .compile("nimble_shim");
     println!("cargo:rerun-if-changed=shim");
     let cuda_lib = cuda.join("lib");
+    let nccl_lib = nccl.join("lib");
     println!("cargo:rustc-link-search=native={}", lib.display());
     println!("cargo:rustc-link-search=native={}", cuda_lib.display());
+    println!("cargo:rustc-link-search=native={}", nccl_lib.display());
     // libtorch_cuda must be loaded (it registers CUDA with libtorch) or CUDA looks unavailable;
     // the shim references it by name, so the linker's --as-needed keeps it.
     println!("cargo:rustc-link-lib=dylib=torch_cuda");
     println!("cargo:rustc-link-lib=dylib=c10_cuda");
     // Header-inline code calls the CUDA runtime directly; the pip package ships only the .so.13.
     println!("cargo:rustc-link-lib=dylib:+verbatim=libcudart.so.13");
+    println!("cargo:rustc-link-lib=dylib:+verbatim=libnccl.so.2");
     // The rpath covers our own tests; dependents add it through their build scripts.
-    for dir in [&lib, &cuda_lib] {
+    for dir in [&lib, &cuda_lib, &nccl_lib] {
         println!("cargo:rustc-link-arg=-Wl,-rpath,{}", dir.display());
     }
-    println!("cargo:rpath={}:{}", lib.display(), cuda_lib.display());
+    println!("cargo:rpath={}:{}:{}", lib.display(), cuda_lib.display(), nccl_lib.display());
 }
 
 /// Compiles the fused CUDA kernels (`shim/nimble_kernels.cu`) with the pip packages' nvcc into an

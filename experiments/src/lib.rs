@@ -5,8 +5,8 @@
 //! [simulator validation](simulator_validation), the paper's [model zoo](models) (each model
 //! checked against its PyTorch reference), the [inference comparison](inference) over zoo
 //! models and [any TorchScript file](torchscript), the [coverage](coverage) of a whole population
-//! of exported models, the [scheduler study](schedulers) and
-//! [training](training).
+//! of exported models, the [scheduler study](schedulers),
+//! [training](training) and its [data-parallel scaling](scaling).
 //!
 //! Everything that runs a model needs libtorch and sits behind the `torch` feature (on by
 //! default); without it the crate keeps the simulator validation, the coverage record's logic,
@@ -18,6 +18,7 @@ pub mod inference;
 #[cfg(feature = "torch")]
 pub mod models;
 pub mod record;
+pub mod scaling;
 #[cfg(feature = "torch")]
 pub mod schedulers;
 pub mod simulator_validation;

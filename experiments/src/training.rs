@@ -28,6 +28,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use nimble_cuda::Samples;
+use nimble_torch::distributed::DataParallel;
 use nimble_torch::{cuda_synchronize, cuda_time, relative_error, BackwardStreams, FusedOptimizer, Nimble, Optimizer, PrepareOptions, PrepareReport, TrainStep};
 use serde::Serialize;
 use tch::nn::{self, OptimizerConfig};
@@ -197,8 +198,13 @@ impl Opt {
 
 impl Trainer {
     fn new(name: &str, mode: TrainMode, config: &TrainConfig) -> Result<(Trainer, Option<PrepareReport>), String> {
+        Trainer::on(name, mode, config, 0, None)
+    }
+
+    /// On GPU `device`; the whole-step modes as one rank of `data_parallel` when given.
+    fn on(name: &str, mode: TrainMode, config: &TrainConfig, device: usize, data_parallel: Option<DataParallel>) -> Result<(Trainer, Option<PrepareReport>), String> {
         tch::manual_seed(0);
-        let mut model = models::build(name, Dataset::Cifar10, Device::Cuda(0))?;
+        let mut model = models::build(name, Dataset::Cifar10, Device::Cuda(device))?;
         model.unfreeze();
         let (x, y) = (model.input(config.batch), model.targets(config.batch));
         let sgd = || -> Result<Opt, String> {
@@ -220,7 +226,11 @@ impl Trainer {
             TrainMode::Graph | TrainMode::Step => {
                 let algorithm = if mode == TrainMode::Graph { "single".to_string() } else { config.algorithm.clone() };
                 let mut nimble = model.nimble();
-                let report = nimble.prepare_train_step(&[x], &y, options.algorithm(algorithm), TrainStep::new(config.optimizer())).map_err(failed)?.clone();
+                let mut step = TrainStep::new(config.optimizer());
+                if let Some(dp) = data_parallel {
+                    step = step.data_parallel(dp);
+                }
+                let report = nimble.prepare_train_step(&[x], &y, options.algorithm(algorithm), step).map_err(failed)?.clone();
                 (Run::Step(nimble), Some(report))
             }
         };
@@ -318,34 +328,54 @@ pub fn measure_model(name: &str, config: &TrainConfig, modes: &[TrainMode]) -> R
         } else {
             None
         };
-        let batch = |t: &Trainer| (t.model.input(config.batch), t.model.targets(config.batch));
-        for _ in 0..config.warmup {
-            let (x, y) = batch(&trainer);
-            let _loss = trainer.step(&x, &y)?;
-        }
-        let mut times = Vec::with_capacity(config.iterations);
-        for _ in 0..config.iterations {
-            let (x, y) = batch(&trainer);
-            cuda_synchronize().map_err(|e| e.to_string())?;
-            let mut failure = None;
-            let ms = cuda_time(|| {
-                if let Err(e) = trainer.step(&x, &y) {
-                    failure = Some(e);
-                }
-                Ok(())
-            })
-            .map_err(|e| e.to_string())?;
-            if let Some(e) = failure {
-                return Err(e);
-            }
-            times.push(ms * 1000.0);
-        }
-        rows.push(TrainRow { model: name.into(), batch: config.batch, mode, step: Samples::new(times), prepare, check });
+        let step = time_steps(&mut trainer, config)?;
+        rows.push(TrainRow { model: name.into(), batch: config.batch, mode, step, prepare, check });
         drop(trainer);
         cuda_synchronize().map_err(|e| e.to_string())?;
         nimble_torch::cuda_empty_cache().map_err(|e| e.to_string())?;
     }
     Ok(rows)
+}
+
+/// `config.warmup` untimed steps, then `config.iterations` steps each timed with CUDA events, on
+/// fresh random data; microseconds.
+fn time_steps(trainer: &mut Trainer, config: &TrainConfig) -> Result<Samples, String> {
+    let batch = |t: &Trainer| (t.model.input(config.batch), t.model.targets(config.batch));
+    for _ in 0..config.warmup {
+        let (x, y) = batch(&trainer);
+        let _loss = trainer.step(&x, &y)?;
+    }
+    let mut times = Vec::with_capacity(config.iterations);
+    for _ in 0..config.iterations {
+        let (x, y) = batch(&trainer);
+        cuda_synchronize().map_err(|e| e.to_string())?;
+        let mut failure = None;
+        let ms = cuda_time(|| {
+            if let Err(e) = trainer.step(&x, &y) {
+                failure = Some(e);
+            }
+            Ok(())
+        })
+        .map_err(|e| e.to_string())?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        times.push(ms * 1000.0);
+    }
+    Ok(Samples::new(times))
+}
+
+/// One rank's whole training step (`step` mode, Nimble's streams) of model `name` on GPU
+/// `device`, data parallel over `data_parallel` when given, timed as `measure_model` times it.
+/// No check against eager: the ranks' data-parallel training is checked against one GPU's by
+/// nimble-torch's `data_parallel_gpu` test.
+pub fn measure_rank(name: &str, config: &TrainConfig, device: usize, data_parallel: Option<DataParallel>) -> Result<TrainRow, String> {
+    let (mut trainer, prepare) = Trainer::on(name, TrainMode::Step, config, device, data_parallel)?;
+    let step = time_steps(&mut trainer, config)?;
+    drop(trainer);
+    cuda_synchronize().map_err(|e| e.to_string())?;
+    nimble_torch::cuda_empty_cache().map_err(|e| e.to_string())?;
+    Ok(TrainRow { model: name.into(), batch: config.batch, mode: TrainMode::Step, step, prepare, check: None })
 }
 
 /// The optimizer as the record names it.

@@ -8,6 +8,8 @@ mod coverage;
 mod coverage_figure;
 #[cfg(feature = "torch")]
 mod coverage_run;
+#[cfg(feature = "torch")]
+mod data_parallel;
 mod example;
 mod figures;
 mod gpu;

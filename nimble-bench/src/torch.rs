@@ -65,7 +65,7 @@ pub(crate) fn open_gpu(command: &str, hint: &str) -> Result<Gpu> {
 }
 
 /// A table's first line: where, with what and how the numbers were measured.
-fn provenance_line(p: &Provenance, libtorch: &str, what: &str) -> String {
+pub(crate) fn provenance_line(p: &Provenance, libtorch: &str, what: &str) -> String {
     format!(
         "{} (driver {}, CUDA {}), libtorch {}, {what}, median of {} after {} warm-ups, ms; commit {}",
         p.gpu,
@@ -403,21 +403,23 @@ pub struct TrainArgs<'a> {
     pub out: Option<&'a Path>,
 }
 
+/// The training models `list` names (comma-separated, or `all`), each checked to be one.
+pub(crate) fn training_models(list: &str) -> Result<Vec<&'static str>> {
+    let names: Vec<&str> = if list == "all" { models::MODELS.iter().filter(|m| m.training).map(|m| m.name).collect() } else { model_names(list)? };
+    for name in &names {
+        let info = models::info(name).map_err(anyhow::Error::msg)?;
+        anyhow::ensure!(info.training, "`{name}` is not a training model; `nimble-bench models --dataset cifar10` lists them");
+    }
+    Ok(names)
+}
+
 /// `train`: one training step per mode, model and batch size, checked against eager training.
 pub fn train(args: &TrainArgs<'_>) -> Result<()> {
     anyhow::ensure!(args.batches.iter().all(|&b| b >= 1), "--batch sizes must be at least 1");
     anyhow::ensure!(args.iterations >= 1, "--iters must be at least 1");
     nimble_sched::algorithms::by_name(args.algorithm)?;
     let modes: Vec<TrainMode> = args.modes.iter().map(|m| TrainMode::parse(m.trim())).collect::<Result<_, _>>().map_err(anyhow::Error::msg)?;
-    let names: Vec<&str> = if args.models == "all" {
-        models::MODELS.iter().filter(|m| m.training).map(|m| m.name).collect()
-    } else {
-        model_names(args.models)?
-    };
-    for name in &names {
-        let info = models::info(name).map_err(anyhow::Error::msg)?;
-        anyhow::ensure!(info.training, "`{name}` is not a training model; `nimble-bench models --dataset cifar10` lists them");
-    }
+    let names = training_models(args.models)?;
     let gpu = open_gpu("train", "")?;
     let mut rows = Vec::new();
     let mut config = TrainConfig::paper(args.batches[0]);

@@ -8,7 +8,7 @@ use experiments::inference::{InferConfig, InferMode};
 use experiments::models::Dataset;
 use experiments::torchscript::InputSpec;
 
-use crate::torch;
+use crate::{data_parallel, torch};
 
 #[derive(Subcommand, Debug)]
 pub(crate) enum TorchCommand {
@@ -134,9 +134,38 @@ pub(crate) enum TorchCommand {
         /// Steps of the check against eager training before timing (0: none)
         #[arg(long, default_value_t = 1)]
         check_steps: usize,
+        /// Data parallel over NCCL: comma-separated GPU counts (e.g. 1,2). Measures the whole step
+        /// (Nimble's streams) at each count with the per-GPU batch --batch, one process per GPU,
+        /// and writes a scaling record; --mode and --check-steps do not apply (nimble-torch's
+        /// data_parallel_gpu test checks N GPUs against one)
+        #[arg(long, value_delimiter = ',')]
+        gpus: Vec<usize>,
+        /// Gradient bytes per all-reduce bucket, MiB (with --gpus)
+        #[arg(long, default_value_t = 25.0)]
+        bucket_mb: f64,
         /// Also write the result record (JSON, with provenance) here
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
+    },
+    /// One rank of `train --gpus` (started by it; see NIMBLE_RANK, NIMBLE_WORLD_SIZE,
+    /// NIMBLE_LOCAL_RANK and NIMBLE_NCCL_ID in the README to start ranks on several hosts)
+    #[command(hide = true)]
+    TrainRank {
+        #[arg(long)]
+        model: String,
+        #[arg(long, value_delimiter = ',')]
+        batch: Vec<i64>,
+        #[arg(long, default_value = "nimble")]
+        algo: String,
+        #[arg(long, default_value_t = 50)]
+        warmup: usize,
+        #[arg(long, default_value_t = 100)]
+        iters: usize,
+        #[arg(long, default_value_t = 25.0)]
+        bucket_mb: f64,
+        /// Where this rank's rows go (JSON)
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
     },
 }
 
@@ -287,7 +316,27 @@ pub(crate) fn run(command: TorchCommand) -> anyhow::Result<()> {
             trace: trace.as_deref(),
             out: out.as_deref(),
         }),
-        TorchCommand::Train { model, batch, mode, algo, backward_streams, warmup, iters, check_steps, out } => torch::train(&torch::TrainArgs {
+        TorchCommand::Train { model, batch, gpus, bucket_mb, algo, warmup, iters, out, .. } if !gpus.is_empty() => data_parallel::scaling_run(&data_parallel::ScalingArgs {
+            models: &model,
+            batches: &batch,
+            gpus: &gpus,
+            algorithm: &algo,
+            warmup,
+            iterations: iters,
+            bucket_mb,
+            out: out.as_deref(),
+        }),
+        TorchCommand::TrainRank { model, batch, algo, warmup, iters, bucket_mb, out } => data_parallel::rank_main(&data_parallel::ScalingArgs {
+            models: &model,
+            batches: &batch,
+            gpus: &[],
+            algorithm: &algo,
+            warmup,
+            iterations: iters,
+            bucket_mb,
+            out: Some(&out),
+        }),
+        TorchCommand::Train { model, batch, mode, algo, backward_streams, warmup, iters, check_steps, out, .. } => torch::train(&torch::TrainArgs {
             models: &model,
             batches: &batch,
             modes: &mode,

@@ -25,6 +25,16 @@ int ns_cuda_synchronize() {
   return guarded([&] { c10::cuda::device_synchronize(); });
 }
 
+// Makes `device` this thread's current CUDA device (a data-parallel rank's GPU).
+int ns_set_device(int device) {
+  return guarded([&] {
+    int count = c10::cuda::device_count();
+    if (device < 0 || device >= count)
+      throw std::runtime_error("CUDA device " + std::to_string(device) + " does not exist (this process sees " + std::to_string(count) + ")");
+    c10::cuda::set_device(static_cast<c10::DeviceIndex>(device));
+  });
+}
+
 // Bytes the caching allocator has handed out and not yet taken back, on `device`.
 int ns_cuda_allocated_bytes(int device, long long* out) {
   return guarded([&] {

@@ -19,6 +19,7 @@ void ns_free_array(void** array);
 // device.cpp: the device, its allocator, event timing, profiling, layouts
 int ns_cuda_device_count(int* out);
 int ns_cuda_synchronize();
+int ns_set_device(int device);
 int ns_cuda_allocated_bytes(int device, long long* out);
 int ns_cuda_empty_cache();
 int ns_set_conv_tf32(int allow);
@@ -78,6 +79,19 @@ int ns_train_state_new(void* forward_graph, void* backward_graph, void* const* o
                        void* const* params, void* const* param_grads, int n_params, void** out);
 void ns_train_state_free(void* raw);
 int ns_train_forward(void* raw, void*** outputs, int* n_out);
+
+// comm.cpp: NCCL communicators, eager collectives, the data-parallel gradient reducer
+int ns_nccl_version(int* out);
+int ns_nccl_unique_id(unsigned char* out, int n);
+int ns_comm_new(const unsigned char* id, int n, int world, int rank, int device, void** out);
+void ns_comm_free(void* comm);
+int ns_comm_broadcast(void* comm, void* const* tensors, int n, int root);
+int ns_comm_all_gather_i64(void* comm, const long long* mine, int n, long long* all);
+int ns_comm_all_reduce_mean(void* comm, void* const* tensors, int n);
+int ns_reducer_new(void* comm, void* const* params, int n, const int* bucket_of, int n_buckets, void** out);
+void ns_reducer_free(void* reducer);
+int ns_reducer_arm(void* reducer);
+int ns_reducer_finish(void* reducer);
 
 #ifdef __cplusplus
 }  // extern "C"

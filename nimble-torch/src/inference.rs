@@ -110,6 +110,7 @@ pub(crate) fn prepare(source: &Source, inputs: &[Tensor], options: &PrepareOptio
         kernel_nodes: structure.kernel_count(),
         graph_width: structure.width(),
         backward_kernel_nodes: 0,
+        gradient_buckets: 0,
         layout_trial: None,
         seconds,
     };

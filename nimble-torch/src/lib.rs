@@ -36,6 +36,7 @@
 //! in the [`ffi`](crate::ffi) module, one submodule per shim file.
 
 mod cuda;
+pub mod distributed;
 mod error;
 mod ffi;
 mod inference;
@@ -66,5 +67,10 @@ pub use training::{Loss, LossFn, TrainStep};
 
 /// Whether libtorch sees a CUDA device.
 pub fn cuda_available() -> bool {
-    ffi::cuda_device_count().map(|n| n > 0).unwrap_or(false)
+    cuda_device_count() > 0
+}
+
+/// How many CUDA devices libtorch sees (0 without CUDA).
+pub fn cuda_device_count() -> usize {
+    ffi::cuda_device_count().unwrap_or(0)
 }

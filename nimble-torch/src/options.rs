@@ -166,6 +166,8 @@ pub struct PrepareReport {
     pub graph_width: usize,
     /// Kernel nodes of the backward graph (autograd mode; 0 otherwise).
     pub backward_kernel_nodes: usize,
+    /// Gradient all-reduces per step of a data-parallel whole step (0 otherwise).
+    pub gradient_buckets: usize,
     /// When the layout was chosen by timing both (see `PrepareOptions::channels_last`).
     pub layout_trial: Option<LayoutTrial>,
     /// Wall-clock seconds per step, and in all.

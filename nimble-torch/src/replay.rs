@@ -34,6 +34,8 @@ pub(crate) enum Replay {
         targets: Tensor,
         graph: CudaGraph,
         _optimizer: OptimizerState,
+        /// A data-parallel step's all-reduces use the communicator on every replay.
+        _comm: Option<std::rc::Rc<crate::distributed::Communicator>>,
     },
 }
 

@@ -32,6 +32,7 @@ use nimble_graph::TaskGraph;
 use nimble_sched::StreamPlan;
 use tch::{Device, Tensor};
 
+use crate::distributed::{DataParallel, GradientSync};
 use crate::error::{NimbleError, Result};
 use crate::ffi::{self, CudaGraph, ExternalState, Schedule, TrainState};
 use crate::inputs::check_cuda_prepare;
@@ -85,12 +86,20 @@ impl Loss {
 pub struct TrainStep {
     pub loss: Loss,
     pub optimizer: Optimizer,
+    /// Averages the gradients over the ranks before the optimizer (see [`crate::distributed`]).
+    pub data_parallel: Option<DataParallel>,
 }
 
 impl TrainStep {
-    /// Cross-entropy and `optimizer`.
+    /// Cross-entropy and `optimizer`, on one GPU.
     pub fn new(optimizer: Optimizer) -> Self {
-        TrainStep { loss: Loss::CrossEntropy, optimizer }
+        TrainStep { loss: Loss::CrossEntropy, optimizer, data_parallel: None }
+    }
+
+    /// Makes the step one rank's share of a data-parallel step.
+    pub fn data_parallel(mut self, dp: DataParallel) -> Self {
+        self.data_parallel = Some(dp);
+        self
     }
 
     /// Replaces the loss.
@@ -128,7 +137,7 @@ impl Setup {
     }
 
     /// The prepared model, with its report; `structure` is the (forward or whole-step) graph's.
-    fn finish(mut self, mode: &'static str, replay: Replay, layout: Layout, task_graph: TaskGraph, structure: &nimble_cuda::GraphStructure, backward_kernel_nodes: usize) -> Prepared {
+    fn finish(mut self, mode: &'static str, replay: Replay, layout: Layout, task_graph: TaskGraph, structure: &nimble_cuda::GraphStructure, backward_kernel_nodes: usize, gradient_buckets: usize) -> Prepared {
         self.seconds.total = self.started.elapsed().as_secs_f64();
         let report = PrepareReport {
             mode,
@@ -145,6 +154,7 @@ impl Setup {
             kernel_nodes: structure.kernel_count(),
             graph_width: structure.width(),
             backward_kernel_nodes,
+            gradient_buckets,
             layout_trial: None,
             seconds: self.seconds,
         };
@@ -279,17 +289,33 @@ pub(crate) fn prepare_autograd(source: &Source, inputs: &[Tensor], options: &Pre
         let layout = std::mem::replace(&mut s.layout, Layout::of_list(0));
         let state = TrainState::new(&forward_graph, &backward_graph, &outputs, &grad_outputs, &s.external.params, &param_grads)?;
         let replay = Replay::Autograd { state, _outputs: outputs, _grad_outputs: grad_outputs, _forward: forward_graph, _backward: backward_graph };
-        Ok(s.finish("autograd", replay, layout, task_graph, &forward_structure, backward_structure.kernel_count()))
+        Ok(s.finish("autograd", replay, layout, task_graph, &forward_structure, backward_structure.kernel_count(), 0))
 }
 
 /// [`Nimble::prepare_train_step`](crate::Nimble::prepare_train_step): the whole step as one graph.
+///
+/// Data parallel, each rank first takes rank 0's parameters and buffers; the first warm-up step
+/// shows which parameters get gradients, which makes the buckets (checked equal on every rank);
+/// from the second warm-up step on, the reducer's hooks launch the all-reduces during the
+/// backward, so the pre-run connects NCCL eagerly and the capture records them in the graph.
 pub(crate) fn prepare_train_step(source: &Source, inputs: &[Tensor], targets: &Tensor, options: PrepareOptions, step: TrainStep) -> Result<Prepared> {
         let options = PrepareOptions { training: true, ..options };
         step.optimizer.check()?;
+        if let Some(dp) = &step.data_parallel {
+            dp.check()?;
+        }
         let mut s = training_setup(source, inputs, &options)?;
         let device = Device::Cuda(s.device);
         if targets.device() != device {
             return Err(NimbleError::InvalidInput(format!("the targets are on {:?}, expected {device:?} like the inputs", targets.device())));
+        }
+        if let Some(dp) = &step.data_parallel {
+            if dp.comm.device() != s.device {
+                return Err(NimbleError::InvalidInput(format!("the inputs are on cuda:{}, but this rank's GPU is cuda:{}; put the model and data there", s.device, dp.comm.device())));
+            }
+            let values: Vec<Tensor> = s.external.saved.iter().map(|(_, value)| value.shallow_clone()).collect();
+            dp.comm.broadcast(&values, 0)?;
+            s.restore()?;
         }
         let targets = targets.detach().copy();
         let runner = source.runner(None);
@@ -297,14 +323,21 @@ pub(crate) fn prepare_train_step(source: &Source, inputs: &[Tensor], targets: &T
         let one = s.one_stream(&options);
         let optimizer = OptimizerState::new(&step.optimizer, &s.external.params);
         let params = &s.external.params;
+        let sync: std::cell::OnceCell<GradientSync> = std::cell::OnceCell::new();
         let tail = |outputs: Result<Vec<Tensor>>, schedule: Option<&Schedule>| -> Result<Tensor> {
             let outputs = outputs?;
             if let Some(schedule) = schedule {
                 schedule.record_on_origin(&outputs)?;
             }
             let loss = step.loss.compute(&outputs, &targets)?;
+            if let Some(sync) = sync.get() {
+                sync.arm()?;
+            }
             // Eager (no schedule), everything runs on the current stream already.
             ffi::backward(std::slice::from_ref(&loss), None, false, schedule.and(one), None)?;
+            if let Some(sync) = sync.get() {
+                sync.finish()?;
+            }
             optimizer.step(params)?;
             Ok(loss)
         };
@@ -313,6 +346,10 @@ pub(crate) fn prepare_train_step(source: &Source, inputs: &[Tensor], targets: &T
                 for _ in 0..2 {
                     ffi::grads_reset(params)?;
                     let _loss = tail(runner.run_caught(&s.inputs, true, "warm-up"), None)?;
+                    if let (Some(dp), None) = (&step.data_parallel, sync.get()) {
+                        let made = GradientSync::new(dp, params)?;
+                        let _ = sync.set(made);
+                    }
                 }
                 ffi::cuda_synchronize()
             })?;
@@ -344,11 +381,14 @@ pub(crate) fn prepare_train_step(source: &Source, inputs: &[Tensor], targets: &T
             seconds.capture = started.elapsed().as_secs_f64();
             Ok::<_, NimbleError>((task_graph, graph, loss, structure))
         })();
+        // The hooks go with the reducer; the graph keeps its all-reduces (and the communicator).
+        let buckets = sync.into_inner().map_or(0, |sync| sync.buckets);
         let restored = s.restore();
         optimizer.reset();
         s.seconds = seconds;
         let (task_graph, graph, loss, structure) = result?;
         restored?;
-        let replay = Replay::Step { loss, targets, graph, _optimizer: optimizer };
-        Ok(s.finish("step", replay, Layout::of_list(0), task_graph, &structure, 0))
+        let comm = step.data_parallel.as_ref().map(|dp| dp.comm.clone());
+        let replay = Replay::Step { loss, targets, graph, _optimizer: optimizer, _comm: comm };
+        Ok(s.finish("step", replay, Layout::of_list(0), task_graph, &structure, 0, buckets))
 }

@@ -3,7 +3,9 @@
 out=${OUT:-/tmp/nimble-out}
 mkdir -p "$out"
 torch=$(python3 -c "import torch,os;print(os.path.dirname(torch.__file__))")
-export LD_LIBRARY_PATH="$torch/lib:$torch/../nvidia/cu13/lib:${LD_LIBRARY_PATH:-}"
+export LD_LIBRARY_PATH="$torch/lib:$torch/../nvidia/cu13/lib:$torch/../nvidia/nccl/lib:${LD_LIBRARY_PATH:-}"
+# NVLink multicast (NVLS) stays off on the lent multi-GPU machines.
+export NCCL_NVLS_ENABLE=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv | tee "$out/nvidia-smi.csv"
 # The tests that make TorchScript fixtures run this machine's Python (PyTorch 2.11.0).
 export NIMBLE_PYTHON=${NIMBLE_PYTHON:-$(command -v python3)}

@@ -11,6 +11,7 @@ use crate::error::{NimbleError, Result};
 extern "C" {
     fn ns_cuda_device_count(out: *mut c_int) -> c_int;
     fn ns_cuda_synchronize() -> c_int;
+    fn ns_set_device(device: c_int) -> c_int;
     fn ns_cuda_allocated_bytes(device: c_int, out: *mut i64) -> c_int;
     fn ns_cuda_empty_cache() -> c_int;
     fn ns_set_conv_tf32(allow: c_int) -> c_int;
@@ -39,6 +40,12 @@ pub(crate) fn cuda_device_count() -> Result<usize> {
     // SAFETY: writes one int.
     check("device_count", unsafe { ns_cuda_device_count(&mut n) })?;
     Ok(n.max(0) as usize)
+}
+
+/// Makes `device` this thread's current CUDA device.
+pub(crate) fn set_device(device: usize) -> Result<()> {
+    // SAFETY: one int; the shim checks the range.
+    check("set_device", unsafe { ns_set_device(device as c_int) })
 }
 
 /// Waits for all work on the current device.

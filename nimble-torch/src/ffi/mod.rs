@@ -10,6 +10,7 @@
 //! | `passes`   | `passes.cpp`   | schedules, scheduled passes, CUDA graphs                    |
 //! | `jit`      | `jit.cpp`      | TorchScript modules and the inference rewrites              |
 //! | `training` | `training.cpp` | backward, fused optimizer steps, the autograd function      |
+//! | `comm`     | `comm.cpp`     | NCCL communicators, eager collectives, the gradient reducer |
 //!
 //! Every shim call returns 0 or -1; on -1 the C++ exception's message is read back from the
 //! shim's per-thread error slot and becomes [`NimbleError::Torch`].
@@ -20,12 +21,14 @@ use tch::Tensor;
 
 use crate::error::{NimbleError, Result};
 
+mod comm;
 mod device;
 mod jit;
 mod passes;
 mod record;
 mod training;
 
+pub(crate) use comm::*;
 pub(crate) use device::*;
 pub(crate) use jit::*;
 pub(crate) use passes::*;

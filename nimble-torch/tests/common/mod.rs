@@ -4,6 +4,8 @@
 
 use std::sync::Mutex;
 
+pub mod net;
+
 /// The tests share one GPU and its allocator statistics; capture in global mode also forbids
 /// other threads' allocations. So they run one at a time.
 static GPU: Mutex<()> = Mutex::new(());

@@ -1,0 +1,178 @@
+"""PyTorch DistributedDataParallel baselines for the data-parallel scaling record: one CIFAR-10
+training step (forward, cross-entropy, backward with DDP's bucketed NCCL all-reduces, SGD with
+momentum) per GPU at a per-GPU batch, one process per GPU, as `nimble-bench train --gpus`
+measures Nimble.
+
+Systems:
+  ddp-eager  DDP as users run it (25 MiB buckets, gradients all-reduced while the backward runs)
+  ddp-graph  the whole DDP step captured with torch.cuda.graph, as PyTorch documents it for
+             NCCL >= 2.9.6: DDP built on a side stream, 11 eager DDP steps on it before the
+             capture, TORCH_NCCL_ASYNC_ERROR_HANDLING=0
+
+Method as baselines.py --training: cuDNN benchmark on, fresh randn inputs and random labels
+every step, warm-ups, then each step timed with CUDA events on the current stream; every rank
+times its own steps and the slowest rank's median is the configuration's step.
+
+    python3 experiments/python/ddp.py --out OUT.json [--models resnet50,mobilenet-v2]
+        [--batches 32,64,128] [--gpus 1,2] [--systems ddp-eager,ddp-graph]
+        [--warmup 50] [--iters 100] [--commit SHA]
+
+The models are torchvision's with 10 classes on 32x32 inputs, as in baselines.py --training.
+"""
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import baselines  # noqa: E402  (summary, timed, write_record)
+
+CIFAR_MODELS = baselines.CIFAR_MODELS
+WARMUP_BEFORE_CAPTURE = 11  # PyTorch's documented minimum of eager DDP steps before a capture
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ddp_step(system, model, batch, rank):
+    """A function (x, y) -> None taking one DDP SGD step, eagerly or as one CUDA graph."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        ddp = DDP(model, device_ids=[rank])
+    torch.cuda.current_stream().wait_stream(side)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+
+    def eager(x, y):
+        optimizer.zero_grad(set_to_none=True)
+        F.cross_entropy(ddp(x), y).backward()
+        optimizer.step()
+
+    if system == "ddp-eager":
+        return eager
+    if system != "ddp-graph":
+        raise SystemExit(f"unknown system {system!r}; expected ddp-eager or ddp-graph")
+    static_x = torch.randn(batch, 3, 32, 32, device=rank)
+    static_y = torch.randint(10, (batch,), device=rank)
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(WARMUP_BEFORE_CAPTURE):
+            eager(static_x, static_y)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    optimizer.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        F.cross_entropy(ddp(static_x), static_y).backward()
+        optimizer.step()
+
+    def replay(x, y):
+        static_x.copy_(x)
+        static_y.copy_(y)
+        graph.replay()
+
+    return replay
+
+
+def worker(rank, world, port, args, scratch):
+    import torchvision.models as tv
+
+    os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "0"
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, device_id=torch.device("cuda", rank))
+    torch.backends.cudnn.benchmark = True
+    rows = []
+    try:
+        for batch in args.batches:
+            for name in args.models:
+                for system in args.systems:
+                    torch.manual_seed(0)
+                    model = getattr(tv, CIFAR_MODELS[name])(num_classes=10).to(rank).train()
+                    started = time.time()
+                    step = ddp_step(system, model, batch, rank)
+                    seconds = time.time() - started
+                    make = lambda: (torch.randn(batch, 3, 32, 32, device=rank), torch.randint(10, (batch,), device=rank))
+                    samples = baselines.measure(step, make, args.warmup, args.iters, "cuda")
+                    rows.append({"model": name, "batch": batch, "system": system, "rank": rank, "samples_us": samples, "prepare_seconds": seconds})
+                    if rank == 0:
+                        print(f"  {name:<14} b{batch:<4} {world} GPU {system:<10} {statistics.median(samples) / 1000:8.3f} ms", file=sys.stderr, flush=True)
+                    del step, model
+                    torch.cuda.synchronize()
+                    torch.cuda.empty_cache()
+                    dist.barrier()
+    finally:
+        with open(os.path.join(scratch, f"rank-{world}-{rank}.json"), "w") as f:
+            json.dump(rows, f)
+        dist.destroy_process_group()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--models", default="resnet50,mobilenet-v2")
+    parser.add_argument("--batches", default="32,64,128")
+    parser.add_argument("--gpus", default="1,2")
+    parser.add_argument("--systems", default="ddp-eager,ddp-graph")
+    parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--iters", type=int, default=100)
+    parser.add_argument("--commit", default=os.environ.get("NIMBLE_COMMIT", "unknown"))
+    args = parser.parse_args()
+    args.device = "cuda"
+    args.models = [m.strip() for m in args.models.split(",")]
+    unknown = [m for m in args.models if m not in CIFAR_MODELS]
+    if unknown:
+        raise SystemExit(f"error: {unknown} are not CIFAR-10 training models; expected some of {sorted(CIFAR_MODELS)}")
+    args.batches = [int(b) for b in args.batches.split(",")]
+    args.systems = [s.strip() for s in args.systems.split(",")]
+    counts = [int(g) for g in args.gpus.split(",")]
+    available = torch.cuda.device_count()
+    if any(g < 1 or g > available for g in counts):
+        raise SystemExit(f"error: --gpus {args.gpus}: this machine has {available} GPUs")
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off
+
+    rows = []
+    for world in counts:
+        with tempfile.TemporaryDirectory() as scratch:
+            mp.start_processes(worker, args=(world, free_port(), args, scratch), nprocs=world, join=True, start_method="spawn")
+            per_rank = {}
+            for rank in range(world):
+                with open(os.path.join(scratch, f"rank-{world}-{rank}.json")) as f:
+                    per_rank[rank] = json.load(f)
+        for first in per_rank[0]:
+            key = (first["model"], first["batch"], first["system"])
+            ranks = [next(r for r in per_rank[k] if (r["model"], r["batch"], r["system"]) == key) for k in range(world)]
+            medians = [statistics.median(r["samples_us"]) for r in ranks]
+            rows.append({
+                "model": first["model"], "batch": first["batch"], "gpus": world, "system": first["system"],
+                "step": baselines.summary(first["samples_us"]), "rank_medians_us": medians,
+                "samples_per_s": world * first["batch"] / (max(medians) * 1e-6), "prepare_seconds": first["prepare_seconds"],
+            })
+    method = ("data parallel, one process per GPU, NCCL (NCCL_NVLS_ENABLE=0); torchvision models, 10 classes, 32x32; SGD lr 0.01 momentum 0.9 "
+              "weight decay 5e-4 (PyTorch's default foreach implementation); DDP default 25 MiB buckets; fresh randn inputs and random labels every step; "
+              "CUDA events around each step, each rank's median, the slowest rank's is the configuration's; ddp-graph: DDP built on a side stream, "
+              f"{WARMUP_BEFORE_CAPTURE} eager steps there, then the whole step captured with torch.cuda.graph")
+    baselines.write_record(args, "pytorch-ddp", rows, [], method)
+    print(f"{'model':<14} {'batch':>5} {'GPUs':>4} " + " ".join(f"{s:>12}" for s in args.systems) + "   (samples/s)")
+    for world in counts:
+        for batch in args.batches:
+            for name in args.models:
+                cells = [next((f"{r['samples_per_s']:12.0f}" for r in rows if (r["model"], r["batch"], r["gpus"], r["system"]) == (name, batch, world, s)), f"{'-':>12}") for s in args.systems]
+                print(f"{name:<14} {batch:>5} {world:>4} " + " ".join(cells))
+
+
+if __name__ == "__main__":
+    main()

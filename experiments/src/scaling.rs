@@ -1,0 +1,131 @@
+//! The data-parallel scaling record: the whole training step (forward on Nimble's streams, loss,
+//! backward with the gradient all-reduces captured in the graph, fused SGD) on 1, 2, … GPUs, one
+//! process per GPU, at a fixed per-GPU batch (weak scaling, as data parallelism is used).
+//!
+//! Each rank times its own steps (CUDA events around each replay, median); the ranks move in
+//! lockstep because every step's all-reduces wait for all of them, so a configuration's step time
+//! is the slowest rank's median and its throughput `gpus × batch / step`. Libtorch-free: the
+//! records are read and merged here, measured by `nimble-bench train --gpus`.
+
+use nimble_cuda::Samples;
+use serde::{Deserialize, Serialize};
+
+use crate::record::Provenance;
+
+/// What one rank measured for one model and per-GPU batch.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RankRow {
+    pub model: String,
+    pub batch: i64,
+    pub rank: usize,
+    pub samples_us: Vec<f64>,
+    /// The rank's prepare report (`nimble_torch::PrepareReport`, as JSON).
+    #[serde(default)]
+    pub prepare: serde_json::Value,
+}
+
+/// One model at one per-GPU batch on `gpus` GPUs.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ScalingRow {
+    pub model: String,
+    /// Per GPU.
+    pub batch: i64,
+    pub gpus: usize,
+    /// Rank 0's step times.
+    pub step: Samples,
+    /// Every rank's median step time, µs.
+    pub rank_medians_us: Vec<f64>,
+    /// Training samples per second over all GPUs, from the slowest rank's median.
+    pub samples_per_s: f64,
+    /// Rank 0's prepare report.
+    pub prepare: serde_json::Value,
+}
+
+/// A scaling measurement, as committed under `paper-figs/results/`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ScalingRecord {
+    pub experiment: String,
+    pub provenance: Provenance,
+    pub libtorch: String,
+    /// NCCL's version, as libtorch loaded it.
+    pub nccl: String,
+    pub precision: String,
+    pub optimizer: String,
+    /// Gradient bytes per all-reduce bucket.
+    pub bucket_bytes: usize,
+    /// How BatchNorm is treated across ranks.
+    pub batch_norm: String,
+    pub rows: Vec<ScalingRow>,
+}
+
+/// Merges every rank's rows for `gpus` GPUs into one row per model and batch, in rank 0's order.
+/// Fails when a rank is missing a row another has, or a rank number is out of range.
+pub fn merge(gpus: usize, ranks: &[Vec<RankRow>]) -> Result<Vec<ScalingRow>, String> {
+    if ranks.len() != gpus {
+        return Err(format!("{} ranks reported, expected {gpus}", ranks.len()));
+    }
+    let mut rows = Vec::new();
+    for first in &ranks[0] {
+        let mut medians = Vec::with_capacity(gpus);
+        for (rank, rows) in ranks.iter().enumerate() {
+            let row = rows
+                .iter()
+                .find(|r| r.model == first.model && r.batch == first.batch)
+                .ok_or_else(|| format!("rank {rank} has no measurement of {} at batch {}", first.model, first.batch))?;
+            if row.rank != rank {
+                return Err(format!("the rows of rank {rank} say rank {}", row.rank));
+            }
+            medians.push(Samples::new(row.samples_us.clone()).median_us);
+        }
+        let slowest = medians.iter().cloned().fold(f64::NAN, f64::max);
+        rows.push(ScalingRow {
+            model: first.model.clone(),
+            batch: first.batch,
+            gpus,
+            step: Samples::new(first.samples_us.clone()),
+            rank_medians_us: medians,
+            samples_per_s: gpus as f64 * first.batch as f64 / (slowest * 1e-6),
+            prepare: first.prepare.clone(),
+        });
+    }
+    Ok(rows)
+}
+
+/// Throughput on `row.gpus` GPUs over the same model and per-GPU batch on one GPU, when the
+/// record has both.
+pub fn speedup(rows: &[ScalingRow], row: &ScalingRow) -> Option<f64> {
+    let one = rows.iter().find(|r| r.gpus == 1 && r.model == row.model && r.batch == row.batch)?;
+    Some(row.samples_per_s / one.samples_per_s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(model: &str, batch: i64, rank: usize, us: f64) -> RankRow {
+        RankRow { model: model.into(), batch, rank, samples_us: vec![us, us + 2.0, us - 2.0], prepare: serde_json::Value::Null }
+    }
+
+    #[test]
+    fn the_slowest_rank_sets_the_throughput() {
+        let ranks = vec![vec![row("a", 32, 0, 1000.0), row("b", 32, 0, 500.0)], vec![row("b", 32, 1, 500.0), row("a", 32, 1, 1250.0)]];
+        let rows = merge(2, &ranks).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].model, "a");
+        assert_eq!(rows[0].rank_medians_us, vec![1000.0, 1250.0]);
+        assert!((rows[0].samples_per_s - 2.0 * 32.0 / 1.25e-3).abs() < 1e-6);
+        let one = ScalingRow { gpus: 1, samples_per_s: 32.0 / 1e-3, ..rows[0].clone() };
+        let all = vec![one, rows[0].clone()];
+        assert!((speedup(&all, &all[1]).unwrap() - 1.6).abs() < 1e-9);
+        assert!(speedup(&all[1..], &all[1]).is_none());
+    }
+
+    #[test]
+    fn missing_or_mislabelled_ranks_are_errors() {
+        let e = merge(2, &[vec![row("a", 32, 0, 1.0)], vec![]]).unwrap_err();
+        assert!(e.contains("rank 1 has no measurement of a at batch 32"), "{e}");
+        let e = merge(2, &[vec![row("a", 32, 0, 1.0)], vec![row("a", 32, 0, 1.0)]]).unwrap_err();
+        assert!(e.contains("the rows of rank 1 say rank 0"), "{e}");
+        assert!(merge(3, &[vec![]]).unwrap_err().contains("1 ranks reported, expected 3"));
+    }
+}

@@ -1,0 +1,229 @@
+//! `train --gpus`: the whole training step data parallel over NCCL, one process per GPU, started
+//! by this command as `torchrun` would start them, and the scaling record they make.
+//!
+//! ```text
+//! train --gpus 1,2 …   for 1: measures the one-GPU whole step in this process
+//!                      for N > 1: makes an NCCL id, starts N `train-rank` processes of this
+//!                      binary (rank r on GPU r; NIMBLE_RANK, NIMBLE_WORLD_SIZE, NIMBLE_LOCAL_RANK,
+//!                      NIMBLE_NCCL_ID, NCCL_NVLS_ENABLE=0), waits (a failed rank stops the others,
+//!                      which would otherwise wait in NCCL for ever) and merges their rows
+//! train-rank …         one rank: joins the communicator, measures every model and batch, writes
+//!                      its rows (JSON) to --out
+//! ```
+//!
+//! Ranks on several hosts: start `nimble-bench train-rank` on each host with the same
+//! NIMBLE_NCCL_ID (made by a process that stays alive as NCCL's bootstrap root, such as a
+//! launcher started with --gpus), NIMBLE_WORLD_SIZE the total and NIMBLE_RANK / NIMBLE_LOCAL_RANK
+//! each rank's number and GPU; nothing in the ranks assumes one host.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::rc::Rc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use experiments::record::Provenance;
+use experiments::scaling::{self, RankRow, ScalingRecord, ScalingRow};
+use experiments::tolerance::LIBTORCH_VERSION;
+use experiments::training::{self, TrainConfig};
+use nimble_torch::distributed::{nccl_version, Communicator, DataParallel, NcclId};
+
+use crate::output::{emit, note, progress, write_file};
+use crate::torch::{open_gpu, provenance_line, training_models, PRECISION};
+
+/// What `train --gpus` and each rank measure.
+pub struct ScalingArgs<'a> {
+    pub models: &'a str,
+    pub batches: &'a [i64],
+    pub gpus: &'a [usize],
+    pub algorithm: &'a str,
+    pub warmup: usize,
+    pub iterations: usize,
+    pub bucket_mb: f64,
+    pub out: Option<&'a Path>,
+}
+
+impl ScalingArgs<'_> {
+    fn check(&self) -> Result<usize> {
+        anyhow::ensure!(self.batches.iter().all(|&b| b >= 1), "--batch sizes must be at least 1");
+        anyhow::ensure!(self.iterations >= 1, "--iters must be at least 1");
+        anyhow::ensure!(self.bucket_mb.is_finite() && self.bucket_mb > 0.0, "--bucket-mb is {}, expected a positive number of MiB (DDP's default is 25)", self.bucket_mb);
+        nimble_sched::algorithms::by_name(self.algorithm)?;
+        training_models(self.models)?;
+        Ok((self.bucket_mb * 1024.0 * 1024.0).round().max(1.0) as usize)
+    }
+
+    fn config(&self, batch: i64) -> TrainConfig {
+        TrainConfig { batch, warmup: self.warmup, iterations: self.iterations, algorithm: self.algorithm.to_string(), check_steps: 0, ..TrainConfig::paper(batch) }
+    }
+
+    /// The arguments a rank process gets.
+    fn rank_command(&self, out: &Path) -> Vec<String> {
+        let batches: Vec<String> = self.batches.iter().map(i64::to_string).collect();
+        let mut args = vec!["train-rank".to_string(), "--model".into(), self.models.into(), "--batch".into(), batches.join(",")];
+        for (flag, value) in [("--algo", self.algorithm.to_string()), ("--warmup", self.warmup.to_string()), ("--iters", self.iterations.to_string()), ("--bucket-mb", self.bucket_mb.to_string())] {
+            args.push(flag.into());
+            args.push(value);
+        }
+        args.push("--out".into());
+        args.push(out.display().to_string());
+        args
+    }
+}
+
+/// Every model at every batch on this process's GPU, as one rank of `comm` (or alone).
+fn measure(args: &ScalingArgs<'_>, device: usize, rank: usize, dp: Option<DataParallel>, mut done: impl FnMut(&RankRow)) -> Result<Vec<RankRow>> {
+    let mut rows = Vec::new();
+    for &batch in args.batches {
+        for name in training_models(args.models)? {
+            nimble_torch::cuda_synchronize()?;
+            nimble_torch::cuda_empty_cache()?;
+            let row = training::measure_rank(name, &args.config(batch), device, dp.clone()).map_err(anyhow::Error::msg).with_context(|| format!("rank {rank}: {name} at batch {batch}"))?;
+            let row = RankRow { model: name.into(), batch, rank, samples_us: row.step.samples_us, prepare: serde_json::to_value(&row.prepare)? };
+            done(&row);
+            rows.push(row);
+        }
+    }
+    Ok(rows)
+}
+
+fn env_number(name: &str) -> Result<usize> {
+    let text = std::env::var(name).with_context(|| format!("train-rank runs as one rank of `train --gpus`, which sets {name}; it is not set"))?;
+    text.trim().parse().with_context(|| format!("{name} is `{text}`, expected a number"))
+}
+
+/// `train-rank`: one rank, from the environment a launcher set.
+pub fn rank_main(args: &ScalingArgs<'_>) -> Result<()> {
+    let bucket_bytes = args.check()?;
+    let (rank, world) = (env_number("NIMBLE_RANK")?, env_number("NIMBLE_WORLD_SIZE")?);
+    let device = std::env::var("NIMBLE_LOCAL_RANK").map_or(Ok(rank), |_| env_number("NIMBLE_LOCAL_RANK"))?;
+    let id = NcclId::from_hex(&std::env::var("NIMBLE_NCCL_ID").context("train-rank needs NIMBLE_NCCL_ID (the launcher's NCCL id, hex)")?)?;
+    let comm = Rc::new(Communicator::new(&id, world, rank, device)?);
+    tch::Cuda::cudnn_set_benchmark(true);
+    let dp = DataParallel::new(comm).bucket_bytes(bucket_bytes);
+    let rows = measure(args, device, rank, Some(dp), |row| {
+        if rank == 0 {
+            eprintln!("  {} at batch {} on {world} GPUs: {:.3} ms", row.model, row.batch, nimble_cuda::Samples::new(row.samples_us.clone()).median_us / 1000.0);
+        }
+    })?;
+    let out = args.out.context("train-rank needs --out (where its rows go)")?;
+    write_file(out, &serde_json::to_string(&rows)?)
+}
+
+/// Waits for every rank; the first to fail stops the others.
+fn wait_all(mut ranks: Vec<Child>) -> Result<()> {
+    let mut running: Vec<bool> = vec![true; ranks.len()];
+    while running.iter().any(|&r| r) {
+        for (rank, child) in ranks.iter_mut().enumerate() {
+            if !running[rank] {
+                continue;
+            }
+            if let Some(status) = child.try_wait()? {
+                running[rank] = false;
+                if !status.success() {
+                    for other in ranks.iter_mut() {
+                        let _ = other.kill();
+                        let _ = other.wait();
+                    }
+                    bail!("rank {rank} failed ({status}); its error is above. The other ranks were stopped");
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(())
+}
+
+/// Starts `gpus` rank processes and merges what they measured.
+fn launch(args: &ScalingArgs<'_>, gpus: usize, scratch: &Path) -> Result<Vec<ScalingRow>> {
+    let id = NcclId::new()?;
+    let exe = std::env::current_exe().context("finding this program to start the ranks")?;
+    let outs: Vec<PathBuf> = (0..gpus).map(|r| scratch.join(format!("rank-{gpus}-{r}.json"))).collect();
+    let mut ranks = Vec::new();
+    for (rank, out) in outs.iter().enumerate() {
+        let child = Command::new(&exe)
+            .args(args.rank_command(out))
+            .env("NIMBLE_RANK", rank.to_string())
+            .env("NIMBLE_LOCAL_RANK", rank.to_string())
+            .env("NIMBLE_WORLD_SIZE", gpus.to_string())
+            .env("NIMBLE_NCCL_ID", id.to_hex())
+            // NVLink multicast stays off (the lent machines' rule; plain NVLink P2P is used).
+            .env("NCCL_NVLS_ENABLE", "0")
+            .spawn();
+        match child {
+            Ok(child) => ranks.push(child),
+            Err(e) => {
+                for mut started in ranks {
+                    let _ = started.kill();
+                }
+                return Err(e).with_context(|| format!("starting rank {rank} ({})", exe.display()));
+            }
+        }
+    }
+    wait_all(ranks)?;
+    let mut all = Vec::new();
+    for (rank, out) in outs.iter().enumerate() {
+        let text = std::fs::read_to_string(out).with_context(|| format!("reading rank {rank}'s rows"))?;
+        all.push(serde_json::from_str::<Vec<RankRow>>(&text).with_context(|| format!("parsing rank {rank}'s rows"))?);
+    }
+    scaling::merge(gpus, &all).map_err(anyhow::Error::msg)
+}
+
+/// `train --gpus`: the scaling measurement.
+pub fn scaling_run(args: &ScalingArgs<'_>) -> Result<()> {
+    let bucket_bytes = args.check()?;
+    let visible = nimble_torch::cuda_device_count();
+    for &gpus in args.gpus {
+        anyhow::ensure!(gpus >= 1, "--gpus 0: expected at least one GPU per configuration");
+        anyhow::ensure!(gpus <= visible, "--gpus {gpus} asks for {gpus} GPUs, but this machine has {visible}");
+    }
+    let gpu = open_gpu("train --gpus", "")?;
+    let (major, minor, patch) = nccl_version()?;
+    let scratch = std::env::temp_dir().join(format!("nimble-train-ranks-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
+    let mut rows = Vec::new();
+    for &gpus in args.gpus {
+        eprintln!("train: whole step on {gpus} GPU{}", if gpus == 1 { "" } else { "s" });
+        let measured = if gpus == 1 {
+            let bar = progress(args.batches.len() * training_models(args.models)?.len(), "train 1 GPU");
+            let ranks = measure(args, 0, 0, None, |row| {
+                note(&bar, &format!("  {} at batch {}: {:.3} ms", row.model, row.batch, nimble_cuda::Samples::new(row.samples_us.clone()).median_us / 1000.0));
+                bar.inc(1);
+            })?;
+            bar.finish_and_clear();
+            scaling::merge(1, &[ranks]).map_err(anyhow::Error::msg)?
+        } else {
+            nimble_torch::cuda_empty_cache()?;
+            launch(args, gpus, &scratch)?
+        };
+        rows.extend(measured);
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    let method = "data parallel, one process per GPU; whole training step as one CUDA graph per rank (forward on Nimble's streams, backward, NCCL all-reduce of gradient buckets on their own stream, fused SGD); cuDNN benchmark on; fresh randn inputs and random labels every step; CUDA events around each step; each rank's median; a configuration's step is its slowest rank's";
+    let record = ScalingRecord {
+        experiment: "scaling".into(),
+        provenance: Provenance::now(gpu.info(), args.warmup, args.iterations, method),
+        libtorch: LIBTORCH_VERSION.into(),
+        nccl: format!("{major}.{minor}.{patch}"),
+        precision: PRECISION.into(),
+        optimizer: training::optimizer_label(&args.config(args.batches[0])),
+        bucket_bytes,
+        batch_norm: "per rank (each rank normalizes its own share of the batch, as DDP without SyncBatchNorm)".into(),
+        rows,
+    };
+    if let Some(path) = args.out {
+        write_file(path, &serde_json::to_string_pretty(&record)?)?;
+    }
+    emit(&scaling_table(&record))
+}
+
+fn scaling_table(record: &ScalingRecord) -> String {
+    let mut text = format!("{}\n", provenance_line(&record.provenance, &record.libtorch, &format!("NCCL {}, data-parallel whole training step", record.nccl)));
+    text += &format!("{:<16} {:>6} {:>5} {:>10} {:>12} {:>9}\n", "model", "batch", "GPUs", "step ms", "samples/s", "× 1 GPU");
+    for row in &record.rows {
+        let speedup = scaling::speedup(&record.rows, row).map_or("-".into(), |s| format!("{s:.2}"));
+        let slowest = row.rank_medians_us.iter().cloned().fold(f64::NAN, f64::max);
+        text += &format!("{:<16} {:>6} {:>5} {:>10.3} {:>12.0} {:>9}\n", row.model, row.batch, row.gpus, slowest / 1000.0, row.samples_per_s, speedup);
+    }
+    text.trim_end().to_string()
+}

@@ -1,0 +1,300 @@
+// Data parallelism over NCCL: communicators (one per process and GPU, made from a unique id the
+// launcher hands every rank), the few collectives prepare needs eagerly (broadcast, all-gather,
+// mean), and the gradient reducer that a whole-step capture records.
+//
+// The reducer all-reduces the gradients in buckets (chosen in Rust) on a stream of its own. A
+// post-accumulate-grad hook on every bucketed parameter records an event on the stream that
+// produced the gradient; once every gradient of a bucket is ready (and every earlier bucket has
+// been launched, so that all ranks issue the collectives in one order), the reducer's stream
+// waits for those events, packs the bucket into one flat tensor, all-reduces it with ncclAvg and
+// copies the means back into the gradients. `finish` launches what is left and makes the
+// current stream wait for the reducer's, so the optimizer reads the means. Inside a capture all
+// of this becomes graph nodes: the all-reduces overlap the rest of the backward on every replay.
+
+#include "common.h"
+#include "nimble_shim.h"
+
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <nccl.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+
+namespace nimble_shim {
+namespace {
+
+void nccl_check(ncclResult_t result, const char* call, ncclComm_t comm = nullptr) {
+  if (result == ncclSuccess || result == ncclInProgress) return;
+  std::string message = std::string("NCCL ") + call + " failed: " + ncclGetErrorString(result);
+  const char* last = ncclGetLastError(comm);
+  if (last != nullptr && *last != '\0') message += std::string(" (") + last + ")";
+  throw std::runtime_error(message);
+}
+
+ncclDataType_t nccl_type(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return ncclFloat32;
+    case at::kDouble: return ncclFloat64;
+    case at::kHalf: return ncclFloat16;
+    case at::kBFloat16: return ncclBfloat16;
+    case at::kLong: return ncclInt64;
+    case at::kInt: return ncclInt32;
+    default: throw std::runtime_error(std::string("NCCL cannot reduce tensors of type ") + c10::toString(t.scalar_type()));
+  }
+}
+
+void check_on_device(const at::Tensor& t, int device, const char* what) {
+  if (!t.is_cuda() || t.get_device() != device)
+    throw std::runtime_error(std::string(what) + " is on " + t.device().str() + ", expected cuda:" + std::to_string(device) +
+                             " (this rank's GPU)");
+  if (!t.is_contiguous()) throw std::runtime_error(std::string(what) + " is not contiguous");
+}
+
+struct Comm {
+  ncclComm_t comm = nullptr;
+  int world = 0;
+  int rank = 0;
+  int device = 0;
+};
+
+struct Reducer;
+
+// Tells the reducer that a parameter's gradient has been accumulated (called by autograd's
+// AccumulateGrad on the engine's thread, with the gradient's stream current).
+struct ReadyHook : torch::autograd::PostAccumulateGradHook {
+  Reducer* reducer;
+  int index;
+  ReadyHook(Reducer* r, int i) : reducer(r), index(i) {}
+  void operator()(const torch::autograd::Variable& tensor) override;
+};
+
+struct Reducer {
+  Comm* comm;
+  c10::cuda::CUDAStream stream;
+  std::vector<at::Tensor> params;
+  std::vector<std::vector<int>> members;  // per bucket, its parameters in order
+  std::vector<int> bucket_of;             // per parameter
+  std::vector<std::unique_ptr<at::cuda::CUDAEvent>> ready_events;
+  std::vector<bool> ready;
+  std::vector<int> pending;               // per bucket, gradients not ready yet
+  std::vector<at::Tensor> flats;          // per bucket, this step's packed gradients
+  at::cuda::CUDAEvent done;               // recorded after the last bucket
+  size_t next = 0;                        // the first bucket not launched
+  bool armed = false;
+  std::mutex mu;
+
+  Reducer(Comm* c, c10::cuda::CUDAStream s) : comm(c), stream(s) {}
+
+  void mark_ready(int i, const c10::cuda::CUDAStream& on) {
+    if (ready[i]) return;
+    ready[i] = true;
+    ready_events[i]->record(on);
+    pending[bucket_of[i]]--;
+  }
+
+  void launch_ready() {
+    while (next < members.size() && pending[next] == 0) launch(next++);
+  }
+
+  void launch(size_t b) {
+    std::vector<at::Tensor> grads, flat_parts;
+    std::vector<int64_t> sizes;
+    for (int i : members[b]) {
+      const at::Tensor& g = params[i].grad();
+      if (!g.defined())
+        throw std::runtime_error("parameter " + std::to_string(i) +
+                                 " got no gradient in this step, but data parallelism reduces the same buckets on every rank and "
+                                 "every bucketed parameter had one when the buckets were made");
+      ready_events[i]->block(stream);
+      grads.push_back(g);
+      flat_parts.push_back(g.reshape({-1}));
+      sizes.push_back(g.numel());
+    }
+    c10::cuda::CUDAStreamGuard guard(stream);
+    at::Tensor flat = at::cat(flat_parts, 0);
+    nccl_check(ncclAllReduce(flat.data_ptr(), flat.data_ptr(), flat.numel(), nccl_type(flat), ncclAvg, comm->comm, stream.stream()),
+               "ncclAllReduce", comm->comm);
+    auto means = flat.split_with_sizes(sizes);
+    for (size_t k = 0; k < grads.size(); k++) {
+      grads[k].record_stream(stream);
+      grads[k].copy_(means[k].view(grads[k].sizes()));
+    }
+    flats[b] = flat;
+  }
+};
+
+void ReadyHook::operator()(const torch::autograd::Variable&) {
+  std::lock_guard<std::mutex> lock(reducer->mu);
+  if (!reducer->armed) return;
+  reducer->mark_ready(index, c10::cuda::getCurrentCUDAStream(reducer->comm->device));
+  reducer->launch_ready();
+}
+
+}  // namespace
+}  // namespace nimble_shim
+
+using namespace nimble_shim;
+
+extern "C" {
+
+int ns_nccl_version(int* out) {
+  return guarded([&] { nccl_check(ncclGetVersion(out), "ncclGetVersion"); });
+}
+
+// A fresh unique id (NCCL_UNIQUE_ID_BYTES bytes). The process that makes it runs NCCL's
+// bootstrap root and must live until every rank has joined.
+int ns_nccl_unique_id(unsigned char* out, int n) {
+  return guarded([&] {
+    if (n != NCCL_UNIQUE_ID_BYTES) throw std::runtime_error("an NCCL unique id has " + std::to_string(NCCL_UNIQUE_ID_BYTES) + " bytes");
+    ncclUniqueId id;
+    nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    std::memcpy(out, id.internal, NCCL_UNIQUE_ID_BYTES);
+  });
+}
+
+// Joins the communicator of `world` ranks named by `id`, as `rank`, on GPU `device` (blocks
+// until every rank has joined).
+int ns_comm_new(const unsigned char* id, int n, int world, int rank, int device, void** out) {
+  return guarded([&] {
+    if (n != NCCL_UNIQUE_ID_BYTES) throw std::runtime_error("an NCCL unique id has " + std::to_string(NCCL_UNIQUE_ID_BYTES) + " bytes");
+    ncclUniqueId unique;
+    std::memcpy(unique.internal, id, NCCL_UNIQUE_ID_BYTES);
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    auto comm = std::make_unique<Comm>();
+    nccl_check(ncclCommInitRank(&comm->comm, world, unique, rank), "ncclCommInitRank");
+    comm->world = world;
+    comm->rank = rank;
+    comm->device = device;
+    *out = comm.release();
+  });
+}
+
+void ns_comm_free(void* raw) {
+  auto* comm = static_cast<Comm*>(raw);
+  if (comm == nullptr) return;
+  if (comm->comm != nullptr) ncclCommDestroy(comm->comm);
+  delete comm;
+}
+
+// Copies rank `root`'s tensors into every rank's, in place, on the current stream (waits).
+int ns_comm_broadcast(void* raw, void* const* tensors, int n, int root) {
+  return guarded([&] {
+    auto* comm = static_cast<Comm*>(raw);
+    auto stream = c10::cuda::getCurrentCUDAStream(comm->device);
+    nccl_check(ncclGroupStart(), "ncclGroupStart");
+    for (auto& t : tensor_list(tensors, n)) {
+      check_on_device(t, comm->device, "a broadcast tensor");
+      nccl_check(ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t), root, comm->comm, stream.stream()), "ncclBroadcast",
+                 comm->comm);
+    }
+    nccl_check(ncclGroupEnd(), "ncclGroupEnd", comm->comm);
+    stream.synchronize();
+  });
+}
+
+// Every rank's `n` integers, rank by rank, into `all` (world × n), on the current stream (waits).
+int ns_comm_all_gather_i64(void* raw, const long long* mine, int n, long long* all) {
+  return guarded([&] {
+    auto* comm = static_cast<Comm*>(raw);
+    auto stream = c10::cuda::getCurrentCUDAStream(comm->device);
+    auto options = at::TensorOptions().dtype(at::kLong).device(at::kCUDA, comm->device);
+    at::Tensor send = at::from_blob(const_cast<long long*>(mine), {n}, at::kLong).to(options);
+    at::Tensor recv = at::empty({static_cast<int64_t>(comm->world) * n}, options);
+    nccl_check(ncclAllGather(send.data_ptr(), recv.data_ptr(), n, ncclInt64, comm->comm, stream.stream()), "ncclAllGather", comm->comm);
+    at::Tensor host = recv.cpu();
+    std::memcpy(all, host.data_ptr<int64_t>(), sizeof(long long) * comm->world * n);
+  });
+}
+
+// Replaces each tensor by its mean over the ranks, in place, on the current stream.
+int ns_comm_all_reduce_mean(void* raw, void* const* tensors, int n) {
+  return guarded([&] {
+    auto* comm = static_cast<Comm*>(raw);
+    auto stream = c10::cuda::getCurrentCUDAStream(comm->device);
+    nccl_check(ncclGroupStart(), "ncclGroupStart");
+    for (auto& t : tensor_list(tensors, n)) {
+      check_on_device(t, comm->device, "an all-reduced tensor");
+      nccl_check(ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t), ncclAvg, comm->comm, stream.stream()), "ncclAllReduce",
+                 comm->comm);
+    }
+    nccl_check(ncclGroupEnd(), "ncclGroupEnd", comm->comm);
+  });
+}
+
+// A reducer over `params` (n), parameter i in bucket bucket_of[i] (buckets numbered from 0 in
+// launch order, each in one dtype; -1: not reduced). Installs a post-accumulate-grad hook on
+// every bucketed parameter; ns_reducer_free removes them.
+int ns_reducer_new(void* raw_comm, void* const* params, int n, const int* bucket_of, int n_buckets, void** out) {
+  return guarded([&] {
+    auto* comm = static_cast<Comm*>(raw_comm);
+    auto stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, static_cast<c10::DeviceIndex>(comm->device));
+    auto reducer = std::make_unique<Reducer>(comm, stream);
+    reducer->params = tensor_list(params, n);
+    reducer->members.resize(n_buckets);
+    for (int i = 0; i < n; i++) {
+      int b = bucket_of[i];
+      if (b < -1 || b >= n_buckets) throw std::runtime_error("bucket " + std::to_string(b) + " of parameter " + std::to_string(i) + " is out of range");
+      reducer->bucket_of.push_back(b);
+      reducer->ready_events.push_back(std::make_unique<at::cuda::CUDAEvent>());
+      if (b < 0) continue;
+      check_on_device(reducer->params[i], comm->device, "a reduced parameter");
+      reducer->members[b].push_back(i);
+      if (torch::autograd::impl::post_acc_grad_hooks(reducer->params[i]) != nullptr)
+        throw std::runtime_error("parameter " + std::to_string(i) + " already has a post-accumulate-grad hook; data parallelism installs its own");
+    }
+    for (size_t b = 0; b < reducer->members.size(); b++)
+      if (reducer->members[b].empty()) throw std::runtime_error("bucket " + std::to_string(b) + " has no parameter");
+    for (int i = 0; i < n; i++)
+      if (reducer->bucket_of[i] >= 0)
+        torch::autograd::impl::set_post_acc_grad_hooks(reducer->params[i], std::make_unique<ReadyHook>(reducer.get(), i));
+    reducer->flats.resize(n_buckets);
+    *out = reducer.release();
+  });
+}
+
+void ns_reducer_free(void* raw) {
+  auto* reducer = static_cast<Reducer*>(raw);
+  if (reducer == nullptr) return;
+  try {
+    for (size_t i = 0; i < reducer->params.size(); i++)
+      if (reducer->bucket_of[i] >= 0) torch::autograd::impl::set_post_acc_grad_hooks(reducer->params[i], nullptr);
+  } catch (...) {
+  }
+  delete reducer;
+}
+
+// Starts a step: every gradient not ready, no bucket launched.
+int ns_reducer_arm(void* raw) {
+  return guarded([&] {
+    auto* r = static_cast<Reducer*>(raw);
+    std::lock_guard<std::mutex> lock(r->mu);
+    r->ready.assign(r->params.size(), false);
+    r->pending.assign(r->members.size(), 0);
+    for (size_t b = 0; b < r->members.size(); b++) r->pending[b] = static_cast<int>(r->members[b].size());
+    r->next = 0;
+    r->armed = true;
+  });
+}
+
+// Ends a step's backward: launches the buckets not launched yet (gradients whose hook did not
+// run count as ready on the current stream) and makes the current stream wait for them all.
+int ns_reducer_finish(void* raw) {
+  return guarded([&] {
+    auto* r = static_cast<Reducer*>(raw);
+    std::lock_guard<std::mutex> lock(r->mu);
+    if (!r->armed) throw std::runtime_error("the gradient reducer finished a step it did not start");
+    r->armed = false;
+    auto current = c10::cuda::getCurrentCUDAStream(r->comm->device);
+    for (size_t i = 0; i < r->params.size(); i++)
+      if (r->bucket_of[i] >= 0) r->mark_ready(static_cast<int>(i), current);
+    r->launch_ready();
+    r->done.record(r->stream);
+    r->done.block(current);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,178 @@
+//! GPU test of data parallelism: two ranks, each a process on its own GPU with a batch of
+//! `BATCH`, train the whole step (gradient all-reduces captured in each rank's graph) and must
+//! match one GPU training on the whole batch of 2 × `BATCH` from the same weights and data, over
+//! `STEPS` steps. BatchNorm is per rank, so the reference normalizes each half of the batch on
+//! its own (and averages the two halves' losses); parameters are compared, not BatchNorm's
+//! running statistics, which each rank keeps for its own half.
+//!
+//! The test starts its ranks by running its own binary again (the ranks find their part through
+//! the environment). With fewer than two GPUs it prints a notice and passes; with
+//! `NIMBLE_REQUIRE_MULTI_GPU=1` it fails instead.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use nimble_torch::distributed::{Communicator, DataParallel, NcclId};
+use nimble_torch::{relative_error, Nimble, Optimizer, PrepareOptions, TrainStep};
+use tch::nn::{self, ModuleT, OptimizerConfig};
+use tch::{Device, Kind, Tensor};
+
+mod common;
+use common::net::Net;
+
+const WORLD: usize = 2;
+const BATCH: i64 = 8;
+const STEPS: usize = 20;
+const LR: f64 = 0.05;
+/// As the one-GPU training tests: float32, TF32 convolutions, non-deterministic reductions.
+const TOLERANCE: f64 = 5e-3;
+const TEST: &str = "two_ranks_train_like_one_gpu_on_the_whole_batch";
+
+fn sgd() -> Optimizer {
+    Optimizer::sgd(LR).momentum(0.9).weight_decay(5e-4)
+}
+
+/// The whole batch of every step, made on the CPU so that every process gets the same numbers.
+fn global_batches() -> Vec<(Tensor, Tensor)> {
+    tch::manual_seed(11);
+    (0..STEPS).map(|_| (Tensor::randn([WORLD as i64 * BATCH, 3, 32, 32], (Kind::Float, Device::Cpu)), Tensor::randint(10, [WORLD as i64 * BATCH], (Kind::Int64, Device::Cpu)))).collect()
+}
+
+fn network(seed: i64, device: Device) -> (nn::VarStore, Net) {
+    tch::manual_seed(seed);
+    let vs = nn::VarStore::new(device);
+    let net = Net::new(&vs.root(), 0.0);
+    (vs, net)
+}
+
+/// One rank: its share of every batch, the whole step prepared data parallel.
+fn rank_main(rank: usize, out: &Path) {
+    let id = NcclId::from_hex(&std::env::var("NIMBLE_NCCL_ID").unwrap()).unwrap();
+    let comm = Rc::new(Communicator::new(&id, WORLD, rank, rank).unwrap());
+    let device = Device::Cuda(rank);
+    tch::Cuda::cudnn_set_benchmark(true);
+    // Each rank starts from other weights: prepare must hand every rank rank 0's.
+    let (vs, net) = network(rank as i64, device);
+    let share = |t: &Tensor| t.narrow(0, rank as i64 * BATCH, BATCH).to(device);
+    let data: Vec<(Tensor, Tensor)> = global_batches().iter().map(|(x, y)| (share(x), share(y))).collect();
+    let mut nimble = Nimble::new(net);
+    let step = TrainStep::new(sgd()).data_parallel(DataParallel::new(comm.clone()));
+    let report = nimble.prepare_train_step(&[data[0].0.copy()], &data[0].1, PrepareOptions::training(), step).unwrap().clone();
+    assert_eq!(report.gradient_buckets, 1, "{report:?}");
+    let losses: Vec<f64> = data.iter().map(|(x, y)| nimble.train_step(std::slice::from_ref(x), y).unwrap().double_value(&[])).collect();
+    std::fs::write(out.join(format!("losses-{rank}.json")), serde_json::to_string(&losses).unwrap()).unwrap();
+    vs.save(out.join(format!("vars-{rank}.ot"))).unwrap();
+}
+
+/// Waits for every rank; a failed rank stops the others (they would wait in NCCL for ever).
+fn wait_all(mut ranks: Vec<Child>, limit: Duration) {
+    let started = Instant::now();
+    let mut done = vec![false; ranks.len()];
+    while done.iter().any(|d| !d) {
+        for (r, child) in ranks.iter_mut().enumerate() {
+            if done[r] {
+                continue;
+            }
+            if let Some(status) = child.try_wait().unwrap() {
+                done[r] = true;
+                if !status.success() {
+                    ranks.iter_mut().for_each(|c| drop(c.kill()));
+                    panic!("rank {r} failed ({status}); see its output above");
+                }
+            }
+        }
+        if started.elapsed() > limit {
+            ranks.iter_mut().for_each(|c| drop(c.kill()));
+            panic!("the ranks did not finish in {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// One GPU, the whole batch, BatchNorm per half: the reference.
+fn reference(data: &[(Tensor, Tensor)]) -> (nn::VarStore, Vec<f64>) {
+    let device = Device::Cuda(0);
+    let (vs, net) = network(0, device);
+    let mut opt = nn::Sgd { momentum: 0.9, dampening: 0.0, wd: 5e-4, nesterov: false }.build(&vs, LR).unwrap();
+    let losses = data
+        .iter()
+        .map(|(x, y)| {
+            opt.zero_grad();
+            let mut total = 0.0;
+            for r in 0..WORLD as i64 {
+                let (x, y) = (x.narrow(0, r * BATCH, BATCH).to(device), y.narrow(0, r * BATCH, BATCH).to(device));
+                let loss = net.forward_t(&x, true).cross_entropy_for_logits(&y) / WORLD as f64;
+                loss.backward();
+                total += loss.double_value(&[]);
+            }
+            opt.step();
+            total
+        })
+        .collect();
+    (vs, losses)
+}
+
+fn load(path: &Path) -> nn::VarStore {
+    let (mut vs, _net) = network(5, Device::Cuda(0));
+    vs.load(path).unwrap();
+    vs
+}
+
+#[test]
+fn two_ranks_train_like_one_gpu_on_the_whole_batch() {
+    if let Ok(rank) = std::env::var("NIMBLE_TEST_RANK") {
+        return rank_main(rank.parse().unwrap(), Path::new(&std::env::var("NIMBLE_TEST_OUT").unwrap()));
+    }
+    let gpus = nimble_torch::cuda_device_count();
+    if gpus < WORLD {
+        if std::env::var("NIMBLE_REQUIRE_MULTI_GPU").as_deref() == Ok("1") {
+            panic!("NIMBLE_REQUIRE_MULTI_GPU=1 but libtorch sees {gpus} CUDA devices, fewer than {WORLD}");
+        }
+        eprintln!("notice: {gpus} CUDA devices, fewer than {WORLD}; skipping the data-parallel test (set NIMBLE_REQUIRE_MULTI_GPU=1 to fail instead)");
+        return;
+    }
+    let out: PathBuf = std::env::temp_dir().join(format!("nimble-data-parallel-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let id = NcclId::new().unwrap();
+    let ranks: Vec<Child> = (0..WORLD)
+        .map(|rank| {
+            Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
+                .env("NIMBLE_TEST_RANK", rank.to_string())
+                .env("NIMBLE_TEST_OUT", &out)
+                .env("NIMBLE_NCCL_ID", id.to_hex())
+                .env("NCCL_NVLS_ENABLE", "0")
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    wait_all(ranks, Duration::from_secs(300));
+
+    let read = |rank: usize| -> Vec<f64> { serde_json::from_str(&std::fs::read_to_string(out.join(format!("losses-{rank}.json"))).unwrap()).unwrap() };
+    let (r0, r1) = (read(0), read(1));
+    let losses: Vec<f64> = r0.iter().zip(&r1).map(|(a, b)| (a + b) / 2.0).collect();
+    let (expected_vs, expected) = reference(&global_batches());
+    let trained = [load(&out.join("vars-0.ot")), load(&out.join("vars-1.ot"))];
+    let _ = std::fs::remove_dir_all(&out);
+
+    let loss_error = losses.iter().zip(&expected).map(|(l, r)| (l - r).abs() / r.abs().max(1e-12)).fold(0.0, f64::max);
+    let mut worst = (0.0f64, String::new());
+    let (vars0, vars1) = (trained[0].variables(), trained[1].variables());
+    for (name, want) in expected_vs.variables() {
+        if name.ends_with("running_mean") || name.ends_with("running_var") {
+            continue; // BatchNorm's statistics: each rank keeps its own half's
+        }
+        assert_eq!(relative_error(&vars1[&name], &vars0[&name]), 0.0, "{name}: the ranks' parameters differ");
+        let error = relative_error(&vars0[&name], &want);
+        if error.is_nan() || error > worst.0 {
+            worst = (error, name);
+        }
+    }
+    let (worst, name) = worst;
+    eprintln!("data parallel over {WORLD} GPUs: after {STEPS} steps, largest parameter difference {worst:.2e} ({name}), loss difference {loss_error:.2e}; losses {:.4} → {:.4}", expected[0], expected[STEPS - 1]);
+    assert!(worst <= TOLERANCE, "parameter {name} differs from one-GPU training by {worst:.2e}");
+    assert!(loss_error <= TOLERANCE, "losses differ from one-GPU training by {loss_error:.2e}");
+    assert!(expected[STEPS - 1] < expected[0], "the reference did not lower the loss, so the test proves little");
+}
