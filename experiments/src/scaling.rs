@@ -51,8 +51,9 @@ pub struct ScalingRecord {
     pub nccl: String,
     pub precision: String,
     pub optimizer: String,
-    /// Gradient bytes per all-reduce bucket.
+    /// Gradient bytes per all-reduce bucket, and in the first (the last layers' gradients).
     pub bucket_bytes: usize,
+    pub first_bucket_bytes: usize,
     /// How BatchNorm is treated across ranks.
     pub batch_norm: String,
     pub rows: Vec<ScalingRow>,

@@ -40,17 +40,22 @@ pub struct ScalingArgs<'a> {
     pub warmup: usize,
     pub iterations: usize,
     pub bucket_mb: f64,
+    pub first_bucket_mb: f64,
     pub out: Option<&'a Path>,
 }
 
 impl ScalingArgs<'_> {
-    fn check(&self) -> Result<usize> {
+    /// The bucket sizes in bytes: the first, the others.
+    fn check(&self) -> Result<(usize, usize)> {
         anyhow::ensure!(self.batches.iter().all(|&b| b >= 1), "--batch sizes must be at least 1");
         anyhow::ensure!(self.iterations >= 1, "--iters must be at least 1");
-        anyhow::ensure!(self.bucket_mb.is_finite() && self.bucket_mb > 0.0, "--bucket-mb is {}, expected a positive number of MiB (DDP's default is 25)", self.bucket_mb);
+        for (flag, mb, default) in [("--bucket-mb", self.bucket_mb, 25), ("--first-bucket-mb", self.first_bucket_mb, 1)] {
+            anyhow::ensure!(mb.is_finite() && mb > 0.0, "{flag} is {mb}, expected a positive number of MiB (DDP's default is {default})");
+        }
         nimble_sched::algorithms::by_name(self.algorithm)?;
         training_models(self.models)?;
-        Ok((self.bucket_mb * 1024.0 * 1024.0).round().max(1.0) as usize)
+        let bytes = |mb: f64| (mb * 1024.0 * 1024.0).round().max(1.0) as usize;
+        Ok((bytes(self.first_bucket_mb), bytes(self.bucket_mb)))
     }
 
     fn config(&self, batch: i64) -> TrainConfig {
@@ -61,7 +66,7 @@ impl ScalingArgs<'_> {
     fn rank_command(&self, out: &Path) -> Vec<String> {
         let batches: Vec<String> = self.batches.iter().map(i64::to_string).collect();
         let mut args = vec!["train-rank".to_string(), "--model".into(), self.models.into(), "--batch".into(), batches.join(",")];
-        for (flag, value) in [("--algo", self.algorithm.to_string()), ("--warmup", self.warmup.to_string()), ("--iters", self.iterations.to_string()), ("--bucket-mb", self.bucket_mb.to_string())] {
+        for (flag, value) in [("--algo", self.algorithm.to_string()), ("--warmup", self.warmup.to_string()), ("--iters", self.iterations.to_string()), ("--bucket-mb", self.bucket_mb.to_string()), ("--first-bucket-mb", self.first_bucket_mb.to_string())] {
             args.push(flag.into());
             args.push(value);
         }
@@ -94,13 +99,13 @@ fn env_number(name: &str) -> Result<usize> {
 
 /// `train-rank`: one rank, from the environment a launcher set.
 pub fn rank_main(args: &ScalingArgs<'_>) -> Result<()> {
-    let bucket_bytes = args.check()?;
+    let (first_bucket_bytes, bucket_bytes) = args.check()?;
     let (rank, world) = (env_number("NIMBLE_RANK")?, env_number("NIMBLE_WORLD_SIZE")?);
     let device = std::env::var("NIMBLE_LOCAL_RANK").map_or(Ok(rank), |_| env_number("NIMBLE_LOCAL_RANK"))?;
     let id = NcclId::from_hex(&std::env::var("NIMBLE_NCCL_ID").context("train-rank needs NIMBLE_NCCL_ID (the launcher's NCCL id, hex)")?)?;
     let comm = Rc::new(Communicator::new(&id, world, rank, device)?);
     tch::Cuda::cudnn_set_benchmark(true);
-    let dp = DataParallel::new(comm).bucket_bytes(bucket_bytes);
+    let dp = DataParallel::new(comm).bucket_bytes(bucket_bytes).first_bucket_bytes(first_bucket_bytes);
     let rows = measure(args, device, rank, Some(dp), |row| {
         if rank == 0 {
             eprintln!("  {} at batch {} on {world} GPUs: {:.3} ms", row.model, row.batch, nimble_cuda::Samples::new(row.samples_us.clone()).median_us / 1000.0);
@@ -171,7 +176,7 @@ fn launch(args: &ScalingArgs<'_>, gpus: usize, scratch: &Path) -> Result<Vec<Sca
 
 /// `train --gpus`: the scaling measurement.
 pub fn scaling_run(args: &ScalingArgs<'_>) -> Result<()> {
-    let bucket_bytes = args.check()?;
+    let (first_bucket_bytes, bucket_bytes) = args.check()?;
     let visible = nimble_torch::cuda_device_count();
     for &gpus in args.gpus {
         anyhow::ensure!(gpus >= 1, "--gpus 0: expected at least one GPU per configuration");
@@ -208,6 +213,7 @@ pub fn scaling_run(args: &ScalingArgs<'_>) -> Result<()> {
         precision: PRECISION.into(),
         optimizer: training::optimizer_label(&args.config(args.batches[0])),
         bucket_bytes,
+        first_bucket_bytes,
         batch_norm: "per rank (each rank normalizes its own share of the batch, as DDP without SyncBatchNorm)".into(),
         rows,
     };

@@ -143,6 +143,9 @@ pub(crate) enum TorchCommand {
         /// Gradient bytes per all-reduce bucket, MiB (with --gpus)
         #[arg(long, default_value_t = 25.0)]
         bucket_mb: f64,
+        /// Gradient bytes in the first bucket (the last layers'), MiB (with --gpus)
+        #[arg(long, default_value_t = 1.0)]
+        first_bucket_mb: f64,
         /// Also write the result record (JSON, with provenance) here
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
@@ -163,6 +166,8 @@ pub(crate) enum TorchCommand {
         iters: usize,
         #[arg(long, default_value_t = 25.0)]
         bucket_mb: f64,
+        #[arg(long, default_value_t = 1.0)]
+        first_bucket_mb: f64,
         /// Where this rank's rows go (JSON)
         #[arg(long, value_name = "FILE")]
         out: PathBuf,
@@ -316,7 +321,7 @@ pub(crate) fn run(command: TorchCommand) -> anyhow::Result<()> {
             trace: trace.as_deref(),
             out: out.as_deref(),
         }),
-        TorchCommand::Train { model, batch, gpus, bucket_mb, algo, warmup, iters, out, .. } if !gpus.is_empty() => data_parallel::scaling_run(&data_parallel::ScalingArgs {
+        TorchCommand::Train { model, batch, gpus, bucket_mb, first_bucket_mb, algo, warmup, iters, out, .. } if !gpus.is_empty() => data_parallel::scaling_run(&data_parallel::ScalingArgs {
             models: &model,
             batches: &batch,
             gpus: &gpus,
@@ -324,9 +329,10 @@ pub(crate) fn run(command: TorchCommand) -> anyhow::Result<()> {
             warmup,
             iterations: iters,
             bucket_mb,
+            first_bucket_mb,
             out: out.as_deref(),
         }),
-        TorchCommand::TrainRank { model, batch, algo, warmup, iters, bucket_mb, out } => data_parallel::rank_main(&data_parallel::ScalingArgs {
+        TorchCommand::TrainRank { model, batch, algo, warmup, iters, bucket_mb, first_bucket_mb, out } => data_parallel::rank_main(&data_parallel::ScalingArgs {
             models: &model,
             batches: &batch,
             gpus: &[],
@@ -334,6 +340,7 @@ pub(crate) fn run(command: TorchCommand) -> anyhow::Result<()> {
             warmup,
             iterations: iters,
             bucket_mb,
+            first_bucket_mb,
             out: Some(&out),
         }),
         TorchCommand::Train { model, batch, mode, algo, backward_streams, warmup, iters, check_steps, out, .. } => torch::train(&torch::TrainArgs {

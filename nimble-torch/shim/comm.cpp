@@ -7,7 +7,7 @@
 // produced the gradient; once every gradient of a bucket is ready (and every earlier bucket has
 // been launched, so that all ranks issue the collectives in one order), the reducer's stream
 // waits for those events, packs the bucket into one flat tensor, all-reduces it with ncclAvg and
-// copies the means back into the gradients. `finish` launches what is left and makes the
+// makes the gradients views of the means. `finish` launches what is left and makes the
 // current stream wait for the reducer's, so the optimizer reads the means. Inside a capture all
 // of this becomes graph nodes: the all-reduces overlap the rest of the backward on every replay.
 
@@ -118,10 +118,13 @@ struct Reducer {
     at::Tensor flat = at::cat(flat_parts, 0);
     nccl_check(ncclAllReduce(flat.data_ptr(), flat.data_ptr(), flat.numel(), nccl_type(flat), ncclAvg, comm->comm, stream.stream()),
                "ncclAllReduce", comm->comm);
+    // The means stay where NCCL wrote them: each gradient becomes a view of the bucket (no
+    // copies back). The old gradients were read on this stream; recording that keeps the
+    // allocator from handing their memory to other streams before the reads are done.
     auto means = flat.split_with_sizes(sizes);
     for (size_t k = 0; k < grads.size(); k++) {
       grads[k].record_stream(stream);
-      grads[k].copy_(means[k].view(grads[k].sizes()));
+      params[members[b][k]].mutable_grad() = means[k].view(grads[k].sizes());
     }
     flats[b] = flat;
   }

@@ -30,6 +30,8 @@ use crate::ffi::{self, RawComm, Reducer, UNIQUE_ID_BYTES};
 
 /// PyTorch DDP's default bucket size: 25 MiB.
 pub const DEFAULT_BUCKET_BYTES: usize = 25 * 1024 * 1024;
+/// PyTorch DDP's first bucket: 1 MiB, so that the first all-reduce starts early in the backward.
+pub const DEFAULT_FIRST_BUCKET_BYTES: usize = 1024 * 1024;
 
 /// The name of an NCCL communicator: what every rank is given to join it.
 #[derive(Clone, PartialEq, Eq)]
@@ -179,29 +181,38 @@ pub struct DataParallel {
     pub comm: Rc<Communicator>,
     /// Bytes of gradient per all-reduce (a bucket closes once it holds this many).
     pub bucket_bytes: usize,
+    /// The first bucket's (the gradients the backward makes first), at most `bucket_bytes`.
+    pub first_bucket_bytes: usize,
 }
 
 impl std::fmt::Debug for DataParallel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DataParallel {{ {:?}, bucket_bytes: {} }}", self.comm, self.bucket_bytes)
+        write!(f, "DataParallel {{ {:?}, bucket_bytes: {}, first_bucket_bytes: {} }}", self.comm, self.bucket_bytes, self.first_bucket_bytes)
     }
 }
 
 impl DataParallel {
-    /// Over `comm`, with DDP's 25 MiB buckets.
+    /// Over `comm`, with DDP's buckets: 1 MiB first, then 25 MiB.
     pub fn new(comm: Rc<Communicator>) -> Self {
-        DataParallel { comm, bucket_bytes: DEFAULT_BUCKET_BYTES }
+        DataParallel { comm, bucket_bytes: DEFAULT_BUCKET_BYTES, first_bucket_bytes: DEFAULT_FIRST_BUCKET_BYTES }
     }
 
-    /// Replaces the bucket size.
+    /// Replaces the bucket size (the first bucket's too, where it is larger).
     pub fn bucket_bytes(mut self, bytes: usize) -> Self {
         self.bucket_bytes = bytes;
+        self.first_bucket_bytes = self.first_bucket_bytes.min(bytes);
+        self
+    }
+
+    /// Replaces the first bucket's size.
+    pub fn first_bucket_bytes(mut self, bytes: usize) -> Self {
+        self.first_bucket_bytes = bytes;
         self
     }
 
     pub(crate) fn check(&self) -> Result<()> {
-        if self.bucket_bytes == 0 {
-            return Err(NimbleError::InvalidInput("a bucket size of 0 bytes; expected at least one byte (DDP's default is 25 MiB)".into()));
+        if self.bucket_bytes == 0 || self.first_bucket_bytes == 0 {
+            return Err(NimbleError::InvalidInput("a bucket size of 0 bytes; expected at least one byte (DDP's defaults: 1 MiB first, then 25 MiB)".into()));
         }
         Ok(())
     }
@@ -213,13 +224,15 @@ pub type BucketInput = Option<(usize, Kind)>;
 
 /// The bucket of each parameter (`params` in order of first use in the forward), numbered in
 /// launch order; `None` for parameters without a gradient. Buckets take parameters in reverse
-/// order and close once they hold `bucket_bytes` or the next parameter has another dtype.
-pub fn buckets(params: &[BucketInput], bucket_bytes: usize) -> Vec<Option<usize>> {
+/// order and close once they hold `first_bytes` (the first) or `bucket_bytes` (the others), or
+/// the next parameter has another dtype.
+pub fn buckets(params: &[BucketInput], first_bytes: usize, bucket_bytes: usize) -> Vec<Option<usize>> {
     let mut bucket_of = vec![None; params.len()];
     let (mut bucket, mut filled, mut kind) = (0usize, 0usize, None);
     for i in (0..params.len()).rev() {
         let Some((bytes, k)) = params[i] else { continue };
-        if kind.is_some() && (kind != Some(k) || filled >= bucket_bytes) {
+        let limit = if bucket == 0 { first_bytes } else { bucket_bytes };
+        if kind.is_some() && (kind != Some(k) || filled >= limit) {
             bucket += 1;
             filled = 0;
         }
@@ -257,7 +270,7 @@ pub(crate) struct GradientSync {
 impl GradientSync {
     pub(crate) fn new(dp: &DataParallel, params: &[Tensor]) -> Result<GradientSync> {
         let inputs: Vec<BucketInput> = params.iter().map(|p| p.grad().defined().then(|| (p.numel() * p.kind().elt_size_in_bytes(), p.kind()))).collect();
-        let bucket_of = buckets(&inputs, dp.bucket_bytes);
+        let bucket_of = buckets(&inputs, dp.first_bucket_bytes, dp.bucket_bytes);
         dp.comm.check_same("the gradient buckets (count, then elements, dtype and parameters of each)", &fingerprint(params, &bucket_of))?;
         let reducer = Reducer::new(&dp.comm.raw, params, &bucket_of)?;
         let buckets = bucket_of.iter().flatten().max().map_or(0, |b| b + 1);
@@ -285,11 +298,13 @@ mod tests {
         let h = Some((2usize, Kind::Half));
         // Reverse order: 5, 4 (bucket 0 reaches 8 bytes), 3 (no gradient), 2, 1 (bucket 1), 0 (half).
         let params = [h, f, f, None, f, f];
-        assert_eq!(buckets(&params, 8), vec![Some(2), Some(1), Some(1), None, Some(0), Some(0)]);
+        assert_eq!(buckets(&params, 8, 8), vec![Some(2), Some(1), Some(1), None, Some(0), Some(0)]);
         // A bucket closes after the parameter that fills it, however large.
-        assert_eq!(buckets(&[f, Some((100, Kind::Float)), f], 8), vec![Some(1), Some(0), Some(0)]);
-        assert_eq!(buckets(&[f, f, f], usize::MAX), vec![Some(0); 3]);
-        assert!(buckets(&[None, None], 8).iter().all(Option::is_none));
+        assert_eq!(buckets(&[f, Some((100, Kind::Float)), f], 8, 8), vec![Some(1), Some(0), Some(0)]);
+        assert_eq!(buckets(&[f, f, f], usize::MAX, usize::MAX), vec![Some(0); 3]);
+        assert!(buckets(&[None, None], 8, 8).iter().all(Option::is_none));
+        // A small first bucket (the last parameters), then large ones.
+        assert_eq!(buckets(&[f, f, f, f, f], 4, 12), vec![Some(2), Some(1), Some(1), Some(1), Some(0)]);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 # whole step on 1 and N GPUs) and PyTorch DDP (eager and captured) in the same call. Builds
 # nothing: uses the binaries carried in .gpu/ (scripts/build-gpu-binaries.sh). Everything lands
 # under $OUT; the tables are printed last.
-#   usage: scripts/device/run-scaling.sh [tests|nimble|ddp|all] [MODELS] [BATCHES] [GPUS] [WARMUP] [ITERS]
+#   usage: scripts/device/run-scaling.sh [tests|nimble|ddp|all] [MODELS] [BATCHES] [GPUS] [WARMUP] [ITERS] [TRAIN ARGS...]
 set -uo pipefail
 what=${1:-all}
 models=${2:-resnet50,mobilenet-v2}
@@ -12,6 +12,8 @@ batches=${3:-32,64,128}
 gpus=${4:-1,2}
 warmup=${5:-50}
 iters=${6:-100}
+shift $(( $# < 6 ? $# : 6 ))
+tag=${TAG:-}
 . "$(dirname "$0")/setup.sh"
 nvidia-smi topo -m > "$out/topology.txt" 2>&1
 status=0
@@ -20,16 +22,16 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
     grep -E "^test |test result|data parallel over|panicked|rror" "$out/data-parallel-tests.log" | cut -c1-400
 fi
 if [ "$what" = nimble ] || [ "$what" = all ]; then
-    .gpu/nimble-bench train --gpus "$gpus" --model "$models" --batch "$batches" --warmup "$warmup" --iters "$iters" --out "$out/scaling.json" \
-        > "$out/scaling.txt" 2> "$out/scaling-progress.log" || status=1
-    grep -vE "^\s*$" "$out/scaling-progress.log" | cut -c1-300 | tail -30
+    .gpu/nimble-bench train --gpus "$gpus" --model "$models" --batch "$batches" --warmup "$warmup" --iters "$iters" --out "$out/scaling$tag.json" "$@" \
+        > "$out/scaling$tag.txt" 2> "$out/scaling$tag-progress.log" || status=1
+    grep -vE "^\s*$" "$out/scaling$tag-progress.log" | cut -c1-300 | tail -30
 fi
 if [ "$what" = ddp ] || [ "$what" = all ]; then
     python3 experiments/python/ddp.py --out "$out/pytorch-ddp.json" --models "$models" --batches "$batches" --gpus "$gpus" \
         --warmup "$warmup" --iters "$iters" --commit "$(cat .gpu/COMMIT)" > "$out/ddp.txt" 2> "$out/ddp-progress.log" || status=1
     grep -vE "^\s*$" "$out/ddp-progress.log" | cut -c1-300 | tail -30
 fi
-[ -s "$out/scaling.txt" ] && cat "$out/scaling.txt"
+[ -s "$out/scaling$tag.txt" ] && cat "$out/scaling$tag.txt"
 [ -s "$out/ddp.txt" ] && cat "$out/ddp.txt"
 echo "== finished with status $status"
 exit $status
