@@ -9,9 +9,11 @@ Systems:
              NCCL >= 2.9.6: DDP built on a side stream, 11 eager DDP steps on it before the
              capture, TORCH_NCCL_ASYNC_ERROR_HANDLING=0
 
-Method as baselines.py --training: cuDNN benchmark on, fresh randn inputs and random labels
-every step, warm-ups, then each step timed with CUDA events on the current stream; every rank
-times its own steps and the slowest rank's median is the configuration's step.
+Method as `nimble-bench train --gpus`: cuDNN benchmark on, fresh randn inputs and random labels
+for every step (made before timing), warm-ups, then each step timed with CUDA events on the
+current stream with no synchronization between steps (the host runs ahead, as in a training
+loop, so the ranks meet on the GPU and not at their hosts); every rank times its own steps and
+the slowest rank's median is the configuration's step.
 
     python3 experiments/python/ddp.py --out OUT.json [--models resnet50,mobilenet-v2]
         [--batches 32,64,128] [--gpus 1,2] [--systems ddp-eager,ddp-graph]
@@ -88,6 +90,23 @@ def ddp_step(system, model, batch, rank):
     return replay
 
 
+def pipelined(step, batch, rank, warmup, iterations):
+    """Step times (µs): CUDA events around each step, no synchronization between the steps."""
+    data = [(torch.randn(batch, 3, 32, 32, device=rank), torch.randint(10, (batch,), device=rank)) for _ in range(warmup + iterations)]
+    for x, y in data[:warmup]:
+        step(x, y)
+    torch.cuda.synchronize()
+    events = []
+    for x, y in data[warmup:]:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        step(x, y)
+        end.record()
+        events.append((start, end))
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) * 1000.0 for start, end in events]
+
+
 def worker(rank, world, port, args, scratch):
     import torchvision.models as tv
 
@@ -105,8 +124,7 @@ def worker(rank, world, port, args, scratch):
                     started = time.time()
                     step = ddp_step(system, model, batch, rank)
                     seconds = time.time() - started
-                    make = lambda: (torch.randn(batch, 3, 32, 32, device=rank), torch.randint(10, (batch,), device=rank))
-                    samples = baselines.measure(step, make, args.warmup, args.iters, "cuda")
+                    samples = pipelined(step, batch, rank, args.warmup, args.iters)
                     rows.append({"model": name, "batch": batch, "system": system, "rank": rank, "samples_us": samples, "prepare_seconds": seconds})
                     if rank == 0:
                         print(f"  {name:<14} b{batch:<4} {world} GPU {system:<10} {statistics.median(samples) / 1000:8.3f} ms", file=sys.stderr, flush=True)
@@ -162,8 +180,8 @@ def main():
                 "samples_per_s": world * first["batch"] / (max(medians) * 1e-6), "prepare_seconds": first["prepare_seconds"],
             })
     method = ("data parallel, one process per GPU, NCCL (NCCL_NVLS_ENABLE=0); torchvision models, 10 classes, 32x32; SGD lr 0.01 momentum 0.9 "
-              "weight decay 5e-4 (PyTorch's default foreach implementation); DDP default 25 MiB buckets; fresh randn inputs and random labels every step; "
-              "CUDA events around each step, each rank's median, the slowest rank's is the configuration's; ddp-graph: DDP built on a side stream, "
+              "weight decay 5e-4 (PyTorch's default foreach implementation); DDP default 25 MiB buckets; fresh randn inputs and random labels for every step (made before timing); "
+              "CUDA events around each step with no synchronization between steps, each rank's median, the slowest rank's is the configuration's; ddp-graph: DDP built on a side stream, "
               f"{WARMUP_BEFORE_CAPTURE} eager steps there, then the whole step captured with torch.cuda.graph")
     baselines.write_record(args, "pytorch-ddp", rows, [], method)
     print(f"{'model':<14} {'batch':>5} {'GPUs':>4} " + " ".join(f"{s:>12}" for s in args.systems) + "   (samples/s)")

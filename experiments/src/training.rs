@@ -366,15 +366,35 @@ fn time_steps(trainer: &mut Trainer, config: &TrainConfig) -> Result<Samples, St
 }
 
 /// One rank's whole training step (`step` mode, Nimble's streams) of model `name` on GPU
-/// `device`, data parallel over `data_parallel` when given, timed as `measure_model` times it.
-/// No check against eager: the ranks' data-parallel training is checked against one GPU's by
-/// nimble-torch's `data_parallel_gpu` test.
+/// `device`, data parallel over `data_parallel` when given: `config.warmup` steps, then
+/// `config.iterations` steps timed with CUDA events, the host running ahead as in a training loop
+/// (no synchronization between steps: see `nimble_torch::cuda_time_each`), on fresh random
+/// inputs and labels for every step, made before the timing starts. No check against eager: data-parallel training is checked
+/// against one GPU's by nimble-torch's `data_parallel_gpu` test.
 pub fn measure_rank(name: &str, config: &TrainConfig, device: usize, data_parallel: Option<DataParallel>) -> Result<TrainRow, String> {
     let (mut trainer, prepare) = Trainer::on(name, TrainMode::Step, config, device, data_parallel)?;
-    let step = time_steps(&mut trainer, config)?;
+    let data: Vec<(Tensor, Tensor)> = (0..config.warmup + config.iterations).map(|_| (trainer.model.input(config.batch), trainer.model.targets(config.batch))).collect();
+    for (x, y) in &data[..config.warmup] {
+        let _loss = trainer.step(x, y)?;
+    }
+    cuda_synchronize().map_err(|e| e.to_string())?;
+    let timed = &data[config.warmup..];
+    let mut failure = None;
+    let ms = nimble_torch::cuda_time_each(timed.len(), |i| {
+        if let Err(e) = trainer.step(&timed[i].0, &timed[i].1) {
+            failure.get_or_insert(e);
+        }
+        Ok(())
+    })
+    .map_err(|e| e.to_string())?;
+    if let Some(e) = failure {
+        return Err(e);
+    }
     drop(trainer);
+    drop(data);
     cuda_synchronize().map_err(|e| e.to_string())?;
     nimble_torch::cuda_empty_cache().map_err(|e| e.to_string())?;
+    let step = Samples::new(ms.into_iter().map(|ms| ms * 1000.0).collect());
     Ok(TrainRow { model: name.into(), batch: config.batch, mode: TrainMode::Step, step, prepare, check: None })
 }
 

@@ -204,7 +204,7 @@ pub fn scaling_run(args: &ScalingArgs<'_>) -> Result<()> {
         rows.extend(measured);
     }
     let _ = std::fs::remove_dir_all(&scratch);
-    let method = "data parallel, one process per GPU; whole training step as one CUDA graph per rank (forward on Nimble's streams, backward, NCCL all-reduce of gradient buckets on their own stream, fused SGD); cuDNN benchmark on; fresh randn inputs and random labels every step; CUDA events around each step; each rank's median; a configuration's step is its slowest rank's";
+    let method = "data parallel, one process per GPU; whole training step as one CUDA graph per rank (forward on Nimble's streams, backward, NCCL all-reduce of gradient buckets on their own stream, fused SGD); cuDNN benchmark on; fresh randn inputs and random labels for every step (made before timing); CUDA events around each step with no synchronization between steps (the host runs ahead, as in a training loop, so the ranks meet on the GPU and not at their hosts); each rank's median; a configuration's step is its slowest rank's";
     let record = ScalingRecord {
         experiment: "scaling".into(),
         provenance: Provenance::now(gpu.info(), args.warmup, args.iterations, method),

@@ -74,6 +74,18 @@ void ns_timer_free(void* timer) { delete static_cast<std::pair<at::cuda::CUDAEve
 int ns_timer_start(void* timer) {
   return guarded([&] { static_cast<std::pair<at::cuda::CUDAEvent, at::cuda::CUDAEvent>*>(timer)->first.record(c10::cuda::getCurrentCUDAStream()); });
 }
+// Records the end on the current stream without waiting (read it with ns_timer_elapsed).
+int ns_timer_end(void* timer) {
+  return guarded([&] { static_cast<std::pair<at::cuda::CUDAEvent, at::cuda::CUDAEvent>*>(timer)->second.record(c10::cuda::getCurrentCUDAStream()); });
+}
+// Waits for a recorded end and gives the elapsed milliseconds.
+int ns_timer_elapsed(void* timer, float* ms) {
+  return guarded([&] {
+    auto* pair = static_cast<std::pair<at::cuda::CUDAEvent, at::cuda::CUDAEvent>*>(timer);
+    pair->second.synchronize();
+    *ms = pair->first.elapsed_time(pair->second);
+  });
+}
 // Records the end on the current stream, waits for it, and gives the elapsed milliseconds.
 int ns_timer_stop(void* timer, float* ms) {
   return guarded([&] {

@@ -28,6 +28,8 @@ int ns_timer_new(void** out);
 void ns_timer_free(void* timer);
 int ns_timer_start(void* timer);
 int ns_timer_stop(void* timer, float* ms);
+int ns_timer_end(void* timer);
+int ns_timer_elapsed(void* timer, float* ms);
 int ns_profile_begin();
 int ns_profile_end(const char* chrome_trace, char** out);
 int ns_channels_last_copy(void* tensor, void** out);

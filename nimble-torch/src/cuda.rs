@@ -43,6 +43,22 @@ pub fn cuda_time(body: impl FnOnce() -> Result<()>) -> Result<f64> {
     timer.stop()
 }
 
+/// Times `n` consecutive calls of `body` (given the call's number) with CUDA events on the
+/// current stream, without waiting between them: the host runs ahead as a training loop's does,
+/// so what the GPU does between the calls is not counted and processes that meet on the GPU (the
+/// ranks of a data-parallel step) are not held up by each other's host. Milliseconds each.
+pub fn cuda_time_each(n: usize, mut body: impl FnMut(usize) -> Result<()>) -> Result<Vec<f64>> {
+    let mut timers = Vec::with_capacity(n);
+    for i in 0..n {
+        let timer = ffi::Timer::new()?;
+        timer.start()?;
+        body(i)?;
+        timer.end()?;
+        timers.push(timer);
+    }
+    timers.iter().map(ffi::Timer::elapsed).collect()
+}
+
 /// max |output − reference| / max |reference|: how the project compares a prepared model's
 /// output with eager.
 pub fn relative_error(output: &Tensor, reference: &Tensor) -> f64 {

@@ -54,7 +54,7 @@ mod source;
 pub mod trace;
 mod training;
 
-pub use cuda::{conv_tf32, cuda_allocated_bytes, cuda_empty_cache, cuda_synchronize, cuda_time, relative_error, set_conv_tf32};
+pub use cuda::{conv_tf32, cuda_allocated_bytes, cuda_empty_cache, cuda_synchronize, cuda_time, cuda_time_each, relative_error, set_conv_tf32};
 pub use error::{NimbleError, Result};
 pub use nimble::Nimble;
 pub use nimble_cuda::CaptureMode;

@@ -22,6 +22,8 @@ extern "C" {
     fn ns_timer_free(t: *mut c_void);
     fn ns_timer_start(t: *mut c_void) -> c_int;
     fn ns_timer_stop(t: *mut c_void, ms: *mut f32) -> c_int;
+    fn ns_timer_end(t: *mut c_void) -> c_int;
+    fn ns_timer_elapsed(t: *mut c_void, ms: *mut f32) -> c_int;
     fn ns_channels_last_copy(tensor: *mut c_void, out: *mut *mut c_void) -> c_int;
 }
 
@@ -120,6 +122,18 @@ impl Timer {
         let mut ms = 0f32;
         // SAFETY: a live timer; writes one float.
         check("timer_stop", unsafe { ns_timer_stop(self.raw, &mut ms) })?;
+        Ok(f64::from(ms))
+    }
+    /// Records the end without waiting.
+    pub(crate) fn end(&self) -> Result<()> {
+        // SAFETY: a live timer.
+        check("timer_end", unsafe { ns_timer_end(self.raw) })
+    }
+    /// Milliseconds from start to the recorded end; waits for the end.
+    pub(crate) fn elapsed(&self) -> Result<f64> {
+        let mut ms = 0f32;
+        // SAFETY: a live timer; writes one float.
+        check("timer_elapsed", unsafe { ns_timer_elapsed(self.raw, &mut ms) })?;
         Ok(f64::from(ms))
     }
 }
