@@ -54,10 +54,14 @@ def ddp_step(system, model, batch, rank):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
+    if system == "ddp-graph":
+        # PyTorch's recipe for capturing DDP: built, and warmed up, on a side stream.
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            ddp = DDP(model, device_ids=[rank])
+        torch.cuda.current_stream().wait_stream(side)
+    else:
         ddp = DDP(model, device_ids=[rank])
-    torch.cuda.current_stream().wait_stream(side)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
 
     def eager(x, y):

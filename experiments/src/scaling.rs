@@ -22,6 +22,18 @@ pub struct RankRow {
     /// The rank's prepare report (`nimble_torch::PrepareReport`, as JSON).
     #[serde(default)]
     pub prepare: serde_json::Value,
+    /// When profiled: the collectives against the rest, per step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comm: Option<CommTime>,
+}
+
+/// Per step, from a device profile: how long NCCL's kernels ran, how long the other work ran,
+/// and how much of NCCL's time nothing else overlapped.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct CommTime {
+    pub nccl_us: f64,
+    pub compute_us: f64,
+    pub exposed_us: f64,
 }
 
 /// One model at one per-GPU batch on `gpus` GPUs.
@@ -39,6 +51,9 @@ pub struct ScalingRow {
     pub samples_per_s: f64,
     /// Rank 0's prepare report.
     pub prepare: serde_json::Value,
+    /// Rank 0's profile summary, when profiled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comm: Option<CommTime>,
 }
 
 /// A scaling measurement, as committed under `paper-figs/results/`.
@@ -87,6 +102,7 @@ pub fn merge(gpus: usize, ranks: &[Vec<RankRow>]) -> Result<Vec<ScalingRow>, Str
             rank_medians_us: medians,
             samples_per_s: gpus as f64 * first.batch as f64 / (slowest * 1e-6),
             prepare: first.prepare.clone(),
+            comm: first.comm.clone(),
         });
     }
     Ok(rows)
@@ -104,7 +120,7 @@ mod tests {
     use super::*;
 
     fn row(model: &str, batch: i64, rank: usize, us: f64) -> RankRow {
-        RankRow { model: model.into(), batch, rank, samples_us: vec![us, us + 2.0, us - 2.0], prepare: serde_json::Value::Null }
+        RankRow { model: model.into(), batch, rank, samples_us: vec![us, us + 2.0, us - 2.0], prepare: serde_json::Value::Null, comm: None }
     }
 
     #[test]

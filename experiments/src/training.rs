@@ -29,6 +29,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use nimble_cuda::Samples;
 use nimble_torch::distributed::DataParallel;
+use nimble_torch::DeviceProfile;
 use nimble_torch::{cuda_synchronize, cuda_time, relative_error, BackwardStreams, FusedOptimizer, Nimble, Optimizer, PrepareOptions, PrepareReport, TrainStep};
 use serde::Serialize;
 use tch::nn::{self, OptimizerConfig};
@@ -365,13 +366,17 @@ fn time_steps(trainer: &mut Trainer, config: &TrainConfig) -> Result<Samples, St
     Ok(Samples::new(times))
 }
 
+/// Steps `measure_rank` profiles when asked.
+pub const PROFILED_STEPS: usize = 5;
+
 /// One rank's whole training step (`step` mode, Nimble's streams) of model `name` on GPU
 /// `device`, data parallel over `data_parallel` when given: `config.warmup` steps, then
 /// `config.iterations` steps timed with CUDA events, the host running ahead as in a training loop
 /// (no synchronization between steps: see `nimble_torch::cuda_time_each`), on fresh random
 /// inputs and labels for every step, made before the timing starts. No check against eager: data-parallel training is checked
-/// against one GPU's by nimble-torch's `data_parallel_gpu` test.
-pub fn measure_rank(name: &str, config: &TrainConfig, device: usize, data_parallel: Option<DataParallel>) -> Result<TrainRow, String> {
+/// against one GPU's by nimble-torch's `data_parallel_gpu` test. With `profile`, then
+/// [`PROFILED_STEPS`] more steps run under the device profiler, whose Chrome trace goes there.
+pub fn measure_rank(name: &str, config: &TrainConfig, device: usize, data_parallel: Option<DataParallel>, profile: Option<&std::path::Path>) -> Result<(TrainRow, Option<DeviceProfile>), String> {
     let (mut trainer, prepare) = Trainer::on(name, TrainMode::Step, config, device, data_parallel)?;
     let data: Vec<(Tensor, Tensor)> = (0..config.warmup + config.iterations).map(|_| (trainer.model.input(config.batch), trainer.model.targets(config.batch))).collect();
     for (x, y) in &data[..config.warmup] {
@@ -390,12 +395,22 @@ pub fn measure_rank(name: &str, config: &TrainConfig, device: usize, data_parall
     if let Some(e) = failure {
         return Err(e);
     }
+    let profiled = match profile {
+        Some(path) => {
+            let steps = &data[..PROFILED_STEPS.min(data.len())];
+            let run = || -> nimble_torch::Result<Result<(), String>> { Ok(steps.iter().try_for_each(|(x, y)| trainer.step(x, y).map(drop))) };
+            let (result, profile) = nimble_torch::profile(Some(path), run).map_err(|e| e.to_string())?;
+            result?;
+            Some(profile)
+        }
+        None => None,
+    };
     drop(trainer);
     drop(data);
     cuda_synchronize().map_err(|e| e.to_string())?;
     nimble_torch::cuda_empty_cache().map_err(|e| e.to_string())?;
     let step = Samples::new(ms.into_iter().map(|ms| ms * 1000.0).collect());
-    Ok(TrainRow { model: name.into(), batch: config.batch, mode: TrainMode::Step, step, prepare, check: None })
+    Ok((TrainRow { model: name.into(), batch: config.batch, mode: TrainMode::Step, step, prepare, check: None }, profiled))
 }
 
 /// The optimizer as the record names it.

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use experiments::record::Provenance;
-use experiments::scaling::{self, RankRow, ScalingRecord, ScalingRow};
+use experiments::scaling::{self, CommTime, RankRow, ScalingRecord, ScalingRow};
 use experiments::tolerance::LIBTORCH_VERSION;
 use experiments::training::{self, TrainConfig};
 use nimble_torch::distributed::{nccl_version, Communicator, DataParallel, NcclId};
@@ -41,6 +41,8 @@ pub struct ScalingArgs<'a> {
     pub iterations: usize,
     pub bucket_mb: f64,
     pub first_bucket_mb: f64,
+    /// Each rank profiles a few steps and writes their Chrome traces here.
+    pub profile: Option<&'a Path>,
     pub out: Option<&'a Path>,
 }
 
@@ -70,6 +72,10 @@ impl ScalingArgs<'_> {
             args.push(flag.into());
             args.push(value);
         }
+        if let Some(dir) = self.profile {
+            args.push("--profile".into());
+            args.push(dir.display().to_string());
+        }
         args.push("--out".into());
         args.push(out.display().to_string());
         args
@@ -83,8 +89,17 @@ fn measure(args: &ScalingArgs<'_>, device: usize, rank: usize, dp: Option<DataPa
         for name in training_models(args.models)? {
             nimble_torch::cuda_synchronize()?;
             nimble_torch::cuda_empty_cache()?;
-            let row = training::measure_rank(name, &args.config(batch), device, dp.clone()).map_err(anyhow::Error::msg).with_context(|| format!("rank {rank}: {name} at batch {batch}"))?;
-            let row = RankRow { model: name.into(), batch, rank, samples_us: row.step.samples_us, prepare: serde_json::to_value(&row.prepare)? };
+            let gpus = dp.as_ref().map_or(1, |dp| dp.comm.world());
+            let trace = args.profile.map(|dir| dir.join(format!("{name}-b{batch}-{gpus}gpu-rank{rank}.trace.json")));
+            let (row, profile) = training::measure_rank(name, &args.config(batch), device, dp.clone(), trace.as_deref())
+                .map_err(anyhow::Error::msg)
+                .with_context(|| format!("rank {rank}: {name} at batch {batch}"))?;
+            let comm = profile.map(|p| {
+                let o = p.overlap(|a| a.name.starts_with("nccl") || a.name.contains("ncclDevKernel"));
+                let per = |us: f64| us / training::PROFILED_STEPS as f64;
+                CommTime { nccl_us: per(o.busy_us), compute_us: per(o.others_busy_us), exposed_us: per(o.exposed_us) }
+            });
+            let row = RankRow { model: name.into(), batch, rank, samples_us: row.step.samples_us, prepare: serde_json::to_value(&row.prepare)?, comm };
             done(&row);
             rows.push(row);
         }
@@ -184,6 +199,9 @@ pub fn scaling_run(args: &ScalingArgs<'_>) -> Result<()> {
     }
     let gpu = open_gpu("train --gpus", "")?;
     let (major, minor, patch) = nccl_version()?;
+    if let Some(dir) = args.profile {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
     let scratch = std::env::temp_dir().join(format!("nimble-train-ranks-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
     let mut rows = Vec::new();
@@ -225,11 +243,12 @@ pub fn scaling_run(args: &ScalingArgs<'_>) -> Result<()> {
 
 fn scaling_table(record: &ScalingRecord) -> String {
     let mut text = format!("{}\n", provenance_line(&record.provenance, &record.libtorch, &format!("NCCL {}, data-parallel whole training step", record.nccl)));
-    text += &format!("{:<16} {:>6} {:>5} {:>10} {:>12} {:>9}\n", "model", "batch", "GPUs", "step ms", "samples/s", "× 1 GPU");
+    text += &format!("{:<16} {:>6} {:>5} {:>10} {:>12} {:>9} {:>22}\n", "model", "batch", "GPUs", "step ms", "samples/s", "× 1 GPU", "NCCL µs (exposed)");
     for row in &record.rows {
         let speedup = scaling::speedup(&record.rows, row).map_or("-".into(), |s| format!("{s:.2}"));
         let slowest = row.rank_medians_us.iter().cloned().fold(f64::NAN, f64::max);
-        text += &format!("{:<16} {:>6} {:>5} {:>10.3} {:>12.0} {:>9}\n", row.model, row.batch, row.gpus, slowest / 1000.0, row.samples_per_s, speedup);
+        let comm = row.comm.as_ref().map_or("-".into(), |c| format!("{:.0} ({:.0})", c.nccl_us, c.exposed_us));
+        text += &format!("{:<16} {:>6} {:>5} {:>10.3} {:>12.0} {:>9} {:>22}\n", row.model, row.batch, row.gpus, slowest / 1000.0, row.samples_per_s, speedup, comm);
     }
     text.trim_end().to_string()
 }

@@ -146,6 +146,10 @@ pub(crate) enum TorchCommand {
         /// Gradient bytes in the first bucket (the last layers'), MiB (with --gpus)
         #[arg(long, default_value_t = 1.0)]
         first_bucket_mb: f64,
+        /// With --gpus: each rank then profiles a few steps, writes their Chrome traces to DIR,
+        /// and the table shows NCCL's time per step and how much of it nothing else overlapped
+        #[arg(long, value_name = "DIR")]
+        profile: Option<PathBuf>,
         /// Also write the result record (JSON, with provenance) here
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
@@ -168,6 +172,8 @@ pub(crate) enum TorchCommand {
         bucket_mb: f64,
         #[arg(long, default_value_t = 1.0)]
         first_bucket_mb: f64,
+        #[arg(long, value_name = "DIR")]
+        profile: Option<PathBuf>,
         /// Where this rank's rows go (JSON)
         #[arg(long, value_name = "FILE")]
         out: PathBuf,
@@ -321,7 +327,7 @@ pub(crate) fn run(command: TorchCommand) -> anyhow::Result<()> {
             trace: trace.as_deref(),
             out: out.as_deref(),
         }),
-        TorchCommand::Train { model, batch, gpus, bucket_mb, first_bucket_mb, algo, warmup, iters, out, .. } if !gpus.is_empty() => data_parallel::scaling_run(&data_parallel::ScalingArgs {
+        TorchCommand::Train { model, batch, gpus, bucket_mb, first_bucket_mb, profile, algo, warmup, iters, out, .. } if !gpus.is_empty() => data_parallel::scaling_run(&data_parallel::ScalingArgs {
             models: &model,
             batches: &batch,
             gpus: &gpus,
@@ -330,9 +336,10 @@ pub(crate) fn run(command: TorchCommand) -> anyhow::Result<()> {
             iterations: iters,
             bucket_mb,
             first_bucket_mb,
+            profile: profile.as_deref(),
             out: out.as_deref(),
         }),
-        TorchCommand::TrainRank { model, batch, algo, warmup, iters, bucket_mb, first_bucket_mb, out } => data_parallel::rank_main(&data_parallel::ScalingArgs {
+        TorchCommand::TrainRank { model, batch, algo, warmup, iters, bucket_mb, first_bucket_mb, profile, out } => data_parallel::rank_main(&data_parallel::ScalingArgs {
             models: &model,
             batches: &batch,
             gpus: &[],
@@ -341,6 +348,7 @@ pub(crate) fn run(command: TorchCommand) -> anyhow::Result<()> {
             iterations: iters,
             bucket_mb,
             first_bucket_mb,
+            profile: profile.as_deref(),
             out: Some(&out),
         }),
         TorchCommand::Train { model, batch, mode, algo, backward_streams, warmup, iters, check_steps, out, .. } => torch::train(&torch::TrainArgs {

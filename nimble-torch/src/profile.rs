@@ -154,6 +154,51 @@ impl DeviceProfile {
     }
 }
 
+/// How one kind of device work (collectives, say) sat against the rest.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Overlap {
+    /// Time some activity of the kind ran (the union of their intervals), µs.
+    pub busy_us: f64,
+    /// Time some other activity ran, µs.
+    pub others_busy_us: f64,
+    /// Time the kind ran while nothing else did: what overlap did not hide, µs.
+    pub exposed_us: f64,
+}
+
+impl DeviceProfile {
+    /// The activities `of_kind` picks against all the others (see [`Overlap`]).
+    pub fn overlap(&self, of_kind: impl Fn(&Activity) -> bool) -> Overlap {
+        let (mut mine, mut others) = (Vec::new(), Vec::new());
+        for a in &self.activities {
+            if of_kind(a) { &mut mine } else { &mut others }.push((a.start_ns, a.end_ns()));
+        }
+        let (mine, others) = (merged(mine), merged(others));
+        let length = |v: &[(u64, u64)]| v.iter().map(|(s, e)| e - s).sum::<u64>();
+        // Both unions are sorted and disjoint: intersect them in one sweep.
+        let (mut i, mut j, mut shared) = (0, 0, 0u64);
+        while i < mine.len() && j < others.len() {
+            let (start, end) = (mine[i].0.max(others[j].0), mine[i].1.min(others[j].1));
+            shared += end.saturating_sub(start);
+            if mine[i].1 < others[j].1 { i += 1 } else { j += 1 }
+        }
+        let busy = length(&mine);
+        Overlap { busy_us: busy as f64 / 1e3, others_busy_us: length(&others) as f64 / 1e3, exposed_us: (busy - shared) as f64 / 1e3 }
+    }
+}
+
+/// The union of `intervals` as sorted, disjoint intervals.
+fn merged(mut intervals: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    intervals.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(intervals.len());
+    for (start, end) in intervals {
+        match out.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => out.push((start, end)),
+        }
+    }
+    out
+}
+
 fn run_stats(activities: &[&Activity]) -> RunStats {
     let start = activities.iter().map(|a| a.start_ns).min().unwrap_or(0);
     let end = activities.iter().map(|a| a.end_ns()).max().unwrap_or(0);
@@ -222,6 +267,23 @@ mod tests {
         assert_eq!((names[0].name.as_str(), names[0].count), ("a", 3));
         assert!((names[0].total_us - 1.1).abs() < 1e-9 && (names[0].mean_us - 1.1 / 3.0).abs() < 1e-9);
         assert_eq!(names.last().unwrap().kind, ActivityKind::Memcpy);
+    }
+
+    #[test]
+    fn overlap_counts_what_nothing_else_hid() {
+        let text = [
+            line("kernel", 0, 100, 1, "conv"),
+            line("kernel", 50, 100, 9, "ncclAllReduce"), // 50..100 hidden by conv, 100..150 exposed
+            line("kernel", 120, 40, 1, "relu"),          // hides 120..150 after all
+            line("kernel", 200, 50, 9, "ncclAllReduce"), // exposed
+        ]
+        .concat();
+        let profile = DeviceProfile::parse(&text).unwrap();
+        let o = profile.overlap(|a| a.name.starts_with("nccl"));
+        assert!((o.busy_us - 0.15).abs() < 1e-9, "{o:?}");
+        assert!((o.others_busy_us - 0.14).abs() < 1e-9, "{o:?}");
+        assert!((o.exposed_us - 0.07).abs() < 1e-9, "{o:?}");
+        assert_eq!(DeviceProfile::default().overlap(|_| true).exposed_us, 0.0);
     }
 
     #[test]
