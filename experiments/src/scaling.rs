@@ -69,6 +69,9 @@ pub struct ScalingRecord {
     /// Gradient bytes per all-reduce bucket, and in the first (the last layers' gradients).
     pub bucket_bytes: usize,
     pub first_bucket_bytes: usize,
+    /// The priority of the all-reduces' stream: high or normal.
+    #[serde(default)]
+    pub comm_stream_priority: String,
     /// How BatchNorm is treated across ranks.
     pub batch_norm: String,
     pub rows: Vec<ScalingRow>,

@@ -41,6 +41,8 @@ pub struct ScalingArgs<'a> {
     pub iterations: usize,
     pub bucket_mb: f64,
     pub first_bucket_mb: f64,
+    /// The all-reduces' stream has normal priority instead of high.
+    pub comm_normal_priority: bool,
     /// Each rank profiles a few steps and writes their Chrome traces here.
     pub profile: Option<&'a Path>,
     pub out: Option<&'a Path>,
@@ -71,6 +73,9 @@ impl ScalingArgs<'_> {
         for (flag, value) in [("--algo", self.algorithm.to_string()), ("--warmup", self.warmup.to_string()), ("--iters", self.iterations.to_string()), ("--bucket-mb", self.bucket_mb.to_string()), ("--first-bucket-mb", self.first_bucket_mb.to_string())] {
             args.push(flag.into());
             args.push(value);
+        }
+        if self.comm_normal_priority {
+            args.push("--comm-normal-priority".into());
         }
         if let Some(dir) = self.profile {
             args.push("--profile".into());
@@ -120,7 +125,7 @@ pub fn rank_main(args: &ScalingArgs<'_>) -> Result<()> {
     let id = NcclId::from_hex(&std::env::var("NIMBLE_NCCL_ID").context("train-rank needs NIMBLE_NCCL_ID (the launcher's NCCL id, hex)")?)?;
     let comm = Rc::new(Communicator::new(&id, world, rank, device)?);
     tch::Cuda::cudnn_set_benchmark(true);
-    let dp = DataParallel::new(comm).bucket_bytes(bucket_bytes).first_bucket_bytes(first_bucket_bytes);
+    let dp = DataParallel::new(comm).bucket_bytes(bucket_bytes).first_bucket_bytes(first_bucket_bytes).high_priority(!args.comm_normal_priority);
     let rows = measure(args, device, rank, Some(dp), |row| {
         if rank == 0 {
             eprintln!("  {} at batch {} on {world} GPUs: {:.3} ms", row.model, row.batch, nimble_cuda::Samples::new(row.samples_us.clone()).median_us / 1000.0);
@@ -232,6 +237,7 @@ pub fn scaling_run(args: &ScalingArgs<'_>) -> Result<()> {
         optimizer: training::optimizer_label(&args.config(args.batches[0])),
         bucket_bytes,
         first_bucket_bytes,
+        comm_stream_priority: if args.comm_normal_priority { "normal" } else { "high" }.into(),
         batch_norm: "per rank (each rank normalizes its own share of the batch, as DDP without SyncBatchNorm)".into(),
         rows,
     };

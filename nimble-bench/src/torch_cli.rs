@@ -146,6 +146,9 @@ pub(crate) enum TorchCommand {
         /// Gradient bytes in the first bucket (the last layers'), MiB (with --gpus)
         #[arg(long, default_value_t = 1.0)]
         first_bucket_mb: f64,
+        /// With --gpus: run the all-reduces on a stream of normal priority (default: high)
+        #[arg(long)]
+        comm_normal_priority: bool,
         /// With --gpus: each rank then profiles a few steps, writes their Chrome traces to DIR,
         /// and the table shows NCCL's time per step and how much of it nothing else overlapped
         #[arg(long, value_name = "DIR")]
@@ -172,6 +175,8 @@ pub(crate) enum TorchCommand {
         bucket_mb: f64,
         #[arg(long, default_value_t = 1.0)]
         first_bucket_mb: f64,
+        #[arg(long)]
+        comm_normal_priority: bool,
         #[arg(long, value_name = "DIR")]
         profile: Option<PathBuf>,
         /// Where this rank's rows go (JSON)
@@ -327,7 +332,7 @@ pub(crate) fn run(command: TorchCommand) -> anyhow::Result<()> {
             trace: trace.as_deref(),
             out: out.as_deref(),
         }),
-        TorchCommand::Train { model, batch, gpus, bucket_mb, first_bucket_mb, profile, algo, warmup, iters, out, .. } if !gpus.is_empty() => data_parallel::scaling_run(&data_parallel::ScalingArgs {
+        TorchCommand::Train { model, batch, gpus, bucket_mb, first_bucket_mb, comm_normal_priority, profile, algo, warmup, iters, out, .. } if !gpus.is_empty() => data_parallel::scaling_run(&data_parallel::ScalingArgs {
             models: &model,
             batches: &batch,
             gpus: &gpus,
@@ -336,10 +341,11 @@ pub(crate) fn run(command: TorchCommand) -> anyhow::Result<()> {
             iterations: iters,
             bucket_mb,
             first_bucket_mb,
+            comm_normal_priority,
             profile: profile.as_deref(),
             out: out.as_deref(),
         }),
-        TorchCommand::TrainRank { model, batch, algo, warmup, iters, bucket_mb, first_bucket_mb, profile, out } => data_parallel::rank_main(&data_parallel::ScalingArgs {
+        TorchCommand::TrainRank { model, batch, algo, warmup, iters, bucket_mb, first_bucket_mb, comm_normal_priority, profile, out } => data_parallel::rank_main(&data_parallel::ScalingArgs {
             models: &model,
             batches: &batch,
             gpus: &[],
@@ -348,6 +354,7 @@ pub(crate) fn run(command: TorchCommand) -> anyhow::Result<()> {
             iterations: iters,
             bucket_mb,
             first_bucket_mb,
+            comm_normal_priority,
             profile: profile.as_deref(),
             out: Some(&out),
         }),

@@ -229,12 +229,13 @@ int ns_comm_all_reduce_mean(void* raw, void* const* tensors, int n) {
 }
 
 // A reducer over `params` (n), parameter i in bucket bucket_of[i] (buckets numbered from 0 in
-// launch order, each in one dtype; -1: not reduced). Installs a post-accumulate-grad hook on
+// launch order, each in one dtype; -1: not reduced), all-reduced on a stream of high or normal
+// priority. Installs a post-accumulate-grad hook on
 // every bucketed parameter; ns_reducer_free removes them.
-int ns_reducer_new(void* raw_comm, void* const* params, int n, const int* bucket_of, int n_buckets, void** out) {
+int ns_reducer_new(void* raw_comm, void* const* params, int n, const int* bucket_of, int n_buckets, int high_priority, void** out) {
   return guarded([&] {
     auto* comm = static_cast<Comm*>(raw_comm);
-    auto stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, static_cast<c10::DeviceIndex>(comm->device));
+    auto stream = c10::cuda::getStreamFromPool(high_priority != 0, static_cast<c10::DeviceIndex>(comm->device));
     auto reducer = std::make_unique<Reducer>(comm, stream);
     reducer->params = tensor_list(params, n);
     reducer->members.resize(n_buckets);

@@ -183,24 +183,33 @@ pub struct DataParallel {
     pub bucket_bytes: usize,
     /// The first bucket's (the gradients the backward makes first), at most `bucket_bytes`.
     pub first_bucket_bytes: usize,
+    /// Whether the all-reduces' stream has high priority (the default), so the GPU schedules
+    /// their blocks ahead of waiting compute blocks.
+    pub high_priority: bool,
 }
 
 impl std::fmt::Debug for DataParallel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DataParallel {{ {:?}, bucket_bytes: {}, first_bucket_bytes: {} }}", self.comm, self.bucket_bytes, self.first_bucket_bytes)
+        write!(f, "DataParallel {{ {:?}, bucket_bytes: {}, first_bucket_bytes: {}, high_priority: {} }}", self.comm, self.bucket_bytes, self.first_bucket_bytes, self.high_priority)
     }
 }
 
 impl DataParallel {
     /// Over `comm`, with DDP's buckets: 1 MiB first, then 25 MiB.
     pub fn new(comm: Rc<Communicator>) -> Self {
-        DataParallel { comm, bucket_bytes: DEFAULT_BUCKET_BYTES, first_bucket_bytes: DEFAULT_FIRST_BUCKET_BYTES }
+        DataParallel { comm, bucket_bytes: DEFAULT_BUCKET_BYTES, first_bucket_bytes: DEFAULT_FIRST_BUCKET_BYTES, high_priority: true }
     }
 
     /// Replaces the bucket size (the first bucket's too, where it is larger).
     pub fn bucket_bytes(mut self, bytes: usize) -> Self {
         self.bucket_bytes = bytes;
         self.first_bucket_bytes = self.first_bucket_bytes.min(bytes);
+        self
+    }
+
+    /// Sets the priority of the all-reduces' stream.
+    pub fn high_priority(mut self, on: bool) -> Self {
+        self.high_priority = on;
         self
     }
 
@@ -272,7 +281,7 @@ impl GradientSync {
         let inputs: Vec<BucketInput> = params.iter().map(|p| p.grad().defined().then(|| (p.numel() * p.kind().elt_size_in_bytes(), p.kind()))).collect();
         let bucket_of = buckets(&inputs, dp.first_bucket_bytes, dp.bucket_bytes);
         dp.comm.check_same("the gradient buckets (count, then elements, dtype and parameters of each)", &fingerprint(params, &bucket_of))?;
-        let reducer = Reducer::new(&dp.comm.raw, params, &bucket_of)?;
+        let reducer = Reducer::new(&dp.comm.raw, params, &bucket_of, dp.high_priority)?;
         let buckets = bucket_of.iter().flatten().max().map_or(0, |b| b + 1);
         Ok(GradientSync { reducer, _comm: dp.comm.clone(), buckets })
     }
