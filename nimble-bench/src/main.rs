@@ -18,6 +18,7 @@ mod output;
 mod plots;
 mod research;
 mod same_process;
+mod scaling_figure;
 mod scheduling;
 #[cfg(feature = "torch")]
 mod torch;
@@ -228,6 +229,20 @@ enum Command {
         #[arg(long, default_value = "paper-figs")]
         out_dir: PathBuf,
     },
+    /// Figure: data-parallel training throughput on 1, 2, … GPUs (Nimble's whole step with NCCL
+    /// in the graph, PyTorch DDP captured and eager), rendered from the records `train --gpus`
+    /// and experiments/python/ddp.py wrote on the GPU machine; no GPU needed
+    Scaling {
+        /// The scaling record (nimble-bench train --gpus --out)
+        #[arg(long, default_value = "paper-figs/results/scaling-5bbd6f0.json")]
+        results: PathBuf,
+        /// The PyTorch DDP record of the same session (experiments/python/ddp.py --out)
+        #[arg(long, value_name = "FILE", default_value = "paper-figs/results/pytorch-ddp-5bbd6f0.json")]
+        ddp: Option<PathBuf>,
+        /// Where the figure goes (<out-dir>/scaling.svg and .png)
+        #[arg(long, default_value = "paper-figs")]
+        out_dir: PathBuf,
+    },
     /// Figure: the same-process comparison (PyTorch eager, torch.cuda.graph, torch.compile
     /// reduce-overhead and Nimble from Python, in one process), rendered from the records
     /// experiments/python/same_process.py wrote on the GPU machine; no GPU needed
@@ -338,6 +353,7 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
             results: &results,
             out_dir: &out_dir,
         }),
+        Command::Scaling { results, ddp, out_dir } => scaling_figure::scaling(&results, ddp.as_ref(), &out_dir),
         Command::SameProcess { results, out_dir } => same_process::same_process(&results, &out_dir),
         Command::Gen { synthetic, out } => scheduling::generate(&synthetic, out.as_ref()),
     }

@@ -278,6 +278,31 @@ fn train_refuses_bad_arguments_before_touching_a_gpu() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("unknown training mode `fast`"), "{}", String::from_utf8_lossy(&output.stderr));
 }
 
+#[cfg(feature = "torch")]
+#[test]
+fn data_parallel_training_refuses_bad_arguments_and_ranks_without_a_launcher() {
+    let stderr = |args: &[&str], env: &[(&str, &str)]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_nimble-bench")).args(args).envs(env.iter().copied()).output().unwrap();
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {output:?}");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let e = stderr(&["train", "--gpus", "64", "--model", "resnet50"], &[]);
+    assert!(e.contains("--gpus 64 asks for 64 GPUs, but this machine has"), "{e}");
+    let e = stderr(&["train", "--gpus", "0"], &[]);
+    assert!(e.contains("expected at least one GPU"), "{e}");
+    let e = stderr(&["train", "--gpus", "1", "--bucket-mb", "0"], &[]);
+    assert!(e.contains("--bucket-mb is 0, expected a positive number of MiB"), "{e}");
+    let e = stderr(&["train-rank", "--model", "resnet50", "--batch", "32", "--out", "/tmp/rank.json"], &[]);
+    assert!(e.contains("which sets NIMBLE_RANK; it is not set"), "{e}");
+    let e = stderr(&["train-rank", "--model", "resnet50", "--batch", "32", "--out", "/tmp/rank.json"], &[("NIMBLE_RANK", "0"), ("NIMBLE_WORLD_SIZE", "two")]);
+    assert!(e.contains("NIMBLE_WORLD_SIZE is `two`, expected a number"), "{e}");
+    let e = stderr(&["train-rank", "--model", "resnet50", "--batch", "32", "--out", "/tmp/rank.json"], &[("NIMBLE_RANK", "0"), ("NIMBLE_WORLD_SIZE", "2"), ("NIMBLE_NCCL_ID", "abc")]);
+    assert!(e.contains("NCCL id: 3 characters; expected the 256 hex digits"), "{e}");
+    let id = "ab".repeat(128);
+    let e = stderr(&["train-rank", "--model", "resnet50", "--batch", "32", "--out", "/tmp/rank.json"], &[("NIMBLE_RANK", "2"), ("NIMBLE_WORLD_SIZE", "2"), ("NIMBLE_NCCL_ID", &id)]);
+    assert!(e.contains("rank 2 in a group of 2"), "{e}");
+}
+
 /// The TorchScript fixtures of nimble-torch's tests (`nimble-torch/tests/fixtures/make_modules.py`),
 /// made once with the Python of `NIMBLE_PYTHON` (torch 2.11.0; see .cargo/config.toml).
 #[cfg(feature = "torch")]
@@ -400,6 +425,28 @@ fn schedulers_simulate_says_what_is_missing() {
     }
     let usage = nimble_bench(&["schedulers", "--algos", "nimble"]);
     assert_eq!(usage.status.code(), Some(2), "--algos without --simulate is a usage error");
+}
+
+#[test]
+fn scaling_renders_the_committed_records_and_names_a_bad_one() {
+    let figures = scratch("scaling-figures");
+    let results = "../paper-figs/results/scaling-5bbd6f0.json";
+    let ddp = "../paper-figs/results/pytorch-ddp-5bbd6f0.json";
+    let output = nimble_bench(&["scaling", "--results", results, "--ddp", ddp, "--out-dir", figures.to_str().unwrap()]);
+    let text = stdout(&output);
+    assert!(output.status.success(), "{text}");
+    // Every model, batch and GPU count, with DDP's numbers beside Nimble's.
+    for model in ["resnet50", "mobilenet-v2"] {
+        for batch in ["32", "64", "128"] {
+            for gpus in ["1", "2"] {
+                assert!(text.lines().any(|l| { let w: Vec<&str> = l.split_whitespace().collect(); w.len() == 8 && w[0] == model && w[1] == batch && w[2] == gpus && w[5] != "-" }), "{model} {batch} {gpus}: {text}");
+            }
+        }
+    }
+    assert!(figures.join("scaling.svg").exists());
+    let output = nimble_bench(&["scaling", "--results", ddp, "--out-dir", figures.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("not a scaling record"), "{output:?}");
 }
 
 #[test]
