@@ -118,6 +118,69 @@ pub fn speedup(rows: &[ScalingRow], row: &ScalingRow) -> Option<f64> {
     Some(row.samples_per_s / one.samples_per_s)
 }
 
+/// The ring all-reduce's cost: `latency + 2 (N − 1) / N · bytes / bus bandwidth` on N GPUs
+/// (NCCL's bus bandwidth convention), fitted to measured times; what the simulator charges a
+/// collective and how it projects more GPUs.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AllReduceModel {
+    pub latency_us: f64,
+    /// Bytes per microsecond (= MB/s); 1e3 of them are 1 GB/s.
+    pub bus_bytes_per_us: f64,
+}
+
+impl AllReduceModel {
+    /// Microseconds for an all-reduce of `bytes` over `gpus` GPUs (0 on one GPU).
+    pub fn time_us(&self, bytes: f64, gpus: usize) -> f64 {
+        if gpus <= 1 {
+            return 0.0;
+        }
+        let traffic = 2.0 * (gpus as f64 - 1.0) / gpus as f64 * bytes;
+        self.latency_us + traffic / self.bus_bytes_per_us
+    }
+
+    /// Least squares over `(bytes, microseconds)` measured on `gpus` GPUs. Needs two sizes or
+    /// more on more than one GPU, and times that grow with the size.
+    pub fn fit(points: &[(f64, f64)], gpus: usize) -> Result<AllReduceModel, String> {
+        if gpus < 2 {
+            return Err(format!("an all-reduce on {gpus} GPU costs nothing to fit; expected two GPUs or more"));
+        }
+        if points.len() < 2 {
+            return Err(format!("{} measured sizes; expected two or more", points.len()));
+        }
+        let scale = 2.0 * (gpus as f64 - 1.0) / gpus as f64;
+        let n = points.len() as f64;
+        let (mx, my) = (points.iter().map(|p| scale * p.0).sum::<f64>() / n, points.iter().map(|p| p.1).sum::<f64>() / n);
+        let sxx: f64 = points.iter().map(|p| (scale * p.0 - mx).powi(2)).sum();
+        let sxy: f64 = points.iter().map(|p| (scale * p.0 - mx) * (p.1 - my)).sum();
+        let slope = sxy / sxx;
+        if !(slope > 0.0) || !slope.is_finite() {
+            return Err("the measured times do not grow with the size; expected sizes far apart".into());
+        }
+        Ok(AllReduceModel { latency_us: (my - slope * mx).max(0.0), bus_bytes_per_us: 1.0 / slope })
+    }
+}
+
+/// One all-reduce size as measured (`nimble-bench allreduce`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AllReduceRow {
+    pub bytes: u64,
+    /// Rank 0's times, µs.
+    pub time: Samples,
+    /// Every rank's median, µs.
+    pub rank_medians_us: Vec<f64>,
+}
+
+/// An all-reduce measurement with its fitted model, as committed under `paper-figs/results/`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AllReduceRecord {
+    pub experiment: String,
+    pub provenance: Provenance,
+    pub nccl: String,
+    pub gpus: usize,
+    pub rows: Vec<AllReduceRow>,
+    pub model: AllReduceModel,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,6 +201,20 @@ mod tests {
         let all = vec![one, rows[0].clone()];
         assert!((speedup(&all, &all[1]).unwrap() - 1.6).abs() < 1e-9);
         assert!(speedup(&all[1..], &all[1]).is_none());
+    }
+
+    #[test]
+    fn the_all_reduce_model_fits_a_ring_and_projects_more_gpus() {
+        let truth = AllReduceModel { latency_us: 12.0, bus_bytes_per_us: 300_000.0 };
+        let points: Vec<(f64, f64)> = [1e5, 1e6, 1e7, 1e8].iter().map(|&b| (b, truth.time_us(b, 2))).collect();
+        let fit = AllReduceModel::fit(&points, 2).unwrap();
+        assert!((fit.latency_us - 12.0).abs() < 1e-6 && (fit.bus_bytes_per_us - 300_000.0).abs() < 1e-3, "{fit:?}");
+        // Eight GPUs move 1.75× the bytes of two for the same buffer.
+        assert!((fit.time_us(1e8, 8) - 12.0 - 1.75e8 / 300_000.0).abs() < 1e-6);
+        assert_eq!(fit.time_us(1e8, 1), 0.0);
+        assert!(AllReduceModel::fit(&points, 1).unwrap_err().contains("expected two GPUs"));
+        assert!(AllReduceModel::fit(&points[..1], 2).unwrap_err().contains("1 measured sizes"));
+        assert!(AllReduceModel::fit(&[(1e5, 50.0), (1e8, 10.0)], 2).unwrap_err().contains("do not grow"));
     }
 
     #[test]

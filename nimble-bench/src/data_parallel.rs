@@ -16,19 +16,18 @@
 //! launcher started with --gpus), NIMBLE_WORLD_SIZE the total and NIMBLE_RANK / NIMBLE_LOCAL_RANK
 //! each rank's number and GPU; nothing in the ranks assumes one host.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::path::Path;
 use std::rc::Rc;
-use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use experiments::record::Provenance;
 use experiments::scaling::{self, CommTime, RankRow, ScalingRecord, ScalingRow};
 use experiments::tolerance::LIBTORCH_VERSION;
 use experiments::training::{self, TrainConfig};
-use nimble_torch::distributed::{nccl_version, Communicator, DataParallel, NcclId};
+use nimble_torch::distributed::{nccl_version, DataParallel};
 
 use crate::output::{emit, note, progress, write_file};
+use crate::ranks;
 use crate::torch::{open_gpu, provenance_line, training_models, PRECISION};
 
 /// What `train --gpus` and each rank measure.
@@ -112,18 +111,11 @@ fn measure(args: &ScalingArgs<'_>, device: usize, rank: usize, dp: Option<DataPa
     Ok(rows)
 }
 
-fn env_number(name: &str) -> Result<usize> {
-    let text = std::env::var(name).with_context(|| format!("train-rank runs as one rank of `train --gpus`, which sets {name}; it is not set"))?;
-    text.trim().parse().with_context(|| format!("{name} is `{text}`, expected a number"))
-}
-
 /// `train-rank`: one rank, from the environment a launcher set.
 pub fn rank_main(args: &ScalingArgs<'_>) -> Result<()> {
     let (first_bucket_bytes, bucket_bytes) = args.check()?;
-    let (rank, world) = (env_number("NIMBLE_RANK")?, env_number("NIMBLE_WORLD_SIZE")?);
-    let device = std::env::var("NIMBLE_LOCAL_RANK").map_or(Ok(rank), |_| env_number("NIMBLE_LOCAL_RANK"))?;
-    let id = NcclId::from_hex(&std::env::var("NIMBLE_NCCL_ID").context("train-rank needs NIMBLE_NCCL_ID (the launcher's NCCL id, hex)")?)?;
-    let comm = Rc::new(Communicator::new(&id, world, rank, device)?);
+    let comm = Rc::new(ranks::join("train-rank")?);
+    let (rank, world, device) = (comm.rank(), comm.world(), comm.device());
     tch::Cuda::cudnn_set_benchmark(true);
     let dp = DataParallel::new(comm).bucket_bytes(bucket_bytes).first_bucket_bytes(first_bucket_bytes).high_priority(!args.comm_normal_priority);
     let rows = measure(args, device, rank, Some(dp), |row| {
@@ -135,61 +127,12 @@ pub fn rank_main(args: &ScalingArgs<'_>) -> Result<()> {
     write_file(out, &serde_json::to_string(&rows)?)
 }
 
-/// Waits for every rank; the first to fail stops the others.
-fn wait_all(mut ranks: Vec<Child>) -> Result<()> {
-    let mut running: Vec<bool> = vec![true; ranks.len()];
-    while running.iter().any(|&r| r) {
-        for (rank, child) in ranks.iter_mut().enumerate() {
-            if !running[rank] {
-                continue;
-            }
-            if let Some(status) = child.try_wait()? {
-                running[rank] = false;
-                if !status.success() {
-                    for other in ranks.iter_mut() {
-                        let _ = other.kill();
-                        let _ = other.wait();
-                    }
-                    bail!("rank {rank} failed ({status}); its error is above. The other ranks were stopped");
-                }
-            }
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Ok(())
-}
-
 /// Starts `gpus` rank processes and merges what they measured.
 fn launch(args: &ScalingArgs<'_>, gpus: usize, scratch: &Path) -> Result<Vec<ScalingRow>> {
-    let id = NcclId::new()?;
-    let exe = std::env::current_exe().context("finding this program to start the ranks")?;
-    let outs: Vec<PathBuf> = (0..gpus).map(|r| scratch.join(format!("rank-{gpus}-{r}.json"))).collect();
-    let mut ranks = Vec::new();
-    for (rank, out) in outs.iter().enumerate() {
-        let child = Command::new(&exe)
-            .args(args.rank_command(out))
-            .env("NIMBLE_RANK", rank.to_string())
-            .env("NIMBLE_LOCAL_RANK", rank.to_string())
-            .env("NIMBLE_WORLD_SIZE", gpus.to_string())
-            .env("NIMBLE_NCCL_ID", id.to_hex())
-            // NVLink multicast stays off (the lent machines' rule; plain NVLink P2P is used).
-            .env("NCCL_NVLS_ENABLE", "0")
-            .spawn();
-        match child {
-            Ok(child) => ranks.push(child),
-            Err(e) => {
-                for mut started in ranks {
-                    let _ = started.kill();
-                }
-                return Err(e).with_context(|| format!("starting rank {rank} ({})", exe.display()));
-            }
-        }
-    }
-    wait_all(ranks)?;
+    let texts = ranks::launch(gpus, scratch, "train", |out| args.rank_command(out))?;
     let mut all = Vec::new();
-    for (rank, out) in outs.iter().enumerate() {
-        let text = std::fs::read_to_string(out).with_context(|| format!("reading rank {rank}'s rows"))?;
-        all.push(serde_json::from_str::<Vec<RankRow>>(&text).with_context(|| format!("parsing rank {rank}'s rows"))?);
+    for (rank, text) in texts.iter().enumerate() {
+        all.push(serde_json::from_str::<Vec<RankRow>>(text).with_context(|| format!("parsing rank {rank}'s rows"))?);
     }
     scaling::merge(gpus, &all).map_err(anyhow::Error::msg)
 }

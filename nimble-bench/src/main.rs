@@ -9,7 +9,11 @@ mod coverage_figure;
 #[cfg(feature = "torch")]
 mod coverage_run;
 #[cfg(feature = "torch")]
+mod allreduce;
+#[cfg(feature = "torch")]
 mod data_parallel;
+#[cfg(feature = "torch")]
+mod ranks;
 mod example;
 mod figures;
 mod gpu;

@@ -8,7 +8,7 @@ use experiments::inference::{InferConfig, InferMode};
 use experiments::models::Dataset;
 use experiments::torchscript::InputSpec;
 
-use crate::{data_parallel, torch};
+use crate::{allreduce, data_parallel, torch};
 
 #[derive(Subcommand, Debug)]
 pub(crate) enum TorchCommand {
@@ -156,6 +156,35 @@ pub(crate) enum TorchCommand {
         /// Also write the result record (JSON, with provenance) here
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
+    },
+    /// GPUs: NCCL all-reduce times over a range of sizes on N GPUs (one process per GPU) and the
+    /// ring model fitted to them (latency + 2(N−1)/N · bytes / bus bandwidth), with which the
+    /// simulator projects more GPUs; table plus a JSON record with provenance
+    Allreduce {
+        #[arg(long, default_value_t = 2)]
+        gpus: usize,
+        /// Comma-separated buffer sizes, MiB
+        #[arg(long, value_delimiter = ',', default_value = "0.0625,0.25,1,4,16,64,256")]
+        sizes_mb: Vec<f64>,
+        #[arg(long, default_value_t = 20)]
+        warmup: usize,
+        #[arg(long, default_value_t = 100)]
+        iters: usize,
+        /// Also write the record (JSON, with provenance) here
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// One rank of `allreduce --gpus` (started by it)
+    #[command(hide = true)]
+    AllreduceRank {
+        #[arg(long, value_delimiter = ',')]
+        sizes_mb: Vec<f64>,
+        #[arg(long, default_value_t = 20)]
+        warmup: usize,
+        #[arg(long, default_value_t = 100)]
+        iters: usize,
+        #[arg(long, value_name = "FILE")]
+        rank_out: PathBuf,
     },
     /// One rank of `train --gpus` (started by it; see NIMBLE_RANK, NIMBLE_WORLD_SIZE,
     /// NIMBLE_LOCAL_RANK and NIMBLE_NCCL_ID in the README to start ranks on several hosts)
@@ -345,6 +374,10 @@ pub(crate) fn run(command: TorchCommand) -> anyhow::Result<()> {
             profile: profile.as_deref(),
             out: out.as_deref(),
         }),
+        TorchCommand::Allreduce { gpus, sizes_mb, warmup, iters, out } => allreduce::allreduce(&allreduce::AllReduceArgs { gpus, sizes_mb: &sizes_mb, warmup, iterations: iters, out: out.as_deref() }),
+        TorchCommand::AllreduceRank { sizes_mb, warmup, iters, rank_out } => {
+            allreduce::rank_main(&allreduce::AllReduceArgs { gpus: 0, sizes_mb: &sizes_mb, warmup, iterations: iters, out: None }, &rank_out)
+        }
         TorchCommand::TrainRank { model, batch, algo, warmup, iters, bucket_mb, first_bucket_mb, comm_normal_priority, profile, out } => data_parallel::rank_main(&data_parallel::ScalingArgs {
             models: &model,
             batches: &batch,

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs on a lent multi-GPU machine: nimble-torch's data-parallel GPU test (2 ranks against one
 # GPU on the whole batch), then the scaling measurement (`nimble-bench train --gpus`: Nimble's
-# whole step on 1 and N GPUs) and PyTorch DDP (eager and captured) in the same call. Builds
+# whole step on 1 and N GPUs), the all-reduce calibration (`allreduce --gpus N`) and PyTorch DDP
+# (eager and captured) in the same call. Builds
 # nothing: uses the binaries carried in .gpu/ (scripts/build-gpu-binaries.sh). Everything lands
 # under $OUT; the tables are printed last.
-#   usage: scripts/device/run-scaling.sh [tests|nimble|ddp|all] [MODELS] [BATCHES] [GPUS] [WARMUP] [ITERS] [TRAIN ARGS...]
+#   usage: scripts/device/run-scaling.sh [tests|nimble|ddp|allreduce|all] [MODELS] [BATCHES] [GPUS] [WARMUP] [ITERS] [TRAIN ARGS...]
 set -uo pipefail
 what=${1:-all}
 models=${2:-resnet50,mobilenet-v2}
@@ -25,6 +26,13 @@ if [ "$what" = nimble ] || [ "$what" = all ]; then
     .gpu/nimble-bench train --gpus "$gpus" --model "$models" --batch "$batches" --warmup "$warmup" --iters "$iters" --out "$out/scaling$tag.json" "$@" \
         > "$out/scaling$tag.txt" 2> "$out/scaling$tag-progress.log" || status=1
     grep -vE "^\s*$" "$out/scaling$tag-progress.log" | cut -c1-300 | tail -30
+fi
+if [ "$what" = allreduce ] || [ "$what" = all ]; then
+    for n in ${gpus//,/ }; do
+        [ "$n" -ge 2 ] || continue
+        .gpu/nimble-bench allreduce --gpus "$n" --out "$out/allreduce-$n.json" > "$out/allreduce-$n.txt" 2>&1 || status=1
+        cat "$out/allreduce-$n.txt"
+    done
 fi
 if [ "$what" = ddp ] || [ "$what" = all ]; then
     python3 experiments/python/ddp.py --out "$out/pytorch-ddp.json" --models "$models" --batches "$batches" --gpus "$gpus" \
