@@ -145,19 +145,24 @@ def training_step(system, model, batch, device, lr=0.01, momentum=0.9, weight_de
         raise SystemExit(f"unknown training system {system!r}; expected train-eager or train-graph")
     if device != "cuda":
         raise SystemExit("train-graph captures a CUDA graph: it needs --device cuda")
-    # PyTorch's whole-network capture: warm up on a side stream, then capture the whole step.
+    return captured_step(eager, lambda x, y: F.cross_entropy(model(x), y), optimizer, batch, device, warmups=3)
+
+
+def captured_step(eager, loss_of, optimizer, batch, device, warmups, side=None):
+    """PyTorch's whole-network capture: `warmups` eager steps on a side stream, then the step
+    (loss, backward, optimizer) captured with torch.cuda.graph; returns replay(x, y)."""
     static_x = torch.randn(batch, 3, 32, 32, device=device)
     static_y = torch.randint(10, (batch,), device=device)
-    side = torch.cuda.Stream()
+    side = side or torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        for _ in range(3):
+        for _ in range(warmups):
             eager(static_x, static_y)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     optimizer.zero_grad(set_to_none=True)
     with torch.cuda.graph(graph):
-        F.cross_entropy(model(static_x), static_y).backward()
+        loss_of(static_x, static_y).backward()
         optimizer.step()
 
     def replay(x, y):

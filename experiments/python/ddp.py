@@ -73,25 +73,7 @@ def ddp_step(system, model, batch, rank):
         return eager
     if system != "ddp-graph":
         raise SystemExit(f"unknown system {system!r}; expected ddp-eager or ddp-graph")
-    static_x = torch.randn(batch, 3, 32, 32, device=rank)
-    static_y = torch.randint(10, (batch,), device=rank)
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(WARMUP_BEFORE_CAPTURE):
-            eager(static_x, static_y)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    optimizer.zero_grad(set_to_none=True)
-    with torch.cuda.graph(graph):
-        F.cross_entropy(ddp(static_x), static_y).backward()
-        optimizer.step()
-
-    def replay(x, y):
-        static_x.copy_(x)
-        static_y.copy_(y)
-        graph.replay()
-
-    return replay
+    return baselines.captured_step(eager, lambda x, y: F.cross_entropy(ddp(x), y), optimizer, batch, rank, WARMUP_BEFORE_CAPTURE, side)
 
 
 def pipelined(step, batch, rank, warmup, iterations):

@@ -140,19 +140,8 @@ pub(crate) enum TorchCommand {
         /// data_parallel_gpu test checks N GPUs against one)
         #[arg(long, value_delimiter = ',')]
         gpus: Vec<usize>,
-        /// Gradient bytes per all-reduce bucket, MiB (with --gpus)
-        #[arg(long, default_value_t = 25.0)]
-        bucket_mb: f64,
-        /// Gradient bytes in the first bucket (the last layers'), MiB (with --gpus)
-        #[arg(long, default_value_t = 1.0)]
-        first_bucket_mb: f64,
-        /// With --gpus: run the all-reduces on a stream of normal priority (default: high)
-        #[arg(long)]
-        comm_normal_priority: bool,
-        /// With --gpus: each rank then profiles a few steps, writes their Chrome traces to DIR,
-        /// and the table shows NCCL's time per step and how much of it nothing else overlapped
-        #[arg(long, value_name = "DIR")]
-        profile: Option<PathBuf>,
+        #[command(flatten)]
+        data_parallel: DataParallelArgs,
         /// Also write the result record (JSON, with provenance) here
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
@@ -200,18 +189,48 @@ pub(crate) enum TorchCommand {
         warmup: usize,
         #[arg(long, default_value_t = 100)]
         iters: usize,
-        #[arg(long, default_value_t = 25.0)]
-        bucket_mb: f64,
-        #[arg(long, default_value_t = 1.0)]
-        first_bucket_mb: f64,
-        #[arg(long)]
-        comm_normal_priority: bool,
-        #[arg(long, value_name = "DIR")]
-        profile: Option<PathBuf>,
+        #[command(flatten)]
+        data_parallel: DataParallelArgs,
         /// Where this rank's rows go (JSON)
         #[arg(long, value_name = "FILE")]
         out: PathBuf,
     },
+}
+
+/// What `train --gpus` and each of its ranks share.
+#[derive(clap::Args, Debug)]
+pub(crate) struct DataParallelArgs {
+    /// Gradient bytes per all-reduce bucket, MiB (with --gpus)
+    #[arg(long, default_value_t = 25.0)]
+    bucket_mb: f64,
+    /// Gradient bytes in the first bucket (the last layers'), MiB (with --gpus)
+    #[arg(long, default_value_t = 1.0)]
+    first_bucket_mb: f64,
+    /// With --gpus: run the all-reduces on a stream of normal priority (default: high)
+    #[arg(long)]
+    comm_normal_priority: bool,
+    /// With --gpus: each rank then profiles a few steps, writes their Chrome traces to DIR, and
+    /// the table shows NCCL's time per step and how much of it nothing else overlapped
+    #[arg(long, value_name = "DIR")]
+    profile: Option<PathBuf>,
+}
+
+impl DataParallelArgs {
+    fn scaling<'a>(&'a self, models: &'a str, batches: &'a [i64], gpus: &'a [usize], algorithm: &'a str, (warmup, iterations): (usize, usize), out: Option<&'a std::path::Path>) -> data_parallel::ScalingArgs<'a> {
+        data_parallel::ScalingArgs {
+            models,
+            batches,
+            gpus,
+            algorithm,
+            warmup,
+            iterations,
+            bucket_mb: self.bucket_mb,
+            first_bucket_mb: self.first_bucket_mb,
+            comm_normal_priority: self.comm_normal_priority,
+            profile: self.profile.as_deref(),
+            out,
+        }
+    }
 }
 
 /// `models --dataset` values.
@@ -361,36 +380,16 @@ pub(crate) fn run(command: TorchCommand) -> anyhow::Result<()> {
             trace: trace.as_deref(),
             out: out.as_deref(),
         }),
-        TorchCommand::Train { model, batch, gpus, bucket_mb, first_bucket_mb, comm_normal_priority, profile, algo, warmup, iters, out, .. } if !gpus.is_empty() => data_parallel::scaling_run(&data_parallel::ScalingArgs {
-            models: &model,
-            batches: &batch,
-            gpus: &gpus,
-            algorithm: &algo,
-            warmup,
-            iterations: iters,
-            bucket_mb,
-            first_bucket_mb,
-            comm_normal_priority,
-            profile: profile.as_deref(),
-            out: out.as_deref(),
-        }),
+        TorchCommand::Train { model, batch, gpus, data_parallel, algo, warmup, iters, out, .. } if !gpus.is_empty() => {
+            data_parallel::scaling_run(&data_parallel.scaling(&model, &batch, &gpus, &algo, (warmup, iters), out.as_deref()))
+        }
         TorchCommand::Allreduce { gpus, sizes_mb, warmup, iters, out } => allreduce::allreduce(&allreduce::AllReduceArgs { gpus, sizes_mb: &sizes_mb, warmup, iterations: iters, out: out.as_deref() }),
         TorchCommand::AllreduceRank { sizes_mb, warmup, iters, rank_out } => {
             allreduce::rank_main(&allreduce::AllReduceArgs { gpus: 0, sizes_mb: &sizes_mb, warmup, iterations: iters, out: None }, &rank_out)
         }
-        TorchCommand::TrainRank { model, batch, algo, warmup, iters, bucket_mb, first_bucket_mb, comm_normal_priority, profile, out } => data_parallel::rank_main(&data_parallel::ScalingArgs {
-            models: &model,
-            batches: &batch,
-            gpus: &[],
-            algorithm: &algo,
-            warmup,
-            iterations: iters,
-            bucket_mb,
-            first_bucket_mb,
-            comm_normal_priority,
-            profile: profile.as_deref(),
-            out: Some(&out),
-        }),
+        TorchCommand::TrainRank { model, batch, algo, warmup, iters, data_parallel, out } => {
+            data_parallel::rank_main(&data_parallel.scaling(&model, &batch, &[], &algo, (warmup, iters), Some(&out)))
+        }
         TorchCommand::Train { model, batch, mode, algo, backward_streams, warmup, iters, check_steps, out, .. } => torch::train(&torch::TrainArgs {
             models: &model,
             batches: &batch,
