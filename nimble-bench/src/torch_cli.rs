@@ -147,18 +147,13 @@ pub(crate) enum TorchCommand {
         out: Option<PathBuf>,
     },
     /// GPUs: NCCL all-reduce times over a range of sizes on N GPUs (one process per GPU) and the
-    /// ring model fitted to them (latency + 2(N−1)/N · bytes / bus bandwidth), with which the
-    /// simulator projects more GPUs; table plus a JSON record with provenance
+    /// ring model fitted to them (latency + 2(N−1)/N · bytes / bus bandwidth), which projects the
+    /// cost to more GPUs; table plus a JSON record with provenance
     Allreduce {
         #[arg(long, default_value_t = 2)]
         gpus: usize,
-        /// Comma-separated buffer sizes, MiB
-        #[arg(long, value_delimiter = ',', default_value = "0.0625,0.25,1,4,16,64,256")]
-        sizes_mb: Vec<f64>,
-        #[arg(long, default_value_t = 20)]
-        warmup: usize,
-        #[arg(long, default_value_t = 100)]
-        iters: usize,
+        #[command(flatten)]
+        sizes: AllReduceSizes,
         /// Also write the record (JSON, with provenance) here
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
@@ -166,12 +161,8 @@ pub(crate) enum TorchCommand {
     /// One rank of `allreduce --gpus` (started by it)
     #[command(hide = true)]
     AllreduceRank {
-        #[arg(long, value_delimiter = ',')]
-        sizes_mb: Vec<f64>,
-        #[arg(long, default_value_t = 20)]
-        warmup: usize,
-        #[arg(long, default_value_t = 100)]
-        iters: usize,
+        #[command(flatten)]
+        sizes: AllReduceSizes,
         #[arg(long, value_name = "FILE")]
         rank_out: PathBuf,
     },
@@ -195,6 +186,24 @@ pub(crate) enum TorchCommand {
         #[arg(long, value_name = "FILE")]
         out: PathBuf,
     },
+}
+
+/// What `allreduce` and each of its ranks measure.
+#[derive(clap::Args, Debug)]
+pub(crate) struct AllReduceSizes {
+    /// Comma-separated buffer sizes, MiB
+    #[arg(long, value_delimiter = ',', default_value = "0.0625,0.25,1,4,16,64,256")]
+    sizes_mb: Vec<f64>,
+    #[arg(long, default_value_t = 20)]
+    warmup: usize,
+    #[arg(long, default_value_t = 100)]
+    iters: usize,
+}
+
+impl AllReduceSizes {
+    fn args<'a>(&'a self, gpus: usize, out: Option<&'a std::path::Path>) -> allreduce::AllReduceArgs<'a> {
+        allreduce::AllReduceArgs { gpus, sizes_mb: &self.sizes_mb, warmup: self.warmup, iterations: self.iters, out }
+    }
 }
 
 /// What `train --gpus` and each of its ranks share.
@@ -383,10 +392,8 @@ pub(crate) fn run(command: TorchCommand) -> anyhow::Result<()> {
         TorchCommand::Train { model, batch, gpus, data_parallel, algo, warmup, iters, out, .. } if !gpus.is_empty() => {
             data_parallel::scaling_run(&data_parallel.scaling(&model, &batch, &gpus, &algo, (warmup, iters), out.as_deref()))
         }
-        TorchCommand::Allreduce { gpus, sizes_mb, warmup, iters, out } => allreduce::allreduce(&allreduce::AllReduceArgs { gpus, sizes_mb: &sizes_mb, warmup, iterations: iters, out: out.as_deref() }),
-        TorchCommand::AllreduceRank { sizes_mb, warmup, iters, rank_out } => {
-            allreduce::rank_main(&allreduce::AllReduceArgs { gpus: 0, sizes_mb: &sizes_mb, warmup, iterations: iters, out: None }, &rank_out)
-        }
+        TorchCommand::Allreduce { gpus, sizes, out } => allreduce::allreduce(&sizes.args(gpus, out.as_deref())),
+        TorchCommand::AllreduceRank { sizes, rank_out } => allreduce::rank_main(&sizes.args(0, None), &rank_out),
         TorchCommand::TrainRank { model, batch, algo, warmup, iters, data_parallel, out } => {
             data_parallel::rank_main(&data_parallel.scaling(&model, &batch, &[], &algo, (warmup, iters), Some(&out)))
         }

@@ -137,6 +137,18 @@ void ReadyHook::operator()(const torch::autograd::Variable&) {
   reducer->launch_ready();
 }
 
+// Issues `collective(tensor, stream)` for each tensor as one NCCL group on the current stream.
+// Every tensor is checked first, so a bad one never leaves a group open.
+template <class F>
+void in_group(Comm* comm, void* const* tensors, int n, const char* what, F&& collective) {
+  auto list = tensor_list(tensors, n);
+  for (const auto& t : list) check_on_device(t, comm->device, what);
+  auto stream = c10::cuda::getCurrentCUDAStream(comm->device);
+  nccl_check(ncclGroupStart(), "ncclGroupStart");
+  for (auto& t : list) collective(t, stream.stream());
+  nccl_check(ncclGroupEnd(), "ncclGroupEnd", comm->comm);
+}
+
 }  // namespace
 }  // namespace nimble_shim
 
@@ -187,15 +199,10 @@ void ns_comm_free(void* raw) {
 int ns_comm_broadcast(void* raw, void* const* tensors, int n, int root) {
   return guarded([&] {
     auto* comm = static_cast<Comm*>(raw);
-    auto stream = c10::cuda::getCurrentCUDAStream(comm->device);
-    nccl_check(ncclGroupStart(), "ncclGroupStart");
-    for (auto& t : tensor_list(tensors, n)) {
-      check_on_device(t, comm->device, "a broadcast tensor");
-      nccl_check(ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t), root, comm->comm, stream.stream()), "ncclBroadcast",
-                 comm->comm);
-    }
-    nccl_check(ncclGroupEnd(), "ncclGroupEnd", comm->comm);
-    stream.synchronize();
+    in_group(comm, tensors, n, "a broadcast tensor", [&](at::Tensor& t, cudaStream_t stream) {
+      nccl_check(ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t), root, comm->comm, stream), "ncclBroadcast", comm->comm);
+    });
+    c10::cuda::getCurrentCUDAStream(comm->device).synchronize();
   });
 }
 
@@ -217,14 +224,9 @@ int ns_comm_all_gather_i64(void* raw, const long long* mine, int n, long long* a
 int ns_comm_all_reduce_mean(void* raw, void* const* tensors, int n) {
   return guarded([&] {
     auto* comm = static_cast<Comm*>(raw);
-    auto stream = c10::cuda::getCurrentCUDAStream(comm->device);
-    nccl_check(ncclGroupStart(), "ncclGroupStart");
-    for (auto& t : tensor_list(tensors, n)) {
-      check_on_device(t, comm->device, "an all-reduced tensor");
-      nccl_check(ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t), ncclAvg, comm->comm, stream.stream()), "ncclAllReduce",
-                 comm->comm);
-    }
-    nccl_check(ncclGroupEnd(), "ncclGroupEnd", comm->comm);
+    in_group(comm, tensors, n, "an all-reduced tensor", [&](at::Tensor& t, cudaStream_t stream) {
+      nccl_check(ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t), ncclAvg, comm->comm, stream), "ncclAllReduce", comm->comm);
+    });
   });
 }
 

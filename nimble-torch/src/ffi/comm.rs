@@ -7,7 +7,7 @@ use std::ptr;
 use tch::Tensor;
 
 use super::{check, tensor_ptrs};
-use crate::error::Result;
+use crate::error::{NimbleError, Result};
 
 /// Bytes of an NCCL unique id (`NCCL_UNIQUE_ID_BYTES`).
 pub(crate) const UNIQUE_ID_BYTES: usize = 128;
@@ -98,13 +98,16 @@ impl Reducer {
     /// The communicator must outlive the reducer. The all-reduces run on a stream of high
     /// priority, or of normal priority like the compute's.
     pub(crate) fn new(comm: &RawComm, params: &[Tensor], bucket_of: &[Option<usize>], high_priority: bool) -> Result<Reducer> {
+        if params.len() != bucket_of.len() {
+            return Err(NimbleError::Internal(format!("reducer: {} parameters but {} bucket numbers", params.len(), bucket_of.len())));
+        }
         let ps = tensor_ptrs(params);
         let buckets: Vec<c_int> = bucket_of.iter().map(|b| b.map_or(-1, |b| b as c_int)).collect();
         let n_buckets = bucket_of.iter().flatten().max().map_or(0, |b| b + 1);
         let mut raw = ptr::null_mut();
-        // SAFETY: as many bucket numbers as parameters (the shim checks their range); live
+        // SAFETY: as many bucket numbers as parameters (checked above; the shim checks their range); live
         // tensors; on success the shim writes a handle we own.
-        check("reducer_new", unsafe { ns_reducer_new(comm.raw, ps.as_ptr(), ps.len().min(buckets.len()) as c_int, buckets.as_ptr(), n_buckets as c_int, high_priority as c_int, &mut raw) })?;
+        check("reducer_new", unsafe { ns_reducer_new(comm.raw, ps.as_ptr(), ps.len() as c_int, buckets.as_ptr(), n_buckets as c_int, high_priority as c_int, &mut raw) })?;
         Ok(Reducer { raw })
     }
 
