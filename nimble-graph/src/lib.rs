@@ -24,6 +24,7 @@ pub mod error;
 pub mod graph;
 pub mod json;
 pub mod matching;
+pub mod step;
 pub mod synth;
 
 pub use analysis::{CriticalPath, Reachability};

@@ -13,6 +13,7 @@ pub struct Analysis<'g> {
     meg_successors: Vec<Vec<usize>>,
     meg_predecessors: Vec<Vec<usize>>,
     meg_edge_count: usize,
+    stream_classes: Option<Vec<u32>>,
 }
 
 impl<'g> Analysis<'g> {
@@ -26,7 +27,8 @@ impl<'g> Analysis<'g> {
             }
         }
         let meg_edge_count = meg_successors.iter().map(Vec::len).sum();
-        Analysis { graph, reachability, meg_successors, meg_predecessors, meg_edge_count }
+        let stream_classes = stream_classes(graph);
+        Analysis { graph, reachability, meg_successors, meg_predecessors, meg_edge_count, stream_classes }
     }
 
     /// The graph analysed.
@@ -54,8 +56,42 @@ impl<'g> Analysis<'g> {
         self.meg_edge_count
     }
 
+    /// Each node's stream class, numbered in order of appearance (0: nodes without the
+    /// `stream_class` attribute, such as compute), or `None` when no node has one. Assigners
+    /// that honour classes (`nimble`) never put nodes of two classes on one stream: collectives
+    /// get streams of their own and overlap compute instead of queueing behind it.
+    pub fn stream_classes(&self) -> Option<&[u32]> {
+        self.stream_classes.as_deref()
+    }
+
     /// The graph's width (maximum logical concurrency).
     pub fn width(&self) -> usize {
         self.graph.width(&self.reachability)
     }
+}
+
+fn stream_classes(graph: &TaskGraph) -> Option<Vec<u32>> {
+    let mut names: Vec<String> = vec![String::new()];
+    let mut any = false;
+    let classes = graph
+        .nodes()
+        .iter()
+        .map(|node| {
+            let name = match node.attrs.get("stream_class") {
+                Some(value) => {
+                    any = true;
+                    value.as_str().map_or_else(|| value.to_string(), str::to_string)
+                }
+                None => String::new(),
+            };
+            match names.iter().position(|n| *n == name) {
+                Some(k) => k as u32,
+                None => {
+                    names.push(name);
+                    (names.len() - 1) as u32
+                }
+            }
+        })
+        .collect();
+    any.then_some(classes)
 }

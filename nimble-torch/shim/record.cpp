@@ -7,6 +7,8 @@
 //   op  <name> <has_schema 0|1> <host-sync op or ->
 //   in  <storage> <write 0|1> <device 0 cpu|1 cuda|2 other> <dtype> <shape, comma-separated>
 //   out (same fields as in)
+//   param <storage> <bytes> <dtype>      (after the ops, when the trace keeps state: each
+//                                         parameter, in order of first use)
 
 #include "common.h"
 
@@ -15,6 +17,7 @@
 
 #include <memory>
 #include <sstream>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -51,6 +54,8 @@ struct Recorder {
   bool keep_state = false;
   std::vector<std::pair<at::Tensor, at::Tensor>> state;
   std::vector<at::Tensor> params;
+  // Each parameter's storage id, size in bytes and dtype, in the order of `params`.
+  std::vector<std::tuple<int64_t, int64_t, std::string>> param_info;
   std::unordered_set<const void*> state_seen;
 
   void keep_external(const c10::IValue& v) {
@@ -62,7 +67,10 @@ struct Recorder {
       bool param = t.is_leaf() && t.requires_grad();
       if (!external && !param) return;
       state_seen.insert(impl);
-      if (param) params.push_back(t);
+      if (param) {
+        params.push_back(t);
+        param_info.emplace_back(storage_id(t), static_cast<int64_t>(t.nbytes()), c10::toString(t.scalar_type()));
+      }
       if (external) {
         // The copy must not be recorded, nor join the autograd graph.
         at::DisableRecordFunctionGuard no_record;
@@ -183,6 +191,8 @@ int ns_trace_end(char** out, void*** params, int* n_params, void*** state, int* 
       write_uses(o, "in", op.inputs);
       write_uses(o, "out", op.outputs);
     }
+    for (const auto& [storage, bytes, dtype] : recorder->param_info)
+      o << "param\t" << storage << '\t' << bytes << '\t' << dtype << '\n';
     if (params != nullptr) {
       std::vector<at::Tensor> flat;
       for (const auto& kv : recorder->state) {

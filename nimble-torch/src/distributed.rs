@@ -231,26 +231,8 @@ impl DataParallel {
 /// gradient.
 pub type BucketInput = Option<(usize, Kind)>;
 
-/// The bucket of each parameter (`params` in order of first use in the forward), numbered in
-/// launch order; `None` for parameters without a gradient. Buckets take parameters in reverse
-/// order and close once they hold `first_bytes` (the first) or `bucket_bytes` (the others), or
-/// the next parameter has another dtype.
-pub fn buckets(params: &[BucketInput], first_bytes: usize, bucket_bytes: usize) -> Vec<Option<usize>> {
-    let mut bucket_of = vec![None; params.len()];
-    let (mut bucket, mut filled, mut kind) = (0usize, 0usize, None);
-    for i in (0..params.len()).rev() {
-        let Some((bytes, k)) = params[i] else { continue };
-        let limit = if bucket == 0 { first_bytes } else { bucket_bytes };
-        if kind.is_some() && (kind != Some(k) || filled >= limit) {
-            bucket += 1;
-            filled = 0;
-        }
-        kind = Some(k);
-        filled += bytes;
-        bucket_of[i] = Some(bucket);
-    }
-    bucket_of
-}
+/// The bucketing rule (PyTorch DDP's), shared with the task graph of a training step.
+pub use nimble_graph::step::buckets;
 
 /// What every rank must agree on before it captures: each bucket's element count, dtype and
 /// number of parameters.
@@ -300,21 +282,6 @@ impl GradientSync {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn buckets_take_parameters_in_reverse_and_close_at_the_size_or_a_dtype_change() {
-        let f = Some((4usize, Kind::Float));
-        let h = Some((2usize, Kind::Half));
-        // Reverse order: 5, 4 (bucket 0 reaches 8 bytes), 3 (no gradient), 2, 1 (bucket 1), 0 (half).
-        let params = [h, f, f, None, f, f];
-        assert_eq!(buckets(&params, 8, 8), vec![Some(2), Some(1), Some(1), None, Some(0), Some(0)]);
-        // A bucket closes after the parameter that fills it, however large.
-        assert_eq!(buckets(&[f, Some((100, Kind::Float)), f], 8, 8), vec![Some(1), Some(0), Some(0)]);
-        assert_eq!(buckets(&[f, f, f], usize::MAX, usize::MAX), vec![Some(0); 3]);
-        assert!(buckets(&[None, None], 8, 8).iter().all(Option::is_none));
-        // A small first bucket (the last parameters), then large ones.
-        assert_eq!(buckets(&[f, f, f, f, f], 4, 12), vec![Some(2), Some(1), Some(1), Some(1), Some(0)]);
-    }
 
     #[test]
     fn ids_round_trip_through_hex_and_bad_text_is_refused() {

@@ -62,7 +62,7 @@ pub use optimizer::{FusedOptimizer, Optimizer};
 pub use options::{BackwardStreams, LayoutTrial, PrepareOptions, PrepareReport, PrepareSeconds};
 pub use output::{Layout, Value};
 pub use profile::{profile, DeviceProfile};
-pub use trace::{record, TensorDevice, TensorUse, Trace, TracedOp};
+pub use trace::{record, TensorDevice, TensorUse, Trace, TracedOp, TracedParam};
 pub use training::{Loss, LossFn, TrainStep};
 
 /// Whether libtorch sees a CUDA device.

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use nimble_graph::step::{training_step, StepOptions, TrainingStep};
 use nimble_graph::TaskGraph;
 use nimble_sched::StreamPlan;
 use tch::nn::ModuleT;
@@ -134,6 +135,24 @@ impl Nimble {
         // A second run must issue the same ops, or the model is not static.
         scheduled_run(&single_stream_schedule(&trace, None, false)?, None, 0, &runner, inputs, false, "check")?;
         Ok(trace)
+    }
+
+    /// Records one training forward on `inputs` (any device, CPU included) without preparing
+    /// anything: the trace, with the parameters it reads ([`Trace::params`]). Its
+    /// [`Trace::task_graph`] marks each op's parameters, which is what
+    /// [`nimble_graph::step::training_step`] builds a whole training step's task graph from
+    /// (backward, gradient all-reduces, optimizer). The parameters and buffers keep their values
+    /// (BatchNorm's running statistics are put back).
+    pub fn training_trace(&self, inputs: &[Tensor]) -> Result<Trace> {
+        check_inputs_given(inputs)?;
+        training::training_trace(&self.source, inputs)
+    }
+
+    /// The whole training step around the prepared forward's task graph (with its measured
+    /// durations), as [`nimble_graph::step::training_step`] builds it: after `prepare` for
+    /// training or `prepare_train_step`, whose forwards record their parameters.
+    pub fn step_graph(&self, options: &StepOptions) -> Result<TrainingStep> {
+        Ok(training_step(&self.prepared()?.task_graph, options)?)
     }
 
     /// Runs the forward once, eagerly (any device, CPU included), after the inference rewrites

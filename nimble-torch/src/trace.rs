@@ -60,10 +60,23 @@ impl TracedOp {
     }
 }
 
+/// A parameter the forward read (a leaf that requires gradients), recorded when the trace keeps
+/// state (training).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TracedParam {
+    /// Storage identity within the trace.
+    pub storage: u64,
+    pub bytes: usize,
+    /// libtorch's name of the element type.
+    pub dtype: String,
+}
+
 /// The recorded top-level ops of one forward, in issue order.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Trace {
     pub ops: Vec<TracedOp>,
+    /// The parameters, in order of first use (empty unless the trace kept state).
+    pub params: Vec<TracedParam>,
 }
 
 /// Runs `body` while recording its top-level ops. A panic in `body` (tch turns libtorch errors
@@ -110,9 +123,15 @@ impl Trace {
     pub(crate) fn parse(text: &str) -> Result<Trace> {
         let bad = |line: &str| NimbleError::Internal(format!("malformed trace line `{line}`"));
         let mut ops: Vec<TracedOp> = Vec::new();
+        let mut params = Vec::new();
         for line in text.lines() {
             let fields: Vec<&str> = line.split('\t').collect();
             match fields[0] {
+                "param" if fields.len() == 4 => params.push(TracedParam {
+                    storage: fields[1].parse().map_err(|_| bad(line))?,
+                    bytes: fields[2].parse().map_err(|_| bad(line))?,
+                    dtype: fields[3].to_string(),
+                }),
                 "op" if fields.len() == 4 => ops.push(TracedOp {
                     name: fields[1].to_string(),
                     has_schema: fields[2] == "1",
@@ -147,7 +166,7 @@ impl Trace {
                 _ => return Err(bad(line)),
             }
         }
-        Ok(Trace { ops })
+        Ok(Trace { ops, params })
     }
 
     /// Number of recorded ops.
@@ -248,7 +267,8 @@ impl Trace {
     }
 
     /// The forward as a task graph: one node per task op (see [`Trace::task_ops`]) with id =
-    /// its position in the trace, its op name and result shapes; edges from
+    /// its position in the trace, its op name and result shapes, and the parameters it reads
+    /// (attribute `params`, as [`nimble_graph::step`] reads them); edges from
     /// [`Trace::dependencies`]. Measured times go in with `TaskGraph::with_durations`.
     pub fn task_graph(&self) -> Result<TaskGraph> {
         let tasks = self.task_ops();
@@ -262,6 +282,16 @@ impl Trace {
             let mut node = Node::new(k as u64, op.name.clone());
             node.shapes = Some(op.outputs.iter().map(|u| u.shape.clone()).collect());
             node.attrs.insert("input_shapes".into(), json!(op.inputs.iter().map(|u| &u.shape).collect::<Vec<_>>()));
+            let params: Vec<_> = self
+                .params
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| op.inputs.iter().any(|u| u.storage == p.storage))
+                .map(|(index, p)| json!({"index": index, "bytes": p.bytes, "dtype": p.dtype}))
+                .collect();
+            if !params.is_empty() {
+                node.attrs.insert("params".into(), json!(params));
+            }
             builder.add_node(node)?;
         }
         for (k, preds) in self.dependencies().iter().enumerate() {
@@ -314,6 +344,7 @@ mod tests {
                 op("aten::relu_", vec![use_(1, true)], vec![use_(1, false)]),
                 op("aten::add", vec![use_(1, false), use_(2, false)], vec![use_(3, false)]),
             ],
+            params: Vec::new(),
         };
         let deps = trace.dependencies();
         assert_eq!(deps[0], Vec::<usize>::new());
@@ -333,6 +364,7 @@ mod tests {
                 op("aten::relu", vec![use_(1, false)], vec![use_(2, false)]),
                 unknown,
             ],
+            params: Vec::new(),
         };
         assert_eq!(trace.dependencies()[2], vec![0, 1]);
     }
@@ -343,6 +375,7 @@ mod tests {
         cpu.outputs[0].device = TensorDevice::Cpu;
         let trace = Trace {
             ops: vec![op("aten::relu", vec![use_(0, false)], vec![use_(1, false)]), cpu, op("aten::neg", vec![use_(1, false)], vec![use_(2, false)])],
+            params: Vec::new(),
         };
         assert_eq!(trace.task_ops(), vec![0, 2]);
         let durations = [1.0, 2.0, 3.0];
@@ -355,8 +388,11 @@ mod tests {
 
     #[test]
     fn parse_round_trips_the_shim_format() {
-        let text = "op\taten::add_\t1\t-\nin\t3\t1\t1\tFloat\t1,64\nin\t4\t0\t0\tFloat\t\nout\t3\t0\t1\tFloat\t1,64\nop\taten::item\t1\taten::_local_scalar_dense\n";
+        let text = "op\taten::add_\t1\t-\nin\t3\t1\t1\tFloat\t1,64\nin\t4\t0\t0\tFloat\t\nout\t3\t0\t1\tFloat\t1,64\nop\taten::item\t1\taten::_local_scalar_dense\nparam\t3\t256\tFloat\n";
         let trace = Trace::parse(text).unwrap();
+        assert_eq!(trace.params, vec![TracedParam { storage: 3, bytes: 256, dtype: "Float".into() }]);
+        assert_eq!(trace.task_graph().unwrap().node(0).attrs["params"], json!([{"index": 0, "bytes": 256, "dtype": "Float"}]));
+        assert!(Trace::parse("param\t1\tmany\tFloat\n").is_err());
         assert_eq!(trace.len(), 2);
         assert_eq!(trace.ops[0].inputs[0], TensorUse { storage: 3, write: true, device: TensorDevice::Cuda, dtype: "Float".into(), shape: vec![1, 64] });
         assert_eq!(trace.ops[0].inputs[1].shape, Vec::<i64>::new());

@@ -163,14 +163,31 @@ impl Setup {
 
     /// Puts back the values the parameters and buffers had before `prepare`.
     fn restore(&self) -> Result<()> {
-        tch::no_grad(|| {
-            for (tensor, value) in &self.external.saved {
-                tensor.shallow_clone().f_copy_(value).map_err(|e| NimbleError::Torch { call: "copy_", message: e.to_string() })?;
-            }
-            Ok::<_, NimbleError>(())
-        })?;
+        put_back(&self.external)?;
         ffi::cuda_synchronize()
     }
+}
+
+/// Copies the saved values back into the tensors a recorded forward read.
+fn put_back(external: &ExternalState) -> Result<()> {
+    tch::no_grad(|| {
+        for (tensor, value) in &external.saved {
+            tensor.shallow_clone().f_copy_(value).map_err(|e| NimbleError::Torch { call: "copy_", message: e.to_string() })?;
+        }
+        Ok(())
+    })
+}
+
+/// [`Nimble::training_trace`](crate::Nimble::training_trace): one recorded training forward on
+/// any device, the model's parameters and buffers put back afterwards.
+pub(crate) fn training_trace(source: &Source, inputs: &[Tensor]) -> Result<Trace> {
+    let runner = source.runner(None);
+    let (trace, outputs, external) = record_with_state(|| runner.run_structured(inputs, true))?;
+    let restored = put_back(&external);
+    let (outputs, _) = outputs?;
+    restored?;
+    check_trainable(&outputs, &external)?;
+    Ok(trace)
 }
 
 /// Runs `f`, setting `slot` to its wall-clock seconds.

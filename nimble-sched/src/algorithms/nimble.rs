@@ -22,7 +22,14 @@ pub struct Chains {
 /// O(E'·√V) for the E' MEG edges (Hopcroft–Karp).
 pub fn chain_decomposition(analysis: &Analysis<'_>) -> Chains {
     let n = analysis.graph().len();
-    let matching = hopcroft_karp(n, analysis.meg_successors());
+    let matching = match analysis.stream_classes() {
+        None => hopcroft_karp(n, analysis.meg_successors()),
+        // A chain never joins nodes of two stream classes.
+        Some(class) => {
+            let same: Vec<Vec<usize>> = analysis.meg_successors().iter().enumerate().map(|(u, s)| s.iter().copied().filter(|&v| class[v] == class[u]).collect()).collect();
+            hopcroft_karp(n, &same)
+        }
+    };
     let chains = follow(&matching, n);
     Chains { matching_size: matching.size(), chains }
 }
@@ -50,11 +57,14 @@ pub fn merge_chains(analysis: &Analysis<'_>, chains: &Chains) -> (usize, Vec<Vec
     // Left: chains by tail; right: head nodes, as the reachability rows number them (topological
     // positions). Chains are numbered in the order of their heads' indices; when positions are
     // indices, a tail's row scanned in order lists related chains in order, as the matching's
-    // definition on lists wants. Otherwise the chain relation is built as rows of its own.
+    // definition on lists wants. Otherwise (or when stream classes must stay apart) the chain
+    // relation is built as rows of its own.
     let reach = analysis.reachability();
     let c = chains.chains.len();
     let tail_row = |chain: usize| reach.row_at(reach.position()[*chains.chains[chain].last().expect("chains are non-empty")]);
-    let pairs: Vec<(usize, usize)> = if reach.in_index_order() {
+    let classes = analysis.stream_classes();
+    let class_of_chain = |chain: usize| classes.map_or(0, |class| class[chains.chains[chain][0]]);
+    let pairs: Vec<(usize, usize)> = if reach.in_index_order() && classes.is_none() {
         hopcroft_karp_rows(c, &heads, tail_row).pairs().map(|(chain, head)| (chain, chain_of_head[head])).collect()
     } else {
         let order = analysis.graph().topological_order();
@@ -62,7 +72,7 @@ pub fn merge_chains(analysis: &Analysis<'_>, chains: &Chains) -> (usize, Vec<Vec
         for chain in 0..c {
             let row = tail_row(chain);
             for q in nimble_graph::bitset::ones(row.words).map(|bit| bit + 64 * row.first_word) {
-                if heads.contains(order[q]) {
+                if heads.contains(order[q]) && class_of_chain(chain_of_head[order[q]]) == class_of_chain(chain) {
                     related.set(chain, chain_of_head[order[q]]);
                 }
             }
@@ -109,6 +119,8 @@ fn follow(matching: &Matching, n: usize) -> Vec<Vec<usize>> {
 ///
 /// Guarantees (the paper's Theorems 1 and 2): maximum logical concurrency (independent tasks
 /// never share a stream) and at most `|E'| − |M|` syncs, since matched edges stay on one stream.
+/// Nodes of different [stream classes](Analysis::stream_classes) (collectives, compute) never
+/// share a stream: the matchings only pair nodes and chains of one class.
 /// The reference code waited on every cross-stream parent; this one drops implied waits.
 ///
 /// # Complexity
