@@ -19,6 +19,7 @@ pub mod inference;
 pub mod models;
 pub mod record;
 pub mod scaling;
+pub mod scaling_model;
 #[cfg(feature = "torch")]
 pub mod schedulers;
 pub mod simulator_validation;

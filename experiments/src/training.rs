@@ -376,7 +376,7 @@ pub const PROFILED_STEPS: usize = 5;
 /// inputs and labels for every step, made before the timing starts. No check against eager: data-parallel training is checked
 /// against one GPU's by nimble-torch's `data_parallel_gpu` test. With `profile`, then
 /// [`PROFILED_STEPS`] more steps run under the device profiler, whose Chrome trace goes there.
-pub fn measure_rank(name: &str, config: &TrainConfig, device: usize, data_parallel: Option<DataParallel>, profile: Option<&std::path::Path>) -> Result<(TrainRow, Option<DeviceProfile>), String> {
+pub fn measure_rank(name: &str, config: &TrainConfig, device: usize, data_parallel: Option<DataParallel>, profile: Option<&std::path::Path>) -> Result<RankMeasurement, String> {
     let (mut trainer, prepare) = Trainer::on(name, TrainMode::Step, config, device, data_parallel)?;
     let data: Vec<(Tensor, Tensor)> = (0..config.warmup + config.iterations).map(|_| (trainer.model.input(config.batch), trainer.model.targets(config.batch))).collect();
     for (x, y) in &data[..config.warmup] {
@@ -405,12 +405,27 @@ pub fn measure_rank(name: &str, config: &TrainConfig, device: usize, data_parall
         }
         None => None,
     };
+    let forward = match &trainer.run {
+        Run::Step(nimble) => nimble.task_graph().cloned(),
+        _ => None,
+    };
     drop(trainer);
     drop(data);
     cuda_synchronize().map_err(|e| e.to_string())?;
     nimble_torch::cuda_empty_cache().map_err(|e| e.to_string())?;
     let step = Samples::new(ms.into_iter().map(|ms| ms * 1000.0).collect());
-    Ok((TrainRow { model: name.into(), batch: config.batch, mode: TrainMode::Step, step, prepare, check: None }, profiled))
+    let row = TrainRow { model: name.into(), batch: config.batch, mode: TrainMode::Step, step, prepare, check: None };
+    Ok(RankMeasurement { row, profile: profiled, forward })
+}
+
+/// What [`measure_rank`] gives back.
+pub struct RankMeasurement {
+    pub row: TrainRow,
+    /// The device profile of a few steps, when asked for.
+    pub profile: Option<DeviceProfile>,
+    /// The prepared forward's task graph: per-op times (events around each op) and the
+    /// parameters each op reads, what `scaling_model::project` builds the step from.
+    pub forward: Option<nimble_graph::TaskGraph>,
 }
 
 /// The optimizer as the record names it.

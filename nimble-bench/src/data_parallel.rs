@@ -28,6 +28,7 @@ use nimble_torch::distributed::{nccl_version, DataParallel};
 
 use crate::output::{emit, note, progress, write_file};
 use crate::ranks;
+use crate::scaling_figure::graph_path;
 use crate::torch::{open_gpu, provenance_line, training_models, PRECISION};
 
 /// What `train --gpus` and each rank measure.
@@ -44,6 +45,9 @@ pub struct ScalingArgs<'a> {
     pub comm_normal_priority: bool,
     /// Each rank profiles a few steps and writes their Chrome traces here.
     pub profile: Option<&'a Path>,
+    /// The one-GPU measurement writes each model's forward task graph here (per-op times and
+    /// parameters), `<model>-b<batch>.json`: what `scaling` projects more GPUs from.
+    pub graphs: Option<&'a Path>,
     pub out: Option<&'a Path>,
 }
 
@@ -95,9 +99,13 @@ fn measure(args: &ScalingArgs<'_>, device: usize, rank: usize, dp: Option<DataPa
             nimble_torch::cuda_empty_cache()?;
             let gpus = dp.as_ref().map_or(1, |dp| dp.comm.world());
             let trace = args.profile.map(|dir| dir.join(format!("{name}-b{batch}-{gpus}gpu-rank{rank}.trace.json")));
-            let (row, profile) = training::measure_rank(name, &args.config(batch), device, dp.clone(), trace.as_deref())
+            let measured = training::measure_rank(name, &args.config(batch), device, dp.clone(), trace.as_deref())
                 .map_err(anyhow::Error::msg)
                 .with_context(|| format!("rank {rank}: {name} at batch {batch}"))?;
+            let (row, profile) = (measured.row, measured.profile);
+            if let (Some(dir), None, Some(forward)) = (args.graphs, &dp, measured.forward) {
+                write_file(&graph_path(dir, name, batch), &forward.to_json_string())?;
+            }
             let comm = profile.map(|p| {
                 let o = p.overlap(|a| a.name.starts_with("nccl") || a.name.contains("ncclDevKernel"));
                 let per = |us: f64| us / training::PROFILED_STEPS as f64;
@@ -147,7 +155,7 @@ pub fn scaling_run(args: &ScalingArgs<'_>) -> Result<()> {
     }
     let gpu = open_gpu("train --gpus", "")?;
     let (major, minor, patch) = nccl_version()?;
-    if let Some(dir) = args.profile {
+    for dir in [args.profile, args.graphs].into_iter().flatten() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let scratch = std::env::temp_dir().join(format!("nimble-train-ranks-{}", std::process::id()));

@@ -243,6 +243,22 @@ enum Command {
         /// The PyTorch DDP record of the same session (experiments/python/ddp.py --out)
         #[arg(long, value_name = "FILE", default_value = "paper-figs/results/pytorch-ddp-5bbd6f0.json")]
         ddp: Option<PathBuf>,
+        /// The forward graphs of the one-GPU measurement (train --gpus --graphs DIR): with them,
+        /// the simulator projects the step to --sim-gpus and predicts the measured GPU counts
+        #[arg(long, value_name = "DIR")]
+        graphs: Option<PathBuf>,
+        /// The all-reduce record whose ring model prices the collectives (allreduce --out)
+        #[arg(long, value_name = "FILE", default_value = "paper-figs/results/allreduce-b3d41fc.json")]
+        allreduce: PathBuf,
+        /// The stream assignment the projection plans the step with
+        #[arg(long, default_value = "nimble")]
+        algo: String,
+        /// GPU counts to project beside the measured ones (comma-separated)
+        #[arg(long, value_delimiter = ',', default_value = "4,8")]
+        sim_gpus: Vec<usize>,
+        /// A backward op's time over its forward op's in the step graph
+        #[arg(long, default_value_t = 2.0)]
+        backward_factor: f64,
         /// Where the figure goes (<out-dir>/scaling.svg and .png)
         #[arg(long, default_value = "paper-figs")]
         out_dir: PathBuf,
@@ -357,7 +373,10 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
             results: &results,
             out_dir: &out_dir,
         }),
-        Command::Scaling { results, ddp, out_dir } => scaling_figure::scaling(&results, ddp.as_ref(), &out_dir),
+        Command::Scaling { results, ddp, graphs, allreduce, algo, sim_gpus, backward_factor, out_dir } => {
+            let simulated = graphs.as_deref().map(|graphs| scaling_figure::Simulated { graphs, allreduce: &allreduce, algorithm: &algo, gpus: &sim_gpus, backward_factor });
+            scaling_figure::scaling(&results, ddp.as_ref(), simulated.as_ref(), &out_dir)
+        }
         Command::SameProcess { results, out_dir } => same_process::same_process(&results, &out_dir),
         Command::Gen { synthetic, out } => scheduling::generate(&synthetic, out.as_ref()),
     }

@@ -1,12 +1,17 @@
 //! `scaling`: the data-parallel scaling figure and table, from the record `train --gpus` writes
 //! and the PyTorch DDP record `experiments/python/ddp.py` writes in the same GPU session. Training
 //! throughput (samples/s over all GPUs) per model and per-GPU batch, for each GPU count: Nimble's
-//! whole step, DDP with the step captured by `torch.cuda.graph`, DDP eager. No GPU needed.
+//! whole step, DDP with the step captured by `torch.cuda.graph`, DDP eager. With the forward
+//! graphs `train --gpus --graphs` wrote and an all-reduce record, also the simulator's projection
+//! (`experiments::scaling_model`): its 2-GPU prediction beside the measurement, and 4 and 8 GPUs,
+//! marked as simulated. No GPU needed.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use experiments::scaling::{self, ScalingRecord};
+use experiments::scaling::{self, AllReduceRecord, ScalingRecord};
+use experiments::scaling_model::{project, Projection, ProjectionOptions};
+use nimble_graph::TaskGraph;
 use serde::Deserialize;
 
 use crate::bars::{draw_grouped, Group, PALETTE};
@@ -37,17 +42,54 @@ fn read<T: serde::de::DeserializeOwned>(path: &Path, what: &str) -> Result<T> {
     serde_json::from_str(&text).with_context(|| format!("{}: not {what}", path.display()))
 }
 
+/// Where the forward task graph of `model` at per-GPU `batch` is under `dir`.
+pub fn graph_path(dir: &Path, model: &str, batch: i64) -> PathBuf {
+    dir.join(format!("{model}-b{batch}.json"))
+}
+
+/// What the projection is made from.
+pub struct Simulated<'a> {
+    /// The forward graphs (`train --gpus --graphs DIR`).
+    pub graphs: &'a Path,
+    /// The all-reduce record whose ring model prices the collectives.
+    pub allreduce: &'a Path,
+    pub algorithm: &'a str,
+    /// GPU counts projected besides the measured ones.
+    pub gpus: &'a [usize],
+    pub backward_factor: f64,
+}
+
+/// The projection of every configuration the record measured on one GPU.
+pub fn projections(record: &ScalingRecord, sim: &Simulated<'_>) -> Result<Vec<(String, Projection)>> {
+    let allreduce: AllReduceRecord = read(sim.allreduce, "an all-reduce record (nimble-bench allreduce --out)")?;
+    let options = ProjectionOptions { buckets: (record.first_bucket_bytes, record.bucket_bytes), backward_factor: sim.backward_factor, all_reduce: allreduce.model };
+    let mut counts: Vec<usize> = record.rows.iter().map(|r| r.gpus).chain(sim.gpus.iter().copied()).collect();
+    counts.sort_unstable();
+    counts.dedup();
+    let mut out = Vec::new();
+    for row in record.rows.iter().filter(|r| r.gpus == 1) {
+        let path = graph_path(sim.graphs, &row.model, row.batch);
+        let text = nimble_graph::json::read_text(&path).with_context(|| format!("reading the forward graph of {} at batch {}", row.model, row.batch))?;
+        let forward = TaskGraph::from_json_str(&text).with_context(|| format!("{}: not a task graph", path.display()))?;
+        let p = project(&forward, row.batch, row.step.median_us, &counts, sim.algorithm, &options).map_err(anyhow::Error::msg).with_context(|| format!("projecting {} at batch {}", row.model, row.batch))?;
+        out.push((row.model.clone(), p));
+    }
+    Ok(out)
+}
+
 /// Prints the table and draws `<out_dir>/scaling.svg` from `results` (and `ddp` when given).
-pub fn scaling(results: &Path, ddp: Option<&PathBuf>, out_dir: &Path) -> Result<()> {
+pub fn scaling(results: &Path, ddp: Option<&PathBuf>, simulated: Option<&Simulated<'_>>, out_dir: &Path) -> Result<()> {
     let record: ScalingRecord = read(results, "a scaling record (nimble-bench train --gpus --out)")?;
     if record.rows.is_empty() {
         bail!("{}: the record has no rows", results.display());
     }
+    let projected = simulated.map(|sim| projections(&record, sim)).transpose()?.unwrap_or_default();
+    let simulated_at = |model: &str, batch: i64, gpus: usize| projected.iter().find(|(m, p)| m == model && p.batch == batch).and_then(|(_, p)| p.at(gpus));
     let ddp: Option<DdpRecord> = ddp.map(|p| read(p, "a DDP record (experiments/python/ddp.py --out)")).transpose()?;
     let ddp_at = |system: &str, model: &str, batch: i64, gpus: usize| {
         ddp.as_ref().and_then(|d| d.rows.iter().find(|r| r.system == system && r.model == model && r.batch == batch && r.gpus == gpus)).map(|r| r.samples_per_s)
     };
-    let mut counts: Vec<usize> = record.rows.iter().map(|r| r.gpus).collect();
+    let mut counts: Vec<usize> = record.rows.iter().map(|r| r.gpus).chain(simulated.map_or(&[][..], |s| s.gpus).iter().copied()).collect();
     counts.sort_unstable();
     counts.dedup();
     let mut configs: Vec<(String, i64)> = Vec::new();
@@ -56,17 +98,40 @@ pub fn scaling(results: &Path, ddp: Option<&PathBuf>, out_dir: &Path) -> Result<
             configs.push((row.model.clone(), row.batch));
         }
     }
-    println!("{:<14} {:>5} {:>4} {:>12} {:>9} {:>12} {:>12} {:>13}   (samples/s over all GPUs)", "model", "batch", "GPUs", "nimble", "× 1 GPU", "ddp-graph", "ddp-eager", "nimble/graph");
+    println!(
+        "{:<14} {:>5} {:>4} {:>10} {:>8} {:>10} {:>8} {:>7} {:>10} {:>10} {:>8}   (samples/s over all GPUs; sim: the simulator's projection)",
+        "model", "batch", "GPUs", "nimble", "× 1 GPU", "sim", "sim × 1", "sim err", "ddp-graph", "ddp-eager", "/graph"
+    );
+    let cell = |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
     let mut groups = Vec::new();
     for (model, batch) in &configs {
+        let one = record.rows.iter().find(|r| &r.model == model && r.batch == *batch && r.gpus == 1);
         for &gpus in &counts {
-            let Some(row) = record.rows.iter().find(|r| &r.model == model && r.batch == *batch && r.gpus == gpus) else { continue };
-            let speedup = scaling::speedup(&record.rows, row).map_or("-".into(), |s| format!("{s:.2}"));
+            let row = record.rows.iter().find(|r| &r.model == model && r.batch == *batch && r.gpus == gpus);
+            let sim = simulated_at(model, *batch, gpus).filter(|_| gpus > 1);
+            if row.is_none() && sim.is_none() {
+                continue;
+            }
+            let measured = row.map(|r| r.samples_per_s);
+            let speedup = row.and_then(|r| scaling::speedup(&record.rows, r));
+            let sim_speedup = sim.zip(one).map(|(s, o)| s.samples_per_s / o.samples_per_s);
+            let error = sim.zip(measured).map(|(s, m)| 100.0 * (s.samples_per_s / m - 1.0));
             let (graph, eager) = (ddp_at("ddp-graph", model, *batch, gpus), ddp_at("ddp-eager", model, *batch, gpus));
-            let cell = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
-            let ratio = graph.map_or("-".to_string(), |g| format!("{:.2}", row.samples_per_s / g));
-            println!("{model:<14} {batch:>5} {gpus:>4} {:>12.0} {speedup:>9} {:>12} {:>12} {ratio:>13}", row.samples_per_s, cell(graph), cell(eager));
-            groups.push(Group { label: format!("{model} b{batch} ×{gpus}"), values: vec![row.samples_per_s / 1000.0, graph.unwrap_or(0.0) / 1000.0, eager.unwrap_or(0.0) / 1000.0] });
+            let ratio = measured.zip(graph).map(|(m, g)| m / g);
+            println!(
+                "{model:<14} {batch:>5} {gpus:>4} {:>10} {:>8} {:>10} {:>8} {:>7} {:>10} {:>10} {:>8}",
+                cell(measured, 0),
+                cell(speedup, 2),
+                cell(sim.map(|s| s.samples_per_s), 0),
+                cell(sim_speedup, 2),
+                error.map_or("-".into(), |e| format!("{e:+.1}%")),
+                cell(graph, 0),
+                cell(eager, 0),
+                cell(ratio, 2)
+            );
+            let thousands = |v: Option<f64>| v.unwrap_or(0.0) / 1000.0;
+            let label = if row.is_some() { format!("{model} b{batch} ×{gpus}") } else { format!("{model} b{batch} ×{gpus} (sim)") };
+            groups.push(Group { label, values: vec![thousands(measured), thousands(sim.map(|s| s.samples_per_s)), thousands(graph), thousands(eager)] });
         }
     }
     let p = &record.provenance;
@@ -77,7 +142,15 @@ pub fn scaling(results: &Path, ddp: Option<&PathBuf>, out_dir: &Path) -> Result<
     if let Some(d) = &ddp {
         notes.push(format!("PyTorch DDP: torch {}, same machine and session (commit {}); eager is bound by its host.", d.provenance.torch, &d.provenance.commit[..d.provenance.commit.len().min(7)]));
     }
-    let series = [("Nimble (whole step, NCCL in the graph)", PALETTE[0]), ("DDP + torch.cuda.graph", PALETTE[3]), ("DDP eager", PALETTE[2])];
+    if let (Some(sim), Some((_, first))) = (simulated, projected.first()) {
+        notes.push(format!(
+            "Simulated: the step graph (backward = {}× forward per op, one all-reduce per bucket) planned by {} and simulated; compute calibrated to the measured 1-GPU step; all-reduce = ring model from {}. Misses SM contention.",
+            sim.backward_factor,
+            first.algorithm,
+            sim.allreduce.file_name().map_or("?".into(), |f| f.to_string_lossy().into_owned())
+        ));
+    }
+    let series = [("Nimble (whole step, NCCL in the graph)", PALETTE[0]), ("Nimble, simulated", PALETTE[1]), ("DDP + torch.cuda.graph", PALETTE[3]), ("DDP eager", PALETTE[2])];
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let svg = out_dir.join("scaling.svg");
     draw_grouped(&svg, ("Data-parallel training throughput", "thousand samples/s"), &groups, &series, &notes)?;

@@ -222,6 +222,11 @@ pub(crate) struct DataParallelArgs {
     /// the table shows NCCL's time per step and how much of it nothing else overlapped
     #[arg(long, value_name = "DIR")]
     profile: Option<PathBuf>,
+    /// With --gpus: the one-GPU measurement writes each model's forward task graph (per-op times,
+    /// the parameters each op reads) to DIR/<model>-b<batch>.json, from which `scaling
+    /// --graphs DIR` simulates the step on more GPUs
+    #[arg(long, value_name = "DIR")]
+    graphs: Option<PathBuf>,
 }
 
 impl DataParallelArgs {
@@ -237,6 +242,7 @@ impl DataParallelArgs {
             first_bucket_mb: self.first_bucket_mb,
             comm_normal_priority: self.comm_normal_priority,
             profile: self.profile.as_deref(),
+            graphs: self.graphs.as_deref(),
             out,
         }
     }

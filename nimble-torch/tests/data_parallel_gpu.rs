@@ -61,6 +61,10 @@ fn rank_main(rank: usize, out: &Path) {
     let step = TrainStep::new(sgd()).data_parallel(DataParallel::new(comm.clone()));
     let report = nimble.prepare_train_step(&[data[0].0.copy()], &data[0].1, PrepareOptions::training(), step).unwrap().clone();
     assert_eq!(report.gradient_buckets, 1, "{report:?}");
+    // The step's task graph has the reducer's buckets, and the forward's measured op times.
+    let step_graph = nimble.step_graph(&nimble_graph::step::StepOptions::data_parallel()).unwrap();
+    assert_eq!(step_graph.buckets.len(), report.gradient_buckets);
+    assert!(step_graph.graph.nodes().iter().any(|n| n.duration_us.is_some_and(|d| d > 0.0)));
     let losses: Vec<f64> = data.iter().map(|(x, y)| nimble.train_step(std::slice::from_ref(x), y).unwrap().double_value(&[])).collect();
     std::fs::write(out.join(format!("losses-{rank}.json")), serde_json::to_string(&losses).unwrap()).unwrap();
     vs.save(out.join(format!("vars-{rank}.ot"))).unwrap();

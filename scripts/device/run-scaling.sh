@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on a lent multi-GPU machine: nimble-torch's data-parallel GPU test (2 ranks against one
 # GPU on the whole batch), then the scaling measurement (`nimble-bench train --gpus`: Nimble's
-# whole step on 1 and N GPUs), the all-reduce calibration (`allreduce --gpus N`) and PyTorch DDP
+# whole step on 1 and N GPUs, and the one-GPU forward graphs the simulator projects from), the all-reduce calibration (`allreduce --gpus N`) and PyTorch DDP
 # (eager and captured) in the same call. Builds
 # nothing: uses the binaries carried in .gpu/ (scripts/build-gpu-binaries.sh). Everything lands
 # under $OUT; the tables are printed last.
@@ -23,7 +23,7 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
     grep -E "^test |test result|data parallel over|panicked|rror" "$out/data-parallel-tests.log" | cut -c1-400
 fi
 if [ "$what" = nimble ] || [ "$what" = all ]; then
-    .gpu/nimble-bench train --gpus "$gpus" --model "$models" --batch "$batches" --warmup "$warmup" --iters "$iters" --out "$out/scaling$tag.json" "$@" \
+    .gpu/nimble-bench train --gpus "$gpus" --model "$models" --batch "$batches" --warmup "$warmup" --iters "$iters" --out "$out/scaling$tag.json" --graphs "$out/graphs$tag" "$@" \
         > "$out/scaling$tag.txt" 2> "$out/scaling$tag-progress.log" || status=1
     grep -vE "^\s*$" "$out/scaling$tag-progress.log" | cut -c1-300 | tail -30
 fi

@@ -1,0 +1,178 @@
+//! The simulator's data-parallel projection: a model's training step on N GPUs, from its
+//! forward task graph, its measured one-GPU step and the all-reduce model of the interconnect.
+//!
+//! ```text
+//! forward graph (measured per-op times, the ops' parameters)
+//!   └─ nimble_graph::step::training_step  → forward, loss, backward, optimizer (+ all-reduces)
+//! calibrate   one scale for every compute node, so that the one-GPU step simulates to the
+//!             measured one (the forward's per-op times come from events around each op, which
+//!             add to small ops, and the backward is taken as `backward_factor` × its forward)
+//! project     N GPUs: the same compute, plus one all-reduce per DDP bucket priced by the ring
+//!             model (latency + 2(N−1)/N · bytes / bus bandwidth), planned by the algorithm
+//!             (Nimble puts the all-reduces on a stream of their own) and simulated as a graph
+//! ```
+//!
+//! What it leaves out: the all-reduce kernels share the GPU with the backward and slow it down
+//! (the simulator gives every kernel its full speed), packing a bucket into one buffer, and the
+//! ranks' variation. So it predicts the exposed communication, not the contention.
+
+use nimble_graph::step::{training_step, StepOptions, TrainingStep};
+use nimble_graph::TaskGraph;
+use nimble_sched::{algorithms, simulate, Analysis, SimulatorConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::scaling::AllReduceModel;
+
+/// One GPU count's simulated step.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProjectedStep {
+    pub gpus: usize,
+    pub step_us: f64,
+    /// Over all GPUs.
+    pub samples_per_s: f64,
+    pub buckets: usize,
+    /// The all-reduces' time added up (they overlap the backward and each other's gaps).
+    pub all_reduce_us: f64,
+    /// The step's growth over one GPU: the communication the plan does not hide.
+    pub exposed_us: f64,
+    pub streams: usize,
+}
+
+/// A model's projection over GPU counts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Projection {
+    pub batch: i64,
+    pub algorithm: String,
+    /// The measured one-GPU step it is calibrated to, µs.
+    pub one_gpu_us: f64,
+    /// What every compute node's duration was multiplied by.
+    pub compute_scale: f64,
+    pub steps: Vec<ProjectedStep>,
+}
+
+impl Projection {
+    /// The projected step on `gpus` GPUs.
+    pub fn at(&self, gpus: usize) -> Option<&ProjectedStep> {
+        self.steps.iter().find(|s| s.gpus == gpus)
+    }
+}
+
+/// How the step graph is built and priced.
+#[derive(Clone, Copy, Debug)]
+pub struct ProjectionOptions {
+    /// DDP's bucket sizes, bytes: the first, the others.
+    pub buckets: (usize, usize),
+    pub backward_factor: f64,
+    pub all_reduce: AllReduceModel,
+}
+
+fn simulate_step(step: &TrainingStep, assigner: &dyn nimble_sched::StreamAssigner, scale: f64, all_reduce: &AllReduceModel, gpus: usize) -> (f64, usize) {
+    let graph = step.graph.with_durations(|v, node| match node.attrs.get("bytes").and_then(|b| b.as_f64()) {
+        Some(bytes) if step.collectives.contains(&v) => Some(all_reduce.time_us(bytes, gpus)),
+        _ => node.duration_us.map(|d| d * scale),
+    });
+    let analysis = Analysis::new(&graph);
+    let plan = assigner.assign(&analysis);
+    (simulate(&graph, &plan, &SimulatorConfig::graph()).makespan_us, plan.streams)
+}
+
+/// Projects `forward`'s training step at per-GPU `batch` to each of `gpus` (see the module
+/// documentation), calibrated to the measured one-GPU step `one_gpu_us`.
+pub fn project(forward: &TaskGraph, batch: i64, one_gpu_us: f64, gpus: &[usize], algorithm: &str, options: &ProjectionOptions) -> Result<Projection, String> {
+    if !(one_gpu_us.is_finite() && one_gpu_us > 0.0) {
+        return Err(format!("a measured one-GPU step of {one_gpu_us} µs; expected a positive time"));
+    }
+    if let Some(&bad) = gpus.iter().find(|&&n| n == 0) {
+        return Err(format!("{bad} GPUs; expected at least one"));
+    }
+    let measured = forward.nodes().iter().filter(|n| n.duration_us.is_some_and(|d| d > 0.0)).count();
+    if measured == 0 {
+        return Err("the forward graph has no measured durations; export it from a model prepared with measure_durations on".into());
+    }
+    let assigner = algorithms::by_name(algorithm).map_err(|e| e.to_string())?;
+    let single = training_step(forward, &StepOptions { buckets: None, backward_factor: options.backward_factor }).map_err(|e| e.to_string())?;
+    let parallel = training_step(forward, &StepOptions { buckets: Some(options.buckets), backward_factor: options.backward_factor }).map_err(|e| e.to_string())?;
+    // The makespan grows with the scale almost linearly (launch and dependency latencies are
+    // fixed), so a few fixed-point steps settle it.
+    let mut scale = 1.0;
+    for _ in 0..20 {
+        let (simulated, _) = simulate_step(&single, assigner.as_ref(), scale, &options.all_reduce, 1);
+        let next = scale * one_gpu_us / simulated;
+        let settled = (next - scale).abs() <= 1e-9 * scale;
+        scale = next;
+        if settled {
+            break;
+        }
+    }
+    let (base, base_streams) = simulate_step(&single, assigner.as_ref(), scale, &options.all_reduce, 1);
+    let steps = gpus
+        .iter()
+        .map(|&n| {
+            let (step_us, streams, all_reduce_us, buckets) = if n == 1 {
+                (base, base_streams, 0.0, 0)
+            } else {
+                let (us, streams) = simulate_step(&parallel, assigner.as_ref(), scale, &options.all_reduce, n);
+                let total = parallel.buckets.iter().map(|(_, bytes)| options.all_reduce.time_us(*bytes as f64, n)).sum();
+                (us, streams, total, parallel.buckets.len())
+            };
+            ProjectedStep { gpus: n, step_us, samples_per_s: n as f64 * batch as f64 / step_us * 1e6, buckets, all_reduce_us, exposed_us: step_us - base, streams }
+        })
+        .collect();
+    Ok(Projection { batch, algorithm: algorithm.into(), one_gpu_us, compute_scale: scale, steps })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nimble_graph::{Node, TaskGraphBuilder};
+    use serde_json::json;
+
+    /// A chain of `n` ops of 10 µs, each reading a parameter of `bytes`.
+    fn chain(n: u64, bytes: usize) -> TaskGraph {
+        let mut b = TaskGraphBuilder::new();
+        for i in 0..n {
+            let mut node = Node::new(i, "aten::linear").with_duration(10.0);
+            node.attrs.insert("params".into(), json!([{"index": i, "bytes": bytes, "dtype": "Float"}]));
+            b.add_node(node).unwrap();
+            if i > 0 {
+                b.add_edge(i - 1, i).unwrap();
+            }
+        }
+        b.build().unwrap()
+    }
+
+    fn options(bus_bytes_per_us: f64) -> ProjectionOptions {
+        ProjectionOptions { buckets: (1000, 4000), backward_factor: 2.0, all_reduce: AllReduceModel { latency_us: 20.0, bus_bytes_per_us } }
+    }
+
+    #[test]
+    fn calibrated_to_one_gpu_and_hiding_what_the_backward_covers() {
+        let forward = chain(40, 1000);
+        let p = project(&forward, 32, 3000.0, &[1, 2, 8], "nimble", &options(1e6)).unwrap();
+        assert!((p.at(1).unwrap().step_us - 3000.0).abs() < 1e-3, "{p:?}");
+        assert!(p.compute_scale > 1.0 && p.compute_scale < 2.5, "{}", p.compute_scale);
+        // 40 kB in 11 buckets (1 kB, then 4 kB each) at 1 GB/s cost far less than the backward they overlap: only the
+        // last bucket (the first layer's gradients) is exposed.
+        let two = p.at(2).unwrap();
+        assert_eq!(two.buckets, 11);
+        assert!(two.exposed_us > 20.0 && two.exposed_us < 60.0, "{two:?}");
+        assert!(p.at(8).unwrap().step_us >= two.step_us);
+        assert!((two.samples_per_s - 2.0 * 32.0 / two.step_us * 1e6).abs() < 1e-6);
+        // On one stream nothing overlaps: every all-reduce adds to the step.
+        let serial = project(&forward, 32, 3000.0, &[2], "single", &options(1e6)).unwrap();
+        assert!(serial.at(2).unwrap().exposed_us >= two.all_reduce_us - 1.0, "{serial:?} vs {two:?}");
+        // A slow interconnect leaves the all-reduces exposed even when they overlap.
+        let slow = project(&forward, 32, 3000.0, &[2], "nimble", &options(10.0)).unwrap();
+        assert!(slow.at(2).unwrap().exposed_us > 1000.0);
+    }
+
+    #[test]
+    fn bad_inputs_are_named() {
+        let forward = chain(3, 10);
+        assert!(project(&forward, 8, 0.0, &[2], "nimble", &options(1e6)).unwrap_err().contains("positive time"));
+        assert!(project(&forward, 8, 100.0, &[0], "nimble", &options(1e6)).unwrap_err().contains("at least one"));
+        assert!(project(&forward, 8, 100.0, &[2], "nope", &options(1e6)).unwrap_err().contains("nope"));
+        let untimed = forward.with_durations(|_, _| None);
+        assert!(project(&untimed, 8, 100.0, &[2], "nimble", &options(1e6)).unwrap_err().contains("no measured durations"));
+    }
+}
