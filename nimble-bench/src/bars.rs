@@ -31,7 +31,8 @@ struct GroupedBars<'a> {
 impl Drawing for GroupedBars<'_> {
     fn size(&self) -> (u32, u32) {
         // Wide enough for the group labels under their bars.
-        ((130 * self.groups.len() as u32).max(1000), 560)
+        // Tall enough for every note (22 px each) under the 500 px plot.
+        ((130 * self.groups.len() as u32).max(1000), (516 + 22 * self.notes.len() as u32).max(560))
     }
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>

@@ -238,17 +238,17 @@ enum Command {
     /// and experiments/python/ddp.py wrote on the GPU machine; no GPU needed
     Scaling {
         /// The scaling record (nimble-bench train --gpus --out)
-        #[arg(long, default_value = "paper-figs/results/scaling-5bbd6f0.json")]
+        #[arg(long, default_value = "paper-figs/results/scaling-283e232.json")]
         results: PathBuf,
         /// The PyTorch DDP record of the same session (experiments/python/ddp.py --out)
-        #[arg(long, value_name = "FILE", default_value = "paper-figs/results/pytorch-ddp-5bbd6f0.json")]
+        #[arg(long, value_name = "FILE", default_value = "paper-figs/results/pytorch-ddp-283e232.json")]
         ddp: Option<PathBuf>,
         /// The forward graphs of the one-GPU measurement (train --gpus --graphs DIR): with them,
         /// the simulator projects the step to --sim-gpus and predicts the measured GPU counts
-        #[arg(long, value_name = "DIR")]
+        #[arg(long, value_name = "DIR", default_value = "paper-figs/results/scaling-graphs-283e232")]
         graphs: Option<PathBuf>,
         /// The all-reduce record whose ring model prices the collectives (allreduce --out)
-        #[arg(long, value_name = "FILE", default_value = "paper-figs/results/allreduce-b3d41fc.json")]
+        #[arg(long, value_name = "FILE", default_value = "paper-figs/results/allreduce-283e232.json")]
         allreduce: PathBuf,
         /// The stream assignment the projection plans the step with
         #[arg(long, default_value = "nimble")]

@@ -129,7 +129,7 @@ pub fn scaling(results: &Path, ddp: Option<&PathBuf>, simulated: Option<&Simulat
                 cell(eager, 0),
                 cell(ratio, 2)
             );
-            let thousands = |v: Option<f64>| v.unwrap_or(0.0) / 1000.0;
+            let thousands = |v: Option<f64>| v.unwrap_or(0.0) / 1000.0 / gpus as f64;
             let label = if row.is_some() { format!("{model} b{batch} ×{gpus}") } else { format!("{model} b{batch} ×{gpus} (sim)") };
             groups.push(Group { label, values: vec![thousands(measured), thousands(sim.map(|s| s.samples_per_s)), thousands(graph), thousands(eager)] });
         }
@@ -140,11 +140,15 @@ pub fn scaling(results: &Path, ddp: Option<&PathBuf>, simulated: Option<&Simulat
         format!("Median of {} steps after {} warm-ups, CUDA events, no synchronization between steps; BatchNorm per rank.", p.iterations, p.warmup),
     ];
     if let Some(d) = &ddp {
-        notes.push(format!("PyTorch DDP: torch {}, same machine and session (commit {}); eager is bound by its host.", d.provenance.torch, &d.provenance.commit[..d.provenance.commit.len().min(7)]));
+        let short = |c: &str| c.chars().take(7).collect::<String>();
+        if short(&d.provenance.commit) != short(&p.commit) {
+            eprintln!("note: the DDP record was measured at commit {}, the scaling record at {}: compare systems only within one session", short(&d.provenance.commit), short(&p.commit));
+        }
+        notes.push(format!("PyTorch DDP: torch {}, same machine and session; eager is bound by its host.", d.provenance.torch));
     }
     if let (Some(sim), Some((_, first))) = (simulated, projected.first()) {
         notes.push(format!(
-            "Simulated: the step graph (backward = {}× forward per op, one all-reduce per bucket) planned by {} and simulated; compute calibrated to the measured 1-GPU step; all-reduce = ring model from {}. Misses SM contention.",
+            "Simulated: step graph (backward {}× forward), {} plan, compute calibrated to 1 GPU, all-reduce ring model ({}); no contention.",
             sim.backward_factor,
             first.algorithm,
             sim.allreduce.file_name().map_or("?".into(), |f| f.to_string_lossy().into_owned())
@@ -153,7 +157,7 @@ pub fn scaling(results: &Path, ddp: Option<&PathBuf>, simulated: Option<&Simulat
     let series = [("Nimble (whole step, NCCL in the graph)", PALETTE[0]), ("Nimble, simulated", PALETTE[1]), ("DDP + torch.cuda.graph", PALETTE[3]), ("DDP eager", PALETTE[2])];
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let svg = out_dir.join("scaling.svg");
-    draw_grouped(&svg, ("Data-parallel training throughput", "thousand samples/s"), &groups, &series, &notes)?;
+    draw_grouped(&svg, ("Data-parallel training throughput per GPU (flat = perfect scaling)", "thousand samples/s per GPU"), &groups, &series, &notes)?;
     println!("figure: {}", svg.display());
     Ok(())
 }

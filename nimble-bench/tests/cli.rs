@@ -428,25 +428,47 @@ fn schedulers_simulate_says_what_is_missing() {
 }
 
 #[test]
-fn scaling_renders_the_committed_records_and_names_a_bad_one() {
+fn scaling_renders_the_committed_records_with_the_simulators_projection_and_names_a_bad_one() {
     let figures = scratch("scaling-figures");
-    let results = "../paper-figs/results/scaling-5bbd6f0.json";
-    let ddp = "../paper-figs/results/pytorch-ddp-5bbd6f0.json";
-    let output = nimble_bench(&["scaling", "--results", results, "--ddp", ddp, "--out-dir", figures.to_str().unwrap()]);
+    let results = "../paper-figs/results/scaling-283e232.json";
+    let ddp = "../paper-figs/results/pytorch-ddp-283e232.json";
+    let graphs = "../paper-figs/results/scaling-graphs-283e232";
+    let allreduce = "../paper-figs/results/allreduce-283e232.json";
+    let args = |graphs: &'static str| vec!["scaling", "--results", results, "--ddp", ddp, "--graphs", graphs, "--allreduce", allreduce, "--out-dir", figures.to_str().unwrap()];
+    let output = nimble_bench(&args(graphs));
     let text = stdout(&output);
     assert!(output.status.success(), "{text}");
-    // Every model, batch and GPU count, with DDP's numbers beside Nimble's.
+    let row = |model: &str, batch: &str, gpus: &str| -> Vec<String> {
+        let found = text.lines().map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>()).find(|w| w.len() == 11 && w[0] == model && w[1] == batch && w[2] == gpus);
+        found.unwrap_or_else(|| panic!("{model} {batch} {gpus}: {text}"))
+    };
+    // Every model, batch and measured GPU count with DDP's numbers beside Nimble's; the
+    // simulator's 2-GPU prediction beside the measurement, re-simulated from the committed graphs
+    // (median error within 10%, none beyond 15%); 4 and 8 GPUs simulated only.
+    let mut errors = Vec::new();
     for model in ["resnet50", "mobilenet-v2"] {
         for batch in ["32", "64", "128"] {
-            for gpus in ["1", "2"] {
-                assert!(text.lines().any(|l| { let w: Vec<&str> = l.split_whitespace().collect(); w.len() == 8 && w[0] == model && w[1] == batch && w[2] == gpus && w[5] != "-" }), "{model} {batch} {gpus}: {text}");
+            assert_ne!(row(model, batch, "1")[8], "-", "DDP graph on one GPU");
+            let two = row(model, batch, "2");
+            assert_ne!(two[8], "-");
+            let error: f64 = two[7].trim_end_matches('%').parse().unwrap_or_else(|_| panic!("{two:?}"));
+            assert!(error.abs() <= 15.0, "{model} {batch}: {error}% off");
+            errors.push(error.abs());
+            for gpus in ["4", "8"] {
+                let simulated = row(model, batch, gpus);
+                assert!(simulated[3] == "-" && simulated[5] != "-", "{simulated:?}");
             }
         }
     }
+    errors.sort_by(f64::total_cmp);
+    assert!((errors[2] + errors[3]) / 2.0 <= 10.0, "median error {errors:?}");
     assert!(figures.join("scaling.svg").exists());
     let output = nimble_bench(&["scaling", "--results", ddp, "--out-dir", figures.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("not a scaling record"), "{output:?}");
+    let output = nimble_bench(&args("/nonexistent-graphs"));
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("reading the forward graph of resnet50 at batch 32"), "{output:?}");
 }
 
 #[test]
