@@ -120,7 +120,7 @@ pub fn speedup(rows: &[ScalingRow], row: &ScalingRow) -> Option<f64> {
 
 /// The ring all-reduce's cost: `latency + 2 (N − 1) / N · bytes / bus bandwidth` on N GPUs
 /// (NCCL's bus bandwidth convention), fitted to measured times, so that a collective's cost can
-/// be projected to more GPUs (what the simulator is to charge for one; it does not yet).
+/// be projected to more GPUs; `scaling_model` prices each bucket's all-reduce with it.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AllReduceModel {
     pub latency_us: f64,

@@ -67,9 +67,13 @@ pub struct ProjectionOptions {
 }
 
 fn simulate_step(step: &TrainingStep, assigner: &dyn nimble_sched::StreamAssigner, scale: f64, all_reduce: &AllReduceModel, gpus: usize) -> (f64, usize) {
-    let graph = step.graph.with_durations(|v, node| match node.attrs.get("bytes").and_then(|b| b.as_f64()) {
-        Some(bytes) if step.collectives.contains(&v) => Some(all_reduce.time_us(bytes, gpus)),
-        _ => node.duration_us.map(|d| d * scale),
+    let mut collective_bytes = vec![None; step.graph.len()];
+    for (&c, (_, bytes)) in step.collectives.iter().zip(&step.buckets) {
+        collective_bytes[c] = Some(*bytes as f64);
+    }
+    let graph = step.graph.with_durations(|v, node| match collective_bytes[v] {
+        Some(bytes) => Some(all_reduce.time_us(bytes, gpus)),
+        None => node.duration_us.map(|d| d * scale),
     });
     let analysis = Analysis::new(&graph);
     let plan = assigner.assign(&analysis);

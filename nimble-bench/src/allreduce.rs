@@ -1,7 +1,7 @@
 //! `allreduce --gpus N`: NCCL all-reduce times over a range of sizes on N GPUs (one process per
 //! GPU, like `train --gpus`) and the ring model fitted to them (`scaling::AllReduceModel`:
-//! latency plus bytes over bus bandwidth), which projects the cost to more GPUs (the simulator
-//! does not use it yet). Each size: float32 buffer, warm-ups, then each all-reduce (`ncclAvg`, in place, on the
+//! latency plus bytes over bus bandwidth), which prices the all-reduces when the simulator projects
+//! a training step to more GPUs (`scaling --graphs`). Each size: float32 buffer, warm-ups, then each all-reduce (`ncclAvg`, in place, on the
 //! current stream) timed with CUDA events, no synchronization between them; rank 0's median.
 
 use std::path::Path;

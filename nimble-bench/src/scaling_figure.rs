@@ -59,19 +59,16 @@ pub struct Simulated<'a> {
     pub backward_factor: f64,
 }
 
-/// The projection of every configuration the record measured on one GPU.
-pub fn projections(record: &ScalingRecord, sim: &Simulated<'_>) -> Result<Vec<(String, Projection)>> {
+/// The projection to each of `counts` GPUs of every configuration the record measured on one GPU.
+pub fn projections(record: &ScalingRecord, sim: &Simulated<'_>, counts: &[usize]) -> Result<Vec<(String, Projection)>> {
     let allreduce: AllReduceRecord = read(sim.allreduce, "an all-reduce record (nimble-bench allreduce --out)")?;
     let options = ProjectionOptions { buckets: (record.first_bucket_bytes, record.bucket_bytes), backward_factor: sim.backward_factor, all_reduce: allreduce.model };
-    let mut counts: Vec<usize> = record.rows.iter().map(|r| r.gpus).chain(sim.gpus.iter().copied()).collect();
-    counts.sort_unstable();
-    counts.dedup();
     let mut out = Vec::new();
     for row in record.rows.iter().filter(|r| r.gpus == 1) {
         let path = graph_path(sim.graphs, &row.model, row.batch);
         let text = nimble_graph::json::read_text(&path).with_context(|| format!("reading the forward graph of {} at batch {}", row.model, row.batch))?;
         let forward = TaskGraph::from_json_str(&text).with_context(|| format!("{}: not a task graph", path.display()))?;
-        let p = project(&forward, row.batch, row.step.median_us, &counts, sim.algorithm, &options).map_err(anyhow::Error::msg).with_context(|| format!("projecting {} at batch {}", row.model, row.batch))?;
+        let p = project(&forward, row.batch, row.step.median_us, counts, sim.algorithm, &options).map_err(anyhow::Error::msg).with_context(|| format!("projecting {} at batch {}", row.model, row.batch))?;
         out.push((row.model.clone(), p));
     }
     Ok(out)
@@ -83,15 +80,15 @@ pub fn scaling(results: &Path, ddp: Option<&PathBuf>, simulated: Option<&Simulat
     if record.rows.is_empty() {
         bail!("{}: the record has no rows", results.display());
     }
-    let projected = simulated.map(|sim| projections(&record, sim)).transpose()?.unwrap_or_default();
+    let mut counts: Vec<usize> = record.rows.iter().map(|r| r.gpus).chain(simulated.map_or(&[][..], |s| s.gpus).iter().copied()).collect();
+    counts.sort_unstable();
+    counts.dedup();
+    let projected = simulated.map(|sim| projections(&record, sim, &counts)).transpose()?.unwrap_or_default();
     let simulated_at = |model: &str, batch: i64, gpus: usize| projected.iter().find(|(m, p)| m == model && p.batch == batch).and_then(|(_, p)| p.at(gpus));
     let ddp: Option<DdpRecord> = ddp.map(|p| read(p, "a DDP record (experiments/python/ddp.py --out)")).transpose()?;
     let ddp_at = |system: &str, model: &str, batch: i64, gpus: usize| {
         ddp.as_ref().and_then(|d| d.rows.iter().find(|r| r.system == system && r.model == model && r.batch == batch && r.gpus == gpus)).map(|r| r.samples_per_s)
     };
-    let mut counts: Vec<usize> = record.rows.iter().map(|r| r.gpus).chain(simulated.map_or(&[][..], |s| s.gpus).iter().copied()).collect();
-    counts.sort_unstable();
-    counts.dedup();
     let mut configs: Vec<(String, i64)> = Vec::new();
     for row in &record.rows {
         if !configs.contains(&(row.model.clone(), row.batch)) {

@@ -33,6 +33,11 @@ pub enum GraphError {
     #[error("node {id}: {field} is {value}, expected {expected}")]
     InvalidField { id: u64, field: &'static str, value: String, expected: String },
 
+    /// An option of a graph construction (such as a training step's) or the graph as a whole is
+    /// out of range, with no one node to blame.
+    #[error("{what} is {value}, expected {expected}")]
+    InvalidOption { what: &'static str, value: String, expected: String },
+
     /// The graph has more nodes than the analyses can hold in memory.
     #[error("the graph has more than {limit} nodes, the most this build handles: the analyses keep a bit per pair of tasks for each relation (V²/8 bytes, {limit_gb:.2} GB at the limit)")]
     TooLarge { limit: usize, limit_gb: f64 },

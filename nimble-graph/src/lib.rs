@@ -5,7 +5,8 @@
 //! assignment needs: topological order, [reachability](TaskGraph::reachability), the
 //! [minimum equivalent graph](TaskGraph::transitive_reduction), the
 //! [critical path](TaskGraph::critical_path) and the [width](TaskGraph::width); maximum
-//! bipartite [matching]; [Graphviz export](TaskGraph::to_dot); and [synthetic](synth) graphs.
+//! bipartite [matching]; [Graphviz export](TaskGraph::to_dot); [synthetic](synth) graphs; and
+//! a whole [training step](step) built around a recorded forward.
 //!
 //! ```
 //! use nimble_graph::TaskGraph;

@@ -125,10 +125,9 @@ pub fn parameters(forward: &TaskGraph) -> Result<Vec<Parameter>> {
         }
     }
     if let Some((gap, _)) = found.keys().enumerate().find(|(i, k)| i != *k) {
-        return Err(GraphError::InvalidField {
-            id: 0,
-            field: "params",
-            value: format!("no node reads parameter {gap}"),
+        return Err(GraphError::InvalidOption {
+            what: "the forward's parameter numbering",
+            value: format!("missing parameter {gap} (no node reads it)"),
             expected: "parameters numbered 0, 1, 2, … without gaps".into(),
         });
     }
@@ -138,7 +137,7 @@ pub fn parameters(forward: &TaskGraph) -> Result<Vec<Parameter>> {
 /// The whole step around `forward` (see the [module documentation](self)).
 pub fn training_step(forward: &TaskGraph, options: &StepOptions) -> Result<TrainingStep> {
     if !(options.backward_factor.is_finite() && options.backward_factor >= 0.0) {
-        return Err(GraphError::InvalidField { id: 0, field: "backward_factor", value: options.backward_factor.to_string(), expected: "a finite number ≥ 0".into() });
+        return Err(GraphError::InvalidOption { what: "backward_factor", value: options.backward_factor.to_string(), expected: "a finite number ≥ 0".into() });
     }
     let parameters = parameters(forward)?;
     let n = forward.len();
@@ -157,7 +156,7 @@ pub fn training_step(forward: &TaskGraph, options: &StepOptions) -> Result<Train
     let bucket_of = match options.buckets {
         Some((first, rest)) => {
             if first == 0 || rest == 0 {
-                return Err(GraphError::InvalidField { id: 0, field: "buckets", value: format!("{first} and {rest} bytes"), expected: "bucket sizes of at least one byte".into() });
+                return Err(GraphError::InvalidOption { what: "the bucket sizes", value: format!("{first} and {rest} bytes"), expected: "bucket sizes of at least one byte".into() });
             }
             let inputs: Vec<Option<(usize, &str)>> = parameters.iter().map(|p| Some((p.bytes, p.dtype.as_str()))).collect();
             buckets(&inputs, first, rest)
@@ -335,7 +334,8 @@ mod tests {
         };
         assert!(with(json!(5)).contains("node 3: params is 5"));
         assert!(with(json!([{"index": 0}])).contains("node 3: params"));
-        assert!(with(json!([param(1, 4)])).contains("no node reads parameter 0"));
+        let gap = with(json!([param(1, 4)]));
+        assert!(gap.contains("missing parameter 0 (no node reads it)") && !gap.contains("node 0:"), "{gap}");
         let mut b = TaskGraphBuilder::new();
         for (id, bytes) in [(1, 4), (2, 8)] {
             let mut node = Node::new(id, "aten::linear");
