@@ -53,6 +53,11 @@ pub struct SchedulerModel {
     /// Eager's ops (no rewrites) replayed as a one-stream CUDA graph: the GPU's busy time in an
     /// eager forward, give or take the graph's launch gaps.
     pub eager_kernels_graph: Samples,
+    /// The layout every algorithm ran in: the first algorithm's prepare decides it (see
+    /// `PrepareOptions::channels_last`), the others are prepared in the same one, so all run
+    /// the same kernels.
+    #[serde(default)]
+    pub channels_last: bool,
     pub rows: Vec<SchedulerRow>,
 }
 
@@ -91,9 +96,11 @@ pub fn measure_model(model: &Model, config: &InferConfig, algorithms: &[String])
     let simulator = SimulatorConfig::graph();
     let mut rows = Vec::new();
     let (mut width, mut tasks) = (0, 0);
+    let mut layout = config.channels_last;
     for algorithm in algorithms {
-        let config = InferConfig { algorithm: algorithm.clone(), ..config.clone() };
+        let config = InferConfig { algorithm: algorithm.clone(), channels_last: layout, ..config.clone() };
         let (nimble, report, check) = prepare_checked(model, &config, InferMode::Nimble, true)?;
+        layout = Some(report.channels_last);
         let graph = nimble.task_graph().expect("prepared");
         let plan = nimble.plan().expect("prepared");
         width = graph.width(&graph.reachability());
@@ -112,5 +119,24 @@ pub fn measure_model(model: &Model, config: &InferConfig, algorithms: &[String])
             prepare_seconds: report.seconds.total,
         });
     }
-    Ok(SchedulerModel { model: model.info.name.to_string(), width, tasks, eager: Samples::new(eager), eager_gpu_work_us, eager_kernels_graph, rows })
+    Ok(SchedulerModel {
+        model: model.info.name.to_string(),
+        width,
+        tasks,
+        eager: Samples::new(eager),
+        eager_gpu_work_us,
+        eager_kernels_graph,
+        channels_last: layout.unwrap_or(false),
+        rows,
+    })
+}
+
+/// `model`'s task graph as `measure_model` prepared it (`nimble`, in `measured.channels_last`),
+/// with each op's time from its own kernels (`Nimble::kernel_timed_graph`): what the simulator
+/// is validated on. Loads the profiler, which slows later launches in the process: call it
+/// after every measurement.
+pub fn kernel_timed_graph(model: &Model, config: &InferConfig, measured: &SchedulerModel) -> nimble_torch::Result<nimble_graph::TaskGraph> {
+    let config = InferConfig { algorithm: "nimble".into(), channels_last: Some(measured.channels_last), ..config.clone() };
+    let (nimble, _, _) = prepare_checked(model, &config, InferMode::Nimble, true)?;
+    nimble.kernel_timed_graph()
 }

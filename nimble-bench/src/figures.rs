@@ -135,8 +135,9 @@ pub enum Measurement<'a> {
     Inference { models: &'a str, batch: i64 },
     /// The training comparison of `models` at `batches`.
     Training { models: &'a str, batches: &'a [i64] },
-    /// The scheduler study of `models`.
-    Schedulers { models: &'a str },
+    /// The scheduler study of `models`; then, when given, each model's kernel-timed task graph
+    /// written to the directory.
+    Schedulers { models: &'a str, kernel_graphs: Option<&'a Path> },
 }
 
 #[cfg(feature = "torch")]
@@ -439,9 +440,9 @@ fn model_runs(record: &Value) -> Result<Vec<ModelRuns<'_>>> {
 }
 
 /// The figures drawn from the schedulers record: `schedulers`, `multistream`, `overhead`.
-pub fn from_schedulers_record(invoked_as: &str, name: &str, models: &str, args: &Rendering) -> Result<()> {
+pub fn from_schedulers_record(invoked_as: &str, name: &str, models: &str, kernel_graphs: Option<&Path>, args: &Rendering) -> Result<()> {
     let figure = find(name)?;
-    let record = args.record(invoked_as, figure, Measurement::Schedulers { models })?;
+    let record = args.record(invoked_as, figure, Measurement::Schedulers { models, kernel_graphs })?;
     let runs = model_runs(&record).with_context(|| format!("reading {}", args.results.display()))?;
     let measured = measured_on(&record);
     let svg = args.svg(figure)?;

@@ -200,6 +200,10 @@ enum Command {
         /// With --simulate: the directory of model task graphs
         #[arg(long, value_name = "DIR", default_value = "paper-figs/results", requires = "simulate")]
         graphs: PathBuf,
+        /// Measuring (GPU): after every measurement, write each model's task graph with each
+        /// op's time from its own kernels (what --simulate reads) to DIR/<model>.graph.json
+        #[arg(long, value_name = "DIR", conflicts_with = "simulate")]
+        kernel_graphs: Option<PathBuf>,
         #[command(flatten)]
         simulator: SimulatorArgs,
         #[command(flatten)]
@@ -335,9 +339,9 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
         Command::Figures => figures::list(),
         Command::Inference { models, batch, figure } => figures::inference(invoked_as, &models, batch, &figure.rendering("inference")),
         Command::Training { models, batch, figure } => figures::training(invoked_as, &models, &batch, &figure.rendering("training")),
-        Command::Overhead { models, figure } => figures::from_schedulers_record(invoked_as, "overhead", &models, &figure.rendering("schedulers")),
-        Command::Multistream { models, figure } => figures::from_schedulers_record(invoked_as, "multistream", &models, &figure.rendering("schedulers")),
-        Command::Schedulers { models, simulate: true, algos, graphs, simulator, figure } => research::simulate_schedulers(&research::SimulateArgs {
+        Command::Overhead { models, figure } => figures::from_schedulers_record(invoked_as, "overhead", &models, None, &figure.rendering("schedulers")),
+        Command::Multistream { models, figure } => figures::from_schedulers_record(invoked_as, "multistream", &models, None, &figure.rendering("schedulers")),
+        Command::Schedulers { models, simulate: true, algos, graphs, simulator, figure, .. } => research::simulate_schedulers(&research::SimulateArgs {
             models: &models,
             algorithms: algos.as_deref(),
             graphs: &graphs,
@@ -345,7 +349,9 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
             results: &figure.results.clone().unwrap_or_else(|| PathBuf::from("paper-figs/results/schedulers-simulated.json")),
             out_dir: &figure.out_dir,
         }),
-        Command::Schedulers { models, figure, .. } => figures::from_schedulers_record(invoked_as, "schedulers", &models, &figure.rendering("schedulers")),
+        Command::Schedulers { models, figure, kernel_graphs, .. } => {
+            figures::from_schedulers_record(invoked_as, "schedulers", &models, kernel_graphs.as_deref(), &figure.rendering("schedulers"))
+        }
         Command::AlgorithmExample { graph, synthetic, out_dir } => {
             let source = if graph.is_some() || synthetic.is_some() { Some(scheduling::GraphSource::new(graph, synthetic).load()?) } else { None };
             example::algorithm_example(source, &out_dir)

@@ -548,11 +548,11 @@ pub fn measure_figure(what: &crate::figures::Measurement<'_>, args: &crate::figu
                 out: Some(&args.results),
             })
         }
-        Measurement::Schedulers { models } => measure_schedulers(models, args.warmup, args.iterations, &args.results),
+        Measurement::Schedulers { models, kernel_graphs } => measure_schedulers(models, args.warmup, args.iterations, &args.results, kernel_graphs),
     }
 }
 
-fn measure_schedulers(models: &str, warmup: usize, iterations: usize, out: &Path) -> Result<()> {
+fn measure_schedulers(models: &str, warmup: usize, iterations: usize, out: &Path, kernel_graphs: Option<&Path>) -> Result<()> {
     let names = model_names(models)?;
     let gpu = open_gpu("measuring the schedulers", "")?;
     let config = InferConfig::defaults(1, warmup, iterations);
@@ -582,7 +582,36 @@ fn measure_schedulers(models: &str, warmup: usize, iterations: usize, out: &Path
         simulator: nimble_sched::SimulatorConfig::graph(),
         models: measured,
     };
-    write_file(out, &serde_json::to_string_pretty(&record)?)
+    write_file(out, &serde_json::to_string_pretty(&record)?)?;
+    if let Some(dir) = kernel_graphs {
+        write_kernel_graphs(dir, &record, &config)?;
+    }
+    Ok(())
+}
+
+/// Each measured model's kernel-timed task graph to `dir/<model>.graph.json`, and the run's
+/// provenance to `dir/provenance.json`. After every measurement: the profiler it loads slows the
+/// process's later launches.
+fn write_kernel_graphs(dir: &Path, record: &SchedulerRecord, config: &InferConfig) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let method = format!(
+        "each model prepared as in the schedulers record beside it (nimble, its layout), captured on one stream and replayed {} times under the Kineto profiler; duration_us = the median span of each op's own kernels; attrs kernels, kernel_busy_us, sm_share (kernels' grids against the GPU's resident-block capacity, weighted by time), event_us (the event-pair time)",
+        nimble_torch::KERNEL_TIMING_REPLAYS
+    );
+    let provenance = serde_json::json!({ "experiment": "kernel-timed model graphs", "provenance": record.provenance, "method": method });
+    write_file(&dir.join("provenance.json"), &serde_json::to_string_pretty(&provenance)?)?;
+    for measured in &record.models {
+        nimble_torch::cuda_synchronize()?;
+        nimble_torch::cuda_empty_cache()?;
+        tch::manual_seed(0);
+        let model = build_model(&measured.model, Device::Cuda(0), None)?;
+        let graph = schedulers::kernel_timed_graph(&model, config, measured).with_context(|| format!("timing {}'s kernels", measured.model))?;
+        let path = dir.join(format!("{}.graph.json", measured.model));
+        write_file(&path, &graph.to_json_string())?;
+        let work: f64 = graph.nodes().iter().filter_map(|n| n.duration_us).sum();
+        eprintln!("{}: {} tasks, kernel time {:.1} µs -> {}", measured.model, graph.len(), work, path.display());
+    }
+    Ok(())
 }
 
 /// What `profile` runs; `config` as for `infer` (its warm-ups and timed runs give the

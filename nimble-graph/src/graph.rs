@@ -137,6 +137,20 @@ impl TaskGraph {
         }
         graph
     }
+
+    /// A copy of this graph whose nodes' `duration_us` and `attrs` `update(index, duration,
+    /// attrs)` may change (ids, ops and edges stay); every node is checked as a built graph's.
+    ///
+    /// # Errors
+    /// [`GraphError::InvalidField`] for a duration or `sm_share` out of range.
+    pub fn with_updated_nodes(&self, mut update: impl FnMut(usize, &mut Option<f64>, &mut BTreeMap<String, serde_json::Value>)) -> Result<TaskGraph> {
+        let mut graph = self.clone();
+        for (index, node) in graph.nodes.iter_mut().enumerate() {
+            update(index, &mut node.duration_us, &mut node.attrs);
+            check_fields(node)?;
+        }
+        Ok(graph)
+    }
 }
 
 /// The most nodes a graph may have. The analyses keep each relation between tasks

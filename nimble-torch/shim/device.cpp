@@ -4,6 +4,7 @@
 #include "common.h"
 #include "nimble_shim.h"
 
+#include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -23,6 +24,20 @@ int ns_cuda_device_count(int* out) {
 
 int ns_cuda_synchronize() {
   return guarded([&] { c10::cuda::device_synchronize(); });
+}
+
+// What one multiprocessor of `device` holds at once: out = {multiprocessors, max threads, max
+// blocks, 32-bit registers, shared memory bytes} per multiprocessor.
+int ns_sm_limits(int device, long long* out) {
+  return guarded([&] {
+    if (device < 0 || device >= static_cast<int>(c10::cuda::device_count())) throw std::runtime_error("no CUDA device " + std::to_string(device));
+    const cudaDeviceProp* p = at::cuda::getDeviceProperties(device);
+    out[0] = p->multiProcessorCount;
+    out[1] = p->maxThreadsPerMultiProcessor;
+    out[2] = p->maxBlocksPerMultiProcessor;
+    out[3] = p->regsPerMultiprocessor;
+    out[4] = static_cast<long long>(p->sharedMemPerMultiprocessor);
+  });
 }
 
 // Makes `device` this thread's current CUDA device (a data-parallel rank's GPU).
@@ -110,7 +125,11 @@ int ns_profile_begin() {
     using torch::profiler::impl::ProfilerState;
     if (torch::profiler::impl::profilerEnabled()) throw std::runtime_error("a profiler is already running");
     const std::set<ActivityType> activities{ActivityType::CPU, ActivityType::CUDA};
-    ProfilerConfig config(ProfilerState::KINETO);
+    using torch::profiler::impl::ExperimentalConfig;
+    // Kineto's per-activity metadata (a kernel's grid, block, registers and occupancy) on events().
+    ExperimentalConfig experimental({}, false, false, {}, false, false, false, false, false, false,
+                                    /*expose_kineto_event_metadata=*/true);
+    ProfilerConfig config(ProfilerState::KINETO, false, false, false, false, false, experimental);
     prof::prepareProfiler(config, activities);
     prof::enableProfiler(config, activities);
   });
@@ -118,7 +137,8 @@ int ns_profile_begin() {
 
 // Ends the profile. `chrome_trace`: when not null, the whole trace is also written there
 // (chrome://tracing / Perfetto format). `out`: one line per device activity,
-//   <kind kernel|memcpy|memset> \t <start ns> \t <duration ns> \t <stream> \t <name>
+//   <kind kernel|memcpy|memset> \t <start ns> \t <duration ns> \t <stream> \t <name> \t <metadata>
+// where metadata is Kineto's JSON fragment for the activity (no braces; may be empty).
 int ns_profile_end(const char* chrome_trace, char** out) {
   return guarded([&] {
     auto result = torch::autograd::profiler::disableProfiler();
@@ -133,7 +153,11 @@ int ns_profile_end(const char* chrome_trace, char** out) {
       std::string name = e.name();
       for (char& c : name)
         if (c == '\t' || c == '\n') c = ' ';
-      o << label << '\t' << e.startNs() << '\t' << e.durationNs() << '\t' << e.deviceResourceId() << '\t' << name << '\n';
+      std::string meta = e.metadataJson();
+      for (char& c : meta)
+        if (c == '\t' || c == '\n') c = ' ';
+      o << label << '\t' << e.startNs() << '\t' << e.durationNs() << '\t' << e.deviceResourceId() << '\t' << name << '\t' << meta
+        << '\n';
     }
     if (chrome_trace != nullptr) result->save(chrome_trace);
     *out = owned_copy(o.str());

@@ -19,6 +19,23 @@ namespace {
 thread_local Schedule* g_schedule = nullptr;
 thread_local Schedule* g_open_pass = nullptr;
 
+// How many nodes the capture running on `stream` holds so far (-1 when it is not capturing).
+int captured_nodes(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamGetCaptureInfo(stream, &status, &id, &graph) != cudaSuccess || status != cudaStreamCaptureStatusActive || graph == nullptr) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  size_t count = 0;
+  if (cudaGraphGetNodes(graph, nullptr, &count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return static_cast<int>(count);
+}
+
 std::unique_ptr<at::ObserverContext> schedule_start(const at::RecordFunction& fn) {
   if (g_schedule == nullptr) return nullptr;
   Schedule& s = *g_schedule;
@@ -46,6 +63,7 @@ std::unique_ptr<at::ObserverContext> schedule_start(const at::RecordFunction& fn
   // A no-op for tensors allocated on this stream; marks the ones produced on other streams.
   for (const auto& v : own_inputs(fn, op_info(fn))) record_streams(v, stream);
   if (s.timing) s.starts[k]->record(stream);
+  if (s.count_nodes) s.node_range[k].first = captured_nodes(stream);
   return nullptr;
 }
 
@@ -58,6 +76,7 @@ void schedule_end(const at::RecordFunction& fn, at::ObserverContext*) {
     int k = s.k;
     const auto& stream = s.streams[s.stream_of[k]];
     if (s.timing) s.ends[k]->record(stream);
+    if (s.count_nodes) s.node_range[k].second = captured_nodes(stream);
     if (s.record[k]) s.events[k]->record(stream);
     s.k++;
   }
@@ -114,6 +133,7 @@ using namespace nimble_shim;
 extern "C" {
 
 // names: the traced op names joined by '\n'; waits: flattened, wait_counts[i] entries per op.
+// timing: 0 none, 1 an event pair per op (durations), 2 count a captured pass's nodes per op.
 int ns_schedule_new(int n, const char* names, const int* stream_of, const int* wait_counts, const int* wait_list,
                     const unsigned char* record, int n_streams, int device, int timing, void** out) {
   return guarded([&] {
@@ -134,7 +154,7 @@ int ns_schedule_new(int n, const char* names, const int* stream_of, const int* w
       s->record.push_back(record[i] != 0);
     }
     if (device < 0) {  // check-only: the op sequence is compared, nothing is scheduled
-      if (timing) throw std::runtime_error("schedule: timing needs a CUDA device");
+      if (timing != 0) throw std::runtime_error("schedule: timing needs a CUDA device");
       *out = s.release();
       return;
     }
@@ -153,7 +173,9 @@ int ns_schedule_new(int n, const char* names, const int* stream_of, const int* w
       while (static_cast<int>(list.size()) < std::min(n_streams, 32)) list.push_back(c10::cuda::getStreamFromPool(false, device));
       for (int i = 0; i < n_streams; i++) s->streams.push_back(list[i % list.size()]);
     }
-    s->timing = timing != 0;
+    s->timing = timing == 1;
+    s->count_nodes = timing == 2;
+    if (s->count_nodes) s->node_range.assign(n, {-1, -1});
     if (s->timing) {
       for (int i = 0; i < n; i++) {
         s->starts.emplace_back(new at::cuda::CUDAEvent(cudaEventDefault));
@@ -275,6 +297,20 @@ int ns_pass_disarm(void* schedule, char** problem) {
     auto* s = static_cast<Schedule*>(schedule);
     if (!s->open) throw std::runtime_error("no pass is running on this schedule");
     *problem = owned_copy(disarm(*s, true));
+  });
+}
+
+// Per op of the last captured pass of a node-counting schedule: the capture's node count before
+// and after it (out: 2n ints; -1 where the pass was not captured).
+int ns_schedule_node_ranges(void* schedule, int* out, int n) {
+  return guarded([&] {
+    auto* s = static_cast<Schedule*>(schedule);
+    if (!s->count_nodes) throw std::runtime_error("this schedule does not count captured nodes");
+    if (n != static_cast<int>(s->node_range.size())) throw std::runtime_error("node range buffer has the wrong length");
+    for (int i = 0; i < n; i++) {
+      out[2 * i] = s->node_range[i].first;
+      out[2 * i + 1] = s->node_range[i].second;
+    }
   });
 }
 

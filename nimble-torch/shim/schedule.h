@@ -25,6 +25,10 @@ struct Schedule {
   std::vector<std::unique_ptr<at::cuda::CUDAEvent>> events;
   bool timing = false;
   std::vector<std::unique_ptr<at::cuda::CUDAEvent>> starts, ends;
+  // Per op, when the pass is captured: the capture's node count before and after the op, so
+  // the nodes [first, second) of a one-stream capture are the op's (kernel timing).
+  bool count_nodes = false;
+  std::vector<std::pair<int, int>> node_range;
 
   // per pass
   int k = 0;

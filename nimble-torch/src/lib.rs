@@ -13,7 +13,8 @@
 //! record     the top-level ATen ops and the storages they read and write        trace.rs
 //! schedule   task graph -> nimble-sched plan (streams, syncs) for the traced
 //!            issue order, as the shim's per-op schedule                         schedule.rs
-//! time ops   one gated single-stream pass with an event pair per op (duration_us)
+//! time ops   one gated single-stream pass with an event pair per op (duration_us); or,
+//!            on request, each op's own kernels in a profiled one-stream graph  kernel_times.rs
 //! pre-run    one pass on the planned streams (per-stream library workspaces)
 //! capture    one pass on the planned streams inside at::cuda::CUDAGraph          inference.rs
 //! layout     with grouped convolutions: both layouts prepared, timed, the faster kept   layout.rs
@@ -41,6 +42,7 @@ mod error;
 mod ffi;
 mod inference;
 mod inputs;
+mod kernel_times;
 mod layout;
 mod nimble;
 mod optimize;
@@ -56,12 +58,13 @@ mod training;
 
 pub use cuda::{conv_tf32, cuda_allocated_bytes, cuda_empty_cache, cuda_synchronize, cuda_time, cuda_time_each, relative_error, set_conv_tf32};
 pub use error::{NimbleError, Result};
+pub use kernel_times::KERNEL_TIMING_REPLAYS;
 pub use nimble::Nimble;
 pub use nimble_cuda::CaptureMode;
 pub use optimizer::{FusedOptimizer, Optimizer};
 pub use options::{BackwardStreams, LayoutTrial, PrepareOptions, PrepareReport, PrepareSeconds};
 pub use output::{Layout, Value};
-pub use profile::{profile, DeviceProfile};
+pub use profile::{profile, DeviceProfile, KernelLaunch, SmLimits};
 pub use trace::{record, TensorDevice, TensorUse, Trace, TracedOp, TracedParam};
 pub use training::{Loss, LossFn, TrainStep};
 

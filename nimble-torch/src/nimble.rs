@@ -133,7 +133,7 @@ impl Nimble {
         let (trace, outputs) = record(|| runner.run(inputs, false))?;
         outputs?;
         // A second run must issue the same ops, or the model is not static.
-        scheduled_run(&single_stream_schedule(&trace, None, false)?, None, 0, &runner, inputs, false, "check")?;
+        scheduled_run(&single_stream_schedule(&trace, None, crate::ffi::OpTiming::Off)?, None, 0, &runner, inputs, false, "check")?;
         Ok(trace)
     }
 
@@ -241,6 +241,24 @@ impl Nimble {
     /// `measure_durations`), ready for nimble-sched and the simulator.
     pub fn task_graph(&self) -> Option<&TaskGraph> {
         self.prepared.as_ref().map(|p| &p.task_graph)
+    }
+
+    /// The prepared task graph with each op's time taken from its own kernels: the forward
+    /// captured on one stream and replayed under the device profiler (see `kernel_times.rs`),
+    /// `duration_us` the median span of the op's kernels, with attributes `kernels`,
+    /// `kernel_busy_us`, `sm_share` (from the kernels' grids) and `event_us` (the event-timed
+    /// duration). What the simulator should be fed. Prepared for inference on CUDA only. The
+    /// profiler stays loaded and slows later launches: call it after anything timed.
+    pub fn kernel_timed_graph(&self) -> Result<TaskGraph> {
+        let prepared = self.prepared.as_ref().ok_or_else(|| NimbleError::InvalidInput("kernel_timed_graph needs a prepared model: call prepare first".into()))?;
+        if prepared.report.mode != "inference" {
+            return Err(NimbleError::InvalidInput(format!("kernel_timed_graph times an inference forward, but this model was prepared for {}", prepared.report.mode)));
+        }
+        let Some(Device::Cuda(device)) = prepared.inputs.first().map(Tensor::device) else {
+            return Err(NimbleError::InvalidInput("kernel_timed_graph needs a model prepared on CUDA inputs".into()));
+        };
+        let runner = self.source.runner(prepared.optimized.as_ref());
+        crate::kernel_times::kernel_timed_graph(&prepared.trace, &prepared.task_graph, device, &runner, &prepared.inputs, nimble_cuda::CaptureMode::ThreadLocal)
     }
 
     /// The recorded trace of the prepared forward.

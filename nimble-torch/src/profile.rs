@@ -48,6 +48,76 @@ pub struct Activity {
     pub duration_ns: u64,
     /// The CUDA stream it ran on (CUPTI's stream id).
     pub stream: i64,
+    /// A kernel's launch configuration, when the profiler reported it.
+    pub launch: Option<KernelLaunch>,
+}
+
+/// How a kernel was launched: what decides how much of the GPU it can occupy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct KernelLaunch {
+    pub grid: [u64; 3],
+    pub block: [u64; 3],
+    pub registers_per_thread: u64,
+    /// Static and dynamic shared memory per block, bytes.
+    pub shared_memory: u64,
+}
+
+impl KernelLaunch {
+    /// Reads Kineto's metadata fragment (`"grid": [x, y, z], "block": [..], "registers per
+    /// thread": r, "shared memory": s, …`, without braces); `None` when it is not a kernel's.
+    fn from_metadata(fragment: &str) -> Option<KernelLaunch> {
+        if fragment.trim().is_empty() {
+            return None;
+        }
+        let value: serde_json::Value = serde_json::from_str(&format!("{{{fragment}}}")).ok()?;
+        let dims = |key: &str| -> Option<[u64; 3]> {
+            let list = value.get(key)?.as_array()?;
+            let mut out = [1u64; 3];
+            for (slot, v) in out.iter_mut().zip(list) {
+                *slot = v.as_u64()?;
+            }
+            Some(out)
+        };
+        let number = |key: &str| value.get(key).and_then(serde_json::Value::as_u64).unwrap_or(0);
+        Some(KernelLaunch { grid: dims("grid")?, block: dims("block")?, registers_per_thread: number("registers per thread"), shared_memory: number("shared memory") })
+    }
+
+    pub fn blocks(&self) -> u64 {
+        self.grid.iter().product()
+    }
+
+    pub fn threads_per_block(&self) -> u64 {
+        self.block.iter().product()
+    }
+
+    /// The share of the GPU's block slots the kernel's grid fills at once, in (0, 1]: its
+    /// blocks over how many can be resident on the whole GPU, where a multiprocessor holds as
+    /// many blocks as its thread, register, shared-memory and block limits allow (allocation
+    /// granularity ignored); 1 when the grid fills the GPU (a wave or more). What the
+    /// simulator's `sm_share` estimates.
+    pub fn sm_share(&self, sm: &SmLimits) -> f64 {
+        let threads = self.threads_per_block().max(1);
+        let mut per_sm = sm.max_blocks.min(sm.max_threads / threads);
+        if let Some(limit) = sm.registers.checked_div(self.registers_per_thread * threads) {
+            per_sm = per_sm.min(limit);
+        }
+        if let Some(limit) = sm.shared_memory.checked_div(self.shared_memory) {
+            per_sm = per_sm.min(limit);
+        }
+        let resident = (sm.multiprocessors * per_sm.max(1)) as f64;
+        (self.blocks().max(1) as f64 / resident).min(1.0)
+    }
+}
+
+/// What one multiprocessor holds at once, and how many the GPU has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct SmLimits {
+    pub multiprocessors: u64,
+    pub max_threads: u64,
+    pub max_blocks: u64,
+    pub registers: u64,
+    /// Shared memory per multiprocessor, bytes.
+    pub shared_memory: u64,
 }
 
 impl Activity {
@@ -88,14 +158,17 @@ pub struct NameStats {
 }
 
 impl DeviceProfile {
-    /// Parses the shim's lines: `kind \t start_ns \t duration_ns \t stream \t name`.
+    /// Parses the shim's lines: `kind \t start_ns \t duration_ns \t stream \t name`, then
+    /// optionally `\t metadata` (Kineto's JSON fragment, read for a kernel's launch).
     pub fn parse(text: &str) -> Result<DeviceProfile> {
         let bad = |line: &str, what: &str| NimbleError::Internal(format!("device profile line {line:?}: {what}"));
         let mut activities = Vec::new();
         for line in text.lines().filter(|l| !l.is_empty()) {
-            let fields: Vec<&str> = line.splitn(5, '\t').collect();
-            let [kind, start, duration, stream, name] = fields[..] else {
-                return Err(bad(line, "expected 5 tab-separated fields (kind, start, duration, stream, name)"));
+            let fields: Vec<&str> = line.splitn(6, '\t').collect();
+            let (kind, start, duration, stream, name, metadata) = match fields[..] {
+                [kind, start, duration, stream, name] => (kind, start, duration, stream, name, ""),
+                [kind, start, duration, stream, name, metadata] => (kind, start, duration, stream, name, metadata),
+                _ => return Err(bad(line, "expected 5 or 6 tab-separated fields (kind, start, duration, stream, name, metadata)")),
             };
             let kind = match kind {
                 "kernel" => ActivityKind::Kernel,
@@ -110,6 +183,7 @@ impl DeviceProfile {
                 start_ns: number(start, "start")?,
                 duration_ns: number(duration, "duration")?,
                 stream: stream.parse().map_err(|_| bad(line, &format!("stream `{stream}` is not an integer")))?,
+                launch: if kind == ActivityKind::Kernel { KernelLaunch::from_metadata(metadata) } else { None },
             });
         }
         activities.sort_by_key(|a| (a.start_ns, a.end_ns()));
@@ -295,5 +369,27 @@ mod tests {
         // Names may hold anything but a tab or a line break (the shim replaces those).
         let profile = DeviceProfile::parse(&line("kernel", 5, 1, 0, "void f<int, 2>(float*)")).unwrap();
         assert_eq!(profile.activities[0].name, "void f<int, 2>(float*)");
+        assert_eq!(profile.activities[0].launch, None);
+    }
+
+    const H200: SmLimits = SmLimits { multiprocessors: 132, max_threads: 2048, max_blocks: 32, registers: 65536, shared_memory: 233_472 };
+
+    #[test]
+    fn a_kernels_launch_is_read_from_its_metadata_and_sets_its_share() {
+        let meta = r#""queued": 0, "device": 0, "stream": 7, "registers per thread": 32, "shared memory": 0, "blocks per SM": 0.5, "grid": [66, 1, 1], "block": [256, 1, 1], "est. achieved occupancy %": 6"#;
+        let text = format!("kernel\t10\t5\t7\tk\t{meta}\nmemset\t20\t1\t7\tMemset\t\"device\": 0\n");
+        let profile = DeviceProfile::parse(&text).unwrap();
+        let launch = profile.activities[0].launch.expect("a kernel with metadata");
+        assert_eq!((launch.grid, launch.block, launch.registers_per_thread, launch.shared_memory), ([66, 1, 1], [256, 1, 1], 32, 0));
+        assert_eq!(profile.activities[1].launch, None);
+        // 8 blocks of 256 threads per SM: 66 of 1056 slots.
+        assert!((launch.sm_share(&H200) - 66.0 / 1056.0).abs() < 1e-12);
+        // Registers limit it to 2 blocks per SM (128 × 256 × 2 = 65536).
+        let heavy = KernelLaunch { registers_per_thread: 128, ..launch };
+        assert!((heavy.sm_share(&H200) - 66.0 / 264.0).abs() < 1e-12);
+        // Shared memory to 1 block per SM; a grid of more than one wave fills the GPU.
+        let big = KernelLaunch { shared_memory: 200_000, grid: [64, 4, 1], ..launch };
+        assert_eq!(big.sm_share(&H200), 1.0);
+        assert!(KernelLaunch::from_metadata("not json").is_none() && KernelLaunch::from_metadata("").is_none());
     }
 }

@@ -8,7 +8,7 @@ use nimble_sched::{Analysis, StreamPlan};
 use tch::Tensor;
 
 use crate::error::{NimbleError, Result};
-use crate::ffi::{CudaGraph, Schedule, ScheduleSpec};
+use crate::ffi::{CudaGraph, OpTiming, Schedule, ScheduleSpec};
 use crate::source::Runner;
 use crate::trace::Trace;
 
@@ -60,7 +60,7 @@ pub(crate) fn time_ops(trace: &Trace, graph: &TaskGraph, device: usize, measure:
     if !measure {
         return Ok(graph.clone());
     }
-    let timing = single_stream_schedule(trace, Some(device), true)?;
+    let timing = single_stream_schedule(trace, Some(device), OpTiming::Events)?;
     scheduled_run(&timing, None, TIMING_GATE_CYCLES, runner, inputs, train, "timing")?;
     let durations = timing.durations_us()?;
     // Node ids are trace positions.
@@ -84,12 +84,12 @@ fn planned_schedule(trace: &Trace, graph: &TaskGraph, plan: &StreamPlan, device:
         record_after[op_of(u)] = true;
     }
     let spec = ScheduleSpec { names: &names, stream_of: &stream_of, waits: &waits, record: &record_after, streams: plan.streams.max(1) };
-    Schedule::new(&spec, Some(device), false)
+    Schedule::new(&spec, Some(device), OpTiming::Off)
 }
 
 /// Every op on one stream, no syncs: for timing ops, or (without a device) for checking that a
 /// run issues the traced op sequence.
-pub(crate) fn single_stream_schedule(trace: &Trace, device: Option<usize>, timing: bool) -> Result<Schedule> {
+pub(crate) fn single_stream_schedule(trace: &Trace, device: Option<usize>, timing: OpTiming) -> Result<Schedule> {
     let n = trace.len();
     let names: Vec<&str> = trace.ops.iter().map(|op| op.name.as_str()).collect();
     let spec = ScheduleSpec { names: &names, stream_of: &vec![0; n], waits: &vec![Vec::new(); n], record: &vec![false; n], streams: 1 };

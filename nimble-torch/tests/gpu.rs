@@ -417,3 +417,47 @@ fn the_device_profile_of_a_replay_holds_every_captured_kernel_on_the_planned_str
     let ((), again) = nimble_torch::profile(None, || nimble.forward(std::slice::from_ref(&inputs[0])).map(drop)).unwrap();
     assert_eq!(again.runs(1_000_000).len(), 1);
 }
+
+#[test]
+fn kernel_timed_graphs_give_each_op_its_own_kernels_and_add_up_to_the_one_stream_replay() {
+    let Some(_gpu) = gpu() else { return };
+    let (_vs, forward) = frozen(|p| tch::vision::inception::v3(p, 1000));
+    let x = randn(&[1, 3, 299, 299]);
+    // The one-stream graph: its replay is what the ops' kernel spans must add up to.
+    let mut single = wrap(&forward);
+    let report = single.prepare(std::slice::from_ref(&x), PrepareOptions::inference().algorithm("single")).unwrap().clone();
+    for _ in 0..20 {
+        single.forward(std::slice::from_ref(&x)).unwrap();
+    }
+    let mut times: Vec<f64> = (0..50).map(|_| nimble_torch::cuda_time(|| single.forward(std::slice::from_ref(&x)).map(drop)).unwrap() * 1e3).collect();
+    times.sort_by(f64::total_cmp);
+    let replay_us = times[times.len() / 2];
+    let graph = single.kernel_timed_graph().unwrap();
+    let mut kernels = 0;
+    let (mut span, mut busy) = (0.0, 0.0);
+    for node in graph.nodes() {
+        let d = node.duration_us.expect("every op has a kernel-derived duration");
+        let b = node.attrs["kernel_busy_us"].as_f64().unwrap();
+        assert!(b <= d + 1e-9 && b >= 0.0, "{node:?}");
+        let n = node.attrs["kernels"].as_u64().unwrap() as usize;
+        assert_eq!(n == 0, d == 0.0, "ops without kernels, and only they, take no time: {node:?}");
+        if let Some(share) = node.attrs.get("sm_share") {
+            let share = share.as_f64().unwrap();
+            assert!(share > 0.0 && share <= 1.0, "{node:?}");
+        }
+        assert!(node.attrs.contains_key("event_us"), "the event-timed duration is kept: {node:?}");
+        kernels += n;
+        span += d;
+        busy += b;
+    }
+    // Every captured kernel belongs to an op (the task graph leaves out CPU-only ops).
+    assert!(kernels <= report.graph_nodes && kernels >= report.kernel_nodes, "{kernels} activities against {report:?}");
+    // The ops' spans leave out only the gaps between ops and the launch.
+    assert!(span <= replay_us && span >= 0.6 * replay_us, "spans {span:.1} µs against a replay of {replay_us:.1} µs");
+    let event: f64 = graph.nodes().iter().map(|n| n.attrs["event_us"].as_f64().unwrap()).sum();
+    assert!(busy < event, "kernel time {busy:.1} µs must be under the event pairs' {event:.1} µs");
+    assert!(graph.nodes().iter().any(|n| n.attrs.contains_key("sm_share")), "the profiler reports kernels' grids");
+    eprintln!("inception-v3: replay {replay_us:.1} µs, op spans {span:.1}, busy {busy:.1}, event pairs {event:.1}; {kernels} kernels");
+    // Not for a model that was never prepared.
+    assert!(wrap(&forward).kernel_timed_graph().unwrap_err().to_string().contains("prepare first"));
+}

@@ -16,6 +16,7 @@ extern "C" {
     fn ns_cuda_empty_cache() -> c_int;
     fn ns_set_conv_tf32(allow: c_int) -> c_int;
     fn ns_conv_tf32(out: *mut c_int) -> c_int;
+    fn ns_sm_limits(device: c_int, out: *mut i64) -> c_int;
     fn ns_profile_begin() -> c_int;
     fn ns_profile_end(chrome_trace: *const c_char, out: *mut *mut c_char) -> c_int;
     fn ns_timer_new(out: *mut *mut c_void) -> c_int;
@@ -85,6 +86,15 @@ pub(crate) fn cuda_empty_cache() -> Result<()> {
 }
 
 /// Starts libtorch's Kineto profiler with CUDA activities (CUPTI).
+/// What one multiprocessor of CUDA `device` holds, and how many it has.
+pub(crate) fn sm_limits(device: usize) -> Result<crate::profile::SmLimits> {
+    let mut out = [0i64; 5];
+    // SAFETY: the shim writes five integers.
+    check("sm_limits", unsafe { ns_sm_limits(device as c_int, out.as_mut_ptr()) })?;
+    let [multiprocessors, max_threads, max_blocks, registers, shared_memory] = out.map(|v| v.max(1) as u64);
+    Ok(crate::profile::SmLimits { multiprocessors, max_threads, max_blocks, registers, shared_memory })
+}
+
 pub(crate) fn profile_begin() -> Result<()> {
     // SAFETY: no arguments; the shim refuses to start a second profiler.
     check("profile_begin", unsafe { ns_profile_begin() })

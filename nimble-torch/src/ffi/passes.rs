@@ -17,6 +17,7 @@ extern "C" {
     fn ns_pass_end(s: *mut c_void, graph: *mut c_void, problem: *mut *mut c_char) -> c_int;
     fn ns_record_on_origin(s: *mut c_void, tensors: *const *mut c_void, n: c_int) -> c_int;
     fn ns_schedule_durations(s: *mut c_void, out_us: *mut f32, n: c_int) -> c_int;
+    fn ns_schedule_node_ranges(s: *mut c_void, out: *mut c_int, n: c_int) -> c_int;
     fn ns_graph_new(out: *mut *mut c_void) -> c_int;
     fn ns_graph_free(g: *mut c_void);
     fn ns_graph_instantiate(g: *mut c_void) -> c_int;
@@ -28,6 +29,16 @@ extern "C" {
 pub(crate) struct Schedule {
     pub(super) raw: *mut c_void,
     ops: usize,
+}
+
+/// What a schedule measures per op, beside issuing it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OpTiming {
+    Off,
+    /// An event pair around each op ([`Schedule::durations_us`]).
+    Events,
+    /// The capture's node count before and after each op ([`Schedule::node_ranges`]).
+    CapturedNodes,
 }
 
 /// A schedule's data, as plain arrays.
@@ -42,7 +53,7 @@ pub(crate) struct ScheduleSpec<'a> {
 impl Schedule {
     /// A schedule on CUDA `device`, or (`None`) a check-only one that compares the op sequence
     /// of a pass with the trace and schedules nothing.
-    pub(crate) fn new(spec: &ScheduleSpec<'_>, device: Option<usize>, timing: bool) -> Result<Schedule> {
+    pub(crate) fn new(spec: &ScheduleSpec<'_>, device: Option<usize>, timing: OpTiming) -> Result<Schedule> {
         let n = spec.names.len();
         assert!(spec.stream_of.len() == n && spec.waits.len() == n && spec.record.len() == n, "schedule arrays cover every op");
         let names = CString::new(spec.names.join("\n")).map_err(|_| NimbleError::Internal("an op name contains a NUL byte".into()))?;
@@ -63,7 +74,11 @@ impl Schedule {
                 record.as_ptr(),
                 spec.streams as c_int,
                 device.map_or(-1, |d| d as c_int),
-                timing as c_int,
+                match timing {
+                    OpTiming::Off => 0,
+                    OpTiming::Events => 1,
+                    OpTiming::CapturedNodes => 2,
+                },
                 &mut raw,
             )
         })?;
@@ -172,6 +187,15 @@ impl Schedule {
         // SAFETY: the buffer holds one float per op, as the shim checks.
         check("schedule_durations", unsafe { ns_schedule_durations(self.raw, out.as_mut_ptr(), self.ops as c_int) })?;
         Ok(out.into_iter().map(f64::from).collect())
+    }
+
+    /// Per op of the last captured pass: the capture's node count before and after it, so a
+    /// one-stream capture's nodes `start..end` are the op's; `None` where it was not captured.
+    pub(crate) fn node_ranges(&self) -> Result<Vec<Option<std::ops::Range<usize>>>> {
+        let mut out = vec![0 as c_int; 2 * self.ops];
+        // SAFETY: the buffer holds two ints per op, as the shim checks.
+        check("schedule_node_ranges", unsafe { ns_schedule_node_ranges(self.raw, out.as_mut_ptr(), self.ops as c_int) })?;
+        Ok(out.chunks(2).map(|r| (r[0] >= 0 && r[1] >= r[0]).then(|| r[0] as usize..r[1] as usize)).collect())
     }
 }
 
