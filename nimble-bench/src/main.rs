@@ -198,8 +198,13 @@ enum Command {
         #[arg(long, requires = "simulate")]
         algos: Option<String>,
         /// With --simulate: the directory of model task graphs
-        #[arg(long, value_name = "DIR", default_value = "paper-figs/results", requires = "simulate")]
+        #[arg(long, value_name = "DIR", default_value = "paper-figs/results/model-graphs", requires = "simulate")]
         graphs: PathBuf,
+        /// With --simulate: a measured `schedulers` record to put beside the simulation, with
+        /// each run's error (default: paper-figs/results/schedulers.json when it exists; `none`
+        /// for no comparison)
+        #[arg(long, value_name = "FILE", requires = "simulate")]
+        measured: Option<PathBuf>,
         /// Measuring (GPU): after every measurement, write each model's task graph with each
         /// op's time from its own kernels (what --simulate reads) to DIR/<model>.graph.json
         #[arg(long, value_name = "DIR", conflicts_with = "simulate")]
@@ -341,7 +346,13 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
         Command::Training { models, batch, figure } => figures::training(invoked_as, &models, &batch, &figure.rendering("training")),
         Command::Overhead { models, figure } => figures::from_schedulers_record(invoked_as, "overhead", &models, None, &figure.rendering("schedulers")),
         Command::Multistream { models, figure } => figures::from_schedulers_record(invoked_as, "multistream", &models, None, &figure.rendering("schedulers")),
-        Command::Schedulers { models, simulate: true, algos, graphs, simulator, figure, .. } => research::simulate_schedulers(&research::SimulateArgs {
+        Command::Schedulers { models, simulate: true, algos, graphs, measured, simulator, figure, .. } => research::simulate_schedulers(&research::SimulateArgs {
+            measured: match measured {
+                Some(p) if p.as_os_str() == "none" => None,
+                Some(p) => Some(p),
+                None => Some(PathBuf::from("paper-figs/results/schedulers.json")).filter(|p| p.exists()),
+            }
+            .as_deref(),
             models: &models,
             algorithms: algos.as_deref(),
             graphs: &graphs,

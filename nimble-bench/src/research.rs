@@ -27,6 +27,29 @@ pub struct SimulateArgs<'a> {
     pub simulator: &'a SimulatorArgs,
     pub results: &'a Path,
     pub out_dir: &'a Path,
+    /// A measured `schedulers` record to validate against (models and algorithms it has).
+    pub measured: Option<&'a Path>,
+}
+
+/// Measured median latency per (model, algorithm name without arguments), µs.
+fn measured_latencies(path: &Path) -> Result<std::collections::BTreeMap<(String, String), f64>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let record: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
+    let mut out = std::collections::BTreeMap::new();
+    for m in record["models"].as_array().with_context(|| format!("{}: no `models` array (expected a `schedulers` record)", path.display()))? {
+        let model = m["model"].as_str().with_context(|| format!("{}: a model without `model`", path.display()))?;
+        for r in m["rows"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+            if let (Some(algorithm), Some(median)) = (r["algorithm"].as_str(), r["latency"]["median_us"].as_f64()) {
+                out.insert((model.to_string(), algorithm.to_string()), median);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `algorithm` without its arguments (`round-robin:4` -> `round-robin`).
+fn base_name(algorithm: &str) -> &str {
+    algorithm.split(':').next().unwrap_or(algorithm)
 }
 
 /// One model's graph and every algorithm's row.
@@ -39,6 +62,8 @@ struct ModelRows {
     /// The critical path by the graph's durations, µs: the latency no assignment beats.
     floor_us: f64,
     rows: Vec<CompareRow>,
+    /// Per row, the measured median latency (µs) when the measured record has it.
+    measured_us: Vec<Option<f64>>,
 }
 
 /// The model task graphs of `dir` (sorted by file name), with their model names.
@@ -72,7 +97,9 @@ fn model_graphs(dir: &Path, models: &str) -> Result<Vec<(String, PathBuf)>> {
 
 /// Runs `schedulers --simulate`.
 pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
+    let measured = args.measured.map(measured_latencies).transpose()?.unwrap_or_default();
     let mut models = Vec::new();
+    let mut config = None;
     for (model, path) in model_graphs(args.graphs, args.models)? {
         let graph = TaskGraph::read_json(&path).with_context(|| format!("reading {}", path.display()))?;
         if graph.nodes().iter().all(|n| n.duration_us.is_none()) {
@@ -80,6 +107,8 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
         }
         let analysis = Analysis::new(&graph);
         let rows = compare_rows(&analysis, args.algorithms, args.simulator)?;
+        config.get_or_insert(args.simulator.config_for(Mode::Graph, &graph)?);
+        let measured_us = rows.iter().map(|r| measured.get(&(model.clone(), base_name(&r.algorithm).to_string())).copied()).collect();
         models.push(ModelRows {
             model,
             file: path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string(),
@@ -87,9 +116,31 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
             width: analysis.width(),
             floor_us: graph.critical_path().length_us,
             rows,
+            measured_us,
         });
     }
-    let config = args.simulator.config(Mode::Graph)?;
+    let config = match config {
+        Some(c) => c,
+        None => args.simulator.config(Mode::Graph)?,
+    };
+    // Simulated against measured, where the record has the run.
+    let mut errors: Vec<(f64, String)> = models
+        .iter()
+        .flat_map(|m| m.rows.iter().zip(&m.measured_us).filter_map(move |(r, meas)| meas.map(|t| ((r.graph_makespan_us - t) / t * 100.0, format!("{} {}", m.model, r.algorithm)))))
+        .collect();
+    errors.sort_by(|a, b| a.0.abs().total_cmp(&b.0.abs()));
+    let validation = (!errors.is_empty()).then(|| {
+        let at = |q: f64| errors[((errors.len() - 1) as f64 * q).round() as usize].0.abs();
+        let worst = errors.last().expect("not empty");
+        json!({
+            "measured": args.measured.map(|p| p.display().to_string()),
+            "runs": errors.len(),
+            "median_abs_error_pct": at(0.5),
+            "p90_abs_error_pct": at(0.9),
+            "worst_error_pct": worst.0,
+            "worst": worst.1,
+        })
+    });
     let record = json!({
         "experiment": "schedulers-simulated",
         "provenance": {
@@ -100,20 +151,21 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
         "method": "each committed model task graph (per-op GPU times as exported) assigned by each algorithm, the plan checked, and its CUDA-graph launch simulated; no GPU",
         "simulator": config,
         "graphs_dir": args.graphs.display().to_string(),
+        "validation": validation,
         "models": models,
     });
     write_file(args.results, &serde_json::to_string_pretty(&record)?)?;
     let mut lines = vec![format!(
-        "{:<18} {:<14} {:>7} {:>6} {:>10} {:>11} {:>9} {:>8}",
-        "model", "algorithm", "streams", "syncs", "assign ms", "simulated", "x single", "x floor"
+        "{:<18} {:<14} {:>7} {:>6} {:>10} {:>11} {:>9} {:>8} {:>11} {:>7}",
+        "model", "algorithm", "streams", "syncs", "assign ms", "simulated", "x single", "x floor", "measured", "error"
     )];
     let algorithms: Vec<String> = models.first().map(|m| m.rows.iter().map(|r| r.algorithm.clone()).collect()).unwrap_or_default();
     let mut groups = Vec::new();
     for m in &models {
         let single = m.rows.iter().find(|r| r.algorithm == "single").map(|r| r.graph_makespan_us);
-        for r in &m.rows {
+        for (r, meas) in m.rows.iter().zip(&m.measured_us) {
             lines.push(format!(
-                "{:<18} {:<14} {:>7} {:>6} {:>10.3} {:>8.1} µs {:>9} {:>8}",
+                "{:<18} {:<14} {:>7} {:>6} {:>10.3} {:>8.1} µs {:>9} {:>8} {:>11} {:>7}",
                 m.model,
                 r.algorithm,
                 r.streams,
@@ -122,6 +174,8 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
                 r.graph_makespan_us,
                 single.map_or("-".to_string(), |s| format!("{:.2}", s / r.graph_makespan_us)),
                 r.graph_over_floor.map_or("-".to_string(), |f| format!("{f:.2}")),
+                meas.map_or("-".to_string(), |t| format!("{t:.1} µs")),
+                meas.map_or("-".to_string(), |t| format!("{:+.1}%", (r.graph_makespan_us - t) / t * 100.0)),
             ));
         }
         lines.push(format!("{:<18} floor (critical path) {:.1} µs, {} tasks, width {}", "", m.floor_us, m.nodes, m.width));
@@ -133,10 +187,21 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
     std::fs::create_dir_all(args.out_dir).with_context(|| format!("creating {}", args.out_dir.display()))?;
     let svg = args.out_dir.join("schedulers-simulated.svg");
     let notes = [
-        format!("Simulated (nimble-sched's simulator, graph launch, calibrated H200 defaults) on the task graphs in {}; no GPU.", args.graphs.display()),
-        "Per-op times as exported (CUDA events around each op), which overstate small ops; see the README's simulator section.".to_string(),
+        format!("Simulated (nimble-sched's simulator, graph launch, calibrated H200 parameters) on the task graphs in {}; no GPU.", args.graphs.display()),
+        "Per-op times as exported: kernel-timed graphs carry each op's own kernel time (see the README's simulator section).".to_string(),
     ];
     draw_grouped(&svg, ("Stream-assignment algorithms, simulated: speedup over one stream", "simulated speedup over one stream (×)"), &groups, &series, &notes)?;
+    if let Some(v) = &validation {
+        lines.push(format!(
+            "simulated against measured ({}), {} runs: median |error| {:.1}%, 90th percentile {:.1}%, worst {:+.1}% ({})",
+            args.measured.map(|p| p.display().to_string()).unwrap_or_default(),
+            v["runs"],
+            v["median_abs_error_pct"].as_f64().unwrap_or(f64::NAN),
+            v["p90_abs_error_pct"].as_f64().unwrap_or(f64::NAN),
+            v["worst_error_pct"].as_f64().unwrap_or(f64::NAN),
+            v["worst"].as_str().unwrap_or_default()
+        ));
+    }
     lines.push(format!("record: {}\nfigure: {}", args.results.display(), svg.display()));
     emit(&lines.join("\n"))
 }

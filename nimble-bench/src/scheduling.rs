@@ -78,7 +78,16 @@ pub struct SimulatorArgs {
 
 impl SimulatorArgs {
     pub fn config(&self, mode: Mode) -> Result<SimulatorConfig> {
-        let mut config = SimulatorConfig::for_mode(mode.into());
+        self.config_on(SimulatorConfig::for_mode(mode.into()))
+    }
+
+    /// The options applied to the defaults for `mode` on `graph` (`SimulatorConfig::for_graph`).
+    pub fn config_for(&self, mode: Mode, graph: &TaskGraph) -> Result<SimulatorConfig> {
+        self.config_on(SimulatorConfig::for_graph(mode.into(), graph))
+    }
+
+    fn config_on(&self, base: SimulatorConfig) -> Result<SimulatorConfig> {
+        let mut config = base;
         if let Some(path) = &self.sim_config {
             config = overridden(&config, path)?;
         }
@@ -327,7 +336,7 @@ pub fn algorithm_names(names: Option<&str>) -> Vec<String> {
 pub fn compare_rows(analysis: &Analysis<'_>, names: Option<&str>, simulator: &SimulatorArgs) -> Result<Vec<CompareRow>> {
     let graph = analysis.graph();
     let assigners = algorithm_names(names).iter().map(|n| algorithms::by_name(n)).collect::<Result<Vec<_>, _>>()?;
-    let (graph_config, eager_config) = (simulator.config(Mode::Graph)?, simulator.config(Mode::Eager)?);
+    let (graph_config, eager_config) = (simulator.config_for(Mode::Graph, graph)?, simulator.config_for(Mode::Eager, graph)?);
     let critical_path_us = graph.critical_path().length_us;
     let mut rows = Vec::new();
     for assigner in &assigners {

@@ -384,7 +384,18 @@ fn zoo_models_convert_to_bfloat16_and_export_their_task_graph() {
 fn schedulers_simulate_runs_every_algorithm_on_the_committed_model_graphs_without_a_gpu() {
     let results = scratch("schedulers-simulated.json");
     let figures = scratch("figures");
-    let output = nimble_bench(&["schedulers", "--simulate", "--graphs", "../paper-figs/results", "--results", results.to_str().unwrap(), "--out-dir", figures.to_str().unwrap()]);
+    let output = nimble_bench(&[
+        "schedulers",
+        "--simulate",
+        "--graphs",
+        "../paper-figs/results/model-graphs",
+        "--measured",
+        "../paper-figs/results/schedulers.json",
+        "--results",
+        results.to_str().unwrap(),
+        "--out-dir",
+        figures.to_str().unwrap(),
+    ]);
     let text = stdout(&output);
     let record: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
     let models = record["models"].as_array().unwrap();
@@ -399,8 +410,16 @@ fn schedulers_simulate_runs_every_algorithm_on_the_committed_model_graphs_withou
         }
     }
     assert!(figures.join("schedulers-simulated.svg").exists() && figures.join("schedulers-simulated.png").exists());
+    // The simulator on the kernel-timed graphs against the same run's measurements (issue 18's
+    // goal: median |error| within 10%, worst within 20%, over every zoo model and algorithm).
+    assert_eq!(models.len(), 10, "{text}");
+    assert!(record["simulator"]["min_sm_share"].as_f64().unwrap() > 0.0, "kernel-timed graphs get their calibration: {}", record["simulator"]);
+    let v = &record["validation"];
+    assert_eq!(v["runs"], 60, "{v}");
+    assert!(v["median_abs_error_pct"].as_f64().unwrap() <= 10.0 && v["worst_error_pct"].as_f64().unwrap().abs() <= 20.0, "{v}");
+    assert!(text.contains("simulated against measured"), "{text}");
     // Chosen algorithms and models only.
-    let chosen = stdout(&nimble_bench(&["schedulers", "--simulate", "--graphs", "../paper-figs/results", "--models", "resnet50", "--algos", "single,level", "--results", results.to_str().unwrap(), "--out-dir", figures.to_str().unwrap()]));
+    let chosen = stdout(&nimble_bench(&["schedulers", "--simulate", "--graphs", "../paper-figs/results/model-graphs", "--models", "resnet50", "--algos", "single,level", "--results", results.to_str().unwrap(), "--out-dir", figures.to_str().unwrap()]));
     assert!(chosen.contains("resnet50") && chosen.contains("level") && !chosen.contains("inception-v3") && !chosen.contains("greedy"), "{chosen}");
 }
 
@@ -415,7 +434,7 @@ fn schedulers_simulate_says_what_is_missing() {
         (vec!["schedulers", "--simulate", "--graphs", empty.to_str().unwrap()], "no model task graphs (*.graph.json)"),
         (vec!["schedulers", "--simulate", "--graphs", untimed.to_str().unwrap()], "no node has a duration_us"),
         (vec!["schedulers", "--simulate", "--graphs", untimed.to_str().unwrap(), "--models", "bert"], "no task graph for model `bert`"),
-        (vec!["schedulers", "--simulate", "--graphs", "../paper-figs/results", "--algos", "nimbel"], "unknown algorithm `nimbel`"),
+        (vec!["schedulers", "--simulate", "--graphs", "../paper-figs/results/model-graphs", "--algos", "nimbel"], "unknown algorithm `nimbel`"),
     ];
     for (arguments, expected) in cases {
         let output = nimble_bench(&arguments);

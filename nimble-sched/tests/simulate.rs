@@ -95,9 +95,48 @@ fn per_node_sm_share_attribute_overrides_the_default() {
         builder.add_node(node).unwrap();
     }
     let graph = builder.build().unwrap();
-    let plan = plan(&graph, "nimble");
-    assert_eq!(plan.streams, 2);
-    assert!(close(simulate(&graph, &plan, &ideal()).makespan_us, 20.0));
+    let pair = plan(&graph, "nimble");
+    assert_eq!(pair.streams, 2);
+    // Both start at once and share the GPU: 1.6 of it asked for, each runs at 1/1.6 speed.
+    let run = simulate(&graph, &pair, &ideal());
+    assert!(close(run.makespan_us, 16.0), "{run:?}");
+    assert!(run.spans.iter().all(|s| close(s.start_us, 0.0) && close(s.end_us, 16.0)), "{run:?}");
+    // A floor on every kernel's share slows small kernels down the same way.
+    let mut small = TaskGraphBuilder::new();
+    for id in 0..4 {
+        let mut node = Node::new(id, "k").with_duration(10.0);
+        node.attrs.insert("sm_share".into(), serde_json::json!(0.01));
+        small.add_node(node).unwrap();
+    }
+    let small = small.build().unwrap();
+    let fan = plan(&small, "nimble");
+    assert!(close(simulate(&small, &fan, &ideal()).makespan_us, 10.0));
+    let floored = SimulatorConfig { min_sm_share: 0.5, ..ideal() };
+    assert!(close(simulate(&small, &fan, &floored).makespan_us, 20.0));
+}
+
+#[test]
+fn a_kernel_slows_down_only_while_it_shares_the_gpu() {
+    // a (10 µs, share 1) runs alone for 5 µs, then shares with b (2 µs of work, share 1):
+    // both at half speed, b ends at 9, a has 3 µs left, alone again: ends at 12.
+    let mut builder = TaskGraphBuilder::new();
+    builder.add_node(Node::new(0, "a").with_duration(10.0)).unwrap();
+    builder.add_node(Node::new(1, "wait").with_duration(5.0)).unwrap();
+    builder.add_node(Node::new(2, "b").with_duration(2.0)).unwrap();
+    builder.add_edge(1, 2).unwrap();
+    let graph = builder.build().unwrap();
+    let plan = StreamPlan::from_assignment(&Analysis::new(&graph), "test", &[0, 1, 1], None);
+    // a and b take the whole GPU; `wait` takes nothing.
+    let shared = graph
+        .with_updated_nodes(|i, _, attrs| {
+            if i != 1 {
+                attrs.insert("sm_share".into(), serde_json::json!(1.0));
+            }
+        })
+        .unwrap();
+    let run = simulate(&shared, &plan, &ideal());
+    assert!(close(run.spans[2].start_us, 5.0) && close(run.spans[2].end_us, 9.0), "{run:?}");
+    assert!(close(run.spans[0].end_us, 12.0), "{run:?}");
 }
 
 #[test]
