@@ -64,6 +64,8 @@ struct ModelRows {
     rows: Vec<CompareRow>,
     /// Per row, the measured median latency (µs) when the measured record has it.
     measured_us: Vec<Option<f64>>,
+    /// The simulator's parameters for this graph (kernel-timed graphs get their own).
+    simulator: nimble_sched::SimulatorConfig,
 }
 
 /// The model task graphs of `dir` (sorted by file name), with their model names.
@@ -99,7 +101,6 @@ fn model_graphs(dir: &Path, models: &str) -> Result<Vec<(String, PathBuf)>> {
 pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
     let measured = args.measured.map(measured_latencies).transpose()?.unwrap_or_default();
     let mut models = Vec::new();
-    let mut config = None;
     for (model, path) in model_graphs(args.graphs, args.models)? {
         let graph = TaskGraph::read_json(&path).with_context(|| format!("reading {}", path.display()))?;
         if graph.nodes().iter().all(|n| n.duration_us.is_none()) {
@@ -107,7 +108,7 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
         }
         let analysis = Analysis::new(&graph);
         let rows = compare_rows(&analysis, args.algorithms, args.simulator)?;
-        config.get_or_insert(args.simulator.config_for(Mode::Graph, &graph)?);
+        let simulator = args.simulator.config_for(Mode::Graph, &graph)?;
         let measured_us = rows.iter().map(|r| measured.get(&(model.clone(), base_name(&r.algorithm).to_string())).copied()).collect();
         models.push(ModelRows {
             model,
@@ -117,12 +118,9 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
             floor_us: graph.critical_path().length_us,
             rows,
             measured_us,
+            simulator,
         });
     }
-    let config = match config {
-        Some(c) => c,
-        None => args.simulator.config(Mode::Graph)?,
-    };
     // Simulated against measured, where the record has the run.
     let mut errors: Vec<(f64, String)> = models
         .iter()
@@ -149,7 +147,6 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
             "machine": "any (no GPU): the latencies are simulated; assign_ms is this machine's CPU time",
         },
         "method": "each committed model task graph (per-op GPU times as exported) assigned by each algorithm, the plan checked, and its CUDA-graph launch simulated; no GPU",
-        "simulator": config,
         "graphs_dir": args.graphs.display().to_string(),
         "validation": validation,
         "models": models,

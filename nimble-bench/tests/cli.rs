@@ -413,7 +413,9 @@ fn schedulers_simulate_runs_every_algorithm_on_the_committed_model_graphs_withou
     // The simulator on the kernel-timed graphs against the same run's measurements (issue 18's
     // goal: median |error| within 10%, worst within 20%, over every zoo model and algorithm).
     assert_eq!(models.len(), 10, "{text}");
-    assert!(record["simulator"]["min_sm_share"].as_f64().unwrap() > 0.0, "kernel-timed graphs get their calibration: {}", record["simulator"]);
+    for m in models {
+        assert!(m["simulator"]["min_sm_share"].as_f64().unwrap() > 0.0, "kernel-timed graphs get their calibration: {}", m["simulator"]);
+    }
     let v = &record["validation"];
     assert_eq!(v["runs"], 60, "{v}");
     assert!(v["median_abs_error_pct"].as_f64().unwrap() <= 10.0 && v["worst_error_pct"].as_f64().unwrap().abs() <= 20.0, "{v}");
