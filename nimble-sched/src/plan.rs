@@ -39,9 +39,16 @@ impl StreamPlan {
     /// * `stream_of` – any stream label per node index (labels need not be dense).
     /// * `order` – a topological order of all nodes (the graph's own if `None`).
     ///
+    /// When every stream's nodes are ordered by reachability (each reaches the next, as with
+    /// `nimble` and any assigner that never puts independent tasks on one stream), no
+    /// cross-stream MEG edge is implied by the others: a second path from `u` to `v` through the
+    /// plan would be a second path through the graph, and an MEG edge has none. Then every
+    /// cross-stream MEG edge is a sync, and the plan is built without tracking happens-before.
+    ///
     /// # Complexity
-    /// O((V + S)·V/64) time and V²/8 bytes for S syncs with bit rows, or O(V + C·K) with vector
-    /// clocks for C cross-stream MEG edges and K streams, whichever is less (`stream_clocks`).
+    /// O(V + E') when streams follow reachability. Otherwise O((V + S)·V/64) time and V²/8 bytes
+    /// for S syncs with bit rows, or O(V + C·K) with vector clocks for C cross-stream MEG edges
+    /// and K streams, whichever is less (`stream_clocks`).
     ///
     /// # Panics
     /// When `stream_of` or `order` does not cover the graph's nodes, or `order` is not
@@ -63,27 +70,7 @@ impl StreamPlan {
         }
         let (streams, stream_of) = renumber_by_first_use(stream_of, &order);
 
-        let cross_stream = (0..n).map(|v| analysis.meg_predecessors()[v].iter().filter(|&&u| stream_of[u] != stream_of[v]).count()).sum();
-        let mut happens_before = Frontier::new(n, streams, cross_stream);
-        let mut syncs = Vec::new();
-        let mut candidates = Vec::new();
-        for &v in &order {
-            happens_before.issue(v, stream_of[v]);
-            candidates.clear();
-            for &u in &analysis.meg_predecessors()[v] {
-                assert!(position[u] < position[v], "issue order must be topological");
-                if stream_of[u] != stream_of[v] {
-                    candidates.push(u);
-                }
-            }
-            candidates.sort_unstable_by_key(|&u| std::cmp::Reverse(position[u]));
-            for &u in &candidates {
-                if !happens_before.ordered(u, v) {
-                    happens_before.sync(u, v);
-                    syncs.push((u, v));
-                }
-            }
-        }
+        let syncs = plan_syncs(analysis, &stream_of, streams, &order, &position, Shortcut::WhenProven);
         StreamPlan { algorithm: algorithm.into(), streams, stream_of, order, syncs }
     }
 
@@ -114,6 +101,69 @@ impl StreamPlan {
     }
 }
 
+/// Whether [`plan_syncs`] may skip happens-before tracking when it is proven unneeded.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shortcut {
+    WhenProven,
+    #[cfg(test)]
+    Never,
+}
+
+/// The syncs of a plan: each node's cross-stream MEG edges, latest-issued source first, unless
+/// stream order and the syncs chosen before already imply them.
+fn plan_syncs(
+    analysis: &Analysis<'_>,
+    stream_of: &[usize],
+    streams: usize,
+    order: &[usize],
+    position: &[usize],
+    shortcut: Shortcut,
+) -> Vec<(usize, usize)> {
+    let n = order.len();
+    let mut happens_before = (shortcut != Shortcut::WhenProven || !streams_follow_reachability(analysis, stream_of, streams, order)).then(|| {
+        let cross_stream = (0..n).map(|v| analysis.meg_predecessors()[v].iter().filter(|&&u| stream_of[u] != stream_of[v]).count()).sum();
+        Frontier::new(n, streams, cross_stream)
+    });
+    let mut syncs = Vec::new();
+    let mut candidates = Vec::new();
+    for &v in order {
+        if let Some(happens_before) = happens_before.as_mut() {
+            happens_before.issue(v, stream_of[v]);
+        }
+        candidates.clear();
+        for &u in &analysis.meg_predecessors()[v] {
+            assert!(position[u] < position[v], "issue order must be topological");
+            if stream_of[u] != stream_of[v] {
+                candidates.push(u);
+            }
+        }
+        candidates.sort_unstable_by_key(|&u| std::cmp::Reverse(position[u]));
+        for &u in &candidates {
+            match happens_before.as_mut() {
+                // Streams follow reachability: nothing but this edge orders `u` before `v`.
+                None => syncs.push((u, v)),
+                Some(happens_before) if !happens_before.ordered(u, v) => {
+                    happens_before.sync(u, v);
+                    syncs.push((u, v));
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    syncs
+}
+
+/// Whether each node reaches the next one issued on its stream: then stream order adds no
+/// dependency the graph lacks.
+fn streams_follow_reachability(analysis: &Analysis<'_>, stream_of: &[usize], streams: usize, order: &[usize]) -> bool {
+    let reach = analysis.reachability();
+    let mut last = vec![usize::MAX; streams];
+    order.iter().all(|&v| {
+        let previous = std::mem::replace(&mut last[stream_of[v]], v);
+        previous == usize::MAX || reach.reaches(previous, v)
+    })
+}
+
 /// Maps arbitrary stream labels to `0..k` in order of first use along `order`.
 fn renumber_by_first_use(labels: &[usize], order: &[usize]) -> (usize, Vec<usize>) {
     let mut mapping = std::collections::HashMap::new();
@@ -123,4 +173,33 @@ fn renumber_by_first_use(labels: &[usize], order: &[usize]) -> (usize, Vec<usize
         stream_of[v] = *mapping.entry(labels[v]).or_insert(next);
     }
     (mapping.len(), stream_of)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithms;
+    use nimble_graph::SyntheticSpec;
+
+    /// The shortcut gives the syncs happens-before tracking gives, on every family and
+    /// algorithm (only some of which keep streams in reachability order).
+    #[test]
+    fn shortcut_syncs_are_the_tracked_ones() {
+        let mut shortcuts = 0;
+        for spec in ["dnn:600:3", "layered:600:5", "nasnet:20", "fan:12:9", "chain:50"] {
+            let graph = spec.parse::<SyntheticSpec>().expect("a valid spec").generate();
+            let analysis = Analysis::new(&graph);
+            for info in algorithms::ALGORITHMS {
+                let plan = algorithms::by_name(info.name).expect("registered").assign(&analysis);
+                let mut position = vec![0; graph.len()];
+                for (p, &v) in plan.order.iter().enumerate() {
+                    position[v] = p;
+                }
+                let tracked = plan_syncs(&analysis, &plan.stream_of, plan.streams, &plan.order, &position, Shortcut::Never);
+                assert_eq!(plan.syncs, tracked, "{spec} with {}", info.name);
+                shortcuts += usize::from(streams_follow_reachability(&analysis, &plan.stream_of, plan.streams, &plan.order));
+            }
+        }
+        assert!(shortcuts >= 6, "the shortcut was taken {shortcuts} times");
+    }
 }
