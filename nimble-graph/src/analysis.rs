@@ -119,13 +119,20 @@ impl TaskGraph {
         let n = self.len();
         let mut reach = Reachability::empty(self);
         let position = self.topological_position();
-        let mut reduced = vec![Vec::new(); n];
+        let mut reduced: Vec<Vec<usize>> = (0..n).map(|u| Vec::with_capacity(self.successors(u).len())).collect();
         let mut successors = Vec::new();
         for (p, &u) in self.topological_order().iter().enumerate().rev() {
-            successors.clear();
-            successors.extend_from_slice(self.successors(u));
-            successors.sort_unstable_by_key(|&v| position[v]);
-            for &v in &successors {
+            let successors: &[usize] = match self.successors(u) {
+                // One successor: its edge is never redundant.
+                single @ [_] => single,
+                many => {
+                    successors.clear();
+                    successors.extend_from_slice(many);
+                    successors.sort_unstable_by_key(|&v| position[v]);
+                    &successors
+                }
+            };
+            for &v in successors {
                 let q = position[v];
                 if !reach.descendants.get(p, q) {
                     reduced[u].push(v);

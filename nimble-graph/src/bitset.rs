@@ -105,10 +105,15 @@ impl BitMatrix {
 /// down to its word), which is all a relation such as "reaches", with rows and columns in
 /// topological order, can hold. Half the memory of a [`BitMatrix`], and unions touch half the
 /// words.
+///
+/// Each row also keeps the span of words that may be non-zero, so unions, lookups and scans skip
+/// the rest: the rows of a sparse relation (a wide random DAG's, where many tasks reach little)
+/// cost what they hold, not what they could.
 #[derive(Clone, Debug)]
 pub struct TriangularRows {
-    words_per_row: usize,
     offsets: Vec<usize>,
+    /// Per row, words `[start, end)` (absolute word indices) may be non-zero; empty when equal.
+    spans: Vec<(u32, u32)>,
     words: Vec<u64>,
 }
 
@@ -123,34 +128,56 @@ impl TriangularRows {
             total += words_per_row - p / 64;
         }
         offsets.push(total);
-        TriangularRows { words_per_row, offsets, words: vec![0; total] }
+        TriangularRows { offsets, spans: vec![(0, 0); n], words: vec![0; total] }
     }
 
-    /// Row `p`.
+    /// Row `p`, as the window of its possibly non-zero words.
     pub fn row_ref(&self, p: usize) -> RowRef<'_> {
-        RowRef { first_word: p / 64, words: &self.words[self.offsets[p]..self.offsets[p + 1]] }
+        let (start, end) = self.spans[p];
+        if start == end {
+            return RowRef { first_word: p / 64, words: &[] };
+        }
+        let base = self.offsets[p] - p / 64;
+        RowRef { first_word: start as usize, words: &self.words[base + start as usize..base + end as usize] }
     }
 
     /// Whether bit `(p, q)` is set (never for `q` below row `p`'s first word).
     pub fn get(&self, p: usize, q: usize) -> bool {
-        q / 64 >= p / 64 && self.words[self.offsets[p] + q / 64 - p / 64] >> (q % 64) & 1 == 1
+        let (start, end) = self.spans[p];
+        let w = q / 64;
+        (start as usize..end as usize).contains(&w) && self.words[self.offsets[p] + w - p / 64] >> (q % 64) & 1 == 1
     }
 
     /// Sets bit `(p, q)`, `q >= p`.
     pub fn set(&mut self, p: usize, q: usize) {
         debug_assert!(q >= p, "a triangular relation holds columns from its row on");
         self.words[self.offsets[p] + q / 64 - p / 64] |= 1 << (q % 64);
+        self.widen(p, q / 64, q / 64 + 1);
     }
 
     /// Row `p` |= row `q`, for `q > p`.
     pub fn union_rows(&mut self, p: usize, q: usize) {
         debug_assert!(q > p, "a triangular row takes unions of later rows only");
+        let (start, end) = self.spans[q];
+        if start == end {
+            return;
+        }
+        let (start, end) = (start as usize, end as usize);
         let (low, high) = self.words.split_at_mut(self.offsets[q]);
-        let source = &high[..self.words_per_row - q / 64];
-        let target = &mut low[self.offsets[p] + q / 64 - p / 64..self.offsets[p + 1]];
+        let source = &high[start - q / 64..end - q / 64];
+        let base = self.offsets[p] - p / 64;
+        let target = &mut low[base + start..base + end];
         for (t, s) in target.iter_mut().zip(source) {
             *t |= s;
         }
+        self.widen(p, start, end);
+    }
+
+    /// Extends row `p`'s span over words `[start, end)`; the words between are zero, as every
+    /// word outside a span is.
+    fn widen(&mut self, p: usize, start: usize, end: usize) {
+        let span = &mut self.spans[p];
+        *span = if span.0 == span.1 { (start as u32, end as u32) } else { (span.0.min(start as u32), span.1.max(end as u32)) };
     }
 }
 

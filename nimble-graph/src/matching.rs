@@ -75,19 +75,33 @@ impl Matching {
 /// ```
 pub fn hopcroft_karp(right: usize, adjacency: &[Vec<usize>]) -> Matching {
     const UNREACHED: u32 = u32::MAX;
+    const NONE: u32 = u32::MAX;
     let left = adjacency.len();
-    let mut matching = Matching::empty(left, right);
+    assert!(left < NONE as usize && right < NONE as usize, "hopcroft_karp numbers vertices in 32 bits");
+    // The lists packed into one array, and the matching as 32-bit partners: the phases below
+    // walk them many times, and compact arrays keep them in cache. The steps, and so the
+    // matching found, are those of Hopcroft–Karp on the lists as given.
+    let mut offsets = Vec::with_capacity(left + 1);
+    let mut targets = Vec::with_capacity(adjacency.iter().map(Vec::len).sum());
+    offsets.push(0u32);
+    for list in adjacency {
+        targets.extend(list.iter().map(|&v| v as u32));
+        offsets.push(targets.len() as u32);
+    }
+    let mut right_of = vec![NONE; left];
+    let mut left_of = vec![NONE; right];
     let mut layer = vec![UNREACHED; left];
-    let mut queue = Vec::with_capacity(left);
-    let mut next_edge = vec![0usize; left];
-    let mut stack: Vec<(usize, Option<usize>)> = Vec::new();
+    let mut queue: Vec<u32> = Vec::with_capacity(left);
+    let mut next_edge = vec![0u32; left];
+    // Frames: a left vertex and the right vertex through which the search entered it.
+    let mut stack: Vec<(u32, u32)> = Vec::new();
     loop {
         // BFS from every free left vertex, layering left vertices by alternating-path length.
         queue.clear();
         for (u, layer_of_u) in layer.iter_mut().enumerate() {
-            if matching.right_of[u].is_none() {
+            if right_of[u] == NONE {
                 *layer_of_u = 0;
-                queue.push(u);
+                queue.push(u as u32);
             } else {
                 *layer_of_u = UNREACHED;
             }
@@ -95,47 +109,56 @@ pub fn hopcroft_karp(right: usize, adjacency: &[Vec<usize>]) -> Matching {
         let mut found_free_right = false;
         let mut head = 0;
         while head < queue.len() {
-            let u = queue[head];
+            let u = queue[head] as usize;
             head += 1;
-            for &v in &adjacency[u] {
-                match matching.left_of[v] {
-                    None => found_free_right = true,
-                    Some(w) if layer[w] == UNREACHED => {
-                        layer[w] = layer[u] + 1;
-                        queue.push(w);
-                    }
-                    Some(_) => {}
+            for &v in &targets[offsets[u] as usize..offsets[u + 1] as usize] {
+                let w = left_of[v as usize];
+                if w == NONE {
+                    found_free_right = true;
+                } else if layer[w as usize] == UNREACHED {
+                    layer[w as usize] = layer[u] + 1;
+                    queue.push(w);
                 }
             }
         }
         if !found_free_right {
+            let mut matching = Matching::empty(left, right);
+            for (u, &v) in right_of.iter().enumerate().filter(|&(_, &v)| v != NONE) {
+                matching.link(u, v as usize);
+            }
             return matching;
         }
         // DFS along the layers for vertex-disjoint shortest augmenting paths.
-        next_edge.fill(0);
+        next_edge.copy_from_slice(&offsets[..left]);
         for root in 0..left {
-            if matching.right_of[root].is_some() {
+            if right_of[root] != NONE {
                 continue;
             }
             stack.clear();
-            stack.push((root, None));
+            stack.push((root as u32, NONE));
             while let Some(&(u, _)) = stack.last() {
-                let Some(&v) = adjacency[u].get(next_edge[u]) else {
+                let u = u as usize;
+                if next_edge[u] == offsets[u + 1] {
                     layer[u] = UNREACHED; // dead end for the rest of this phase
                     stack.pop();
                     continue;
-                };
+                }
+                let v = targets[next_edge[u] as usize];
                 next_edge[u] += 1;
-                match matching.left_of[v] {
-                    None => {
-                        matching.augment(&stack, v);
-                        break;
+                let w = left_of[v as usize];
+                if w == NONE {
+                    // Flip the path: each frame's vertex takes the right vertex found after it.
+                    let mut next = v;
+                    for &(x, via) in stack.iter().rev() {
+                        right_of[x as usize] = next;
+                        left_of[next as usize] = x;
+                        next = via;
                     }
-                    // Frames on the stack always have a finite layer, so `+ 1` cannot overflow.
-                    Some(w) if layer[w] == layer[u] + 1 => {
-                        stack.push((w, Some(v)));
-                    }
-                    Some(_) => {}
+                    break;
+                }
+                // Frames on the stack always have a finite layer, so `+ 1` cannot overflow.
+                if layer[w as usize] == layer[u] + 1 {
+                    stack.push((w, v));
                 }
             }
         }

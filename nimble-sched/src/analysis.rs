@@ -20,7 +20,9 @@ impl<'g> Analysis<'g> {
     /// Analyses `graph`: O(E·V/64) time, V²/8 bytes.
     pub fn new(graph: &'g TaskGraph) -> Self {
         let (reachability, meg_successors) = graph.reachability_and_reduction();
-        let mut meg_predecessors = vec![Vec::new(); graph.len()];
+        let mut in_degree = vec![0usize; graph.len()];
+        meg_successors.iter().flatten().for_each(|&v| in_degree[v] += 1);
+        let mut meg_predecessors: Vec<Vec<usize>> = in_degree.into_iter().map(Vec::with_capacity).collect();
         for (u, successors) in meg_successors.iter().enumerate() {
             for &v in successors {
                 meg_predecessors[v].push(u);

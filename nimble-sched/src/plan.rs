@@ -166,13 +166,27 @@ fn streams_follow_reachability(analysis: &Analysis<'_>, stream_of: &[usize], str
 
 /// Maps arbitrary stream labels to `0..k` in order of first use along `order`.
 fn renumber_by_first_use(labels: &[usize], order: &[usize]) -> (usize, Vec<usize>) {
-    let mut mapping = std::collections::HashMap::new();
     let mut stream_of = vec![0; labels.len()];
-    for &v in order {
-        let next = mapping.len();
-        stream_of[v] = *mapping.entry(labels[v]).or_insert(next);
+    let mut streams = 0;
+    // Labels are usually below the node count (assigners number streams from 0): a table then.
+    if labels.iter().all(|&label| label < labels.len()) {
+        let mut mapping = vec![usize::MAX; labels.len()];
+        for &v in order {
+            if mapping[labels[v]] == usize::MAX {
+                mapping[labels[v]] = streams;
+                streams += 1;
+            }
+            stream_of[v] = mapping[labels[v]];
+        }
+    } else {
+        let mut mapping = std::collections::HashMap::new();
+        for &v in order {
+            let next = mapping.len();
+            stream_of[v] = *mapping.entry(labels[v]).or_insert(next);
+        }
+        streams = mapping.len();
     }
-    (mapping.len(), stream_of)
+    (streams, stream_of)
 }
 
 #[cfg(test)]
