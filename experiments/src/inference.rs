@@ -173,6 +173,10 @@ pub struct InferRow {
     pub fuse_conv_relu: bool,
     pub fuse_kernels: bool,
     pub channels_last: bool,
+    /// Nimble rows: the critical path of the graph by its kernels' own durations, which no
+    /// stream assignment can beat, and the latency over it ([`crate::floor`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub floor: Option<crate::floor::Floor>,
 }
 
 /// A whole comparison, as committed under `paper-figs/results/`.
@@ -254,6 +258,7 @@ pub fn measure_model(model: &dyn Subject, config: &InferConfig, variants: &[Vari
             fuse_conv_relu: prepared.is_some() && variant.optimized && config.fuse_conv_relu,
             fuse_kernels: prepared.is_some() && variant.optimized && config.fuse_kernels,
             prepare: prepared.as_ref().map(|p| p.1.clone()),
+            floor: None,
           }
         })
         .collect())

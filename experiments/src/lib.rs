@@ -4,8 +4,8 @@
 //! record with [provenance](record::Provenance) that `paper-figs/results/` keeps. It holds the
 //! [simulator validation](simulator_validation), the paper's [model zoo](models) (each model
 //! checked against its PyTorch reference), the [inference comparison](inference) over zoo
-//! models and [any TorchScript file](torchscript), the [coverage](coverage) of a whole population
-//! of exported models, the [scheduler study](schedulers),
+//! models and [any TorchScript file](torchscript) (with each model's [floor](floor)), the
+//! [coverage](coverage) of a whole population of exported models, the [scheduler study](schedulers),
 //! [training](training) and its [data-parallel scaling](scaling).
 //!
 //! Everything that runs a model needs libtorch and sits behind the `torch` feature (on by
@@ -13,6 +13,8 @@
 //! the tolerances and the records' provenance, and builds with no libtorch.
 
 pub mod coverage;
+#[cfg(feature = "torch")]
+pub mod floor;
 #[cfg(feature = "torch")]
 pub mod inference;
 #[cfg(feature = "torch")]

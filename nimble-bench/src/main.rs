@@ -16,6 +16,8 @@ mod data_parallel;
 mod ranks;
 mod example;
 mod figures;
+#[cfg(feature = "torch")]
+mod floors;
 mod gpu;
 mod libtorch;
 mod output;

@@ -55,27 +55,40 @@ pub fn save(drawing: &impl Drawing, svg: &Path) -> Result<PathBuf> {
     Ok(png)
 }
 
-/// Log-log scatter of simulated against measured makespan, one color per launch mode, with the
-/// diagonal and ±10% lines.
-pub struct SimulatedVsMeasured<'a> {
-    evaluation: &'a Evaluation,
+/// Log-log scatter of simulated against measured makespan, one color per series (launch mode,
+/// algorithm), with the diagonal and ±10% lines.
+pub struct SimulatedVsMeasured {
+    /// Per series: legend label, color and `(measured, simulated)` points, µs.
+    series: Vec<(String, RGBColor, Vec<(f64, f64)>)>,
     title: String,
     low: f64,
     high: f64,
 }
 
-impl<'a> SimulatedVsMeasured<'a> {
-    pub fn new(evaluation: &'a Evaluation, provenance: &Provenance) -> Result<Self> {
-        let values = evaluation.runs.iter().flat_map(|r| [r.measured_us, r.simulated_us]).filter(|v| *v > 0.0);
+impl SimulatedVsMeasured {
+    /// The synthetic suite's runs, one series per launch mode.
+    pub fn new(evaluation: &Evaluation, provenance: &Provenance) -> Result<Self> {
+        let series = [(LaunchMode::Graph, BLUE, "graph launch"), (LaunchMode::Eager, RED, "eager launch")]
+            .into_iter()
+            .map(|(mode, color, label)| {
+                (label.to_string(), color, evaluation.runs.iter().filter(|r| r.mode == mode).map(|r| (r.measured_us, r.simulated_us)).collect())
+            })
+            .collect();
+        let title = format!("Simulator vs {} (driver CUDA {}, {})", provenance.gpu, provenance.driver_cuda_version, &provenance.date_utc[..10]);
+        Self::of_series(title, series)
+    }
+
+    /// Any series of `(measured, simulated)` points.
+    pub fn of_series(title: String, series: Vec<(String, RGBColor, Vec<(f64, f64)>)>) -> Result<Self> {
+        let values = series.iter().flat_map(|s| s.2.iter().flat_map(|&(m, s)| [m, s])).filter(|v| *v > 0.0);
         let low = values.clone().fold(f64::INFINITY, f64::min) / 1.5;
         let high = values.fold(0.0, f64::max) * 1.5;
         anyhow::ensure!(low.is_finite() && high > low, "nothing to plot");
-        let title = format!("Simulator vs {} (driver CUDA {}, {})", provenance.gpu, provenance.driver_cuda_version, &provenance.date_utc[..10]);
-        Ok(SimulatedVsMeasured { evaluation, title, low, high })
+        Ok(SimulatedVsMeasured { series, title, low, high })
     }
 }
 
-impl Drawing for SimulatedVsMeasured<'_> {
+impl Drawing for SimulatedVsMeasured {
     fn size(&self) -> (u32, u32) {
         (820, 760)
     }
@@ -102,9 +115,10 @@ impl Drawing for SimulatedVsMeasured<'_> {
         for (factor, style) in [(1.0, BLACK.stroke_width(1)), (1.1, BLACK.mix(0.3).stroke_width(1)), (1.0 / 1.1, BLACK.mix(0.3).stroke_width(1))] {
             chart.draw_series(LineSeries::new([(low, low * factor), (high, high * factor)], style))?;
         }
-        for (mode, color, label) in [(LaunchMode::Graph, BLUE, "graph launch"), (LaunchMode::Eager, RED, "eager launch")] {
-            let points = self.evaluation.runs.iter().filter(|r| r.mode == mode).map(|r| Circle::new((r.measured_us, r.simulated_us), 3, color.mix(0.6).filled()));
-            chart.draw_series(points)?.label(label).legend(move |(x, y)| Circle::new((x, y), 4, color.filled()));
+        for (label, color, points) in &self.series {
+            let color = *color;
+            let points = points.iter().map(|&point| Circle::new(point, 3, color.mix(0.6).filled()));
+            chart.draw_series(points)?.label(label.as_str()).legend(move |(x, y)| Circle::new((x, y), 4, color.filled()));
         }
         chart.configure_series_labels().background_style(WHITE.mix(0.9)).border_style(BLACK).position(SeriesLabelPosition::UpperLeft).draw()?;
         Ok(())

@@ -64,6 +64,9 @@ struct ModelRows {
     rows: Vec<CompareRow>,
     /// Per row, the measured median latency (µs) when the measured record has it.
     measured_us: Vec<Option<f64>>,
+    /// Per row, the measured latency over the floor: the headroom a better assignment could
+    /// take (launch and synchronization costs sit in it too).
+    measured_over_floor: Vec<Option<f64>>,
     /// The simulator's parameters for this graph (kernel-timed graphs get their own).
     simulator: nimble_sched::SimulatorConfig,
 }
@@ -109,15 +112,18 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
         let analysis = Analysis::new(&graph);
         let rows = compare_rows(&analysis, args.algorithms, args.simulator)?;
         let simulator = args.simulator.config_for(Mode::Graph, &graph)?;
-        let measured_us = rows.iter().map(|r| measured.get(&(model.clone(), base_name(&r.algorithm).to_string())).copied()).collect();
+        let measured_us: Vec<Option<f64>> = rows.iter().map(|r| measured.get(&(model.clone(), base_name(&r.algorithm).to_string())).copied()).collect();
+        let floor_us = graph.critical_path().length_us;
+        let measured_over_floor = measured_us.iter().map(|m| m.filter(|_| floor_us > 0.0).map(|t| t / floor_us)).collect();
         models.push(ModelRows {
             model,
             file: path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string(),
             nodes: graph.len(),
             width: analysis.width(),
-            floor_us: graph.critical_path().length_us,
+            floor_us,
             rows,
             measured_us,
+            measured_over_floor,
             simulator,
         });
     }
@@ -153,16 +159,16 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
     });
     write_file(args.results, &serde_json::to_string_pretty(&record)?)?;
     let mut lines = vec![format!(
-        "{:<18} {:<14} {:>7} {:>6} {:>10} {:>11} {:>9} {:>8} {:>11} {:>7}",
-        "model", "algorithm", "streams", "syncs", "assign ms", "simulated", "x single", "x floor", "measured", "error"
+        "{:<18} {:<14} {:>7} {:>6} {:>10} {:>11} {:>9} {:>8} {:>11} {:>7} {:>8}",
+        "model", "algorithm", "streams", "syncs", "assign ms", "simulated", "x single", "x floor", "measured", "error", "x floor"
     )];
     let algorithms: Vec<String> = models.first().map(|m| m.rows.iter().map(|r| r.algorithm.clone()).collect()).unwrap_or_default();
     let mut groups = Vec::new();
     for m in &models {
         let single = m.rows.iter().find(|r| r.algorithm == "single").map(|r| r.graph_makespan_us);
-        for (r, meas) in m.rows.iter().zip(&m.measured_us) {
+        for ((r, meas), over) in m.rows.iter().zip(&m.measured_us).zip(&m.measured_over_floor) {
             lines.push(format!(
-                "{:<18} {:<14} {:>7} {:>6} {:>10.3} {:>8.1} µs {:>9} {:>8} {:>11} {:>7}",
+                "{:<18} {:<14} {:>7} {:>6} {:>10.3} {:>8.1} µs {:>9} {:>8} {:>11} {:>7} {:>8}",
                 m.model,
                 r.algorithm,
                 r.streams,
@@ -173,21 +179,45 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
                 r.graph_over_floor.map_or("-".to_string(), |f| format!("{f:.2}")),
                 meas.map_or("-".to_string(), |t| format!("{t:.1} µs")),
                 meas.map_or("-".to_string(), |t| format!("{:+.1}%", (r.graph_makespan_us - t) / t * 100.0)),
+                over.map_or("-".to_string(), |f| format!("{f:.2}")),
             ));
         }
         lines.push(format!("{:<18} floor (critical path) {:.1} µs, {} tasks, width {}", "", m.floor_us, m.nodes, m.width));
-        // Bars: each algorithm's simulated speedup over one stream (1 without `single`).
+        // Bars: each algorithm's simulated speedup over one stream (1 without `single`), and the
+        // bound the floor sets on it.
         let base = single.unwrap_or(f64::NAN);
-        groups.push(Group { label: m.model.clone(), values: m.rows.iter().map(|r| if base.is_finite() { base / r.graph_makespan_us } else { 0.0 }).collect() });
+        let speedup = |us: f64| if base.is_finite() && us > 0.0 { base / us } else { 0.0 };
+        let mut values: Vec<f64> = m.rows.iter().map(|r| speedup(r.graph_makespan_us)).collect();
+        values.push(speedup(m.floor_us));
+        groups.push(Group { label: m.model.clone(), values });
     }
-    let series: Vec<(&str, plotters::style::RGBColor)> = algorithms.iter().enumerate().map(|(i, a)| (a.as_str(), PALETTE[i % PALETTE.len()])).collect();
+    let mut series: Vec<(&str, plotters::style::RGBColor)> = algorithms.iter().enumerate().map(|(i, a)| (a.as_str(), PALETTE[i % PALETTE.len()])).collect();
+    series.push(("floor (bound)", plotters::style::RGBColor(160, 160, 160)));
     std::fs::create_dir_all(args.out_dir).with_context(|| format!("creating {}", args.out_dir.display()))?;
     let svg = args.out_dir.join("schedulers-simulated.svg");
     let notes = [
         format!("Simulated (nimble-sched's simulator, graph launch, calibrated H200 parameters) on the task graphs in {}; no GPU.", args.graphs.display()),
         "Per-op times as exported: kernel-timed graphs carry each op's own kernel time (see the README's simulator section).".to_string(),
+        "floor (bound): one stream's simulated latency over the critical path, which no assignment beats.".to_string(),
     ];
     draw_grouped(&svg, ("Stream-assignment algorithms, simulated: speedup over one stream", "simulated speedup over one stream (×)"), &groups, &series, &notes)?;
+    if validation.is_some() {
+        let validation_svg = args.out_dir.join("schedulers-validation.svg");
+        let series = algorithms
+            .iter()
+            .enumerate()
+            .map(|(i, algorithm)| {
+                let points = models
+                    .iter()
+                    .flat_map(|m| m.rows.iter().zip(&m.measured_us).filter(|(r, _)| &r.algorithm == algorithm).filter_map(|(r, meas)| meas.map(|t| (t, r.graph_makespan_us))))
+                    .collect();
+                (algorithm.clone(), PALETTE[i % PALETTE.len()], points)
+            })
+            .collect();
+        let title = format!("Simulated vs measured, {} models x {} algorithms (graph launch)", models.len(), algorithms.len());
+        crate::plots::save(&crate::plots::SimulatedVsMeasured::of_series(title, series)?, &validation_svg)?;
+        lines.push(format!("validation figure: {}", validation_svg.display()));
+    }
     if let Some(v) = &validation {
         lines.push(format!(
             "simulated against measured ({}), {} runs: median |error| {:.1}%, 90th percentile {:.1}%, worst {:+.1}% ({})",

@@ -129,7 +129,7 @@ impl Models<'_> {
 /// Runs `body` on each model of `models`, built on `device`, each from an empty allocator cache
 /// and seed 0 (as in a process of its own: the previous model's freed graph pools would
 /// otherwise decide where this one's land); `name` is told first.
-fn for_each_model(models: Models<'_>, device: Device, mut name: impl FnMut(&str), mut body: impl FnMut(&dyn Subject) -> Result<()>) -> Result<()> {
+pub(crate) fn for_each_model(models: Models<'_>, device: Device, mut name: impl FnMut(&str), mut body: impl FnMut(&dyn Subject) -> Result<()>) -> Result<()> {
     let fresh = || -> Result<()> {
         if device.is_cuda() {
             nimble_torch::cuda_synchronize()?;
@@ -233,6 +233,9 @@ pub struct InferArgs<'a> {
     pub optimize: Optimize,
     pub config: InferConfig,
     pub out: Option<&'a Path>,
+    /// Measure each Nimble row's floor after the timing, and write the kernel-timed graphs here.
+    pub floor: bool,
+    pub floor_graphs: Option<&'a Path>,
 }
 
 /// The checks `infer` and `profile` make of their configuration before looking for a GPU.
@@ -278,6 +281,9 @@ pub fn infer(args: &InferArgs<'_>) -> Result<()> {
         Ok(())
     })?;
     bar.finish_and_clear();
+    if args.floor && rows.iter().any(|r| r.mode == InferMode::Nimble) {
+        crate::floors::add_floors(args.models, config, &mut rows, args.floor_graphs)?;
+    }
     let method = "cuDNN benchmark on; fresh randn inputs; CUDA events around each call on the current stream (graphs: input copy + replay); each system timed in two blocks (the warm-ups, then half the timed runs), the systems' blocks in mirrored order A B .. B A; median of all timed runs";
     let (dtype, torchscript) = match args.models {
         Models::Zoo { dtype, .. } => (dtype, None),
@@ -333,7 +339,10 @@ fn table(record: &InferRecord) -> String {
     let p = &record.provenance;
     let mut lines = vec![
         provenance_line(p, record.libtorch, &format!("batch {}", record.rows.first().map_or(1, |r| r.batch))),
-        format!("{:<16} {:<4} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8} {:>9}", "model", "opt", "eager", "script", "graph", "nimble", "x graph", "streams", "kernels", "prepare s"),
+        format!(
+            "{:<16} {:<4} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>7} {:>8} {:>8} {:>9}",
+            "model", "opt", "eager", "script", "graph", "nimble", "x graph", "floor", "x floor", "streams", "kernels", "prepare s"
+        ),
     ];
     let mut keys: Vec<(String, bool)> = Vec::new();
     for row in &record.rows {
@@ -355,8 +364,9 @@ fn table(record: &InferRecord) -> String {
             _ => "-".into(),
         };
         let prepared = nimble.or(graph).and_then(|r| r.prepare.as_ref());
+        let floor = nimble.and_then(|r| r.floor.as_ref());
         lines.push(format!(
-            "{:<16} {:<4} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8} {:>9}",
+            "{:<16} {:<4} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>7} {:>8} {:>8} {:>9}",
             model,
             if optimized { "yes" } else { "no" },
             ms(eager),
@@ -364,6 +374,8 @@ fn table(record: &InferRecord) -> String {
             ms(graph),
             ms(nimble),
             speedup,
+            floor.map_or("-".into(), |f| format!("{:.3}", f.floor_us / 1000.0)),
+            floor.map_or("-".into(), |f| format!("{:.2}", f.over_floor)),
             nimble.and_then(|r| r.prepare.as_ref()).map_or("-".into(), |p| p.streams.to_string()),
             prepared.map_or("-".into(), |p| p.kernel_nodes.to_string()),
             nimble.and_then(|r| r.prepare.as_ref()).map_or("-".into(), |p| format!("{:.2}", p.seconds.total)),
@@ -533,6 +545,8 @@ pub fn measure_figure(what: &crate::figures::Measurement<'_>, args: &crate::figu
             optimize: Optimize::On,
             config: InferConfig::defaults(batch, args.warmup, args.iterations),
             out: Some(&args.results),
+            floor: true,
+            floor_graphs: None,
         }),
         Measurement::Training { models, batches } => {
             let modes: Vec<String> = ["eager", "graph", "nimble", "nimble-fused", "step"].iter().map(|m| m.to_string()).collect();

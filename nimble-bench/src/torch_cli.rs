@@ -74,6 +74,14 @@ pub(crate) enum TorchCommand {
         /// Also write the result record (JSON, with provenance) here
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
+        /// After the timing, measure each Nimble graph's floor: the critical path of its task
+        /// graph by its ops' own kernel times (a profiled one-stream replay), which no stream
+        /// assignment can beat, and Nimble's latency over it
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+        floor: bool,
+        /// Also write each kernel-timed graph the floor was taken from here (MODEL.graph.json)
+        #[arg(long, value_name = "DIR")]
+        floor_graphs: Option<PathBuf>,
     },
     /// GPU: what the device runs in one forward of a prepared model: kernels and copies per
     /// run, the run's span against the time the device was busy, and the kernels that take the
@@ -374,7 +382,7 @@ pub(crate) fn run(command: TorchCommand) -> anyhow::Result<()> {
             let list = model.unwrap_or_default();
             torch::export_graph(script.models(&list, weights.as_deref())?, batch, device, optimize, out.as_ref())
         }
-        TorchCommand::Infer { model, script, mode, optimize, prepare, warmup, iters, weights, out } => {
+        TorchCommand::Infer { model, script, mode, optimize, prepare, warmup, iters, weights, out, floor, floor_graphs } => {
             let modes: Vec<InferMode> = mode.into_iter().map(InferMode::from).collect();
             torch::infer(&torch::InferArgs {
                 models: script.models(&model, weights.as_deref())?,
@@ -382,6 +390,8 @@ pub(crate) fn run(command: TorchCommand) -> anyhow::Result<()> {
                 optimize,
                 config: prepare.config(warmup, iters),
                 out: out.as_deref(),
+                floor: floor || floor_graphs.is_some(),
+                floor_graphs: floor_graphs.as_deref(),
             })
         }
         TorchCommand::Profile { model, script, mode, optimize, prepare, runs, top, trace, out } => torch::profile(&torch::ProfileArgs {
