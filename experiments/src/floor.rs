@@ -60,10 +60,18 @@ pub fn measure_floor(model: &dyn Subject, config: &InferConfig, row: &InferRow) 
     if row.mode != InferMode::Nimble {
         return Err(nimble_torch::NimbleError::InvalidInput(format!("the floor is measured for Nimble rows, not {} ones", row.mode.name())));
     }
-    let config = InferConfig { channels_last: Some(row.channels_last), exact_check: false, ..config.clone() };
-    let (nimble, _, _) = prepare_checked(model, &config, InferMode::Nimble, row.optimized)?;
-    let graph = nimble.kernel_timed_graph()?;
+    let graph = kernel_timed_graph(model, config, row.channels_last, row.optimized)?;
     Ok((Floor::of(&graph, row.latency.median_us)?, graph))
+}
+
+/// `model`'s task graph as Nimble prepares it with `config` (its algorithm and rewrites), in the
+/// given layout and with or without the rewrites, checked against eager, with each op's time
+/// from its own kernels (`Nimble::kernel_timed_graph`). Loads the profiler: call it after every
+/// measurement.
+pub fn kernel_timed_graph(model: &dyn Subject, config: &InferConfig, channels_last: bool, optimized: bool) -> nimble_torch::Result<TaskGraph> {
+    let config = InferConfig { channels_last: Some(channels_last), exact_check: false, ..config.clone() };
+    let (nimble, _, _) = prepare_checked(model, &config, InferMode::Nimble, optimized)?;
+    nimble.kernel_timed_graph()
 }
 
 #[cfg(test)]

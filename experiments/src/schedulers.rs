@@ -18,7 +18,7 @@ use nimble_sched::algorithms::ALGORITHMS;
 use nimble_sched::{simulate, SimulatorConfig};
 use serde::Serialize;
 
-use crate::inference::{prepare_checked, time_runs, InferConfig, InferMode};
+use crate::inference::{prepare_checked, time_runs, InferConfig, InferMode, Subject};
 use crate::models::Model;
 use crate::record::Provenance;
 
@@ -135,8 +135,7 @@ pub fn measure_model(model: &Model, config: &InferConfig, algorithms: &[String])
 /// with each op's time from its own kernels (`Nimble::kernel_timed_graph`): what the simulator
 /// is validated on. Loads the profiler, which slows later launches in the process: call it
 /// after every measurement.
-pub fn kernel_timed_graph(model: &Model, config: &InferConfig, measured: &SchedulerModel) -> nimble_torch::Result<nimble_graph::TaskGraph> {
-    let config = InferConfig { algorithm: "nimble".into(), channels_last: Some(measured.channels_last), ..config.clone() };
-    let (nimble, _, _) = prepare_checked(model, &config, InferMode::Nimble, true)?;
-    nimble.kernel_timed_graph()
+pub fn kernel_timed_graph(model: &dyn Subject, config: &InferConfig, measured: &SchedulerModel) -> nimble_torch::Result<nimble_graph::TaskGraph> {
+    let config = InferConfig { algorithm: "nimble".into(), ..config.clone() };
+    crate::floor::kernel_timed_graph(model, &config, measured.channels_last, true)
 }

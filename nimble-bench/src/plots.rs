@@ -55,11 +55,13 @@ pub fn save(drawing: &impl Drawing, svg: &Path) -> Result<PathBuf> {
     Ok(png)
 }
 
+/// One scatter series: legend label, color and `(measured, simulated)` points, µs.
+pub type Series = (String, RGBColor, Vec<(f64, f64)>);
+
 /// Log-log scatter of simulated against measured makespan, one color per series (launch mode,
 /// algorithm), with the diagonal and ±10% lines.
 pub struct SimulatedVsMeasured {
-    /// Per series: legend label, color and `(measured, simulated)` points, µs.
-    series: Vec<(String, RGBColor, Vec<(f64, f64)>)>,
+    series: Vec<Series>,
     title: String,
     low: f64,
     high: f64,
@@ -79,7 +81,7 @@ impl SimulatedVsMeasured {
     }
 
     /// Any series of `(measured, simulated)` points.
-    pub fn of_series(title: String, series: Vec<(String, RGBColor, Vec<(f64, f64)>)>) -> Result<Self> {
+    pub fn of_series(title: String, series: Vec<Series>) -> Result<Self> {
         let values = series.iter().flat_map(|s| s.2.iter().flat_map(|&(m, s)| [m, s])).filter(|v| *v > 0.0);
         let low = values.clone().fold(f64::INFINITY, f64::min) / 1.5;
         let high = values.fold(0.0, f64::max) * 1.5;

@@ -614,18 +614,17 @@ fn write_kernel_graphs(dir: &Path, record: &SchedulerRecord, config: &InferConfi
     );
     let provenance = serde_json::json!({ "experiment": "kernel-timed model graphs", "provenance": record.provenance, "method": method });
     write_file(&dir.join("provenance.json"), &serde_json::to_string_pretty(&provenance)?)?;
-    for measured in &record.models {
-        nimble_torch::cuda_synchronize()?;
-        nimble_torch::cuda_empty_cache()?;
-        tch::manual_seed(0);
-        let model = build_model(&measured.model, Device::Cuda(0), None)?;
-        let graph = schedulers::kernel_timed_graph(&model, config, measured).with_context(|| format!("timing {}'s kernels", measured.model))?;
+    let names: Vec<&str> = record.models.iter().map(|m| m.model.as_str()).collect();
+    let models = Models::Zoo { list: &names.join(","), weights: None, dtype: None };
+    for_each_model(models, Device::Cuda(0), |_| {}, |model| {
+        let measured = record.models.iter().find(|m| m.model == model.name()).expect("built from the record's names");
+        let graph = schedulers::kernel_timed_graph(model, config, measured).with_context(|| format!("timing {}'s kernels", measured.model))?;
         let path = dir.join(format!("{}.graph.json", measured.model));
         write_file(&path, &graph.to_json_string())?;
         let work: f64 = graph.nodes().iter().filter_map(|n| n.duration_us).sum();
         eprintln!("{}: {} tasks, kernel time {:.1} µs -> {}", measured.model, graph.len(), work, path.display());
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// What `profile` runs; `config` as for `infer` (its warm-ups and timed runs give the

@@ -70,7 +70,7 @@ impl StreamPlan {
         }
         let (streams, stream_of) = renumber_by_first_use(stream_of, &order);
 
-        let syncs = plan_syncs(analysis, &stream_of, streams, &order, &position, Shortcut::WhenProven);
+        let syncs = plan_syncs(analysis, &stream_of, streams, &order, &position, true);
         StreamPlan { algorithm: algorithm.into(), streams, stream_of, order, syncs }
     }
 
@@ -101,26 +101,20 @@ impl StreamPlan {
     }
 }
 
-/// Whether [`plan_syncs`] may skip happens-before tracking when it is proven unneeded.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Shortcut {
-    WhenProven,
-    #[cfg(test)]
-    Never,
-}
-
 /// The syncs of a plan: each node's cross-stream MEG edges, latest-issued source first, unless
-/// stream order and the syncs chosen before already imply them.
+/// stream order and the syncs chosen before already imply them. With `may_shortcut`,
+/// happens-before is not tracked when streams follow reachability (the tests turn it off to
+/// compare).
 fn plan_syncs(
     analysis: &Analysis<'_>,
     stream_of: &[usize],
     streams: usize,
     order: &[usize],
     position: &[usize],
-    shortcut: Shortcut,
+    may_shortcut: bool,
 ) -> Vec<(usize, usize)> {
     let n = order.len();
-    let mut happens_before = (shortcut != Shortcut::WhenProven || !streams_follow_reachability(analysis, stream_of, streams, order)).then(|| {
+    let mut happens_before = (!may_shortcut || !streams_follow_reachability(analysis, stream_of, streams, order)).then(|| {
         let cross_stream = (0..n).map(|v| analysis.meg_predecessors()[v].iter().filter(|&&u| stream_of[u] != stream_of[v]).count()).sum();
         Frontier::new(n, streams, cross_stream)
     });
@@ -209,7 +203,7 @@ mod tests {
                 for (p, &v) in plan.order.iter().enumerate() {
                     position[v] = p;
                 }
-                let tracked = plan_syncs(&analysis, &plan.stream_of, plan.streams, &plan.order, &position, Shortcut::Never);
+                let tracked = plan_syncs(&analysis, &plan.stream_of, plan.streams, &plan.order, &position, false);
                 assert_eq!(plan.syncs, tracked, "{spec} with {}", info.name);
                 shortcuts += usize::from(streams_follow_reachability(&analysis, &plan.stream_of, plan.streams, &plan.order));
             }

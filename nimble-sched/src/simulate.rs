@@ -129,7 +129,7 @@ impl SimulatorConfig {
     /// The defaults for `mode` on `graph`: [`SimulatorConfig::kernel_timed`] in graph mode for
     /// a kernel-timed graph (every node has a `kernels` attribute), else [`for_mode`](Self::for_mode).
     pub fn for_graph(mode: LaunchMode, graph: &TaskGraph) -> Self {
-        let kernel_timed = graph.len() > 0 && graph.nodes().iter().all(|n| n.attrs.contains_key("kernels"));
+        let kernel_timed = !graph.is_empty() && graph.nodes().iter().all(|n| n.attrs.contains_key("kernels"));
         match mode {
             LaunchMode::Graph if kernel_timed => Self::kernel_timed(),
             _ => Self::for_mode(mode),
