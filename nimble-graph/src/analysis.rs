@@ -1,57 +1,9 @@
 //! Analyses of a [`TaskGraph`]: reachability, the minimum equivalent graph (transitive
 //! reduction), the critical path and the width.
 
-use crate::bitset::{RowRef, TriangularRows};
 use crate::graph::TaskGraph;
 use crate::matching::{augment_dense, hopcroft_karp, Matching};
-
-/// Which nodes each node reaches, as one bit row per node.
-///
-/// `reaches(u, v)` is true when a path of one or more edges leads from `u` to `v` (never for
-/// `u == v`: the graph is acyclic). Rows and columns are topological positions, so a node's row
-/// holds only the positions after its own: an upper-triangular relation, half the bits of a
-/// square one.
-#[derive(Clone, Debug)]
-pub struct Reachability {
-    position: Vec<usize>,
-    in_index_order: bool,
-    descendants: TriangularRows,
-}
-
-impl Reachability {
-    fn empty(graph: &TaskGraph) -> Self {
-        let position = graph.topological_position().to_vec();
-        let in_index_order = position.iter().enumerate().all(|(i, &p)| i == p);
-        Reachability { descendants: TriangularRows::new(position.len()), position, in_index_order }
-    }
-
-    /// Whether a non-empty path leads from `from` to `to`.
-    pub fn reaches(&self, from: usize, to: usize) -> bool {
-        let (a, b) = (self.position[from], self.position[to]);
-        b > a && self.descendants.get(a, b)
-    }
-
-    /// Whether neither node reaches the other (they may run concurrently).
-    pub fn independent(&self, a: usize, b: usize) -> bool {
-        a != b && !self.reaches(a, b) && !self.reaches(b, a)
-    }
-
-    /// The descendants of the node at topological position `p`, as a row over positions.
-    pub fn row_at(&self, p: usize) -> RowRef<'_> {
-        self.descendants.row_ref(p)
-    }
-
-    /// Topological position of each node (by index): the rows' and columns' numbering.
-    pub fn position(&self) -> &[usize] {
-        &self.position
-    }
-
-    /// Whether every node's topological position is its index, so rows read in index order (as
-    /// for graphs whose edges all go from lower to higher indices, like traced forwards).
-    pub fn in_index_order(&self) -> bool {
-        self.in_index_order
-    }
-}
+use crate::reachability::Reachability;
 
 /// The critical path: the heaviest path by `duration_us` (missing durations count as 0).
 #[derive(Clone, Debug, PartialEq)]
@@ -66,8 +18,10 @@ impl TaskGraph {
     /// The reachability relation.
     ///
     /// # Complexity
-    /// O(V + E·V/128) time (one row union per edge, in reverse topological order, over the
-    /// columns after the row's own), V²/16 bytes: 25 MB for 20,000 nodes.
+    /// O(V + E·V/128) time (one row union per edge of a node with several successors, in
+    /// reverse topological order, over the columns after the row's own), at most V²/16 bytes
+    /// (25 MB for 20,000 nodes), and far less when most nodes have one successor: those share
+    /// their successor's row ([`Reachability`]).
     pub fn reachability(&self) -> Reachability {
         self.reachability_and_reduction().0
     }
@@ -114,34 +68,9 @@ impl TaskGraph {
     /// That of [`TaskGraph::reachability`]. Nodes are visited in reverse topological order and
     /// each one's successors in topological order; a successor already in the node's row is
     /// reached through an earlier kept successor, so its edge is redundant and its row adds
-    /// nothing.
+    /// nothing. A node's only edge is never redundant.
     pub fn reachability_and_reduction(&self) -> (Reachability, Vec<Vec<usize>>) {
-        let n = self.len();
-        let mut reach = Reachability::empty(self);
-        let position = self.topological_position();
-        let mut reduced: Vec<Vec<usize>> = (0..n).map(|u| Vec::with_capacity(self.successors(u).len())).collect();
-        let mut successors = Vec::new();
-        for (p, &u) in self.topological_order().iter().enumerate().rev() {
-            let successors: &[usize] = match self.successors(u) {
-                // One successor: its edge is never redundant.
-                single @ [_] => single,
-                many => {
-                    successors.clear();
-                    successors.extend_from_slice(many);
-                    successors.sort_unstable_by_key(|&v| position[v]);
-                    &successors
-                }
-            };
-            for &v in successors {
-                let q = position[v];
-                if !reach.descendants.get(p, q) {
-                    reduced[u].push(v);
-                    reach.descendants.set(p, q);
-                    reach.descendants.union_rows(p, q);
-                }
-            }
-        }
-        (reach, reduced)
+        Reachability::with_reduction(self)
     }
 
     /// The heaviest path by `duration_us`; ties go to the first-listed predecessor and the
@@ -194,6 +123,7 @@ impl TaskGraph {
             seed.right_of[position[u]] = Some(position[v]);
             seed.left_of[position[v]] = Some(position[u]);
         }
-        n - augment_dense(n, n, |p| reachability.row_at(p), seed).size()
+        let rows = reachability.rows_at(0..n);
+        n - augment_dense(n, n, |p| rows.row(p), seed).size()
     }
 }

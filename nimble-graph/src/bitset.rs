@@ -101,83 +101,96 @@ impl BitMatrix {
     }
 }
 
-/// An upper-triangular `n × n` bit relation: row `p` holds only columns from `p` on (rounded
-/// down to its word), which is all a relation such as "reaches", with rows and columns in
-/// topological order, can hold. Half the memory of a [`BitMatrix`], and unions touch half the
-/// words.
+/// Bit rows of varying widths, appended one after another: row `r` covers the words
+/// `[first_word, first_word + len)` it was given when pushed and is zero outside them.
 ///
-/// Each row also keeps the span of words that may be non-zero, so unions, lookups and scans skip
-/// the rest: the rows of a sparse relation (a wide random DAG's, where many tasks reach little)
-/// cost what they hold, not what they could.
+/// A relation such as "reaches", built in reverse topological order, knows each row's span
+/// before filling it (the union of the spans it joins), so rows take exactly the words they may
+/// use: no zeroed matrix up front, and unions touch only the words that can hold bits.
 #[derive(Clone, Debug)]
-pub struct TriangularRows {
+pub struct CompactRows {
+    first_word: Vec<u32>,
+    /// Row `r`'s words are `words[offsets[r]..offsets[r + 1]]`.
     offsets: Vec<usize>,
-    /// Per row, words `[start, end)` (absolute word indices) may be non-zero; empty when equal.
-    spans: Vec<(u32, u32)>,
     words: Vec<u64>,
 }
 
-impl TriangularRows {
-    /// An all-zero relation over `0..n`.
-    pub fn new(n: usize) -> Self {
-        let words_per_row = n.div_ceil(64);
-        let mut offsets = Vec::with_capacity(n + 1);
-        let mut total = 0;
-        for p in 0..n {
-            offsets.push(total);
-            total += words_per_row - p / 64;
-        }
-        offsets.push(total);
-        TriangularRows { offsets, spans: vec![(0, 0); n], words: vec![0; total] }
+impl Default for CompactRows {
+    fn default() -> Self {
+        CompactRows::with_capacity(0, 0)
+    }
+}
+
+impl CompactRows {
+    /// No rows, with room for `rows` rows of `words` words in all.
+    pub fn with_capacity(rows: usize, words: usize) -> Self {
+        let mut offsets = Vec::with_capacity(rows + 1);
+        offsets.push(0);
+        CompactRows { first_word: Vec::with_capacity(rows), offsets, words: Vec::with_capacity(words) }
     }
 
-    /// Row `p`, as the window of its possibly non-zero words.
-    pub fn row_ref(&self, p: usize) -> RowRef<'_> {
-        let (start, end) = self.spans[p];
-        if start == end {
-            return RowRef { first_word: p / 64, words: &[] };
-        }
-        let base = self.offsets[p] - p / 64;
-        RowRef { first_word: start as usize, words: &self.words[base + start as usize..base + end as usize] }
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.first_word.len()
     }
 
-    /// Whether bit `(p, q)` is set (never for `q` below row `p`'s first word).
-    pub fn get(&self, p: usize, q: usize) -> bool {
-        let (start, end) = self.spans[p];
-        let w = q / 64;
-        (start as usize..end as usize).contains(&w) && self.words[self.offsets[p] + w - p / 64] >> (q % 64) & 1 == 1
+    /// Whether there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.first_word.is_empty()
     }
 
-    /// Sets bit `(p, q)`, `q >= p`.
-    pub fn set(&mut self, p: usize, q: usize) {
-        debug_assert!(q >= p, "a triangular relation holds columns from its row on");
-        self.words[self.offsets[p] + q / 64 - p / 64] |= 1 << (q % 64);
-        self.widen(p, q / 64, q / 64 + 1);
+    /// Appends an all-zero row over words `[start, end)` (absolute word indices) and returns its
+    /// index; an empty span (`start >= end`) gives a row without words.
+    pub fn push_zeroed(&mut self, start: usize, end: usize) -> usize {
+        let len = end.saturating_sub(start);
+        self.first_word.push(start as u32);
+        self.words.resize(self.words.len() + len, 0);
+        self.offsets.push(self.words.len());
+        self.first_word.len() - 1
     }
 
-    /// Row `p` |= row `q`, for `q > p`.
-    pub fn union_rows(&mut self, p: usize, q: usize) {
-        debug_assert!(q > p, "a triangular row takes unions of later rows only");
-        let (start, end) = self.spans[q];
-        if start == end {
-            return;
-        }
-        let (start, end) = (start as usize, end as usize);
-        let (low, high) = self.words.split_at_mut(self.offsets[q]);
-        let source = &high[start - q / 64..end - q / 64];
-        let base = self.offsets[p] - p / 64;
-        let target = &mut low[base + start..base + end];
-        for (t, s) in target.iter_mut().zip(source) {
-            *t |= s;
-        }
-        self.widen(p, start, end);
+    /// Row `r` as a window of words.
+    pub fn row_ref(&self, r: usize) -> RowRef<'_> {
+        RowRef { first_word: self.first_word[r] as usize, words: &self.words[self.offsets[r]..self.offsets[r + 1]] }
     }
 
-    /// Extends row `p`'s span over words `[start, end)`; the words between are zero, as every
-    /// word outside a span is.
-    fn widen(&mut self, p: usize, start: usize, end: usize) {
-        let span = &mut self.spans[p];
-        *span = if span.0 == span.1 { (start as u32, end as u32) } else { (span.0.min(start as u32), span.1.max(end as u32)) };
+    /// Whether bit `bit` of row `r` is set.
+    pub fn get(&self, r: usize, bit: usize) -> bool {
+        self.row_ref(r).word(bit / 64) >> (bit % 64) & 1 == 1
+    }
+
+    /// Sets bit `bit` of the last row, which must lie within its words.
+    pub fn set_last(&mut self, bit: usize) {
+        let r = self.len() - 1;
+        let w = bit / 64 - self.first_word[r] as usize;
+        self.words[self.offsets[r] + w] |= 1 << (bit % 64);
+    }
+
+    /// Last row |= row `r` (an earlier one), whose words must lie within the last row's.
+    pub fn union_into_last(&mut self, r: usize) {
+        let last = self.len() - 1;
+        debug_assert!(r < last, "only an earlier row joins the last one");
+        let (earlier, target) = self.words.split_at_mut(self.offsets[last]);
+        let source = RowRef { first_word: self.first_word[r] as usize, words: &earlier[self.offsets[r]..self.offsets[r + 1]] };
+        or_into(target, self.first_word[last] as usize, source);
+    }
+
+    /// Last row |= `source`, whose words must lie within the last row's.
+    pub fn union_row_into_last(&mut self, source: RowRef<'_>) {
+        let last = self.len() - 1;
+        let start = self.offsets[last];
+        or_into(&mut self.words[start..], self.first_word[last] as usize, source);
+    }
+}
+
+/// `target` (words from `target_first` on) |= `source`.
+fn or_into(target: &mut [u64], target_first: usize, source: RowRef<'_>) {
+    if source.words.is_empty() {
+        return;
+    }
+    let at = source.first_word - target_first;
+    for (t, s) in target[at..at + source.words.len()].iter_mut().zip(source.words) {
+        *t |= s;
     }
 }
 
@@ -283,18 +296,25 @@ mod tests {
     }
 
     #[test]
-    fn triangular_rows_hold_and_join_later_columns() {
-        let mut t = TriangularRows::new(200);
-        t.set(70, 71);
-        t.set(150, 199);
-        t.set(3, 64);
-        t.union_rows(70, 150);
-        t.union_rows(3, 70);
-        assert!(t.get(3, 64) && t.get(3, 71) && t.get(3, 199) && !t.get(3, 150));
-        assert!(t.get(70, 71) && t.get(70, 199) && !t.get(150, 70));
-        let row = t.row_ref(70);
+    fn compact_rows_hold_and_join_within_their_spans() {
+        let mut rows = CompactRows::default();
+        let a = rows.push_zeroed(2, 4);
+        rows.set_last(150);
+        rows.set_last(199);
+        let b = rows.push_zeroed(0, 0);
+        assert!(rows.row_ref(b).words.is_empty() && !rows.get(b, 5));
+        let c = rows.push_zeroed(1, 4);
+        rows.set_last(71);
+        rows.union_into_last(a);
+        assert!(rows.get(c, 71) && rows.get(c, 150) && rows.get(c, 199) && !rows.get(c, 70) && !rows.get(c, 0));
+        assert!(rows.get(a, 150) && !rows.get(a, 71), "the source row is unchanged");
+        let row = rows.row_ref(c);
         assert_eq!((row.first_word, row.end_word()), (1, 4));
         assert_eq!(row.word(0), 0);
-        assert_eq!(ones(row.words).map(|b| b + 64 * row.first_word).collect::<Vec<_>>(), vec![71, 199]);
+        assert_eq!(ones(row.words).map(|b| b + 64 * row.first_word).collect::<Vec<_>>(), vec![71, 150, 199]);
+        let mut other = CompactRows::default();
+        other.push_zeroed(0, 5);
+        other.union_row_into_last(rows.row_ref(c));
+        assert!(other.get(0, 150) && other.get(0, 71) && !other.get(0, 300));
     }
 }

@@ -25,10 +25,12 @@ pub mod error;
 pub mod graph;
 pub mod json;
 pub mod matching;
+pub mod reachability;
 pub mod step;
 pub mod synth;
 
-pub use analysis::{CriticalPath, Reachability};
+pub use analysis::CriticalPath;
+pub use reachability::Reachability;
 pub use dot::DotOptions;
 pub use error::{GraphError, Result};
 pub use graph::{Node, TaskGraph, TaskGraphBuilder, MAX_DURATION_US, MAX_NODES};

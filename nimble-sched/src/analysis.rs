@@ -17,7 +17,7 @@ pub struct Analysis<'g> {
 }
 
 impl<'g> Analysis<'g> {
-    /// Analyses `graph`: O(E·V/64) time, V²/8 bytes.
+    /// Analyses `graph`: O(E·V/64) time, at most V²/16 bytes.
     pub fn new(graph: &'g TaskGraph) -> Self {
         let (reachability, meg_successors) = graph.reachability_and_reduction();
         let mut in_degree = vec![0usize; graph.len()];

@@ -61,7 +61,8 @@ pub fn merge_chains(analysis: &Analysis<'_>, chains: &Chains) -> (usize, Vec<Vec
     // relation is built as rows of its own.
     let reach = analysis.reachability();
     let c = chains.chains.len();
-    let tail_row = |chain: usize| reach.row_at(reach.position()[*chains.chains[chain].last().expect("chains are non-empty")]);
+    let tails = reach.rows_at(chains.chains.iter().map(|chain| reach.position()[*chain.last().expect("chains are non-empty")]));
+    let tail_row = |chain: usize| tails.row(chain);
     let classes = analysis.stream_classes();
     let class_of_chain = |chain: usize| classes.map_or(0, |class| class[chains.chains[chain][0]]);
     let pairs: Vec<(usize, usize)> = if reach.in_index_order() && classes.is_none() {
