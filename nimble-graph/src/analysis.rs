@@ -1,6 +1,7 @@
 //! Analyses of a [`TaskGraph`]: reachability, the minimum equivalent graph (transitive
 //! reduction), the critical path and the width.
 
+use crate::adjacency::Adjacency;
 use crate::graph::TaskGraph;
 use crate::matching::{augment_dense, hopcroft_karp, Matching};
 use crate::reachability::Reachability;
@@ -40,10 +41,10 @@ impl TaskGraph {
     /// petgraph's `dag_transitive_reduction_closure` computes the same reduction but also
     /// materialises the closure as adjacency lists, which for a chain-like 20,000-node DNN graph
     /// holds about 2×10⁸ edges; this version needs only the bit rows.
-    pub fn transitive_reduction(&self, reachability: &Reachability) -> Vec<Vec<usize>> {
+    pub fn transitive_reduction(&self, reachability: &Reachability) -> Adjacency {
         let position = self.topological_position();
         let mut successors = Vec::new();
-        (0..self.len())
+        let lists: Vec<Vec<usize>> = (0..self.len())
             .map(|u| {
                 successors.clear();
                 successors.extend_from_slice(self.successors(u));
@@ -58,7 +59,8 @@ impl TaskGraph {
                 }
                 kept
             })
-            .collect()
+            .collect();
+        Adjacency::from_lists(&lists)
     }
 
     /// The reachability relation and the minimum equivalent graph in one pass: what
@@ -69,7 +71,7 @@ impl TaskGraph {
     /// each one's successors in topological order; a successor already in the node's row is
     /// reached through an earlier kept successor, so its edge is redundant and its row adds
     /// nothing. A node's only edge is never redundant.
-    pub fn reachability_and_reduction(&self) -> (Reachability, Vec<Vec<usize>>) {
+    pub fn reachability_and_reduction(&self) -> (Reachability, Adjacency) {
         Reachability::with_reduction(self)
     }
 

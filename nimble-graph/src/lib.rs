@@ -18,6 +18,7 @@
 //! # Ok::<(), nimble_graph::GraphError>(())
 //! ```
 
+pub mod adjacency;
 pub mod analysis;
 pub mod bitset;
 pub mod dot;
@@ -29,6 +30,7 @@ pub mod reachability;
 pub mod step;
 pub mod synth;
 
+pub use adjacency::Adjacency;
 pub use analysis::CriticalPath;
 pub use reachability::Reachability;
 pub use dot::DotOptions;

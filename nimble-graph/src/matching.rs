@@ -6,6 +6,7 @@
 //! petgraph offers only general-graph matching (Gabow), which is far slower on these bipartite
 //! inputs, and the paper's reference code used Kuhn's O(V³) algorithm on dense matrices.
 
+use crate::adjacency::Adjacency;
 use crate::bitset::{BitSet, RowRef};
 
 /// A matching between left vertices `0..left` and right vertices `0..right`.
@@ -68,26 +69,21 @@ impl Matching {
 ///
 /// # Example
 /// ```
-/// use nimble_graph::matching::hopcroft_karp;
+/// use nimble_graph::{matching::hopcroft_karp, Adjacency};
 /// // left 0 – right {0, 1}, left 1 – right {0}: both can be matched.
-/// let m = hopcroft_karp(2, &[vec![0, 1], vec![0]]);
+/// let m = hopcroft_karp(2, &Adjacency::from_lists(&[vec![0, 1], vec![0]]));
 /// assert_eq!(m.size(), 2);
 /// ```
-pub fn hopcroft_karp(right: usize, adjacency: &[Vec<usize>]) -> Matching {
+pub fn hopcroft_karp(right: usize, adjacency: &Adjacency) -> Matching {
     const UNREACHED: u32 = u32::MAX;
     const NONE: u32 = u32::MAX;
     let left = adjacency.len();
-    assert!(left < NONE as usize && right < NONE as usize, "hopcroft_karp numbers vertices in 32 bits");
-    // The lists packed into one array, and the matching as 32-bit partners: the phases below
-    // walk them many times, and compact arrays keep them in cache. The steps, and so the
-    // matching found, are those of Hopcroft–Karp on the lists as given.
-    let mut offsets = Vec::with_capacity(left + 1);
-    let mut targets = Vec::with_capacity(adjacency.iter().map(Vec::len).sum());
-    offsets.push(0u32);
-    for list in adjacency {
-        targets.extend(list.iter().map(|&v| v as u32));
-        offsets.push(targets.len() as u32);
-    }
+    assert!(left < NONE as usize && right < NONE as usize && adjacency.edge_count() < NONE as usize, "hopcroft_karp numbers vertices and edges in 32 bits");
+    // The lists and the matching as 32-bit numbers: the phases below walk them many times, and
+    // compact arrays keep them in cache. The steps, and so the matching found, are those of
+    // Hopcroft–Karp on the lists as given.
+    let offsets: Vec<u32> = adjacency.offsets().iter().map(|&o| o as u32).collect();
+    let targets: Vec<u32> = adjacency.targets().iter().map(|&v| v as u32).collect();
     let mut right_of = vec![NONE; left];
     let mut left_of = vec![NONE; right];
     let mut layer = vec![UNREACHED; left];
@@ -428,7 +424,7 @@ mod tests {
     #[test]
     fn finds_augmenting_path_through_matched_vertices() {
         // Greedy would match 0-0 and leave 1 unmatched; HK must re-route 0 to 1.
-        let m = hopcroft_karp(2, &[vec![0, 1], vec![0]]);
+        let m = hopcroft_karp(2, &Adjacency::from_lists(&[vec![0, 1], vec![0]]));
         assert_eq!(m.size(), 2);
         assert_eq!(m.right_of, vec![Some(1), Some(0)]);
         assert_eq!(m.left_of, vec![Some(1), Some(0)]);
@@ -436,8 +432,8 @@ mod tests {
 
     #[test]
     fn empty_and_isolated_vertices() {
-        assert_eq!(hopcroft_karp(0, &[]).size(), 0);
-        assert_eq!(hopcroft_karp(3, &[vec![], vec![2], vec![]]).size(), 1);
+        assert_eq!(hopcroft_karp(0, &Adjacency::from_lists::<Vec<usize>>(&[])).size(), 0);
+        assert_eq!(hopcroft_karp(3, &Adjacency::from_lists(&[vec![], vec![2], vec![]])).size(), 1);
     }
 
     #[test]
@@ -450,7 +446,7 @@ mod tests {
             }
         }
         let dense = augment_dense(4, 3, |u| rows.row_ref(u), Matching::empty(4, 3));
-        assert_eq!(dense.size(), hopcroft_karp(3, &adjacency).size());
+        assert_eq!(dense.size(), hopcroft_karp(3, &Adjacency::from_lists(&adjacency)).size());
         for (u, v) in dense.pairs() {
             assert!(rows.get(u, v));
         }

@@ -7,6 +7,7 @@
 //! node in every [`MAX_RUN`] along a long line of one-successor nodes, so that a lookup walks at
 //! most that many links.
 
+use crate::adjacency::Adjacency;
 use crate::bitset::{CompactRows, RowRef};
 use crate::graph::TaskGraph;
 
@@ -58,7 +59,7 @@ fn word_of(q: usize) -> (u32, u32) {
 impl Reachability {
     /// The relation and the minimum equivalent graph as successor lists by node index, each in
     /// topological order ([`TaskGraph::reachability_and_reduction`]).
-    pub(crate) fn with_reduction(graph: &TaskGraph) -> (Reachability, Vec<Vec<usize>>) {
+    pub(crate) fn with_reduction(graph: &TaskGraph) -> (Reachability, Adjacency) {
         let n = graph.len();
         let order = graph.topological_order();
         let position = graph.topological_position().to_vec();
@@ -91,12 +92,13 @@ impl Reachability {
         // already in the row is reached through an earlier kept successor, so its edge is
         // redundant and its descendants are in the row already.
         let mut reach = Reachability { position, in_index_order, link, span, rows: CompactRows::with_capacity(stored as usize, words) };
-        let mut reduced: Vec<Vec<usize>> = (0..n).map(|u| Vec::with_capacity(graph.successors(u).len())).collect();
+        // Kept edges `(u, v)`, each node's in topological order.
+        let mut reduced: Vec<(usize, usize)> = Vec::with_capacity(graph.edge_count());
         let mut successors: Vec<usize> = Vec::new();
         for p in (0..n).rev() {
             let u = order[p];
             match reach.link[p] {
-                Link::Next(q) => reduced[u].push(order[q as usize]),
+                Link::Next(q) => reduced.push((u, order[q as usize])),
                 Link::Row(_) => {
                     let (start, end) = reach.span[p];
                     let r = reach.rows.push_zeroed(start as usize, end as usize);
@@ -105,7 +107,7 @@ impl Reachability {
                     successors.sort_unstable();
                     for &q in &successors {
                         if !reach.rows.get(r, q) {
-                            reduced[u].push(order[q]);
+                            reduced.push((u, order[q]));
                             reach.rows.set_last(q);
                             reach.add_descendants_to_last(q);
                         }
@@ -113,7 +115,7 @@ impl Reachability {
                 }
             }
         }
-        (reach, reduced)
+        (reach, Adjacency::from_pairs(n, &reduced))
     }
 
     /// The last stored row |= the descendants of position `q`.

@@ -1,6 +1,6 @@
 //! The analyses every stream assigner may need, computed once per graph.
 
-use nimble_graph::{Reachability, TaskGraph};
+use nimble_graph::{Adjacency, Reachability, TaskGraph};
 
 /// A task graph with its reachability relation and minimum equivalent graph (MEG).
 ///
@@ -10,9 +10,8 @@ use nimble_graph::{Reachability, TaskGraph};
 pub struct Analysis<'g> {
     graph: &'g TaskGraph,
     reachability: Reachability,
-    meg_successors: Vec<Vec<usize>>,
-    meg_predecessors: Vec<Vec<usize>>,
-    meg_edge_count: usize,
+    meg_successors: Adjacency,
+    meg_predecessors: Adjacency,
     stream_classes: Option<Vec<u32>>,
 }
 
@@ -20,17 +19,9 @@ impl<'g> Analysis<'g> {
     /// Analyses `graph`: O(E·V/64) time, at most V²/16 bytes.
     pub fn new(graph: &'g TaskGraph) -> Self {
         let (reachability, meg_successors) = graph.reachability_and_reduction();
-        let mut in_degree = vec![0usize; graph.len()];
-        meg_successors.iter().flatten().for_each(|&v| in_degree[v] += 1);
-        let mut meg_predecessors: Vec<Vec<usize>> = in_degree.into_iter().map(Vec::with_capacity).collect();
-        for (u, successors) in meg_successors.iter().enumerate() {
-            for &v in successors {
-                meg_predecessors[v].push(u);
-            }
-        }
-        let meg_edge_count = meg_successors.iter().map(Vec::len).sum();
+        let meg_predecessors = meg_successors.reversed(graph.len());
         let stream_classes = stream_classes(graph);
-        Analysis { graph, reachability, meg_successors, meg_predecessors, meg_edge_count, stream_classes }
+        Analysis { graph, reachability, meg_successors, meg_predecessors, stream_classes }
     }
 
     /// The graph analysed.
@@ -44,18 +35,18 @@ impl<'g> Analysis<'g> {
     }
 
     /// Successors of each node in the MEG, in topological order.
-    pub fn meg_successors(&self) -> &[Vec<usize>] {
+    pub fn meg_successors(&self) -> &Adjacency {
         &self.meg_successors
     }
 
-    /// Predecessors of each node in the MEG.
-    pub fn meg_predecessors(&self) -> &[Vec<usize>] {
+    /// Predecessors of each node in the MEG, ascending.
+    pub fn meg_predecessors(&self) -> &Adjacency {
         &self.meg_predecessors
     }
 
     /// Number of MEG edges.
     pub fn meg_edge_count(&self) -> usize {
-        self.meg_edge_count
+        self.meg_successors.edge_count()
     }
 
     /// Each node's stream class, numbered in order of appearance (0: nodes without the

@@ -72,7 +72,7 @@ proptest! {
         let adjacency: Vec<Vec<usize>> = (0..n)
             .map(|u| edges.iter().filter(|e| e.0 == u).map(|e| e.1).collect())
             .collect();
-        let ours = hopcroft_karp(n, &adjacency);
+        let ours = hopcroft_karp(n, &nimble_graph::Adjacency::from_lists(&adjacency));
         let bipartite = UnGraph::<(), ()>::from_edges(edges.iter().map(|&(u, v)| (u as u32, (n + v) as u32)));
         let theirs = petgraph::algo::maximum_matching(&bipartite);
         prop_assert_eq!(ours.size(), theirs.edges().count());

@@ -26,8 +26,7 @@ pub fn chain_decomposition(analysis: &Analysis<'_>) -> Chains {
         None => hopcroft_karp(n, analysis.meg_successors()),
         // A chain never joins nodes of two stream classes.
         Some(class) => {
-            let same: Vec<Vec<usize>> = analysis.meg_successors().iter().enumerate().map(|(u, s)| s.iter().copied().filter(|&v| class[v] == class[u]).collect()).collect();
-            hopcroft_karp(n, &same)
+            hopcroft_karp(n, &analysis.meg_successors().filtered(|u, v| class[v] == class[u]))
         }
     };
     let chains = follow(&matching, n);
