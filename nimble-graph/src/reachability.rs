@@ -262,8 +262,8 @@ mod tests {
                 expected.sort_unstable();
                 got.sort_unstable();
                 assert_eq!(got, expected, "{spec}: row of node {u}");
-                for v in 0..n {
-                    assert_eq!(reach.reaches(u, v), seen[v], "{spec}: {u} -> {v}");
+                for (v, &reached) in seen.iter().enumerate() {
+                    assert_eq!(reach.reaches(u, v), reached, "{spec}: {u} -> {v}");
                 }
             }
         }

@@ -35,7 +35,7 @@ fn data_parallel(bucket: usize) -> StepOptions {
 #[test]
 fn every_algorithm_plans_a_data_parallel_step_and_the_checker_accepts_it() {
     for spec in [SyntheticSpec::Chain { nodes: 40 }, SyntheticSpec::Fan { branches: 4, depth: 6 }, "nasnet:3".parse().unwrap()] {
-        let step = training_step(&forward(spec.clone(), 3, 1000), &data_parallel(2500)).unwrap();
+        let step = training_step(&forward(spec, 3, 1000), &data_parallel(2500)).unwrap();
         assert!(step.collectives.len() >= 3, "{spec:?}: {} buckets", step.collectives.len());
         let analysis = Analysis::new(&step.graph);
         for info in ALGORITHMS {
