@@ -115,11 +115,11 @@ struct Steps {
     meg: Vec<(usize, usize)>,
     /// Matched MEG edges: consecutive nodes of a chain.
     matched: Vec<(usize, usize)>,
-    chains: Vec<Vec<usize>>,
+    chains: nimble_graph::Adjacency,
     chain_of: Vec<usize>,
     matching_size: usize,
     merges: usize,
-    streams: Vec<Vec<usize>>,
+    streams: nimble_graph::Adjacency,
     plan: nimble_sched::StreamPlan,
 }
 

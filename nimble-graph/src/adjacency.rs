@@ -26,6 +26,19 @@ impl Adjacency {
         Adjacency { offsets, targets }
     }
 
+    /// No lists yet, with room for `lists` lists of `entries` entries in all.
+    pub fn with_capacity(lists: usize, entries: usize) -> Self {
+        let mut offsets = Vec::with_capacity(lists + 1);
+        offsets.push(0);
+        Adjacency { offsets, targets: Vec::with_capacity(entries) }
+    }
+
+    /// Appends a list after the others.
+    pub fn push_list(&mut self, list: impl IntoIterator<Item = usize>) {
+        self.targets.extend(list);
+        self.offsets.push(self.targets.len());
+    }
+
     /// Lists over nodes `0..nodes` from `(node, neighbour)` pairs: each node's list holds its
     /// neighbours in the order the pairs give them.
     pub fn from_pairs(nodes: usize, pairs: &[(usize, usize)]) -> Self {
@@ -132,5 +145,10 @@ mod tests {
         assert_eq!(a.reversed(4).to_lists(), vec![vec![2], vec![0], vec![0], vec![2]]);
         assert_eq!(a.filtered(|u, v| u < v).to_lists(), vec![vec![2, 1], vec![], vec![3], vec![]]);
         assert!(Adjacency::from_lists::<Vec<usize>>(&[]).is_empty());
+        let mut pushed = Adjacency::with_capacity(4, 4);
+        for list in &lists {
+            pushed.push_list(list.iter().copied());
+        }
+        assert_eq!(pushed, a);
     }
 }

@@ -91,6 +91,9 @@ pub fn hopcroft_karp(right: usize, adjacency: &Adjacency) -> Matching {
     let mut next_edge = vec![0u32; left];
     // Frames: a left vertex and the right vertex through which the search entered it.
     let mut stack: Vec<(u32, u32)> = Vec::new();
+    // Before the first phase nothing is matched: every left vertex is free (layer 0), every edge
+    // reaches a free right vertex, and the BFS below would find exactly that, so it is skipped.
+    let mut first_phase = true;
     loop {
         // BFS from every free left vertex, layering left vertices by alternating-path length.
         queue.clear();
@@ -102,8 +105,9 @@ pub fn hopcroft_karp(right: usize, adjacency: &Adjacency) -> Matching {
                 *layer_of_u = UNREACHED;
             }
         }
-        let mut found_free_right = false;
-        let mut head = 0;
+        let mut found_free_right = first_phase && !targets.is_empty();
+        let mut head = if first_phase { queue.len() } else { 0 };
+        first_phase = false;
         while head < queue.len() {
             let u = queue[head] as usize;
             head += 1;

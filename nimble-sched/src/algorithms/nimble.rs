@@ -2,6 +2,7 @@
 
 use nimble_graph::bitset::{BitMatrix, BitSet};
 use nimble_graph::matching::{hopcroft_karp, hopcroft_karp_rows, Matching};
+use nimble_graph::Adjacency;
 
 use crate::{Analysis, StreamAssigner, StreamPlan};
 
@@ -11,7 +12,7 @@ pub struct Chains {
     /// |M|: size of the maximum matching of the MEG's bipartite graph.
     pub matching_size: usize,
     /// The chains, each listed from head to tail; `|V| − |M|` of them.
-    pub chains: Vec<Vec<usize>>,
+    pub chains: Adjacency,
 }
 
 /// Steps 1–3 of the paper's Algorithm 1: build the bipartite graph with a left and a right copy
@@ -39,13 +40,14 @@ pub fn chain_decomposition(analysis: &Analysis<'_>) -> Chains {
 /// reachability, so no concurrency is lost, while streams (and host launch cost per branch)
 /// drop.
 ///
-/// Returns `|M₂|` and, per stream, its chains in execution order.
+/// Returns `|M₂|` and, per stream, its chains in execution order (list `s` of the
+/// [`Adjacency`] is stream `s`).
 ///
 /// # Complexity
 /// O(C·V/64) per phase of the matching for C chains (`hopcroft_karp_rows` on the tails'
 /// reachability rows, masked to the heads): the same matching as Hopcroft–Karp on the lists of
 /// related chain pairs, of which there are up to C²/2.
-pub fn merge_chains(analysis: &Analysis<'_>, chains: &Chains) -> (usize, Vec<Vec<usize>>) {
+pub fn merge_chains(analysis: &Analysis<'_>, chains: &Chains) -> (usize, Adjacency) {
     let n = analysis.graph().len();
     let mut heads = BitSet::new(n);
     let mut chain_of_head = vec![usize::MAX; n];
@@ -92,19 +94,12 @@ pub fn merge_chains(analysis: &Analysis<'_>, chains: &Chains) -> (usize, Vec<Vec
 
 /// Splits `0..n` into sequences along matched pairs `u -> right_of[u]`, starting from the
 /// vertices no one is matched to, in index order.
-fn follow(matching: &Matching, n: usize) -> Vec<Vec<usize>> {
-    (0..n)
-        .filter(|&v| matching.left_of[v].is_none())
-        .map(|head| {
-            let mut sequence = vec![head];
-            let mut current = head;
-            while let Some(next) = matching.right_of[current] {
-                sequence.push(next);
-                current = next;
-            }
-            sequence
-        })
-        .collect()
+fn follow(matching: &Matching, n: usize) -> Adjacency {
+    let mut sequences = Adjacency::with_capacity(n - matching.size(), n);
+    for head in (0..n).filter(|&v| matching.left_of[v].is_none()) {
+        sequences.push_list(std::iter::successors(Some(head), |&current| matching.right_of[current]));
+    }
+    sequences
 }
 
 /// Nimble's stream assignment: Algorithm 1 of "Nimble: Lightweight and Parallel GPU Task
