@@ -61,8 +61,22 @@ impl Adjacency {
     /// The reverse lists over nodes `0..nodes`: `v`'s list holds every `u` whose list holds
     /// `v`, ascending.
     pub fn reversed(&self, nodes: usize) -> Self {
-        let pairs: Vec<(usize, usize)> = self.iter().enumerate().flat_map(|(u, list)| list.iter().map(move |&v| (v, u))).collect();
-        Adjacency::from_pairs(nodes, &pairs)
+        let mut offsets = vec![0usize; nodes + 1];
+        for &v in &self.targets {
+            offsets[v + 1] += 1;
+        }
+        for v in 0..nodes {
+            offsets[v + 1] += offsets[v];
+        }
+        let mut next = offsets[..nodes].to_vec();
+        let mut targets = vec![0usize; self.targets.len()];
+        for (u, list) in self.iter().enumerate() {
+            for &v in list {
+                targets[next[v]] = u;
+                next[v] += 1;
+            }
+        }
+        Adjacency { offsets, targets }
     }
 
     /// The same lists, keeping only the neighbours `keep(node, neighbour)` accepts.

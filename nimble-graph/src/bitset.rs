@@ -149,6 +149,23 @@ impl CompactRows {
         self.first_word.len() - 1
     }
 
+    /// Appends a row over words `[start, end)` holding the bits of row `r` (an earlier row,
+    /// whose words must lie within), and returns its index: a copy, cheaper than a zeroed row
+    /// and a union.
+    pub fn push_copy(&mut self, start: usize, end: usize, r: usize) -> usize {
+        let (from, to) = (self.offsets[r], self.offsets[r + 1]);
+        if from == to {
+            return self.push_zeroed(start, end);
+        }
+        let source_first = self.first_word[r] as usize;
+        self.first_word.push(start as u32);
+        self.words.resize(self.words.len() + (source_first - start), 0);
+        self.words.extend_from_within(from..to);
+        self.words.resize(self.words.len() + (end - (source_first + to - from)), 0);
+        self.offsets.push(self.words.len());
+        self.first_word.len() - 1
+    }
+
     /// Row `r` as a window of words.
     pub fn row_ref(&self, r: usize) -> RowRef<'_> {
         RowRef { first_word: self.first_word[r] as usize, words: &self.words[self.offsets[r]..self.offsets[r + 1]] }
@@ -312,6 +329,11 @@ mod tests {
         assert_eq!((row.first_word, row.end_word()), (1, 4));
         assert_eq!(row.word(0), 0);
         assert_eq!(ones(row.words).map(|b| b + 64 * row.first_word).collect::<Vec<_>>(), vec![71, 150, 199]);
+        let d = rows.push_copy(0, 5, c);
+        assert_eq!(ones(rows.row_ref(d).words).collect::<Vec<_>>(), vec![71, 150, 199]);
+        assert_eq!(rows.row_ref(d).words.len(), 5);
+        let e = rows.push_copy(1, 2, b);
+        assert_eq!(rows.row_ref(e).words, &[0]);
         let mut other = CompactRows::default();
         other.push_zeroed(0, 5);
         other.union_row_into_last(rows.row_ref(c));

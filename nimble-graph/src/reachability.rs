@@ -92,42 +92,63 @@ impl Reachability {
         // already in the row is reached through an earlier kept successor, so its edge is
         // redundant and its descendants are in the row already.
         let mut reach = Reachability { position, in_index_order, link, span, rows: CompactRows::with_capacity(stored as usize, words) };
-        // Kept edges `(u, v)`, each node's in topological order.
-        let mut reduced: Vec<(usize, usize)> = Vec::with_capacity(graph.edge_count());
+        // Kept successors, one block per node in the order nodes are visited.
+        let mut kept: Vec<usize> = Vec::with_capacity(graph.edge_count());
+        let mut block = vec![(0usize, 0usize); n];
         let mut successors: Vec<usize> = Vec::new();
         for p in (0..n).rev() {
             let u = order[p];
+            let first = kept.len();
             match reach.link[p] {
-                Link::Next(q) => reduced.push((u, order[q as usize])),
+                Link::Next(q) => kept.push(order[q as usize]),
                 Link::Row(_) => {
-                    let (start, end) = reach.span[p];
-                    let r = reach.rows.push_zeroed(start as usize, end as usize);
+                    let (start, end) = (reach.span[p].0 as usize, reach.span[p].1 as usize);
                     successors.clear();
                     successors.extend(graph.successors(u).iter().map(|&v| reach.position[v]));
                     successors.sort_unstable();
-                    for &q in &successors {
-                        if !reach.rows.get(r, q) {
-                            reduced.push((u, order[q]));
-                            reach.rows.set_last(q);
-                            reach.add_descendants_to_last(q);
+                    // The earliest successor is always kept: the row starts as a copy of its row.
+                    let r = match successors.first() {
+                        Some(&q) => reach.rows.push_copy(start, end, reach.kept_row(q)),
+                        None => reach.rows.push_zeroed(start, end),
+                    };
+                    for (i, &q) in successors.iter().enumerate() {
+                        if i == 0 || !reach.rows.get(r, q) {
+                            kept.push(order[q]);
+                            reach.set_line_in_last(q);
+                            if i > 0 {
+                                reach.rows.union_into_last(reach.kept_row(q));
+                            }
                         }
                     }
                 }
             }
+            block[u] = (first, kept.len());
         }
-        (reach, Adjacency::from_pairs(n, &reduced))
+        let mut reduced = Adjacency::with_capacity(n, kept.len());
+        for &(from, to) in &block {
+            reduced.push_list(kept[from..to].iter().copied());
+        }
+        (reach, reduced)
     }
 
-    /// The last stored row |= the descendants of position `q`.
-    fn add_descendants_to_last(&mut self, mut q: usize) {
+    /// The kept row position `q`'s descendants end in: its own, or that of the last node of its
+    /// line of one-successor nodes.
+    fn kept_row(&self, mut q: usize) -> usize {
         loop {
             match self.link[q] {
-                Link::Next(s) => {
-                    self.rows.set_last(s as usize);
-                    q = s as usize;
-                }
-                Link::Row(r) => return self.rows.union_into_last(r as usize),
+                Link::Next(s) => q = s as usize,
+                Link::Row(r) => return r as usize,
             }
+        }
+    }
+
+    /// Sets, in the last stored row, position `q` and the positions of the line of
+    /// one-successor nodes after it (which reach no further than `q`'s kept row).
+    fn set_line_in_last(&mut self, mut q: usize) {
+        self.rows.set_last(q);
+        while let Link::Next(s) = self.link[q] {
+            self.rows.set_last(s as usize);
+            q = s as usize;
         }
     }
 
