@@ -273,8 +273,7 @@ pub fn hopcroft_karp_rows<'a>(left: usize, allowed: &BitSet, row: impl Fn(usize)
                 }
             }
         }
-        // Words that may hold a bit: rows are scanned only there.
-        let free_words = Summary::of(&[free.words()]);
+        // Words that may hold an unreached vertex: rows are scanned for them only there.
         let mut unreached_words = Summary::of(&[unreached.words()]);
         let mut found_free_right = false;
         let mut head = 0;
@@ -282,7 +281,13 @@ pub fn hopcroft_karp_rows<'a>(left: usize, allowed: &BitSet, row: impl Fn(usize)
             let u = queue[head];
             head += 1;
             let r = row(u);
-            found_free_right = found_free_right || free_words.any_from(first_word[u], |i| word_of(r, i) & free.words()[i] != 0);
+            // A straight scan of the row's words: cheaper than following the summary unless free
+            // vertices are very few, and then the first phase's augmentations found most rows'.
+            found_free_right = found_free_right || {
+                let from = first_word[u].max(r.first_word);
+                let to = r.end_word().min(words);
+                from < to && r.words[from - r.first_word..to - r.first_word].iter().zip(&free.words()[from..to]).any(|(a, b)| a & b != 0)
+            };
             unreached_words.visit_from(first_word[u], |i| {
                 let mut reach = word_of(r, i) & unreached.words()[i];
                 while reach != 0 {
@@ -391,11 +396,6 @@ impl Summary {
 
     fn insert(&mut self, word: usize) {
         self.bits[word / 64] |= 1 << (word % 64);
-    }
-
-    /// Whether `test` holds for a marked word from `first` on, in ascending order.
-    fn any_from(&self, first: usize, mut test: impl FnMut(usize) -> bool) -> bool {
-        crate::bitset::ones(&self.bits).skip_while(|&i| i < first).any(&mut test)
     }
 
     /// Calls `step` on every marked word from `first` on, ascending, until it returns
