@@ -166,6 +166,20 @@ impl CompactRows {
         self.first_word.len() - 1
     }
 
+    /// Appends a row over words `[start, end)` holding the bits of `source` (whose words must
+    /// lie within), and returns its index.
+    pub fn push_copy_of(&mut self, start: usize, end: usize, source: RowRef<'_>) -> usize {
+        if source.words.is_empty() {
+            return self.push_zeroed(start, end);
+        }
+        self.first_word.push(start as u32);
+        self.words.resize(self.words.len() + (source.first_word - start), 0);
+        self.words.extend_from_slice(source.words);
+        self.words.resize(self.words.len() + (end - source.end_word()), 0);
+        self.offsets.push(self.words.len());
+        self.first_word.len() - 1
+    }
+
     /// Row `r` as a window of words.
     pub fn row_ref(&self, r: usize) -> RowRef<'_> {
         RowRef { first_word: self.first_word[r] as usize, words: &self.words[self.offsets[r]..self.offsets[r + 1]] }
@@ -190,13 +204,6 @@ impl CompactRows {
         let (earlier, target) = self.words.split_at_mut(self.offsets[last]);
         let source = RowRef { first_word: self.first_word[r] as usize, words: &earlier[self.offsets[r]..self.offsets[r + 1]] };
         or_into(target, self.first_word[last] as usize, source);
-    }
-
-    /// Last row |= `source`, whose words must lie within the last row's.
-    pub fn union_row_into_last(&mut self, source: RowRef<'_>) {
-        let last = self.len() - 1;
-        let start = self.offsets[last];
-        or_into(&mut self.words[start..], self.first_word[last] as usize, source);
     }
 }
 
@@ -335,8 +342,8 @@ mod tests {
         let e = rows.push_copy(1, 2, b);
         assert_eq!(rows.row_ref(e).words, &[0]);
         let mut other = CompactRows::default();
-        other.push_zeroed(0, 5);
-        other.union_row_into_last(rows.row_ref(c));
+        other.push_copy_of(0, 5, rows.row_ref(c));
         assert!(other.get(0, 150) && other.get(0, 71) && !other.get(0, 300));
+        assert_eq!(other.row_ref(0).words.len(), 5);
     }
 }

@@ -309,12 +309,13 @@ pub fn hopcroft_karp_rows<'a>(left: usize, allowed: &BitSet, row: impl Fn(usize)
         // die and paths flip; `candidate_words[l]` covers the words of both.
         let layers = layer.iter().filter(|&&l| l != UNREACHED).max().map_or(0, |&l| l as usize + 1);
         let mut by_layer = vec![BitSet::new(right); layers + 1];
+        let mut candidate_words = vec![Summary::of(&[free.words()]); layers + 1];
         for (w, &l) in layer.iter().enumerate() {
             if let (Some(v), true) = (matching.right_of[w], l != UNREACHED) {
                 by_layer[l as usize].insert(v);
+                candidate_words[l as usize].insert(v / 64);
             }
         }
-        let mut candidate_words: Vec<Summary> = by_layer.iter().map(|set| Summary::of(&[free.words(), set.words()])).collect();
         for (u, c) in cursor.iter_mut().enumerate() {
             *c = first_word[u] * 64;
         }
@@ -380,6 +381,7 @@ pub fn hopcroft_karp_rows<'a>(left: usize, allowed: &BitSet, row: impl Fn(usize)
 
 /// Which words of one or more bit sets may be non-zero: one bit per word, a superset that
 /// scans clear as they find words empty.
+#[derive(Clone)]
 struct Summary {
     bits: Vec<u64>,
 }

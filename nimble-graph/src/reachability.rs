@@ -187,14 +187,11 @@ impl Reachability {
                 Link::Row(r) => Source::Kept(r),
                 Link::Next(_) => {
                     let (start, end) = self.span[p];
-                    let r = own.push_zeroed(start as usize, end as usize);
+                    let r = own.push_copy_of(start as usize, end as usize, self.rows.row_ref(self.kept_row(p)));
                     let mut at = p;
                     while let Link::Next(s) = self.link[at] {
                         own.set_last(s as usize);
                         at = s as usize;
-                    }
-                    if let Link::Row(k) = self.link[at] {
-                        own.union_row_into_last(self.rows.row_ref(k as usize));
                     }
                     Source::Written(r as u32)
                 }
