@@ -76,7 +76,7 @@ fn model_graphs(dir: &Path, models: &str) -> Result<Vec<(String, PathBuf)>> {
     let entries = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(".graph.json")))
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(".graph.json") || n.ends_with(".graph.json.gz")))
         .collect();
     files.sort();
     let wanted: Option<Vec<&str>> = (models != "all").then(|| models.split(',').map(str::trim).collect());
@@ -92,7 +92,7 @@ fn model_graphs(dir: &Path, models: &str) -> Result<Vec<(String, PathBuf)>> {
     }
     if named.is_empty() {
         bail!(
-            "no model task graphs (*.graph.json) in {}; make one on a GPU machine with `nimble-bench export-graph --model M --device cuda --optimize --out {}/M.graph.json`",
+            "no model task graphs (*.graph.json or *.graph.json.gz) in {}; make one on a GPU machine with `nimble-bench export-graph --model M --device cuda --optimize --out {}/M.graph.json`",
             dir.display(),
             dir.display()
         );

@@ -47,7 +47,8 @@ impl TaskGraph {
     }
 
     /// Reads and validates a graph from a JSON file of at most [`MAX_GRAPH_FILE_BYTES`] (read
-    /// with that bound, so `/dev/zero` or a huge file is an error, not an exhausted memory).
+    /// with that bound, so `/dev/zero` or a huge file is an error, not an exhausted memory). A
+    /// name ending in `.gz` is read through gzip, the bound applying to the decompressed text.
     pub fn read_json(path: impl AsRef<Path>) -> Result<TaskGraph> {
         TaskGraph::from_json_str(&read_text(path.as_ref())?)
     }
@@ -69,12 +70,21 @@ impl TaskGraph {
 }
 
 /// Reads a UTF-8 text file of at most [`MAX_GRAPH_FILE_BYTES`], with that bound: a larger file,
-/// or an endless one such as `/dev/zero`, is an error once the bound is passed.
+/// or an endless one such as `/dev/zero`, is an error once the bound is passed. A name ending
+/// in `.gz` is decompressed, and the bound holds for the text it holds (so a small file that
+/// inflates without end is an error too).
 pub fn read_text(path: &Path) -> Result<String> {
     let io = |error| GraphError::Io { path: path.display().to_string(), error };
     let file = std::fs::File::open(path).map_err(io)?;
     let mut bytes = Vec::new();
-    file.take(MAX_GRAPH_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(io)?;
+    let reader: Box<dyn Read> = if path.extension().is_some_and(|e| e == "gz") { Box::new(flate2::read::GzDecoder::new(file)) } else { Box::new(file) };
+    reader.take(MAX_GRAPH_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::InvalidInput || e.kind() == std::io::ErrorKind::InvalidData {
+            io(std::io::Error::new(e.kind(), format!("{e}; expected a gzip-compressed JSON file (the name ends in .gz)")))
+        } else {
+            io(e)
+        }
+    })?;
     if bytes.len() as u64 > MAX_GRAPH_FILE_BYTES {
         return Err(GraphError::FileTooLarge { path: path.display().to_string(), limit_mib: MAX_GRAPH_FILE_BYTES >> 20 });
     }

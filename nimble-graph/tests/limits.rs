@@ -67,6 +67,36 @@ fn files_are_read_with_a_bound() {
     assert!(message.contains("not UTF-8 text (byte 1 is not valid UTF-8); expected JSON"), "{message}");
 }
 
+/// Gzip-compressed graphs (how the coverage set's graphs are committed) read like plain ones;
+/// the bound holds for the decompressed text, and a file that is not gzip says what was expected.
+#[test]
+fn gzip_graphs_are_read_with_the_same_bound() {
+    use std::io::Write;
+    let dir = std::env::temp_dir().join(format!("nimble-graph-gz-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let gzip = |bytes: &[u8]| {
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        encoder.write_all(bytes).unwrap();
+        encoder.finish().unwrap()
+    };
+    let graph = "dnn:300".parse::<SyntheticSpec>().unwrap().generate();
+    let path = dir.join("dnn.graph.json.gz");
+    std::fs::write(&path, gzip(graph.to_json_string().as_bytes())).unwrap();
+    assert_eq!(TaskGraph::read_json(&path).unwrap().to_json_string(), graph.to_json_string());
+
+    // 65 MiB of spaces in a file of about 65 KiB: refused at the bound, not held.
+    let bomb = dir.join("bomb.graph.json.gz");
+    std::fs::write(&bomb, gzip(&vec![b' '; (MAX_GRAPH_FILE_BYTES + (1 << 20)) as usize])).unwrap();
+    let message = TaskGraph::read_json(&bomb).unwrap_err().to_string();
+    assert!(message.contains(&format!("larger than {} MiB", MAX_GRAPH_FILE_BYTES >> 20)), "{message}");
+
+    let plain = dir.join("plain.graph.json.gz");
+    std::fs::write(&plain, graph.to_json_string()).unwrap();
+    let message = TaskGraph::read_json(&plain).unwrap_err().to_string();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(message.contains("expected a gzip-compressed JSON file"), "{message}");
+}
+
 /// A valid graph's JSON to mutate.
 fn seed_json() -> String {
     "nasnet:2".parse::<SyntheticSpec>().unwrap().generate().to_json_string()
