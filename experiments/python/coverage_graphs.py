@@ -1,8 +1,9 @@
 """Kernel-timed task graphs of the coverage set, for the research loop (issue 18).
 
 Runs on the GPU machine after `export_torchscript.py DIR`: for every model of DIR's manifest, one
-`nimble-bench infer --torchscript FILE --input ... --mode graph,nimble --optimize on
---floor-graphs GRAPHS` process with a time limit. Each process times the one-stream graph and
+`nimble-bench infer --torchscript FILE --input ... --mode graph,nimble --optimize on --exact-check
+--floor-graphs GRAPHS` process with a time limit (checked against eager in exact float32, as the
+coverage experiment checks, then timed with libtorch's defaults). Each process times the one-stream graph and
 Nimble (the paper's method), then profiles the one-stream replay and writes the model's task
 graph with each op's kernel time (GRAPHS/NAME.graph.json). This script gathers every process's
 record into GRAPHS/measured.json, in the shape of a `schedulers` record (rows `single` for the
@@ -39,7 +40,7 @@ def main():
     records = os.path.join(args.graphs, "records")
     os.makedirs(records, exist_ok=True)
     out = {"experiment": "kernel-timed task graphs of the coverage set", "exporter": {k: manifest[k] for k in ("torch", "device", "batch")},
-           "method": "each model in its own process: nimble-bench infer --torchscript FILE --input ... --mode graph,nimble --optimize on --floor-graphs DIR "
+           "method": "each model in its own process: nimble-bench infer --torchscript FILE --input ... --mode graph,nimble --optimize on --exact-check --floor-graphs DIR "
                      "(the paper's method for the latencies; then the one-stream graph replayed under the Kineto profiler, each op's duration_us from its own kernels)",
            "models": [], "failed": [], "left_out": []}
     for entry in manifest["models"]:
@@ -52,7 +53,7 @@ def main():
         command = [args.nimble_bench, "infer", "--torchscript", os.path.join(args.dir, entry["file"])]
         for spec in entry.get("inputs", []):
             command += ["--input", spec]
-        command += ["--mode", "graph,nimble", "--optimize", "on", "--floor-graphs", args.graphs, "--out", record]
+        command += ["--mode", "graph,nimble", "--optimize", "on", "--exact-check", "--floor-graphs", args.graphs, "--out", record]
         t0 = time.time()
         try:
             with open(os.path.join(records, f"{name}.log"), "w") as log:

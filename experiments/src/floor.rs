@@ -65,11 +65,11 @@ pub fn measure_floor(model: &dyn Subject, config: &InferConfig, row: &InferRow) 
 }
 
 /// `model`'s task graph as Nimble prepares it with `config` (its algorithm and rewrites), in the
-/// given layout and with or without the rewrites, checked against eager, with each op's time
-/// from its own kernels (`Nimble::kernel_timed_graph`). Loads the profiler: call it after every
-/// measurement.
+/// given layout and with or without the rewrites, checked against eager as the timed graph was
+/// (in exact float32 with `config.exact_check`), with each op's time from its own kernels
+/// (`Nimble::kernel_timed_graph`). Loads the profiler: call it after every measurement.
 pub fn kernel_timed_graph(model: &dyn Subject, config: &InferConfig, channels_last: bool, optimized: bool) -> nimble_torch::Result<TaskGraph> {
-    let config = InferConfig { channels_last: Some(channels_last), exact_check: false, ..config.clone() };
+    let config = InferConfig { channels_last: Some(channels_last), ..config.clone() };
     let (nimble, _, _) = prepare_checked(model, &config, InferMode::Nimble, optimized)?;
     nimble.kernel_timed_graph()
 }
