@@ -61,7 +61,11 @@ def main():
         except subprocess.TimeoutExpired:
             status = "timeout"
         seconds = round(time.time() - t0, 1)
-        if status != 0 or not os.path.exists(record):
+        if status == "timeout" and left < args.timeout:
+            # Stopped by the part's budget, not by its own time limit: for a later part.
+            out["left_out"].append({"model": name, "error": f"the part's budget ran out after {seconds} s"})
+            print(f"{name}: left out (the part's budget ran out after {seconds} s)", flush=True)
+        elif status != 0 or not os.path.exists(record):
             with open(os.path.join(records, f"{name}.log")) as log:
                 errors = [line.strip() for line in log if line.startswith("error")]
             out["failed"].append({"model": name, "error": f"status {status}: {errors[-1] if errors else ''}", "process_s": seconds})
