@@ -1,13 +1,20 @@
 //! Each op's GPU time from its own kernels, for a task graph that makes the simulator right.
 //!
 //! The forward is captured on one stream into a CUDA graph while the shim counts, per op, the
-//! nodes the capture gained while the op ran; a one-stream capture is a chain, so op `k`'s
-//! nodes are a contiguous run of it. The graph is then replayed under the device profiler
-//! (Kineto/CUPTI), whose kernels, copies and memsets come back in node order, and op `k`'s time
-//! is the median over replays of the span from its first kernel's start to its last one's
-//! end: the GPU's own time for the op, gaps between its kernels included, without the
-//! microsecond or two that an event pair around each op adds. Each op also gets its kernel
-//! count and an `sm_share` (how much of the GPU its grids fill, kernels weighted by time).
+//! nodes the capture gained while the op ran, so op `k`'s nodes are a contiguous run of the
+//! graph's. A one-stream capture is usually a chain, but a library may fork inside an op (cuDNN
+//! does for some grouped convolutions) and join before it returns; either way no node of op
+//! `k + 1` starts before every node of op `k` has started, so in a replay's activities sorted by
+//! start op `k`'s are the `k`-th run. The graph is then replayed under the device profiler
+//! (Kineto/CUPTI), and op `k`'s time is the median over replays of the span from its first
+//! activity's start to its last end: the GPU's own time for the op, gaps between its kernels
+//! included, without the microsecond or two that an event pair around each op adds. Each op
+//! also gets its kernel count and an `sm_share` (how much of the GPU its grids fill, kernels
+//! weighted by time).
+//!
+//! Kernels launched with programmatic dependent launch (cuBLAS and cuDNN on Hopper) may start
+//! before the previous one ends; such an op's span overlaps its neighbour's, and a path through
+//! the graph counts the overlap twice.
 //!
 //! The profiler stays loaded in the process afterwards (Kineto does not tear CUPTI down), which
 //! slows later launches: take kernel times after anything timed in the same process.
@@ -44,7 +51,7 @@ pub(crate) struct OpKernels {
 
 /// Splits `activities` (all of `replays` replays of a one-stream graph of `nodes` nodes, in
 /// start order) by replay and gives each op its nodes' times (`ranges`: per op, its nodes, or
-/// `None` for an op outside the capture).
+/// `None` for an op outside the capture), taking each replay's activities in start order.
 pub(crate) fn op_kernels(
     activities: &[Activity],
     nodes: usize,
@@ -64,15 +71,14 @@ pub(crate) fn op_kernels(
             "an op's nodes {range:?} lie beyond the graph's {nodes}"
         ));
     }
-    let runs: Vec<&[Activity]> = activities.chunks(nodes).collect();
-    for run in &runs {
-        if run.iter().any(|a| a.stream != run[0].stream) {
-            return fail("a replay of the one-stream graph ran on several streams".into());
-        }
-        if run.windows(2).any(|w| w[1].start_ns < w[0].end_ns()) {
-            return fail("activities of the one-stream graph overlapped".into());
-        }
-    }
+    let runs: Vec<Vec<&Activity>> = activities
+        .chunks(nodes)
+        .map(|run| {
+            let mut run: Vec<&Activity> = run.iter().collect();
+            run.sort_by_key(|a| a.start_ns);
+            run
+        })
+        .collect();
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
@@ -90,18 +96,12 @@ pub(crate) fn op_kernels(
             };
             let span = runs
                 .iter()
-                .map(|run| (run[range.end - 1].end_ns() - run[range.start].start_ns) as f64 / 1e3)
-                .collect();
-            let busy = runs
-                .iter()
                 .map(|run| {
-                    run[range.clone()]
-                        .iter()
-                        .map(|a| a.duration_ns)
-                        .sum::<u64>() as f64
-                        / 1e3
+                    let end = run[range.clone()].iter().map(|a| a.end_ns()).max().unwrap_or(0);
+                    end.saturating_sub(run[range.start].start_ns) as f64 / 1e3
                 })
                 .collect();
+            let busy = runs.iter().map(|run| union_ns(&run[range.clone()]) as f64 / 1e3).collect();
             let (mut weighted, mut weight) = (0.0, 0.0);
             for a in &runs[0][range.clone()] {
                 if let Some(launch) = a.launch {
@@ -118,6 +118,39 @@ pub(crate) fn op_kernels(
             }
         })
         .collect())
+}
+
+/// Nanoseconds during which at least one of `activities` (in start order) ran.
+fn union_ns(activities: &[&Activity]) -> u64 {
+    let (mut total, mut covered_to) = (0, 0);
+    for a in activities {
+        let (start, end) = (a.start_ns.max(covered_to), a.end_ns());
+        if end > start {
+            total += end - start;
+            covered_to = end;
+        }
+    }
+    total
+}
+
+/// Checks that the capture keeps ops in order: no edge of the captured graph (`edges`, node
+/// pairs) leads from a node of a later op to one of an earlier op (`ranges`: per op, its nodes).
+/// Then, in any replay, op `k`'s nodes all start before op `k + 1`'s first.
+pub(crate) fn ops_in_capture_order(nodes: usize, edges: &[(usize, usize)], ranges: &[Option<Range<usize>>]) -> Result<()> {
+    let mut op_of = vec![None; nodes];
+    for (op, range) in ranges.iter().enumerate() {
+        for node in range.clone().into_iter().flatten().filter(|&n| n < nodes) {
+            op_of[node] = Some(op);
+        }
+    }
+    if let Some(&(u, v)) = edges.iter().find(|&&(u, v)| matches!((op_of.get(u), op_of.get(v)), (Some(Some(a)), Some(Some(b))) if a > b)) {
+        return Err(NimbleError::Internal(format!(
+            "kernel timing: the one-stream capture has an edge from node {u} (op {}) back to node {v} (op {}); expected ops one after another",
+            op_of[u].unwrap_or_default(),
+            op_of[v].unwrap_or_default()
+        )));
+    }
+    Ok(())
 }
 
 /// `graph` (node ids are trace positions) with each op's kernel-derived time as `duration_us`
@@ -153,13 +186,7 @@ pub(crate) fn kernel_timed_graph(
     {
         return Err(NimbleError::Internal(format!("kernel timing: the one-stream capture holds a `{other}` node, which the profiler does not report")));
     }
-    let chain =
-        structure.edges.len() + 1 == nodes && structure.edges.iter().all(|&(u, v)| v == u + 1);
-    if !chain {
-        return Err(NimbleError::Internal(
-            "kernel timing: the one-stream capture is not a chain in node order".into(),
-        ));
-    }
+    ops_in_capture_order(nodes, &structure.edges, &ranges)?;
     for _ in 0..3 {
         cuda_graph.replay()?;
     }
@@ -277,16 +304,31 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("beyond the graph's 2"), "{error}");
-        let mut other_stream = activities[..2].to_vec();
-        other_stream[1].stream = 8;
-        assert!(op_kernels(&other_stream, 2, 1, &[Some(0..2)], &SM)
-            .unwrap_err()
-            .to_string()
-            .contains("several streams"));
-        let overlapping = vec![kernel(0, 30, 1), kernel(20, 10, 1)];
-        assert!(op_kernels(&overlapping, 2, 1, &[Some(0..2)], &SM)
-            .unwrap_err()
-            .to_string()
-            .contains("overlapped"));
+    }
+
+    /// An op that forks (two kernels at once on another stream, reported out of start order)
+    /// gets the span and the union of its kernels; a kernel that starts before its
+    /// predecessor ends (programmatic dependent launch) still counts for its own op.
+    #[test]
+    fn forked_and_overlapping_kernels_are_assigned_by_start() {
+        let mut branch = kernel(2_000, 5_000, 10);
+        branch.stream = 9;
+        // Op 0: kernels at [0, 3000) and, forked, [2000, 7000); op 1: [6500, 8000).
+        let activities = vec![kernel(0, 3_000, 10), kernel(6_500, 1_500, 10), branch];
+        let ops = op_kernels(&activities, 3, 1, &[Some(0..2), Some(2..3)], &SM).unwrap();
+        assert!((ops[0].span_us - 7.0).abs() < 1e-9 && (ops[0].busy_us - 7.0).abs() < 1e-9, "{:?}", ops[0]);
+        assert!((ops[1].span_us - 1.5).abs() < 1e-9, "{:?}", ops[1]);
+        let gap = vec![kernel(0, 1_000, 1), kernel(3_000, 1_000, 1)];
+        let ops = op_kernels(&gap, 2, 1, &[Some(0..2)], &SM).unwrap();
+        assert!((ops[0].span_us - 4.0).abs() < 1e-9 && (ops[0].busy_us - 2.0).abs() < 1e-9, "{:?}", ops[0]);
+    }
+
+    #[test]
+    fn a_capture_must_keep_ops_in_order() {
+        let ranges = vec![Some(0..3), None, Some(3..4)];
+        // Op 0 forks (0 -> 1, 0 -> 2) and joins into op 2's node 3.
+        assert!(ops_in_capture_order(4, &[(0, 1), (0, 2), (1, 3), (2, 3)], &ranges).is_ok());
+        let error = ops_in_capture_order(4, &[(0, 1), (3, 2)], &ranges).unwrap_err().to_string();
+        assert!(error.contains("from node 3 (op 2) back to node 2 (op 0)"), "{error}");
     }
 }
