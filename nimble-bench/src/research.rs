@@ -203,18 +203,22 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
     draw_grouped(&svg, ("Stream-assignment algorithms, simulated: speedup over one stream", "simulated speedup over one stream (×)"), &groups, &series, &notes)?;
     if validation.is_some() {
         let validation_svg = args.out_dir.join("schedulers-validation.svg");
-        let series = algorithms
+        // Only the algorithms and models the measured record has: a coverage-set record measures
+        // one stream and Nimble only.
+        let series: Vec<(String, plotters::style::RGBColor, Vec<(f64, f64)>)> = algorithms
             .iter()
             .enumerate()
             .map(|(i, algorithm)| {
-                let points = models
+                let points: Vec<(f64, f64)> = models
                     .iter()
                     .flat_map(|m| m.rows.iter().zip(&m.measured_us).filter(|(r, _)| &r.algorithm == algorithm).filter_map(|(r, meas)| meas.map(|t| (t, r.graph_makespan_us))))
                     .collect();
                 (algorithm.clone(), PALETTE[i % PALETTE.len()], points)
             })
+            .filter(|(_, _, points)| !points.is_empty())
             .collect();
-        let title = format!("Simulated vs measured, {} models x {} algorithms (graph launch)", models.len(), algorithms.len());
+        let measured_models = models.iter().filter(|m| m.measured_us.iter().any(Option::is_some)).count();
+        let title = format!("Simulated vs measured, {measured_models} models x {} algorithms (graph launch)", series.len());
         crate::plots::save(&crate::plots::SimulatedVsMeasured::of_series(title, series)?, &validation_svg)?;
         lines.push(format!("validation figure: {}", validation_svg.display()));
     }
