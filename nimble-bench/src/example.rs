@@ -246,7 +246,7 @@ pub fn algorithm_example(graph: Option<TaskGraph>, out_dir: &Path) -> Result<()>
         format!("1. task graph: {} tasks, {} edges, width {}", graph.len(), graph.edge_count(), steps.width),
         format!("2. MEG: {} edges ({} implied edges dropped)", steps.meg.len(), graph.edge_count() - steps.meg.len()),
         format!("3. maximum matching of the bipartite graph: |M| = {}", steps.matching_size),
-        format!("4. chains: {}", steps.chains.iter().map(|c| name(c)).collect::<Vec<_>>().join(", ")),
+        format!("4. chains: {}", steps.chains.iter().map(&name).collect::<Vec<_>>().join(", ")),
         format!(
             "5. streams: {}; syncs: {}",
             steps.streams.iter().map(|s| s.iter().map(|&c| name(&steps.chains[c])).collect::<Vec<_>>().join(" | ")).collect::<Vec<_>>().join("; "),

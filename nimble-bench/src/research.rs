@@ -205,7 +205,7 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
         let validation_svg = args.out_dir.join("schedulers-validation.svg");
         // Only the algorithms and models the measured record has: a coverage-set record measures
         // one stream and Nimble only.
-        let series: Vec<(String, plotters::style::RGBColor, Vec<(f64, f64)>)> = algorithms
+        let series: Vec<crate::plots::Series> = algorithms
             .iter()
             .enumerate()
             .map(|(i, algorithm)| {
