@@ -10,11 +10,14 @@
 //! project     N GPUs: the same compute, plus one all-reduce per DDP bucket priced by the ring
 //!             model (latency + 2(N−1)/N · bytes / bus bandwidth), planned by the algorithm
 //!             (Nimble puts the all-reduces on a stream of their own) and simulated as a graph
+//! contention  while an all-reduce runs, the compute beside it runs `collective_slowdown` times
+//!             slower (NCCL's kernels take SMs and memory bandwidth), through the simulator's
+//!             sharing rule: compute kernels take half the GPU (two run at full speed), an
+//!             all-reduce `collective_slowdown − ½`
 //! ```
 //!
-//! What it leaves out: the all-reduce kernels share the GPU with the backward and slow it down
-//! (the simulator gives every kernel its full speed), packing a bucket into one buffer, and the
-//! ranks' variation. So it predicts the exposed communication, not the contention.
+//! What it leaves out: packing a bucket into one buffer, the ranks' variation, and which kernels
+//! contend more than others (one factor for every compute kernel).
 
 use nimble_graph::step::{training_step, StepOptions, TrainingStep};
 use nimble_graph::TaskGraph;
@@ -64,17 +67,36 @@ pub struct ProjectionOptions {
     pub buckets: (usize, usize),
     pub backward_factor: f64,
     pub all_reduce: AllReduceModel,
+    /// How much slower compute runs beside an all-reduce, in [1, 1.5] (1: not at all).
+    pub collective_slowdown: f64,
 }
 
-fn simulate_step(step: &TrainingStep, assigner: &dyn nimble_sched::StreamAssigner, scale: f64, all_reduce: &AllReduceModel, gpus: usize) -> (f64, usize) {
+/// The compute kernels' share of the GPU under contention: two of them run at full speed.
+const COMPUTE_SHARE: f64 = 0.5;
+
+/// The most `collective_slowdown` the sharing rule expresses (an all-reduce takes at most the
+/// whole GPU).
+pub const MAX_COLLECTIVE_SLOWDOWN: f64 = 1.0 + COMPUTE_SHARE;
+
+fn simulate_step(step: &TrainingStep, assigner: &dyn nimble_sched::StreamAssigner, scale: f64, options: &ProjectionOptions, gpus: usize) -> (f64, usize) {
     let mut collective_bytes = vec![None; step.graph.len()];
     for (&c, (_, bytes)) in step.collectives.iter().zip(&step.buckets) {
         collective_bytes[c] = Some(*bytes as f64);
     }
-    let graph = step.graph.with_durations(|v, node| match collective_bytes[v] {
-        Some(bytes) => Some(all_reduce.time_us(bytes, gpus)),
-        None => node.duration_us.map(|d| d * scale),
-    });
+    let contended = options.collective_slowdown > 1.0;
+    let graph = step
+        .graph
+        .with_updated_nodes(|v, duration, attrs| {
+            *duration = match collective_bytes[v] {
+                Some(bytes) => Some(options.all_reduce.time_us(bytes, gpus)),
+                None => duration.map(|d| d * scale),
+            };
+            if contended {
+                let share = if collective_bytes[v].is_some() { options.collective_slowdown - COMPUTE_SHARE } else { COMPUTE_SHARE };
+                attrs.insert("sm_share".into(), serde_json::json!(share));
+            }
+        })
+        .expect("durations scaled from valid ones and shares in (0, 1] stay valid");
     let analysis = Analysis::new(&graph);
     let plan = assigner.assign(&analysis);
     (simulate(&graph, &plan, &SimulatorConfig::graph()).makespan_us, plan.streams)
@@ -93,6 +115,9 @@ pub fn project(forward: &TaskGraph, batch: i64, one_gpu_us: f64, gpus: &[usize],
     if measured == 0 {
         return Err("the forward graph has no measured durations; export it from a model prepared with measure_durations on".into());
     }
+    if !(1.0..=MAX_COLLECTIVE_SLOWDOWN).contains(&options.collective_slowdown) {
+        return Err(format!("a collective slowdown of {}; expected 1 (none) to {MAX_COLLECTIVE_SLOWDOWN}", options.collective_slowdown));
+    }
     let assigner = algorithms::by_name(algorithm).map_err(|e| e.to_string())?;
     let single = training_step(forward, &StepOptions { buckets: None, backward_factor: options.backward_factor }).map_err(|e| e.to_string())?;
     let parallel = training_step(forward, &StepOptions { buckets: Some(options.buckets), backward_factor: options.backward_factor }).map_err(|e| e.to_string())?;
@@ -100,7 +125,7 @@ pub fn project(forward: &TaskGraph, batch: i64, one_gpu_us: f64, gpus: &[usize],
     // fixed), so a few fixed-point steps settle it.
     let mut scale = 1.0;
     for _ in 0..20 {
-        let (simulated, _) = simulate_step(&single, assigner.as_ref(), scale, &options.all_reduce, 1);
+        let (simulated, _) = simulate_step(&single, assigner.as_ref(), scale, options, 1);
         let next = scale * one_gpu_us / simulated;
         let settled = (next - scale).abs() <= 1e-9 * scale;
         scale = next;
@@ -108,14 +133,14 @@ pub fn project(forward: &TaskGraph, batch: i64, one_gpu_us: f64, gpus: &[usize],
             break;
         }
     }
-    let (base, base_streams) = simulate_step(&single, assigner.as_ref(), scale, &options.all_reduce, 1);
+    let (base, base_streams) = simulate_step(&single, assigner.as_ref(), scale, options, 1);
     let steps = gpus
         .iter()
         .map(|&n| {
             let (step_us, streams, all_reduce_us, buckets) = if n == 1 {
                 (base, base_streams, 0.0, 0)
             } else {
-                let (us, streams) = simulate_step(&parallel, assigner.as_ref(), scale, &options.all_reduce, n);
+                let (us, streams) = simulate_step(&parallel, assigner.as_ref(), scale, options, n);
                 let total = parallel.buckets.iter().map(|(_, bytes)| options.all_reduce.time_us(*bytes as f64, n)).sum();
                 (us, streams, total, parallel.buckets.len())
             };
@@ -146,7 +171,21 @@ mod tests {
     }
 
     fn options(bus_bytes_per_us: f64) -> ProjectionOptions {
-        ProjectionOptions { buckets: (1000, 4000), backward_factor: 2.0, all_reduce: AllReduceModel { latency_us: 20.0, bus_bytes_per_us } }
+        ProjectionOptions { buckets: (1000, 4000), backward_factor: 2.0, all_reduce: AllReduceModel { latency_us: 20.0, bus_bytes_per_us }, collective_slowdown: 1.0 }
+    }
+
+    /// Compute beside an all-reduce slows down by the factor given: the one-GPU step stays the
+    /// measured one, the 2-GPU step grows by about the slowdown of what the all-reduces overlap.
+    #[test]
+    fn contention_slows_the_compute_beside_the_all_reduces() {
+        let forward = chain(40, 1000);
+        let free = project(&forward, 32, 3000.0, &[1, 2], "nimble", &options(10_000.0)).unwrap();
+        let contended = project(&forward, 32, 3000.0, &[1, 2], "nimble", &ProjectionOptions { collective_slowdown: 1.5, ..options(10_000.0) }).unwrap();
+        assert!((contended.at(1).unwrap().step_us - 3000.0).abs() < 1e-3, "{contended:?}");
+        let (a, b) = (free.at(2).unwrap(), contended.at(2).unwrap());
+        // The all-reduces overlap about all_reduce_us of compute, which now takes half as long again.
+        let grown = b.step_us - a.step_us;
+        assert!(grown > 0.2 * a.all_reduce_us && grown < 0.8 * a.all_reduce_us, "{a:?} {b:?}");
     }
 
     #[test]
@@ -178,5 +217,9 @@ mod tests {
         assert!(project(&forward, 8, 100.0, &[2], "nope", &options(1e6)).unwrap_err().contains("nope"));
         let untimed = forward.with_durations(|_, _| None);
         assert!(project(&untimed, 8, 100.0, &[2], "nimble", &options(1e6)).unwrap_err().contains("no measured durations"));
+        for slowdown in [0.9, 1.6, f64::NAN] {
+            let error = project(&forward, 8, 100.0, &[2], "nimble", &ProjectionOptions { collective_slowdown: slowdown, ..options(1e6) }).unwrap_err();
+            assert!(error.contains("expected 1 (none) to 1.5"), "{error}");
+        }
     }
 }

@@ -270,6 +270,11 @@ enum Command {
         /// A backward op's time over its forward op's in the step graph
         #[arg(long, default_value_t = 2.0)]
         backward_factor: f64,
+        /// How much slower compute runs beside an all-reduce, 1 (not at all) to 1.5: NCCL's
+        /// kernels take SMs and memory bandwidth (a ResNet-50 profile suggests about 2; 1.5 is
+        /// the most the simulator's sharing rule expresses)
+        #[arg(long, default_value_t = 1.5)]
+        collective_slowdown: f64,
         /// Where the figure goes (<out-dir>/scaling.svg and .png)
         #[arg(long, default_value = "paper-figs")]
         out_dir: PathBuf,
@@ -392,8 +397,10 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
             results: &results,
             out_dir: &out_dir,
         }),
-        Command::Scaling { results, ddp, graphs, allreduce, algo, sim_gpus, backward_factor, out_dir } => {
-            let simulated = graphs.as_deref().map(|graphs| scaling_figure::Simulated { graphs, allreduce: &allreduce, algorithm: &algo, gpus: &sim_gpus, backward_factor });
+        Command::Scaling { results, ddp, graphs, allreduce, algo, sim_gpus, backward_factor, collective_slowdown, out_dir } => {
+            let simulated = graphs
+                .as_deref()
+                .map(|graphs| scaling_figure::Simulated { graphs, allreduce: &allreduce, algorithm: &algo, gpus: &sim_gpus, backward_factor, collective_slowdown });
             scaling_figure::scaling(&results, ddp.as_ref(), simulated.as_ref(), &out_dir)
         }
         Command::SameProcess { results, out_dir } => same_process::same_process(&results, &out_dir),

@@ -57,12 +57,19 @@ pub struct Simulated<'a> {
     /// GPU counts projected besides the measured ones.
     pub gpus: &'a [usize],
     pub backward_factor: f64,
+    /// How much slower compute runs beside an all-reduce (1: not at all).
+    pub collective_slowdown: f64,
 }
 
 /// The projection to each of `counts` GPUs of every configuration the record measured on one GPU.
 pub fn projections(record: &ScalingRecord, sim: &Simulated<'_>, counts: &[usize]) -> Result<Vec<(String, Projection)>> {
     let allreduce: AllReduceRecord = read(sim.allreduce, "an all-reduce record (nimble-bench allreduce --out)")?;
-    let options = ProjectionOptions { buckets: (record.first_bucket_bytes, record.bucket_bytes), backward_factor: sim.backward_factor, all_reduce: allreduce.model };
+    let options = ProjectionOptions {
+        buckets: (record.first_bucket_bytes, record.bucket_bytes),
+        backward_factor: sim.backward_factor,
+        all_reduce: allreduce.model,
+        collective_slowdown: sim.collective_slowdown,
+    };
     let mut out = Vec::new();
     for row in record.rows.iter().filter(|r| r.gpus == 1) {
         let path = graph_path(sim.graphs, &row.model, row.batch);
