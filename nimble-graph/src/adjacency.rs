@@ -40,18 +40,19 @@ impl Adjacency {
     }
 
     /// Lists over nodes `0..nodes` from `(node, neighbour)` pairs: each node's list holds its
-    /// neighbours in the order the pairs give them.
-    pub fn from_pairs(nodes: usize, pairs: &[(usize, usize)]) -> Self {
+    /// neighbours in the order the pairs give them. The pairs are walked twice (a count, then
+    /// the placing), so no list is grown.
+    pub fn from_pairs(nodes: usize, pairs: impl Iterator<Item = (usize, usize)> + Clone) -> Self {
         let mut offsets = vec![0usize; nodes + 1];
-        for &(u, _) in pairs {
+        for (u, _) in pairs.clone() {
             offsets[u + 1] += 1;
         }
         for u in 0..nodes {
             offsets[u + 1] += offsets[u];
         }
         let mut next = offsets[..nodes].to_vec();
-        let mut targets = vec![0usize; pairs.len()];
-        for &(u, v) in pairs {
+        let mut targets = vec![0usize; offsets[nodes]];
+        for (u, v) in pairs {
             targets[next[u]] = v;
             next[u] += 1;
         }
@@ -61,22 +62,7 @@ impl Adjacency {
     /// The reverse lists over nodes `0..nodes`: `v`'s list holds every `u` whose list holds
     /// `v`, ascending.
     pub fn reversed(&self, nodes: usize) -> Self {
-        let mut offsets = vec![0usize; nodes + 1];
-        for &v in &self.targets {
-            offsets[v + 1] += 1;
-        }
-        for v in 0..nodes {
-            offsets[v + 1] += offsets[v];
-        }
-        let mut next = offsets[..nodes].to_vec();
-        let mut targets = vec![0usize; self.targets.len()];
-        for (u, list) in self.iter().enumerate() {
-            for &v in list {
-                targets[next[v]] = u;
-                next[v] += 1;
-            }
-        }
-        Adjacency { offsets, targets }
+        Adjacency::from_pairs(nodes, self.pairs().map(|(u, v)| (v, u)))
     }
 
     /// The same lists, keeping only the neighbours `keep(node, neighbour)` accepts.
@@ -107,12 +93,12 @@ impl Adjacency {
     }
 
     /// The lists in node order.
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[usize]> + '_ {
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[usize]> + Clone + '_ {
         self.offsets.windows(2).map(|w| &self.targets[w[0]..w[1]])
     }
 
     /// Every `(node, neighbour)` pair, by node then list order.
-    pub fn pairs(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+    pub fn pairs(&self) -> impl Iterator<Item = (usize, usize)> + Clone + '_ {
         self.iter().enumerate().flat_map(|(u, list)| list.iter().map(move |&v| (u, v)))
     }
 
@@ -155,7 +141,7 @@ mod tests {
         assert_eq!(a.to_lists(), lists);
         let pairs: Vec<(usize, usize)> = a.pairs().collect();
         assert_eq!(pairs, vec![(0, 2), (0, 1), (2, 0), (2, 3)]);
-        assert_eq!(Adjacency::from_pairs(4, &pairs), a);
+        assert_eq!(Adjacency::from_pairs(4, pairs.iter().copied()), a);
         assert_eq!(a.reversed(4).to_lists(), vec![vec![2], vec![0], vec![0], vec![2]]);
         assert_eq!(a.filtered(|u, v| u < v).to_lists(), vec![vec![2, 1], vec![], vec![3], vec![]]);
         assert!(Adjacency::from_lists::<Vec<usize>>(&[]).is_empty());

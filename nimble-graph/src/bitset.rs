@@ -154,28 +154,25 @@ impl CompactRows {
     /// and a union.
     pub fn push_copy(&mut self, start: usize, end: usize, r: usize) -> usize {
         let (from, to) = (self.offsets[r], self.offsets[r + 1]);
-        if from == to {
-            return self.push_zeroed(start, end);
-        }
-        let source_first = self.first_word[r] as usize;
-        self.first_word.push(start as u32);
-        self.words.resize(self.words.len() + (source_first - start), 0);
-        self.words.extend_from_within(from..to);
-        self.words.resize(self.words.len() + (end - (source_first + to - from)), 0);
-        self.offsets.push(self.words.len());
-        self.first_word.len() - 1
+        self.push_around(start, end, self.first_word[r] as usize, to - from, |words| words.extend_from_within(from..to))
     }
 
     /// Appends a row over words `[start, end)` holding the bits of `source` (whose words must
     /// lie within), and returns its index.
     pub fn push_copy_of(&mut self, start: usize, end: usize, source: RowRef<'_>) -> usize {
-        if source.words.is_empty() {
+        self.push_around(start, end, source.first_word, source.words.len(), |words| words.extend_from_slice(source.words))
+    }
+
+    /// Appends a row over words `[start, end)`: zeros, then the `len` words that `copy` appends
+    /// (absolute words `[first, first + len)`), then zeros.
+    fn push_around(&mut self, start: usize, end: usize, first: usize, len: usize, copy: impl FnOnce(&mut Vec<u64>)) -> usize {
+        if len == 0 {
             return self.push_zeroed(start, end);
         }
         self.first_word.push(start as u32);
-        self.words.resize(self.words.len() + (source.first_word - start), 0);
-        self.words.extend_from_slice(source.words);
-        self.words.resize(self.words.len() + (end - source.end_word()), 0);
+        self.words.resize(self.words.len() + (first - start), 0);
+        copy(&mut self.words);
+        self.words.resize(self.words.len() + (end - (first + len)), 0);
         self.offsets.push(self.words.len());
         self.first_word.len() - 1
     }

@@ -42,6 +42,16 @@ pub struct Reachability {
     rows: CompactRows,
 }
 
+/// The positions after `q` along its line of one-successor nodes, up to the first that keeps a
+/// row (empty when `q` keeps one).
+fn line(link: &[Link], q: usize) -> impl Iterator<Item = usize> + '_ {
+    std::iter::successors(Some(q), move |&at| match link[at] {
+        Link::Next(s) => Some(s as usize),
+        Link::Row(_) => None,
+    })
+    .skip(1)
+}
+
 /// The smallest span covering both (`start == end` is empty).
 fn join(a: (u32, u32), b: (u32, u32)) -> (u32, u32) {
     match (a.0 == a.1, b.0 == b.1) {
@@ -144,11 +154,10 @@ impl Reachability {
 
     /// Sets, in the last stored row, position `q` and the positions of the line of
     /// one-successor nodes after it (which reach no further than `q`'s kept row).
-    fn set_line_in_last(&mut self, mut q: usize) {
+    fn set_line_in_last(&mut self, q: usize) {
         self.rows.set_last(q);
-        while let Link::Next(s) = self.link[q] {
-            self.rows.set_last(s as usize);
-            q = s as usize;
+        for s in line(&self.link, q) {
+            self.rows.set_last(s);
         }
     }
 
@@ -188,11 +197,7 @@ impl Reachability {
                 Link::Next(_) => {
                     let (start, end) = self.span[p];
                     let r = own.push_copy_of(start as usize, end as usize, self.rows.row_ref(self.kept_row(p)));
-                    let mut at = p;
-                    while let Link::Next(s) = self.link[at] {
-                        own.set_last(s as usize);
-                        at = s as usize;
-                    }
+                    line(&self.link, p).for_each(|s| own.set_last(s));
                     Source::Written(r as u32)
                 }
             })
