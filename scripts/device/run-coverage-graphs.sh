@@ -12,8 +12,7 @@ part=${1:?usage: run-coverage-graphs.sh PART MODELS [SECONDS]}
 models=${2:?usage: run-coverage-graphs.sh PART MODELS [SECONDS]}
 budget=${3:-540}
 started=$(date +%s)
-real_out=${OUT:-/tmp/nimble-out}
-OUT=$(mktemp -d)
+PACK_RESULTS=1
 . "$(dirname "$0")/setup.sh"
 dir=${TMPDIR:-/tmp}/nimble-coverage-graphs-$part
 rm -rf "$dir" && mkdir -p "$dir"
@@ -23,7 +22,7 @@ echo "== export took $(($(date +%s) - started)) s; $left s left for the models"
 python3 experiments/python/coverage_graphs.py "$dir" .gpu/nimble-bench "$out/graphs" --budget "$left" 2>&1 | tee "$out/coverage-graphs-$part.log"
 status=${PIPESTATUS[0]}
 cp "$out/nvidia-smi.csv" "$out/coverage-graphs-$part.nvidia-smi.csv"
-tar czf "$real_out/results.tgz" -C "$out" .
+pack_results
 rm -rf "$dir"
 echo "== part $part finished with status $status after $(($(date +%s) - started)) s"
 exit "$status"

@@ -7,15 +7,10 @@
 #   usage: scripts/device/run-inference.sh [MODELS]
 set -uo pipefail
 models=${1:-all}
-real_out=${OUT:-/tmp/nimble-out}
-OUT=$(mktemp -d)
+PACK_RESULTS=1
 . "$(dirname "$0")/setup.sh"
 status=0
 .gpu/nimble-bench infer --model "$models" --optimize both --out "$out/inference.json" \
     --floor-graphs "$out/floor-graphs" > "$out/inference.txt" 2> "$out/inference-progress.log" || status=1
 grep -v "^ERROR:.*DeviceProperties\|^STAGE:" "$out/inference-progress.log" | cut -c1-300 | tail -50
-cp "$out/nvidia-smi.csv" "$out/inference.nvidia-smi.csv"
-tar czf "$real_out/results.tgz" -C "$out" .
-echo "== finished with status $status"
-cat "$out/inference.txt"
-exit $status
+finish_packed inference "$status"

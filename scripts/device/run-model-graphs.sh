@@ -8,8 +8,7 @@
 #   usage: scripts/device/run-model-graphs.sh [MODELS]
 set -uo pipefail
 models=${1:-all}
-real_out=${OUT:-/tmp/nimble-out}
-OUT=$(mktemp -d)
+PACK_RESULTS=1
 . "$(dirname "$0")/setup.sh"
 status=0
 NIMBLE_REQUIRE_GPU=1 .gpu/tests/nimble-torch-gpu --test-threads=1 --nocapture kernel_timed device_profile > "$out/model-graphs-gpu-tests.log" 2>&1 || status=1
@@ -17,8 +16,4 @@ grep -E "^test |test result|panicked|inception-v3: replay" "$out/model-graphs-gp
 .gpu/nimble-bench schedulers --models "$models" --results "$out/schedulers.json" --out-dir "$out/figs" \
     --kernel-graphs "$out/model-graphs" > "$out/schedulers.txt" 2> "$out/schedulers-progress.log" || status=1
 grep -v "^ERROR:.*DeviceProperties\|^STAGE:" "$out/schedulers-progress.log" | cut -c1-300 | tail -40
-cp "$out/nvidia-smi.csv" "$out/schedulers.nvidia-smi.csv"
-tar czf "$real_out/results.tgz" -C "$out" .
-echo "== finished with status $status"
-cat "$out/schedulers.txt"
-exit $status
+finish_packed schedulers "$status"
