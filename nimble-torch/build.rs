@@ -10,7 +10,17 @@
 use std::path::PathBuf;
 
 /// The shim's C++ files, one per concern (see `shim/nimble_shim.h`).
-const SHIM_SOURCES: [&str; 8] = ["common.cpp", "device.cpp", "record.cpp", "passes.cpp", "jit.cpp", "training.cpp", "fused_ops.cpp", "comm.cpp"];
+const SHIM_SOURCES: [&str; 9] = [
+    "common.cpp",
+    "device.cpp",
+    "record.cpp",
+    "passes.cpp",
+    "jit.cpp",
+    "training.cpp",
+    "fused_ops.cpp",
+    "linear_ops.cpp",
+    "comm.cpp",
+];
 
 fn main() {
     let lib = PathBuf::from(std::env::var("DEP_TCH_LIBTORCH_LIB").expect("torch-sys exports DEP_TCH_LIBTORCH_LIB"));

@@ -1,5 +1,6 @@
-// Nimble's fused custom ops (nimble::conv2d_fused, nimble::squeeze_excite) and the TorchScript
-// rewrites that put them into a frozen graph. See fused_ops.cpp.
+// Nimble's fused custom ops (nimble::conv2d_fused, nimble::squeeze_excite: fused_ops.cpp;
+// nimble::linear, nimble::attention_mask: linear_ops.cpp) and the TorchScript rewrites that put
+// them into a frozen graph.
 #pragma once
 
 #include <torch/csrc/jit/ir/ir.h>
@@ -17,6 +18,16 @@ void fuse_squeeze_excite(std::shared_ptr<torch::jit::Graph>& graph);
 // Replaces convolutions followed by SiLU, ReLU, ReLU6 or a residual add by nimble::conv2d_fused.
 // Run it after cuDNN's conv(+add)+ReLU fusion, which does those in one cuDNN call.
 void fuse_conv_tails(std::shared_ptr<torch::jit::Graph>& graph);
+
+// Replaces linear layers by nimble::linear (whose CUDA kernel chooses its GEMM by timing), with
+// a following GELU, ReLU or SiLU, or a residual add the layer's input is computed from, fused in.
+// Run it after the frozen graph's optimizations, which merge linear layers that share an input.
+void fuse_linear_tails(std::shared_ptr<torch::jit::Graph>& graph);
+
+// Passes every scaled_dot_product_attention's mask through nimble::attention_mask, which gives
+// the fused attention kernels a mask they take (the frozen graph has no dtypes or strides to
+// decide it here).
+void convert_attention_masks(std::shared_ptr<torch::jit::Graph>& graph);
 
 // How many of Nimble's fused ops the graph has.
 int fused_op_count(const torch::jit::Graph& graph);

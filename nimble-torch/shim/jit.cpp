@@ -227,9 +227,10 @@ int ns_jit_save(void* module, const char* path) {
 // Freezes the module (parameters become constants) and applies the inference rewrites:
 // BatchNorm folded into the preceding convolution (and the other frozen foldings), dropout
 // removed, when `fuse` is set (CUDA only), convolution(+add)+ReLU fused into cuDNN's fused
-// kernels, and when `kernels` is set, squeeze-and-excitation blocks and convolutions with their
-// activation or residual add replaced by Nimble's fused ops (fused_ops.cpp; `fused` says how
-// many the graph then has).
+// kernels, and when `kernels` is set, squeeze-and-excitation blocks, convolutions and linear
+// layers with their activation or residual add replaced by Nimble's fused ops, and attention
+// masks converted once for the fused attention kernels (fused_ops.cpp, linear_ops.cpp; `fused`
+// says how many of Nimble's ops the graph then has).
 //
 // `channels_last` (0 off, 1 on, 2 auto): 4-D constants (the frozen convolution weights) are
 // stored channels-last, so that with a channels-last input cuDNN runs NHWC kernels without
@@ -262,7 +263,11 @@ int ns_jit_optimize(void* module, int fuse, int kernels, int channels_last, void
     if (channels_last == 2) channels_last = grouped ? 0 : 1;
     if (kernels) nimble::fuse_squeeze_excite(graph);
     if (fuse) torch::jit::FuseFrozenConvAddRelu(graph);
-    if (kernels) nimble::fuse_conv_tails(graph);
+    if (kernels) {
+      nimble::fuse_conv_tails(graph);
+      nimble::fuse_linear_tails(graph);
+      nimble::convert_attention_masks(graph);
+    }
     *fused = nimble::fused_op_count(*graph);
     *applied = (channels_last ? 1 : 0) | (grouped ? 2 : 0);
     if (channels_last) {

@@ -22,6 +22,8 @@ __device__ __forceinline__ float activate(float v, int act) {
     case kNkRelu: return fmaxf(v, 0.f);
     case kNkSilu: return v / (1.f + expf(-v));
     case kNkRelu6: return fminf(fmaxf(v, 0.f), 6.f);
+    case kNkGelu: return 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
+    case kNkGeluTanh: return 0.5f * v * (1.f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
     default: return v;
   }
 }

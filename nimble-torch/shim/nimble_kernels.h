@@ -6,7 +6,8 @@
 #include <stdint.h>
 
 // Activation codes of the fused kernels.
-enum NkAct : int { kNkNone = 0, kNkRelu = 1, kNkSilu = 2, kNkRelu6 = 3 };
+// kNkGelu is GELU with erf, kNkGeluTanh its tanh approximation (PyTorch's approximate="tanh").
+enum NkAct : int { kNkNone = 0, kNkRelu = 1, kNkSilu = 2, kNkRelu6 = 3, kNkGelu = 4, kNkGeluTanh = 5 };
 
 extern "C" {
 

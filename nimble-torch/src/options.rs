@@ -36,7 +36,12 @@ pub struct PrepareOptions {
     /// With `optimize`: replace squeeze-and-excitation blocks (pool, 1×1 convolution, SiLU or
     /// ReLU, 1×1 convolution, sigmoid, scale) and convolutions followed by SiLU, ReLU, ReLU6 or
     /// a residual add with Nimble's fused ops (`nimble::squeeze_excite`,
-    /// `nimble::conv2d_fused`), whose CUDA kernels do in one pass what ATen does in several.
+    /// `nimble::conv2d_fused`), whose CUDA kernels do in one pass what ATen does in several;
+    /// linear layers with theirs (GELU, ReLU, SiLU, a residual add) by `nimble::linear`, whose
+    /// CUDA kernel times ATen's GEMM with its bias epilogue against a plain GEMM and one kernel
+    /// for the rest the first time it sees a shape, and keeps the faster; attention masks go
+    /// through `nimble::attention_mask`, which gives the fused attention kernels a mask they
+    /// take (a boolean or expanded one sends attention to its math path, 13 kernels in BERT).
     pub fuse_kernels: bool,
     /// With `optimize` on CUDA: keep convolution weights and 4-D inputs channels-last (NHWC),
     /// so cuDNN needs no layout transforms (inductor's layout optimization does the same).
