@@ -17,14 +17,17 @@
 //
 // Both have CPU kernels made of the ATen ops they replace. Inference only: no autograd formula.
 
+#include "common.h"
 #include "fused_common.h"
 #include "fused_ops.h"
+#include "nimble_shim.h"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <torch/library.h>
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <limits>
 #include <mutex>
@@ -79,6 +82,9 @@ at::Tensor linear_product(const at::Tensor& input, const at::Tensor& weight, con
 
 enum class LinearPath { Aten, Product };
 
+// ns_set_linear_gemm's mode: 0 timed, 1 always ATen's way, 2 always the plain product.
+std::atomic<int> g_linear_gemm{0};
+
 // Microseconds per call of `run` on `stream`, the best of five rounds of ten after three
 // warm-ups; infinity if the events fail.
 double time_us(const std::function<void()>& run, cudaStream_t stream) {
@@ -116,6 +122,8 @@ LinearChoices& linear_choices() {
 LinearPath choose(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                   const std::optional<at::Tensor>& other, Act act) {
   if (!takes_product(input, weight, bias)) return LinearPath::Aten;
+  int mode = g_linear_gemm.load();
+  if (mode != 0) return mode == 1 ? LinearPath::Aten : LinearPath::Product;
   std::ostringstream key;
   key << input.device().index() << ' ' << c10::toString(input.scalar_type()) << ' ' << input.numel() / input.size(-1)
       << ' ' << weight.size(0) << ' ' << weight.size(1) << ' ' << present(bias) << present(other) << ' '
@@ -242,3 +250,10 @@ void convert_attention_masks(std::shared_ptr<torch::jit::Graph>& graph) {
 }
 
 }  // namespace nimble
+
+extern "C" int ns_set_linear_gemm(int mode) {
+  return nimble_shim::guarded([&] {
+    TORCH_CHECK(mode >= 0 && mode <= 2, "linear GEMM mode ", mode, ": expected 0 (timed), 1 (ATen) or 2 (plain product)");
+    g_linear_gemm.store(mode);
+  });
+}

@@ -24,6 +24,9 @@ int ns_cuda_allocated_bytes(int device, long long* out);
 int ns_cuda_empty_cache();
 int ns_set_conv_tf32(int allow);
 int ns_conv_tf32(int* out);
+// How nimble::linear computes on CUDA from now on: 0 the faster way by timing each new shape
+// (the default), 1 ATen's linear, 2 the plain product and one epilogue kernel.
+int ns_set_linear_gemm(int mode);
 int ns_timer_new(void** out);
 void ns_timer_free(void* timer);
 int ns_timer_start(void* timer);

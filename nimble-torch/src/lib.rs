@@ -62,7 +62,7 @@ pub use kernel_times::KERNEL_TIMING_REPLAYS;
 pub use nimble::Nimble;
 pub use nimble_cuda::CaptureMode;
 pub use optimizer::{FusedOptimizer, Optimizer};
-pub use options::{BackwardStreams, LayoutTrial, PrepareOptions, PrepareReport, PrepareSeconds};
+pub use options::{set_linear_gemm, BackwardStreams, LayoutTrial, LinearGemm, PrepareOptions, PrepareReport, PrepareSeconds};
 pub use output::{Layout, Value};
 pub use profile::{profile, DeviceProfile, KernelLaunch, SmLimits};
 pub use trace::{record, TensorDevice, TensorUse, Trace, TracedOp, TracedParam};

@@ -201,3 +201,25 @@ pub struct PrepareSeconds {
     pub layout_trial: f64,
     pub total: f64,
 }
+
+/// How the inference rewrites' linear layers (`nimble::linear`) compute on CUDA.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LinearGemm {
+    /// The faster of the two ways below, timed the first time each shape (rows, features,
+    /// dtype, epilogue) is seen outside a capture and remembered for the process, as cuDNN's
+    /// benchmark mode does for convolutions.
+    #[default]
+    Timed,
+    /// ATen's linear (cuBLASLt with its bias epilogue), then the residual and the activation.
+    Aten,
+    /// The product alone through cuBLAS's plain GEMM, then one kernel for bias, residual and
+    /// activation (float32; other dtypes take ATen's ops for them).
+    Plain,
+}
+
+/// Sets how `nimble::linear` computes on CUDA for the whole process, from the next call on
+/// (graphs already captured keep their kernels). For ablations and tests; [`LinearGemm::Timed`]
+/// is the default.
+pub fn set_linear_gemm(gemm: LinearGemm) -> crate::Result<()> {
+    crate::ffi::set_linear_gemm(gemm)
+}

@@ -21,6 +21,18 @@ extern "C" {
     fn ns_jit_to(module: *mut c_void, dtype: c_int) -> c_int;
     fn ns_jit_arguments(module: *mut c_void, out: *mut *mut c_char) -> c_int;
     fn ns_jit_node_kinds(module: *mut c_void, out: *mut *mut c_char) -> c_int;
+    fn ns_set_linear_gemm(mode: c_int) -> c_int;
+}
+
+/// How `nimble::linear` computes on CUDA from now on (see `crate::LinearGemm`).
+pub(crate) fn set_linear_gemm(gemm: crate::LinearGemm) -> Result<()> {
+    let mode = match gemm {
+        crate::LinearGemm::Timed => 0,
+        crate::LinearGemm::Aten => 1,
+        crate::LinearGemm::Plain => 2,
+    };
+    // SAFETY: stores one integer in the shim's atomic.
+    check("set_linear_gemm", unsafe { ns_set_linear_gemm(mode) })
 }
 
 /// Which inference rewrites `JitModule::optimized` applies (see `PrepareOptions`).
