@@ -10,7 +10,7 @@
 //     inductor's plain product took about 12 µs.
 //   nimble::attention_mask(mask, query) = the mask as scaled_dot_product_attention's fused
 //     kernels take it: a boolean mask as the additive one attention makes of it before them (0
-//     where true, -inf where false, in the query's dtype), in one kernel where attention takes
+//     where true, -inf where false, in the query's dtype), in two kernels where attention takes
 //     three; a mask not contiguous in its last dimension copied; any other, itself. A mask
 //     expanded along its last dimension (transformers' padding mask under tracing) makes the
 //     fused kernels refuse it and attention run as its math path (13 kernels in BERT-base).
@@ -158,9 +158,10 @@ at::Tensor linear_cuda(const at::Tensor& input, const at::Tensor& weight, const 
 // Returns `mask` itself when attention's fused kernels take it as it is.
 at::Tensor attention_mask(const at::Tensor& mask, const at::Tensor& query) {
   if (mask.scalar_type() == at::kBool) {
-    // What attention does with a boolean mask before its fused kernels, in one kernel.
-    auto scalar = at::TensorOptions().dtype(query.scalar_type());
-    return at::where(mask, at::scalar_tensor(0, scalar), at::scalar_tensor(-std::numeric_limits<double>::infinity(), scalar));
+    // What attention does with a boolean mask before its fused kernels, in two kernels where it
+    // takes three. (at::where with scalar tensors would copy them to the device: no capture.)
+    return at::full(mask.sizes(), -std::numeric_limits<double>::infinity(), mask.options().dtype(query.scalar_type()))
+        .masked_fill_(mask, 0);
   }
   if (mask.dim() > 0 && mask.stride(-1) != 1) return mask.contiguous();
   return mask;
