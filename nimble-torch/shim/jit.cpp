@@ -226,10 +226,12 @@ int ns_jit_save(void* module, const char* path) {
   return guarded([&] { static_cast<torch::jit::Module*>(module)->save(std::string(path)); });
 }
 
-// An in-place activation the fusions take in its functional form.
+// An in-place activation the fusions take in its functional form. Not ReLU: made functional,
+// NASNet-A large's 110 in-place ReLUs after convolutions were fused with them and the model ran
+// 2.68 ms against 2.18 on the H200 (timm, same process, commits 8364cf5 and 8f54375).
 static bool inplace_activation(const torch::jit::Node* node) {
-  static const std::unordered_set<std::string> kinds = {"aten::relu_", "aten::relu6_", "aten::silu_", "aten::hardtanh_",
-                                                        "aten::sigmoid_", "aten::gelu_"};
+  static const std::unordered_set<std::string> kinds = {"aten::relu6_", "aten::silu_", "aten::hardtanh_", "aten::sigmoid_",
+                                                        "aten::gelu_"};
   return kinds.count(node->kind().toQualString()) != 0;
 }
 
@@ -255,7 +257,7 @@ int ns_jit_optimize(void* module, int fuse, int kernels, int channels_last, void
     torch::jit::graph_rewrite_helper::replaceConvolutionWithAtenConv(graph);
     torch::jit::removeDropout(graph);
     torch::jit::OptimizeFrozenGraph(graph, true);
-    // In-place activations (torchvision's `nn.SiLU(inplace=True)`, `nn.ReLU(inplace=True)`)
+    // In-place activations (torchvision's `nn.SiLU(inplace=True)`, `nn.ReLU6(inplace=True)`)
     // made functional where alias analysis proves nothing else sees the mutation, so that the
     // fusions below match them (EfficientNet-B5 kept 116 SiLU kernels and its 39
     // squeeze-and-excitation blocks unfused).
