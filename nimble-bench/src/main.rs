@@ -284,7 +284,7 @@ enum Command {
     /// experiments/python/same_process.py wrote on the GPU machine; no GPU needed
     SameProcess {
         /// The records (comma-separated), each a part measured in one process
-        #[arg(long, value_delimiter = ',', value_name = "FILES", default_value = "paper-figs/results/same-process-8364cf5.json")]
+        #[arg(long, value_delimiter = ',', value_name = "FILES", default_value = "paper-figs/results/same-process-425f454.json")]
         results: Vec<PathBuf>,
         /// Where the figure goes (<out-dir>/same-process.svg)
         #[arg(long, default_value = "paper-figs")]
