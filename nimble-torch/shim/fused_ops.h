@@ -20,7 +20,8 @@ void fuse_squeeze_excite(std::shared_ptr<torch::jit::Graph>& graph);
 void fuse_conv_tails(std::shared_ptr<torch::jit::Graph>& graph);
 
 // Replaces linear layers by nimble::linear (whose CUDA kernel chooses its GEMM by timing), with
-// a following GELU, ReLU or SiLU, or a residual add the layer's input is computed from, fused in.
+// a following GELU, ReLU or SiLU, or a residual add the layer's input is computed from, fused in;
+// also transformers' Conv1D layers (addmm with unit factors).
 // Run it after the frozen graph's optimizations, which merge linear layers that share an input.
 void fuse_linear_tails(std::shared_ptr<torch::jit::Graph>& graph);
 

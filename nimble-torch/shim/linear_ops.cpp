@@ -229,6 +229,15 @@ void fuse_linear_tails(std::shared_ptr<torch::jit::Graph>& graph) {
              used_only_inside(m, v, {"%y"}) && computed_from(matched(m, v, "%x"), other);
     });
   }
+  // transformers' Conv1D (GPT-2): addmm(bias, x, w) with unit factors is linear(x, wᵀ, bias), and
+  // ATen's way computes it as that very addmm.
+  rewrite(graph, "graph(%b, %x, %w, %beta, %alpha):\n  %y = aten::addmm(%b, %x, %w, %beta, %alpha)\n  return (%y)",
+          "graph(%b, %x, %w, %beta, %alpha):\n" + replacement_head +
+              "  %act : str = prim::Constant[value=\"none\"]()\n  %wt = aten::t(%w)\n"
+              "  %y = nimble::linear(%x, %wt, %b, %none, %act)\n  return (%y)",
+          [](const Match& m, const ValueMap& v) {
+            return number_is(constant(m, v, "%beta"), 1) && number_is(constant(m, v, "%alpha"), 1);
+          });
   // Any other product, for the choice of its GEMM.
   rewrite(graph, "graph(%x, %w, %b):\n  %y = aten::linear(%x, %w, %b)\n  return (%y)",
           "graph(%x, %w, %b):\n" + replacement_head +

@@ -26,7 +26,7 @@ fn assert_same_outputs(got: &[Tensor], expected: &[Tensor], bound: f64, case: &s
 type Forward = Rc<dyn Fn(&[Tensor]) -> Vec<Tensor>>;
 
 /// Five linear layers of `width` features (`hidden` inside the first two) with random weights on
-/// `device`: three take their GELU or residual, two must stay alone. No two layers read the same
+/// `device`: three take their GELU or residual, two must stay alone; and a Conv1D layer (addmm). No two layers read the same
 /// input, so the frozen graph's concatenation of such layers leaves them apart. Inputs: two of
 /// `rows` × `width`.
 fn linear_block(width: i64, hidden: i64, device: Device) -> Forward {
@@ -38,6 +38,8 @@ fn linear_block(width: i64, hidden: i64, device: Device) -> Forward {
     let (w3, b3) = layer(width, width);
     let (w4, b4) = layer(width, width);
     let (w5, _) = layer(width, width);
+    let (w6, b6) = layer(width, width);
+    let w6 = w6.tr().contiguous();
     Rc::new(move |xs: &[Tensor]| {
         // Fused: exact GELU; a residual the layer's input is computed from; tanh GELU.
         let hidden = xs[0].linear(&w1, Some(&b1)).gelu("none");
@@ -47,7 +49,9 @@ fn linear_block(width: i64, hidden: i64, device: Device) -> Forward {
         // layer reads an input the first one does not come from). Both still become nimble::linear.
         let shared = tanh.linear(&w4, Some(&b4));
         let parallel = xs[1].linear::<Tensor>(&w5, None) + shared.relu();
-        vec![block, tanh, shared, parallel]
+        // transformers' Conv1D (GPT-2): bias + x w, the weight stored inputs × outputs.
+        let conv1d = b6.addmm(&xs[1].view([-1, xs[1].size()[2]]), &w6);
+        vec![block, tanh, shared, parallel, conv1d]
     })
 }
 
@@ -89,13 +93,13 @@ fn linear_layers_take_their_activation_or_residual_and_nothing_else_reads() {
     let nimble = nimble_of(&forward);
     let trace = nimble.trace(&xs, true).unwrap();
     let histogram = trace.op_histogram();
-    assert_eq!(count(&trace, "nimble::linear"), 5, "{histogram:?}");
-    assert_eq!(count(&trace, "aten::linear") + count(&trace, "aten::gelu"), 0, "{histogram:?}");
+    assert_eq!(count(&trace, "nimble::linear"), 6, "{histogram:?}");
+    assert_eq!(count(&trace, "aten::linear") + count(&trace, "aten::gelu") + count(&trace, "aten::addmm"), 0, "{histogram:?}");
     assert_eq!((count(&trace, "aten::add"), count(&trace, "aten::relu")), (1, 1), "{histogram:?}");
     assert_same_outputs(&nimble.run_optimized(&xs).unwrap(), &expected, 1e-5, "cpu");
     // Without the rewrites the layers stay ATen's.
     let plain = nimble.trace(&xs, false).unwrap();
-    assert_eq!((count(&plain, "nimble::linear"), count(&plain, "aten::linear")), (0, 5), "{:?}", plain.op_histogram());
+    assert_eq!((count(&plain, "nimble::linear"), count(&plain, "aten::linear"), count(&plain, "aten::addmm")), (0, 5, 1), "{:?}", plain.op_histogram());
 }
 
 #[test]
@@ -131,7 +135,7 @@ fn on_cuda_both_gemm_ways_and_the_converted_masks_match_the_model_captured() {
         let forward = linear_block(width, hidden, cuda);
         let mut nimble = nimble_of(&forward);
         let report = nimble.prepare(&inputs(&[&[1, rows, width], &[1, rows, width]], cuda), PrepareOptions::inference()).unwrap().clone();
-        assert_eq!(report.fused_ops, 5, "{case}: {report:?}");
+        assert_eq!(report.fused_ops, 6, "{case}: {report:?}");
         for _ in 0..3 {
             let xs = inputs(&[&[1, rows, width], &[1, rows, width]], cuda);
             let expected = tch::no_grad(|| forward(&xs));
