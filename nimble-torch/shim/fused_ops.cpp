@@ -63,8 +63,8 @@ at::Tensor conv2d_fused_cuda(const at::Tensor& input, const at::Tensor& weight, 
     if (present(other)) y = at::add(y, *other);
     return activate_(y, a);
   }
-  check_launch(nk_conv_epilogue(y.mutable_data_ptr<float>(), data_or_null(bias), data_or_null(other), y.numel(), y.size(1),
-                                inner, a, at::cuda::getCurrentCUDAStream().stream()),
+  check_launch(nk_epilogue(y.mutable_data_ptr<float>(), data_or_null(bias), data_or_null(other), y.numel(), y.size(1),
+                           inner, a, at::cuda::getCurrentCUDAStream().stream()),
                "conv2d_fused");
   return y;
 }

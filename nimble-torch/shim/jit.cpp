@@ -239,9 +239,10 @@ static bool inplace_activation(const torch::jit::Node* node) {
 // BatchNorm folded into the preceding convolution (and the other frozen foldings), dropout
 // removed, when `fuse` is set (CUDA only), convolution(+add)+ReLU fused into cuDNN's fused
 // kernels, and when `kernels` is set, squeeze-and-excitation blocks, convolutions and linear
-// layers with their activation or residual add replaced by Nimble's fused ops, and attention
-// masks converted once for the fused attention kernels (fused_ops.cpp, linear_ops.cpp; `fused`
-// says how many of Nimble's ops the graph then has).
+// layers with their activation or residual add replaced by Nimble's fused ops, in-place
+// activations (not ReLU) made functional first so that those match, and every attention mask
+// passed through nimble::attention_mask (fused_ops.cpp, linear_ops.cpp; `fused` says how many of
+// Nimble's ops the graph then has).
 //
 // `channels_last` (0 off, 1 on, 2 auto): 4-D constants (the frozen convolution weights) are
 // stored channels-last, so that with a channels-last input cuDNN runs NHWC kernels without

@@ -6,8 +6,8 @@
 //     benchmark mode does): ATen's linear (cuBLASLt with its bias epilogue) followed by a kernel
 //     each for the residual and the activation, or the product alone through cuBLAS's plain GEMM
 //     followed by one kernel for bias, residual and activation. On the H200 in float32, BERT-base's
-//     128×768 by 768×768 product took 31 µs with the bias epilogue (split-K, four kernels) where
-//     inductor's plain product took about 12 µs.
+//     128×768 by 768×768 layer took 31 µs through F.linear's bias epilogue (split-K, four
+//     kernels) and 17 µs as a plain torch.mm (paper-figs/results/bert-kernels-diagnosis-b7bb8b3.json).
 //   nimble::attention_mask(mask, query) = the mask as scaled_dot_product_attention's fused
 //     kernels take it: a boolean mask as the additive one attention makes of it before them (0
 //     where true, -inf where false, in the query's dtype), in two kernels where attention takes
@@ -74,8 +74,8 @@ at::Tensor linear_product(const at::Tensor& input, const at::Tensor& weight, con
     if (present(other)) y = at::add(y, *other);
     return activate_(y, act);
   }
-  check_launch(nk_conv_epilogue(y.mutable_data_ptr<float>(), data_or_null(bias), data_or_null(other), y.numel(), features,
-                                1, act, at::cuda::getCurrentCUDAStream().stream()),
+  check_launch(nk_epilogue(y.mutable_data_ptr<float>(), data_or_null(bias), data_or_null(other), y.numel(), features,
+                           1, act, at::cuda::getCurrentCUDAStream().stream()),
                "linear");
   return y;
 }

@@ -1,9 +1,9 @@
 // Nimble's own fused CUDA kernels, behind the custom ops that the inference rewrites put into a
-// frozen TorchScript graph (see fused_ops.cpp):
+// frozen TorchScript graph (see fused_ops.cpp, linear_ops.cpp):
 //
-//  * a convolution's epilogue: bias, an optional residual, an activation, in one pass over the
-//    output (ATen runs cuDNN's convolution, then one kernel for the bias, one for the add, one
-//    for the activation);
+//  * the epilogue of a convolution or a matrix product: bias, an optional residual, an
+//    activation, in one pass over the output (ATen runs the product, then one kernel for the
+//    bias, one for the add, one for the activation);
 //  * squeeze-and-excitation in three kernels: partial plane means, the first 1×1 convolution
 //    with its activation, then the second one with the sigmoid gate fused into the scaling of the
 //    input (ATen needs eight or more kernels for the same block at batch 1); channels-last
@@ -238,8 +238,8 @@ bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_
 }  // namespace
 
 // Declared, with what each does, in nimble_kernels.h.
-extern "C" int nk_conv_epilogue(float* y, const float* bias, const float* other, int64_t n, int64_t channels,
-                                int64_t inner, int act, cudaStream_t stream) {
+extern "C" int nk_epilogue(float* y, const float* bias, const float* other, int64_t n, int64_t channels,
+                           int64_t inner, int act, cudaStream_t stream) {
   if (n == 0) return 0;
   bool by4 = n % 4 == 0 && aligned16(y) && aligned16(other) && (inner == 1 ? channels % 4 == 0 : inner % 4 == 0);
   if (by4) {

@@ -11,10 +11,11 @@ enum NkAct : int { kNkNone = 0, kNkRelu = 1, kNkSilu = 2, kNkRelu6 = 3, kNkGelu 
 
 extern "C" {
 
-// In place on `y` (n elements, `channels` channels; `inner` = H*W for NCHW, 1 for NHWC):
-// y = act(y + bias[channel] + other), `bias` and `other` may be null. Returns the cudaError_t.
-int nk_conv_epilogue(float* y, const float* bias, const float* other, int64_t n, int64_t channels, int64_t inner,
-                     int act, cudaStream_t stream);
+// In place on `y` (n elements, `channels` channels; `inner` = H*W for NCHW, 1 for NHWC and for
+// a matrix product's rows of `channels` features): y = act(y + bias[channel] + other), `bias`
+// and `other` may be null. Returns the cudaError_t.
+int nk_epilogue(float* y, const float* bias, const float* other, int64_t n, int64_t channels, int64_t inner, int act,
+                cudaStream_t stream);
 
 // Chunks per plane of `hw` elements (the size of squeeze-and-excitation's scratch per plane).
 int64_t nk_se_chunks(int64_t hw);

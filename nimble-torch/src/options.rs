@@ -42,6 +42,8 @@ pub struct PrepareOptions {
     /// for the rest the first time it sees a shape, and keeps the faster; attention masks go
     /// through `nimble::attention_mask`, which gives the fused attention kernels a mask they
     /// take (a boolean or expanded one sends attention to its math path, 13 kernels in BERT).
+    /// In-place SiLU, ReLU6, sigmoid and GELU (torchvision's `inplace=True`) are made functional
+    /// first, where nothing else sees the mutation, so that these patterns match them.
     pub fuse_kernels: bool,
     /// With `optimize` on CUDA: keep convolution weights and 4-D inputs channels-last (NHWC),
     /// so cuDNN needs no layout transforms (inductor's layout optimization does the same).
