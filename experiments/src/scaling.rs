@@ -72,6 +72,14 @@ pub struct ScalingRecord {
     /// The priority of the all-reduces' stream: high or normal.
     #[serde(default)]
     pub comm_stream_priority: String,
+    /// Gradients of fewer bytes were packed into their bucket's flat tensor, larger ones
+    /// all-reduced in place; `None` (and records from before the choice): every gradient packed.
+    #[serde(default)]
+    pub pack_below_bytes: Option<usize>,
+    /// Whether the one-GPU rows ran as a data-parallel group of one rank (reducer included)
+    /// rather than alone.
+    #[serde(default)]
+    pub one_gpu_rank: bool,
     /// How BatchNorm is treated across ranks.
     pub batch_norm: String,
     pub rows: Vec<ScalingRow>,

@@ -43,6 +43,10 @@ pub struct ScalingArgs<'a> {
     pub first_bucket_mb: f64,
     /// The all-reduces' stream has normal priority instead of high.
     pub comm_normal_priority: bool,
+    /// Gradients below this many MiB are packed into their bucket's flat tensor (`None`: all).
+    pub pack_below_mb: Option<f64>,
+    /// The one-GPU configuration runs as a group of one rank.
+    pub one_gpu_rank: bool,
     /// Each rank profiles a few steps and writes their Chrome traces here.
     pub profile: Option<&'a Path>,
     /// The one-GPU measurement writes each model's forward task graph here (per-op times and
@@ -59,10 +63,18 @@ impl ScalingArgs<'_> {
         for (flag, mb, default) in [("--bucket-mb", self.bucket_mb, 25), ("--first-bucket-mb", self.first_bucket_mb, 1)] {
             anyhow::ensure!(mb.is_finite() && mb > 0.0, "{flag} is {mb}, expected a positive number of MiB (DDP's default is {default})");
         }
+        if let Some(mb) = self.pack_below_mb {
+            anyhow::ensure!(mb.is_finite() && mb >= 0.0, "--pack-below-mb is {mb}, expected a number of MiB, 0 or more (0: no gradient is copied into its bucket)");
+        }
+        anyhow::ensure!(!self.one_gpu_rank || self.gpus.contains(&1), "--one-gpu-rank changes how the one-GPU step is measured, but --gpus has no 1");
         nimble_sched::algorithms::by_name(self.algorithm)?;
         training_models(self.models)?;
-        let bytes = |mb: f64| (mb * 1024.0 * 1024.0).round().max(1.0) as usize;
-        Ok((bytes(self.first_bucket_mb), bytes(self.bucket_mb)))
+        Ok((mib_bytes(self.first_bucket_mb).max(1), mib_bytes(self.bucket_mb).max(1)))
+    }
+
+    /// Which gradients are packed, in bytes (`None`: all).
+    fn pack_below_bytes(&self) -> Option<usize> {
+        self.pack_below_mb.map(mib_bytes)
     }
 
     fn config(&self, batch: i64) -> TrainConfig {
@@ -79,6 +91,10 @@ impl ScalingArgs<'_> {
         }
         if self.comm_normal_priority {
             args.push("--comm-normal-priority".into());
+        }
+        if let Some(mb) = self.pack_below_mb {
+            args.push("--pack-below-mb".into());
+            args.push(mb.to_string());
         }
         if let Some(dir) = self.profile {
             args.push("--profile".into());
@@ -125,7 +141,7 @@ pub fn rank_main(args: &ScalingArgs<'_>) -> Result<()> {
     let comm = Rc::new(ranks::join("train-rank")?);
     let (rank, world, device) = (comm.rank(), comm.world(), comm.device());
     tch::Cuda::cudnn_set_benchmark(true);
-    let dp = DataParallel::new(comm).bucket_bytes(bucket_bytes).first_bucket_bytes(first_bucket_bytes).high_priority(!args.comm_normal_priority);
+    let dp = DataParallel::new(comm).bucket_bytes(bucket_bytes).first_bucket_bytes(first_bucket_bytes).high_priority(!args.comm_normal_priority).pack_below_bytes(args.pack_below_bytes());
     let rows = measure(args, device, rank, Some(dp), |row| {
         if rank == 0 {
             eprintln!("  {} at batch {} on {world} GPUs: {:.3} ms", row.model, row.batch, nimble_cuda::Samples::new(row.samples_us.clone()).median_us / 1000.0);
@@ -133,6 +149,10 @@ pub fn rank_main(args: &ScalingArgs<'_>) -> Result<()> {
     })?;
     let out = args.out.context("train-rank needs --out (where its rows go)")?;
     write_file(out, &serde_json::to_string(&rows)?)
+}
+
+fn mib_bytes(mb: f64) -> usize {
+    (mb * 1024.0 * 1024.0).round() as usize
 }
 
 /// Starts `gpus` rank processes and merges what they measured.
@@ -163,7 +183,7 @@ pub fn scaling_run(args: &ScalingArgs<'_>) -> Result<()> {
     let mut rows = Vec::new();
     for &gpus in args.gpus {
         eprintln!("train: whole step on {gpus} GPU{}", if gpus == 1 { "" } else { "s" });
-        let measured = if gpus == 1 {
+        let measured = if gpus == 1 && !args.one_gpu_rank {
             let bar = progress(args.batches.len() * training_models(args.models)?.len(), "train 1 GPU");
             let ranks = measure(args, 0, 0, None, |row| {
                 note(&bar, &format!("  {} at batch {}: {:.3} ms", row.model, row.batch, nimble_cuda::Samples::new(row.samples_us.clone()).median_us / 1000.0));
@@ -189,6 +209,8 @@ pub fn scaling_run(args: &ScalingArgs<'_>) -> Result<()> {
         bucket_bytes,
         first_bucket_bytes,
         comm_stream_priority: if args.comm_normal_priority { "normal" } else { "high" }.into(),
+        pack_below_bytes: args.pack_below_bytes(),
+        one_gpu_rank: args.one_gpu_rank,
         batch_norm: "per rank (each rank normalizes its own share of the batch, as DDP without SyncBatchNorm)".into(),
         rows,
     };
@@ -200,6 +222,10 @@ pub fn scaling_run(args: &ScalingArgs<'_>) -> Result<()> {
 
 fn scaling_table(record: &ScalingRecord) -> String {
     let mut text = format!("{}\n", provenance_line(&record.provenance, &record.libtorch, &format!("NCCL {}, data-parallel whole training step", record.nccl)));
+    let mib = |bytes: usize| bytes as f64 / (1024.0 * 1024.0);
+    let packing = record.pack_below_bytes.map_or("every gradient packed into its bucket".to_string(), |b| format!("gradients below {:.3} MiB packed, larger ones all-reduced in place", mib(b)));
+    let one_gpu = if record.one_gpu_rank { "; 1 GPU measured as a group of one rank" } else { "" };
+    text += &format!("buckets {:.2} MiB (first {:.2}), {packing}, all-reduce stream priority {}{one_gpu}\n", mib(record.bucket_bytes), mib(record.first_bucket_bytes), record.comm_stream_priority);
     text += &format!("{:<16} {:>6} {:>5} {:>10} {:>12} {:>9} {:>22}\n", "model", "batch", "GPUs", "step ms", "samples/s", "× 1 GPU", "NCCL µs (exposed)");
     for row in &record.rows {
         let speedup = scaling::speedup(&record.rows, row).map_or("-".into(), |s| format!("{s:.2}"));

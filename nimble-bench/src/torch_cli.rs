@@ -226,6 +226,16 @@ pub(crate) struct DataParallelArgs {
     /// With --gpus: run the all-reduces on a stream of normal priority (default: high)
     #[arg(long)]
     comm_normal_priority: bool,
+    /// With --gpus: gradients smaller than this (MiB) are copied into their bucket's one flat
+    /// tensor and all-reduced together, larger ones all-reduced where they are (0: none copied;
+    /// default: every gradient copied, as DDP)
+    #[arg(long, value_name = "MIB")]
+    pack_below_mb: Option<f64>,
+    /// With --gpus 1: measure the one-GPU step as a data-parallel group of one rank (its graph
+    /// holds the reducer's copies and NCCL calls, which move nothing between GPUs), to tell the
+    /// reducer's own cost from communication's
+    #[arg(long)]
+    one_gpu_rank: bool,
     /// With --gpus: each rank then profiles a few steps, writes their Chrome traces to DIR, and
     /// the table shows NCCL's time per step and how much of it nothing else overlapped
     #[arg(long, value_name = "DIR")]
@@ -249,6 +259,8 @@ impl DataParallelArgs {
             bucket_mb: self.bucket_mb,
             first_bucket_mb: self.first_bucket_mb,
             comm_normal_priority: self.comm_normal_priority,
+            pack_below_mb: self.pack_below_mb,
+            one_gpu_rank: self.one_gpu_rank,
             profile: self.profile.as_deref(),
             graphs: self.graphs.as_deref(),
             out,

@@ -6,10 +6,12 @@
 // post-accumulate-grad hook on every bucketed parameter records an event on the stream that
 // produced the gradient; once every gradient of a bucket is ready (and every earlier bucket has
 // been launched, so that all ranks issue the collectives in one order), the reducer's stream
-// waits for those events, packs the bucket into one flat tensor, all-reduces it with ncclAvg and
-// makes the gradients views of the means. `finish` launches what is left and makes the
-// current stream wait for the reducer's, so the optimizer reads the means. Inside a capture all
-// of this becomes graph nodes: the all-reduces overlap the rest of the backward on every replay.
+// waits for those events and all-reduces the bucket with ncclAvg as one NCCL group: the
+// gradients smaller than `pack_below` bytes are packed into one flat tensor (one all-reduce for
+// many small tensors) and become views of its means; larger ones are all-reduced where they are,
+// so their bytes are never copied. `finish` launches what is left and makes the current stream
+// wait for the reducer's, so the optimizer reads the means. Inside a capture all of this becomes
+// graph nodes: the all-reduces overlap the rest of the backward on every replay.
 
 #include "common.h"
 #include "nimble_shim.h"
@@ -82,6 +84,7 @@ struct Reducer {
   std::vector<bool> ready;
   std::vector<int> pending;               // per bucket, gradients not ready yet
   std::vector<at::Tensor> flats;          // per bucket, this step's packed gradients
+  int64_t pack_below = -1;                // gradients of fewer bytes are packed; -1: all are
   at::cuda::CUDAEvent done;               // recorded after the last bucket
   size_t next = 0;                        // the first bucket not launched
   bool armed = false;
@@ -100,9 +103,15 @@ struct Reducer {
     while (next < members.size() && pending[next] == 0) launch(next++);
   }
 
+  // Whether gradient `g` goes into its bucket's flat tensor rather than being all-reduced in
+  // place. A gradient NCCL cannot address as one dense block is always packed.
+  bool packed(const at::Tensor& g) const {
+    if (!g.is_non_overlapping_and_dense()) return true;
+    return pack_below < 0 || static_cast<int64_t>(g.numel() * g.element_size()) < pack_below;
+  }
+
   void launch(size_t b) {
-    std::vector<at::Tensor> grads, flat_parts;
-    std::vector<int64_t> sizes;
+    std::vector<int> small, large;
     for (int i : members[b]) {
       const at::Tensor& g = params[i].grad();
       if (!g.defined())
@@ -110,22 +119,40 @@ struct Reducer {
                                  " got no gradient in this step, but data parallelism reduces the same buckets on every rank and "
                                  "every bucketed parameter had one when the buckets were made");
       ready_events[i]->block(stream);
-      grads.push_back(g);
-      flat_parts.push_back(g.reshape({-1}));
-      sizes.push_back(g.numel());
+      (packed(g) ? small : large).push_back(i);
     }
     c10::cuda::CUDAStreamGuard guard(stream);
-    at::Tensor flat = at::cat(flat_parts, 0);
-    nccl_check(ncclAllReduce(flat.data_ptr(), flat.data_ptr(), flat.numel(), nccl_type(flat), ncclAvg, comm->comm, stream.stream()),
-               "ncclAllReduce", comm->comm);
-    // The means stay where NCCL wrote them: each gradient becomes a view of the bucket (no
-    // copies back). The old gradients were read on this stream; recording that keeps the
-    // allocator from handing their memory to other streams before the reads are done.
-    auto means = flat.split_with_sizes(sizes);
-    for (size_t k = 0; k < grads.size(); k++) {
-      grads[k].record_stream(stream);
-      params[members[b][k]].mutable_grad() = means[k].view(grads[k].sizes());
+    std::vector<at::Tensor> parts;
+    std::vector<int64_t> sizes;
+    for (int i : small) {
+      parts.push_back(params[i].grad().reshape({-1}));
+      sizes.push_back(parts.back().numel());
     }
+    at::Tensor flat = small.empty() ? at::Tensor() : at::cat(parts, 0);
+    // Every rank makes the same split (the buckets' fingerprint includes each gradient's size),
+    // so the group holds the same collectives in the same order everywhere.
+    nccl_check(ncclGroupStart(), "ncclGroupStart");
+    if (flat.defined())
+      nccl_check(ncclAllReduce(flat.data_ptr(), flat.data_ptr(), flat.numel(), nccl_type(flat), ncclAvg, comm->comm, stream.stream()),
+                 "ncclAllReduce", comm->comm);
+    for (int i : large) {
+      const at::Tensor& g = params[i].grad();
+      nccl_check(ncclAllReduce(g.data_ptr(), g.data_ptr(), g.numel(), nccl_type(g), ncclAvg, comm->comm, stream.stream()), "ncclAllReduce",
+                 comm->comm);
+    }
+    nccl_check(ncclGroupEnd(), "ncclGroupEnd", comm->comm);
+    // The packed means stay where NCCL wrote them: each such gradient becomes a view of the
+    // bucket (no copies back). Every gradient was read (or written) on this stream; recording
+    // that keeps the allocator from handing its memory to other streams before that is done.
+    if (flat.defined()) {
+      auto means = flat.split_with_sizes(sizes);
+      for (size_t k = 0; k < small.size(); k++) {
+        at::Tensor& grad = params[small[k]].mutable_grad();
+        grad.record_stream(stream);
+        grad = means[k].view(grad.sizes());
+      }
+    }
+    for (int i : large) params[i].grad().record_stream(stream);
     flats[b] = flat;
   }
 };
@@ -232,13 +259,15 @@ int ns_comm_all_reduce_mean(void* raw, void* const* tensors, int n) {
 
 // A reducer over `params` (n), parameter i in bucket bucket_of[i] (buckets numbered from 0 in
 // launch order, each in one dtype; -1: not reduced), all-reduced on a stream of high or normal
-// priority. Installs a post-accumulate-grad hook on
+// priority, gradients of fewer than `pack_below` bytes packed (-1: every gradient). Installs a post-accumulate-grad hook on
 // every bucketed parameter; ns_reducer_free removes them.
-int ns_reducer_new(void* raw_comm, void* const* params, int n, const int* bucket_of, int n_buckets, int high_priority, void** out) {
+int ns_reducer_new(void* raw_comm, void* const* params, int n, const int* bucket_of, int n_buckets, int high_priority, long long pack_below,
+                   void** out) {
   return guarded([&] {
     auto* comm = static_cast<Comm*>(raw_comm);
     auto stream = c10::cuda::getStreamFromPool(high_priority != 0, static_cast<c10::DeviceIndex>(comm->device));
     auto reducer = std::make_unique<Reducer>(comm, stream);
+    reducer->pack_below = pack_below < 0 ? -1 : static_cast<int64_t>(pack_below);
     reducer->params = tensor_list(params, n);
     reducer->members.resize(n_buckets);
     for (int i = 0; i < n; i++) {

@@ -95,7 +95,8 @@ void ns_comm_free(void* comm);
 int ns_comm_broadcast(void* comm, void* const* tensors, int n, int root);
 int ns_comm_all_gather_i64(void* comm, const long long* mine, int n, long long* all);
 int ns_comm_all_reduce_mean(void* comm, void* const* tensors, int n);
-int ns_reducer_new(void* comm, void* const* params, int n, const int* bucket_of, int n_buckets, int high_priority, void** out);
+int ns_reducer_new(void* comm, void* const* params, int n, const int* bucket_of, int n_buckets, int high_priority, long long pack_below,
+                   void** out);
 void ns_reducer_free(void* reducer);
 int ns_reducer_arm(void* reducer);
 int ns_reducer_finish(void* reducer);

@@ -32,6 +32,8 @@ use crate::ffi::{self, RawComm, Reducer, UNIQUE_ID_BYTES};
 pub const DEFAULT_BUCKET_BYTES: usize = 25 * 1024 * 1024;
 /// PyTorch DDP's first bucket: 1 MiB, so that the first all-reduce starts early in the backward.
 pub const DEFAULT_FIRST_BUCKET_BYTES: usize = 1024 * 1024;
+/// Which gradients are packed into their bucket's flat tensor by default: all of them, as DDP.
+pub const DEFAULT_PACK_BELOW_BYTES: Option<usize> = None;
 
 /// The name of an NCCL communicator: what every rank is given to join it.
 #[derive(Clone, PartialEq, Eq)]
@@ -186,18 +188,29 @@ pub struct DataParallel {
     /// Whether the all-reduces' stream has high priority (the default), so the GPU schedules
     /// their blocks ahead of waiting compute blocks.
     pub high_priority: bool,
+    /// Gradients of fewer bytes are copied into their bucket's one flat tensor and all-reduced
+    /// together; larger ones are all-reduced where they are, in the same NCCL group, so their
+    /// bytes are not copied. `None`: every gradient is packed (as PyTorch's DDP does).
+    pub pack_below_bytes: Option<usize>,
 }
 
 impl std::fmt::Debug for DataParallel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DataParallel {{ {:?}, bucket_bytes: {}, first_bucket_bytes: {}, high_priority: {} }}", self.comm, self.bucket_bytes, self.first_bucket_bytes, self.high_priority)
+        write!(f, "DataParallel {{ {:?}, bucket_bytes: {}, first_bucket_bytes: {}, high_priority: {}, pack_below_bytes: {:?} }}", self.comm, self.bucket_bytes, self.first_bucket_bytes, self.high_priority, self.pack_below_bytes)
     }
 }
 
 impl DataParallel {
     /// Over `comm`, with DDP's buckets: 1 MiB first, then 25 MiB.
     pub fn new(comm: Rc<Communicator>) -> Self {
-        DataParallel { comm, bucket_bytes: DEFAULT_BUCKET_BYTES, first_bucket_bytes: DEFAULT_FIRST_BUCKET_BYTES, high_priority: true }
+        DataParallel { comm, bucket_bytes: DEFAULT_BUCKET_BYTES, first_bucket_bytes: DEFAULT_FIRST_BUCKET_BYTES, high_priority: true, pack_below_bytes: DEFAULT_PACK_BELOW_BYTES }
+    }
+
+    /// Sets which gradients are packed into their bucket's flat tensor: those of fewer than
+    /// `bytes` (`None`: all).
+    pub fn pack_below_bytes(mut self, bytes: Option<usize>) -> Self {
+        self.pack_below_bytes = bytes;
+        self
     }
 
     /// Replaces the bucket size (the first bucket's too, where it is larger).
@@ -235,18 +248,21 @@ pub type BucketInput = Option<(usize, Kind)>;
 pub use nimble_graph::step::buckets;
 
 /// What every rank must agree on before it captures: each bucket's element count, dtype and
-/// number of parameters.
+/// number of parameters, then every bucketed parameter's element count in order (which of a
+/// bucket's gradients are packed and which are all-reduced in place follows from their sizes).
 fn fingerprint(params: &[Tensor], bucket_of: &[Option<usize>]) -> Vec<i64> {
     let n = bucket_of.iter().flatten().max().map_or(0, |b| b + 1);
     let mut rows = vec![[0i64; 3]; n];
+    let mut sizes = Vec::new();
     for (p, b) in params.iter().zip(bucket_of) {
         if let Some(b) = *b {
             rows[b][0] += p.numel() as i64;
             rows[b][1] = p.kind() as i64;
             rows[b][2] += 1;
+            sizes.push(p.numel() as i64);
         }
     }
-    std::iter::once(n as i64).chain(rows.into_iter().flatten()).collect()
+    std::iter::once(n as i64).chain(rows.into_iter().flatten()).chain(sizes).collect()
 }
 
 /// The gradient all-reduces of a prepared data-parallel step, over the parameters that had a
@@ -262,8 +278,8 @@ impl GradientSync {
     pub(crate) fn new(dp: &DataParallel, params: &[Tensor]) -> Result<GradientSync> {
         let inputs: Vec<BucketInput> = params.iter().map(|p| p.grad().defined().then(|| (p.numel() * p.kind().elt_size_in_bytes(), p.kind()))).collect();
         let bucket_of = buckets(&inputs, dp.first_bucket_bytes, dp.bucket_bytes);
-        dp.comm.check_same("the gradient buckets (count, then elements, dtype and parameters of each)", &fingerprint(params, &bucket_of))?;
-        let reducer = Reducer::new(&dp.comm.raw, params, &bucket_of, dp.high_priority)?;
+        dp.comm.check_same("the gradient buckets (count, then elements, dtype and parameters of each, then each gradient's elements)", &fingerprint(params, &bucket_of))?;
+        let reducer = Reducer::new(&dp.comm.raw, params, &bucket_of, dp.high_priority, dp.pack_below_bytes)?;
         let buckets = bucket_of.iter().flatten().max().map_or(0, |b| b + 1);
         Ok(GradientSync { reducer, _comm: dp.comm.clone(), buckets })
     }
@@ -316,7 +332,10 @@ mod tests {
     fn the_fingerprint_counts_each_bucket() {
         let params = [Tensor::zeros([3, 2], (Kind::Float, tch::Device::Cpu)), Tensor::zeros([5], (Kind::Float, tch::Device::Cpu))];
         let f = fingerprint(&params, &[Some(0), Some(0)]);
-        assert_eq!(f, vec![1, 11, Kind::Float as i64, 2]);
+        assert_eq!(f, vec![1, 11, Kind::Float as i64, 2, 6, 5]);
+        // The same bucket totals from other sizes differ.
+        let other = [Tensor::zeros([4], (Kind::Float, tch::Device::Cpu)), Tensor::zeros([7], (Kind::Float, tch::Device::Cpu))];
+        assert_ne!(fingerprint(&other, &[Some(0), Some(0)]), f);
         assert_eq!(fingerprint(&params, &[None, None]), vec![0]);
     }
 }

@@ -5,6 +5,11 @@
 //! its own (and averages the two halves' losses); parameters are compared, not BatchNorm's
 //! running statistics, which each rank keeps for its own half.
 //!
+//! It runs three times, packing every gradient into its bucket's flat tensor (DDP's way), none
+//! (every gradient all-reduced in place) and those below 2 KiB (the small network's BatchNorm
+//! parameters, its stem and fully connected weights packed, its two other convolutions' weights
+//! in place).
+//!
 //! The test starts its ranks by running its own binary again (the ranks find their part through
 //! the environment). With fewer than two GPUs it prints a notice and passes; with
 //! `NIMBLE_REQUIRE_MULTI_GPU=1` it fails instead.
@@ -29,6 +34,8 @@ const LR: f64 = 0.05;
 /// As the one-GPU training tests: float32, TF32 convolutions, non-deterministic reductions.
 const TOLERANCE: f64 = 5e-3;
 const TEST: &str = "two_ranks_train_like_one_gpu_on_the_whole_batch";
+/// Which gradients each run packs (`DataParallel::pack_below_bytes`).
+const PACKINGS: [(&str, Option<usize>); 3] = [("every gradient packed", None), ("every gradient in place", Some(0)), ("gradients below 2 KiB packed", Some(2048))];
 
 fn sgd() -> Optimizer {
     Optimizer::sgd(LR).momentum(0.9).weight_decay(5e-4)
@@ -48,7 +55,7 @@ fn network(seed: i64, device: Device) -> (nn::VarStore, Net) {
 }
 
 /// One rank: its share of every batch, the whole step prepared data parallel.
-fn rank_main(rank: usize, out: &Path) {
+fn rank_main(rank: usize, pack_below: Option<usize>, out: &Path) {
     let id = NcclId::from_hex(&std::env::var("NIMBLE_NCCL_ID").unwrap()).unwrap();
     let comm = Rc::new(Communicator::new(&id, WORLD, rank, rank).unwrap());
     let device = Device::Cuda(rank);
@@ -58,7 +65,7 @@ fn rank_main(rank: usize, out: &Path) {
     let share = |t: &Tensor| t.narrow(0, rank as i64 * BATCH, BATCH).to(device);
     let data: Vec<(Tensor, Tensor)> = global_batches().iter().map(|(x, y)| (share(x), share(y))).collect();
     let mut nimble = Nimble::new(net);
-    let step = TrainStep::new(sgd()).data_parallel(DataParallel::new(comm.clone()));
+    let step = TrainStep::new(sgd()).data_parallel(DataParallel::new(comm.clone()).pack_below_bytes(pack_below));
     let report = nimble.prepare_train_step(&[data[0].0.copy()], &data[0].1, PrepareOptions::training(), step).unwrap().clone();
     assert_eq!(report.gradient_buckets, 1, "{report:?}");
     // The step's task graph has the reducer's buckets, and the forward's measured op times.
@@ -127,7 +134,8 @@ fn load(path: &Path) -> nn::VarStore {
 #[test]
 fn two_ranks_train_like_one_gpu_on_the_whole_batch() {
     if let Ok(rank) = std::env::var("NIMBLE_TEST_RANK") {
-        return rank_main(rank.parse().unwrap(), Path::new(&std::env::var("NIMBLE_TEST_OUT").unwrap()));
+        let pack_below = std::env::var("NIMBLE_TEST_PACK_BELOW").ok().map(|b| b.parse().unwrap());
+        return rank_main(rank.parse().unwrap(), pack_below, Path::new(&std::env::var("NIMBLE_TEST_OUT").unwrap()));
     }
     let gpus = nimble_torch::cuda_device_count();
     if gpus < WORLD {
@@ -137,46 +145,51 @@ fn two_ranks_train_like_one_gpu_on_the_whole_batch() {
         eprintln!("notice: {gpus} CUDA devices, fewer than {WORLD}; skipping the data-parallel test (set NIMBLE_REQUIRE_MULTI_GPU=1 to fail instead)");
         return;
     }
-    let out: PathBuf = std::env::temp_dir().join(format!("nimble-data-parallel-{}", std::process::id()));
-    std::fs::create_dir_all(&out).unwrap();
-    let id = NcclId::new().unwrap();
-    let ranks: Vec<Child> = (0..WORLD)
-        .map(|rank| {
-            Command::new(std::env::current_exe().unwrap())
-                .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
-                .env("NIMBLE_TEST_RANK", rank.to_string())
-                .env("NIMBLE_TEST_OUT", &out)
-                .env("NIMBLE_NCCL_ID", id.to_hex())
-                .env("NCCL_NVLS_ENABLE", "0")
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    wait_all(ranks, Duration::from_secs(300));
-
-    let read = |rank: usize| -> Vec<f64> { serde_json::from_str(&std::fs::read_to_string(out.join(format!("losses-{rank}.json"))).unwrap()).unwrap() };
-    let (r0, r1) = (read(0), read(1));
-    let losses: Vec<f64> = r0.iter().zip(&r1).map(|(a, b)| (a + b) / 2.0).collect();
     let (expected_vs, expected) = reference(&global_batches());
-    let trained = [load(&out.join("vars-0.ot")), load(&out.join("vars-1.ot"))];
-    let _ = std::fs::remove_dir_all(&out);
-
-    let loss_error = losses.iter().zip(&expected).map(|(l, r)| (l - r).abs() / r.abs().max(1e-12)).fold(0.0, f64::max);
-    let mut worst = (0.0f64, String::new());
-    let (vars0, vars1) = (trained[0].variables(), trained[1].variables());
-    for (name, want) in expected_vs.variables() {
-        if name.ends_with("running_mean") || name.ends_with("running_var") {
-            continue; // BatchNorm's statistics: each rank keeps its own half's
-        }
-        assert_eq!(relative_error(&vars1[&name], &vars0[&name]), 0.0, "{name}: the ranks' parameters differ");
-        let error = relative_error(&vars0[&name], &want);
-        if error.is_nan() || error > worst.0 {
-            worst = (error, name);
-        }
-    }
-    let (worst, name) = worst;
-    eprintln!("data parallel over {WORLD} GPUs: after {STEPS} steps, largest parameter difference {worst:.2e} ({name}), loss difference {loss_error:.2e}; losses {:.4} → {:.4}", expected[0], expected[STEPS - 1]);
-    assert!(worst <= TOLERANCE, "parameter {name} differs from one-GPU training by {worst:.2e}");
-    assert!(loss_error <= TOLERANCE, "losses differ from one-GPU training by {loss_error:.2e}");
     assert!(expected[STEPS - 1] < expected[0], "the reference did not lower the loss, so the test proves little");
+    for (packing, pack_below) in PACKINGS {
+        let out: PathBuf = std::env::temp_dir().join(format!("nimble-data-parallel-{}", std::process::id()));
+        std::fs::create_dir_all(&out).unwrap();
+        let id = NcclId::new().unwrap();
+        let ranks: Vec<Child> = (0..WORLD)
+            .map(|rank| {
+                let mut command = Command::new(std::env::current_exe().unwrap());
+                command
+                    .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
+                    .env("NIMBLE_TEST_RANK", rank.to_string())
+                    .env("NIMBLE_TEST_OUT", &out)
+                    .env("NIMBLE_NCCL_ID", id.to_hex())
+                    .env("NCCL_NVLS_ENABLE", "0");
+                if let Some(bytes) = pack_below {
+                    command.env("NIMBLE_TEST_PACK_BELOW", bytes.to_string());
+                }
+                command.spawn().unwrap()
+            })
+            .collect();
+        wait_all(ranks, Duration::from_secs(300));
+
+        let read = |rank: usize| -> Vec<f64> { serde_json::from_str(&std::fs::read_to_string(out.join(format!("losses-{rank}.json"))).unwrap()).unwrap() };
+        let (r0, r1) = (read(0), read(1));
+        let losses: Vec<f64> = r0.iter().zip(&r1).map(|(a, b)| (a + b) / 2.0).collect();
+        let trained = [load(&out.join("vars-0.ot")), load(&out.join("vars-1.ot"))];
+        let _ = std::fs::remove_dir_all(&out);
+
+        let loss_error = losses.iter().zip(&expected).map(|(l, r)| (l - r).abs() / r.abs().max(1e-12)).fold(0.0, f64::max);
+        let mut worst = (0.0f64, String::new());
+        let (vars0, vars1) = (trained[0].variables(), trained[1].variables());
+        for (name, want) in expected_vs.variables() {
+            if name.ends_with("running_mean") || name.ends_with("running_var") {
+                continue; // BatchNorm's statistics: each rank keeps its own half's
+            }
+            assert_eq!(relative_error(&vars1[&name], &vars0[&name]), 0.0, "{packing}: {name}: the ranks' parameters differ");
+            let error = relative_error(&vars0[&name], &want);
+            if error.is_nan() || error > worst.0 {
+                worst = (error, name);
+            }
+        }
+        let (worst, name) = worst;
+        eprintln!("data parallel over {WORLD} GPUs, {packing}: after {STEPS} steps, largest parameter difference {worst:.2e} ({name}), loss difference {loss_error:.2e}; losses {:.4} → {:.4}", expected[0], expected[STEPS - 1]);
+        assert!(worst <= TOLERANCE, "{packing}: parameter {name} differs from one-GPU training by {worst:.2e}");
+        assert!(loss_error <= TOLERANCE, "{packing}: losses differ from one-GPU training by {loss_error:.2e}");
+    }
 }

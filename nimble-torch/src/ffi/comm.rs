@@ -1,7 +1,7 @@
 //! NCCL communicators, the eager collectives prepare needs, and the gradient reducer a
 //! data-parallel whole step captures (`shim/comm.cpp`).
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_int, c_longlong, c_void};
 use std::ptr;
 
 use tch::Tensor;
@@ -20,7 +20,7 @@ extern "C" {
     fn ns_comm_broadcast(comm: *mut c_void, tensors: *const *mut c_void, n: c_int, root: c_int) -> c_int;
     fn ns_comm_all_gather_i64(comm: *mut c_void, mine: *const i64, n: c_int, all: *mut i64) -> c_int;
     fn ns_comm_all_reduce_mean(comm: *mut c_void, tensors: *const *mut c_void, n: c_int) -> c_int;
-    fn ns_reducer_new(comm: *mut c_void, params: *const *mut c_void, n: c_int, bucket_of: *const c_int, n_buckets: c_int, high_priority: c_int, out: *mut *mut c_void) -> c_int;
+    fn ns_reducer_new(comm: *mut c_void, params: *const *mut c_void, n: c_int, bucket_of: *const c_int, n_buckets: c_int, high_priority: c_int, pack_below: c_longlong, out: *mut *mut c_void) -> c_int;
     fn ns_reducer_free(reducer: *mut c_void);
     fn ns_reducer_arm(reducer: *mut c_void) -> c_int;
     fn ns_reducer_finish(reducer: *mut c_void) -> c_int;
@@ -96,18 +96,21 @@ pub(crate) struct Reducer {
 impl Reducer {
     /// `bucket_of[i]`: parameter i's bucket (launch order), or `None` when it is not reduced.
     /// The communicator must outlive the reducer. The all-reduces run on a stream of high
-    /// priority, or of normal priority like the compute's.
-    pub(crate) fn new(comm: &RawComm, params: &[Tensor], bucket_of: &[Option<usize>], high_priority: bool) -> Result<Reducer> {
+    /// priority, or of normal priority like the compute's. Gradients of fewer than `pack_below`
+    /// bytes (all of them when `None`) are packed into one all-reduce per bucket; larger ones are
+    /// all-reduced in place, in the same NCCL group.
+    pub(crate) fn new(comm: &RawComm, params: &[Tensor], bucket_of: &[Option<usize>], high_priority: bool, pack_below: Option<usize>) -> Result<Reducer> {
         if params.len() != bucket_of.len() {
             return Err(NimbleError::Internal(format!("reducer: {} parameters but {} bucket numbers", params.len(), bucket_of.len())));
         }
         let ps = tensor_ptrs(params);
         let buckets: Vec<c_int> = bucket_of.iter().map(|b| b.map_or(-1, |b| b as c_int)).collect();
         let n_buckets = bucket_of.iter().flatten().max().map_or(0, |b| b + 1);
+        let pack_below: c_longlong = pack_below.map_or(-1, |b| b.min(i64::MAX as usize) as c_longlong);
         let mut raw = ptr::null_mut();
         // SAFETY: as many bucket numbers as parameters (checked above; the shim checks their range); live
         // tensors; on success the shim writes a handle we own.
-        check("reducer_new", unsafe { ns_reducer_new(comm.raw, ps.as_ptr(), ps.len() as c_int, buckets.as_ptr(), n_buckets as c_int, high_priority as c_int, &mut raw) })?;
+        check("reducer_new", unsafe { ns_reducer_new(comm.raw, ps.as_ptr(), ps.len() as c_int, buckets.as_ptr(), n_buckets as c_int, high_priority as c_int, pack_below, &mut raw) })?;
         Ok(Reducer { raw })
     }
 
