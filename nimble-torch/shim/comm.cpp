@@ -110,6 +110,35 @@ struct Reducer {
     return pack_below < 0 || static_cast<int64_t>(g.numel() * g.element_size()) < pack_below;
   }
 
+  // The gradients of parameters `which`, as views of consecutive pieces of `flat`.
+  std::vector<at::Tensor> views_of(const at::Tensor& flat, const std::vector<int>& which) const {
+    std::vector<at::Tensor> views;
+    int64_t offset = 0;
+    for (int i : which) {
+      const at::Tensor& g = params[i].grad();
+      views.push_back(flat.narrow(0, offset, g.numel()).view(g.sizes()));
+      offset += g.numel();
+    }
+    return views;
+  }
+
+  // The gradients of parameters `which` copied into one new flat tensor, on the current stream
+  // (undefined when there are none). One multi-tensor copy: at::cat's kernel moved ResNet-50's
+  // 94 MB at 1.2 TB/s on an H200 (160 us a step).
+  at::Tensor pack(const std::vector<int>& which) const {
+    if (which.empty()) return at::Tensor();
+    int64_t total = 0;
+    std::vector<at::Tensor> grads;
+    for (int i : which) {
+      grads.push_back(params[i].grad());
+      total += grads.back().numel();
+    }
+    at::Tensor flat = at::empty({total}, grads[0].options().memory_format(at::MemoryFormat::Contiguous));
+    auto views = views_of(flat, which);
+    at::_foreach_copy_(views, grads);
+    return flat;
+  }
+
   void launch(size_t b) {
     std::vector<int> small, large;
     for (int i : members[b]) {
@@ -122,13 +151,7 @@ struct Reducer {
       (packed(g) ? small : large).push_back(i);
     }
     c10::cuda::CUDAStreamGuard guard(stream);
-    std::vector<at::Tensor> parts;
-    std::vector<int64_t> sizes;
-    for (int i : small) {
-      parts.push_back(params[i].grad().reshape({-1}));
-      sizes.push_back(parts.back().numel());
-    }
-    at::Tensor flat = small.empty() ? at::Tensor() : at::cat(parts, 0);
+    at::Tensor flat = pack(small);
     // Every rank makes the same split (the buckets' fingerprint includes each gradient's size),
     // so the group holds the same collectives in the same order everywhere.
     nccl_check(ncclGroupStart(), "ncclGroupStart");
@@ -145,11 +168,11 @@ struct Reducer {
     // bucket (no copies back). Every gradient was read (or written) on this stream; recording
     // that keeps the allocator from handing its memory to other streams before that is done.
     if (flat.defined()) {
-      auto means = flat.split_with_sizes(sizes);
+      auto means = views_of(flat, small);
       for (size_t k = 0; k < small.size(); k++) {
         at::Tensor& grad = params[small[k]].mutable_grad();
         grad.record_stream(stream);
-        grad = means[k].view(grad.sizes());
+        grad = means[k];
       }
     }
     for (int i : large) params[i].grad().record_stream(stream);
