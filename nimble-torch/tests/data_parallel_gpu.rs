@@ -13,6 +13,11 @@
 //! The test starts its ranks by running its own binary again (the ranks find their part through
 //! the environment). With fewer than two GPUs it prints a notice and passes; with
 //! `NIMBLE_REQUIRE_MULTI_GPU=1` it fails instead.
+//!
+//! A second test needs one GPU: a group of one rank (the reducer packs, all-reduces and hands the
+//! optimizer its means, which NCCL leaves as they are) must train as the whole step alone does,
+//! under each packing. Without a GPU it prints a notice and passes; with `NIMBLE_REQUIRE_GPU=1`
+//! it fails instead.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -191,5 +196,52 @@ fn two_ranks_train_like_one_gpu_on_the_whole_batch() {
         eprintln!("data parallel over {WORLD} GPUs, {packing}: after {STEPS} steps, largest parameter difference {worst:.2e} ({name}), loss difference {loss_error:.2e}; losses {:.4} → {:.4}", expected[0], expected[STEPS - 1]);
         assert!(worst <= TOLERANCE, "{packing}: parameter {name} differs from one-GPU training by {worst:.2e}");
         assert!(loss_error <= TOLERANCE, "{packing}: losses differ from one-GPU training by {loss_error:.2e}");
+    }
+}
+
+#[test]
+fn a_group_of_one_rank_trains_like_the_step_alone() {
+    if std::env::var("NIMBLE_TEST_RANK").is_ok() {
+        return; // a rank process of the two-GPU test
+    }
+    if !tch::Cuda::is_available() {
+        if std::env::var("NIMBLE_REQUIRE_GPU").as_deref() == Ok("1") {
+            panic!("NIMBLE_REQUIRE_GPU=1 but libtorch sees no CUDA device");
+        }
+        eprintln!("notice: no CUDA device; skipping the one-rank data-parallel test (set NIMBLE_REQUIRE_GPU=1 to fail instead)");
+        return;
+    }
+    let device = Device::Cuda(0);
+    tch::Cuda::cudnn_set_benchmark(true);
+    let data: Vec<(Tensor, Tensor)> = global_batches().iter().map(|(x, y)| (x.to(device), y.to(device))).collect();
+    let train = |dp: Option<DataParallel>| {
+        let (vs, net) = network(3, device);
+        let mut nimble = Nimble::new(net);
+        let step = match dp {
+            Some(dp) => TrainStep::new(sgd()).data_parallel(dp),
+            None => TrainStep::new(sgd()),
+        };
+        let report = nimble.prepare_train_step(&[data[0].0.copy()], &data[0].1, PrepareOptions::training(), step).unwrap().clone();
+        let losses: Vec<f64> = data.iter().map(|(x, y)| nimble.train_step(std::slice::from_ref(x), y).unwrap().double_value(&[])).collect();
+        (vs, losses, report.gradient_buckets)
+    };
+    let (alone, alone_losses, buckets) = train(None);
+    assert_eq!(buckets, 0);
+    for (packing, pack_below) in PACKINGS {
+        let comm = Rc::new(Communicator::new(&NcclId::new().unwrap(), 1, 0, 0).unwrap());
+        // Small buckets, so that the step has several and the bucket boundaries are exercised.
+        let (vs, losses, buckets) = train(Some(DataParallel::new(comm).bucket_bytes(8 << 10).first_bucket_bytes(2 << 10).pack_below_bytes(pack_below)));
+        assert!(buckets >= 3, "{packing}: {buckets} buckets");
+        let loss_error = losses.iter().zip(&alone_losses).map(|(l, r)| (l - r).abs() / r.abs().max(1e-12)).fold(0.0, f64::max);
+        let alone_vars = alone.variables();
+        let (worst, name) = vs
+            .variables()
+            .iter()
+            .filter(|(name, _)| !name.ends_with("running_mean") && !name.ends_with("running_var"))
+            .map(|(name, t)| (relative_error(t, &alone_vars[name]), name.clone()))
+            .fold((0.0f64, String::new()), |a, b| if b.0.is_nan() || b.0 > a.0 { b } else { a });
+        eprintln!("one rank, {packing}, {buckets} buckets: after {STEPS} steps, largest parameter difference {worst:.2e} ({name}), loss difference {loss_error:.2e}");
+        assert!(worst <= TOLERANCE, "{packing}: parameter {name} differs from the step alone by {worst:.2e}");
+        assert!(loss_error <= TOLERANCE, "{packing}: losses differ from the step alone by {loss_error:.2e}");
     }
 }
