@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on a lent GPU machine: `nimble-bench train --gpus` once per variant of the data-parallel
-# step, in one call, one record each (scaling-LABEL.json), all packed into $OUT/results.tgz; the
-# variants' tables are printed last. Builds nothing: uses the binaries carried in .gpu/.
+# step, in one call, one record each (scaling-LABEL.json), all packed into $OUT/results.tgz (or
+# $OUT/$RESULTS_NAME.tgz); the variants' tables are printed last. Builds nothing: uses the
+# binaries carried in .gpu/.
 #   usage: scripts/device/run-scaling-variants.sh MODELS BATCHES GPUS WARMUP ITERS 'LABEL|ENV|ARGS'...
 #   e.g.   ... resnet50 32,64,128 1,2 50 100 'default||' 'inplace||--pack-below-mb 0' 'efficient|NCCL_CTA_POLICY=1|'
 # ENV: variables for that variant only (NAME=VALUE, space-separated); ARGS: more `train` flags,

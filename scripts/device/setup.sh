@@ -1,14 +1,15 @@
 # Sourced by the scripts beside it, on the lent GPU machine: $out (from $OUT), the library path
 # to that machine's libtorch (its Python's torch), and the GPU's description in $out.
 # With PACK_RESULTS=1 the results go to a scratch directory and `pack_results` puts them in one
-# $OUT/results.tgz at the end (the device tool brings back few files).
+# $OUT/results.tgz at the end (the device tool brings back few files; RESULTS_NAME names the
+# archive instead, for several packed scripts in one call).
 if [ "${PACK_RESULTS:-0}" = 1 ]; then
     packed_out=${OUT:-/tmp/nimble-out}
     mkdir -p "$packed_out"
     OUT=$(mktemp -d)
 fi
 pack_results() {
-    tar czf "$packed_out/results.tgz" -C "$out" .
+    tar czf "$packed_out/${RESULTS_NAME:-results}.tgz" -C "$out" .
 }
 # Ends a packed run whose table is $out/NAME.txt: keeps the GPU's description beside it, packs,
 # prints the table last and exits with STATUS.
