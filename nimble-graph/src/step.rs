@@ -18,11 +18,14 @@
 //!   parameters and after the previous bucket's all-reduce: every rank issues them in bucket
 //!   order, and one communicator runs them one at a time. No duration: the caller prices them
 //!   (for example with a ring model of its interconnect).
-//! * **Optimizer.** One node that updates every parameter (a fused multi-tensor kernel), after
-//!   every collective and every parameter's gradient.
+//! * **Optimizer.** On one GPU, one node that updates every parameter (a fused multi-tensor
+//!   kernel) after every parameter's gradient. Data parallel, one node per bucket that updates
+//!   its parameters (attribute `bucket`), after that bucket's all-reduce and every parameter's
+//!   gradient: the backward is over before any parameter changes, and the earlier buckets'
+//!   updates run while the last all-reduces do.
 //!
 //! Node ids: the forward's are kept; the loss, the backward nodes, the collectives and the
-//! optimizer are numbered after the largest forward id, in that order.
+//! optimizer nodes are numbered after the largest forward id, in that order.
 
 use std::collections::BTreeMap;
 
@@ -96,9 +99,10 @@ pub struct TrainingStep {
     pub parameters: Vec<Parameter>,
     /// Each bucket's parameters and bytes, in launch order.
     pub buckets: Vec<(Vec<usize>, usize)>,
-    /// Node indices in `graph`: the collective of each bucket, and the optimizer.
+    /// Node indices in `graph`: the collective of each bucket, and the optimizer nodes (one per
+    /// bucket, in bucket order; one in all without buckets).
     pub collectives: Vec<usize>,
-    pub optimizer: usize,
+    pub optimizers: Vec<usize>,
 }
 
 /// Reads the `params` attributes of `forward`'s nodes.
@@ -176,7 +180,8 @@ pub fn training_step(forward: &TaskGraph, options: &StepOptions) -> Result<Train
     let loss = base;
     let backward_id = |v: usize| base + 1 + v as u64;
     let collective_id = |b: usize| base + 1 + n as u64 + b as u64;
-    let optimizer_id = base + 1 + n as u64 + bucket_count as u64;
+    let optimizer_id = |b: usize| base + 1 + n as u64 + bucket_count as u64 + b as u64;
+    let optimizer_count = bucket_count.max(1);
 
     let mut builder = TaskGraphBuilder::new();
     for node in forward.nodes() {
@@ -222,21 +227,28 @@ pub fn training_step(forward: &TaskGraph, options: &StepOptions) -> Result<Train
                 builder.add_edge(backward_id(r), collective_id(b))?;
             }
         }
-        builder.add_edge(collective_id(b), optimizer_id)?;
     }
-    let mut optimizer = Node::new(optimizer_id, "optimizer");
-    optimizer.attrs.insert("phase".into(), json!("optimizer"));
-    builder.add_node(optimizer)?;
-    for p in &parameters {
-        for &r in &p.readers {
-            builder.add_edge(backward_id(r), optimizer_id)?;
+    for b in 0..optimizer_count {
+        let mut optimizer = Node::new(optimizer_id(b), "optimizer");
+        optimizer.attrs.insert("phase".into(), json!("optimizer"));
+        if bucket_count > 0 {
+            optimizer.attrs.insert("bucket".into(), json!(b));
+        }
+        builder.add_node(optimizer)?;
+        if bucket_count > 0 {
+            builder.add_edge(collective_id(b), optimizer_id(b))?;
+        }
+        for p in &parameters {
+            for &r in &p.readers {
+                builder.add_edge(backward_id(r), optimizer_id(b))?;
+            }
         }
     }
     let graph = builder.build()?;
     let index = |id: u64| graph.index_of(id).expect("the builder added it");
     let collectives = (0..bucket_count).map(|b| index(collective_id(b))).collect();
-    let optimizer = index(optimizer_id);
-    Ok(TrainingStep { graph, parameters, buckets: bucket_list, collectives, optimizer })
+    let optimizers = (0..optimizer_count).map(|b| index(optimizer_id(b))).collect();
+    Ok(TrainingStep { graph, parameters, buckets: bucket_list, collectives, optimizers })
 }
 
 #[cfg(test)]
@@ -289,15 +301,15 @@ mod tests {
         let forward = forward();
         let step = training_step(&forward, &StepOptions { buckets: Some((16, 800)), backward_factor: 2.0 }).unwrap();
         let g = &step.graph;
-        // Forward 6, loss, 5 backward nodes (the input copy has none), 2 buckets, optimizer.
-        assert_eq!(g.len(), 6 + 1 + 5 + 2 + 1);
+        // Forward 6, loss, 5 backward nodes (the input copy has none), 2 buckets, an update each.
+        assert_eq!(g.len(), 6 + 1 + 5 + 2 + 2);
         assert_eq!(step.parameters.iter().map(|p| p.bytes).collect::<Vec<_>>(), vec![400, 400, 800, 8]);
         // Reverse order: w3 (8 < 16 keeps it open), w2 (808: full); w1, w0 (800: full).
         assert_eq!(step.buckets, vec![(vec![2, 3], 808), (vec![0, 1], 800)]);
         let reach = g.reachability();
         let node = |id: u64| g.index_of(id).unwrap();
         let reaches = |a: u64, b: u64| reach.reaches(node(a), node(b));
-        // ids: loss 16, backward 17 + index, collectives 23.., optimizer after them.
+        // ids: loss 16, backward 17 + index, collectives 23.., optimizer nodes after them.
         assert_eq!(g.node(node(16)).op, "loss");
         assert!(g.index_of(17).is_none(), "the input copy has no backward");
         assert_eq!(g.node(node(22)).op, "aten::linear:backward");
@@ -310,8 +322,16 @@ mod tests {
         assert!(reach.independent(node(18), first), "bucket 0 runs beside conv0's backward");
         for c in &step.collectives {
             assert_eq!(g.node(*c).attrs["stream_class"], json!(COLLECTIVE_CLASS));
-            assert!(reach.reaches(*c, step.optimizer));
         }
+        // One update per bucket, after its all-reduce and the whole backward, not after later
+        // buckets' all-reduces.
+        assert_eq!(step.optimizers.len(), 2);
+        for (b, &o) in step.optimizers.iter().enumerate() {
+            assert_eq!(g.node(o).attrs["bucket"], json!(b));
+            assert!(reach.reaches(step.collectives[b], o));
+            assert!(reach.reaches(node(18), o) && reach.reaches(node(22), o), "the backward is over first");
+        }
+        assert!(reach.independent(step.collectives[1], step.optimizers[0]), "bucket 0's update runs beside bucket 1's all-reduce");
         for pair in step.collectives.windows(2) {
             assert!(reach.reaches(pair[0], pair[1]), "buckets are issued in order");
         }
@@ -323,7 +343,8 @@ mod tests {
         let step = training_step(&forward(), &StepOptions::single_gpu()).unwrap();
         assert!(step.collectives.is_empty() && step.buckets.is_empty());
         assert_eq!(step.graph.len(), 6 + 1 + 5 + 1);
-        assert!(step.graph.reachability().reaches(step.graph.index_of(18).unwrap(), step.optimizer));
+        assert_eq!(step.optimizers.len(), 1);
+        assert!(step.graph.reachability().reaches(step.graph.index_of(18).unwrap(), step.optimizers[0]));
 
         let with = |attr: Value| {
             let mut b = TaskGraphBuilder::new();

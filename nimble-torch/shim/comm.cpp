@@ -9,9 +9,10 @@
 // waits for those events and all-reduces the bucket with ncclAvg as one NCCL group: the
 // gradients smaller than `pack_below` bytes are packed into one flat tensor (one all-reduce for
 // many small tensors) and become views of its means; larger ones are all-reduced where they are,
-// so their bytes are never copied. `finish` launches what is left and makes the current stream
-// wait for the reducer's, so the optimizer reads the means. Inside a capture all of this becomes
-// graph nodes: the all-reduces overlap the rest of the backward on every replay.
+// so their bytes are never copied. `finish` launches what is left; `wait` makes the current
+// stream wait for one bucket's means, so the optimizer can update that bucket's parameters while
+// later buckets are still being all-reduced. Inside a capture all of this becomes graph nodes: the
+// all-reduces overlap the rest of the backward on every replay.
 
 #include "common.h"
 #include "nimble_shim.h"
@@ -85,7 +86,7 @@ struct Reducer {
   std::vector<int> pending;               // per bucket, gradients not ready yet
   std::vector<at::Tensor> flats;          // per bucket, this step's packed gradients
   int64_t pack_below = -1;                // gradients of fewer bytes are packed; -1: all are
-  at::cuda::CUDAEvent done;               // recorded after the last bucket
+  std::vector<std::unique_ptr<at::cuda::CUDAEvent>> reduced;  // per bucket, after its all-reduce
   size_t next = 0;                        // the first bucket not launched
   bool armed = false;
   std::mutex mu;
@@ -177,6 +178,7 @@ struct Reducer {
     }
     for (int i : large) params[i].grad().record_stream(stream);
     flats[b] = flat;
+    reduced[b]->record(stream);
   }
 };
 
@@ -310,6 +312,7 @@ int ns_reducer_new(void* raw_comm, void* const* params, int n, const int* bucket
       if (reducer->bucket_of[i] >= 0)
         torch::autograd::impl::set_post_acc_grad_hooks(reducer->params[i], std::make_unique<ReadyHook>(reducer.get(), i));
     reducer->flats.resize(n_buckets);
+    for (int b = 0; b < n_buckets; b++) reducer->reduced.push_back(std::make_unique<at::cuda::CUDAEvent>());
     *out = reducer.release();
   });
 }
@@ -339,7 +342,7 @@ int ns_reducer_arm(void* raw) {
 }
 
 // Ends a step's backward: launches the buckets not launched yet (gradients whose hook did not
-// run count as ready on the current stream) and makes the current stream wait for them all.
+// run count as ready on the current stream). Nothing waits for them yet: see ns_reducer_wait.
 int ns_reducer_finish(void* raw) {
   return guarded([&] {
     auto* r = static_cast<Reducer*>(raw);
@@ -350,8 +353,20 @@ int ns_reducer_finish(void* raw) {
     for (size_t i = 0; i < r->params.size(); i++)
       if (r->bucket_of[i] >= 0) r->mark_ready(static_cast<int>(i), current);
     r->launch_ready();
-    r->done.record(r->stream);
-    r->done.block(current);
+  });
+}
+
+// Makes the current stream wait until bucket `bucket`'s gradients are averaged (buckets are
+// all-reduced in order on one stream, so the last bucket's wait covers them all).
+int ns_reducer_wait(void* raw, int bucket) {
+  return guarded([&] {
+    auto* r = static_cast<Reducer*>(raw);
+    std::lock_guard<std::mutex> lock(r->mu);
+    if (r->armed) throw std::runtime_error("the gradient reducer was asked for a bucket before the step's backward finished");
+    if (bucket < 0 || static_cast<size_t>(bucket) >= r->reduced.size())
+      throw std::runtime_error("bucket " + std::to_string(bucket) + " is out of range (" + std::to_string(r->reduced.size()) + " buckets)");
+    if (r->next != r->members.size()) throw std::runtime_error("the gradient reducer has buckets it did not launch");
+    r->reduced[bucket]->block(c10::cuda::getCurrentCUDAStream(r->comm->device));
   });
 }
 

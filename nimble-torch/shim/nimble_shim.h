@@ -100,6 +100,7 @@ int ns_reducer_new(void* comm, void* const* params, int n, const int* bucket_of,
 void ns_reducer_free(void* reducer);
 int ns_reducer_arm(void* reducer);
 int ns_reducer_finish(void* reducer);
+int ns_reducer_wait(void* reducer, int bucket);
 
 #ifdef __cplusplus
 }  // extern "C"

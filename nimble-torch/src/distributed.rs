@@ -271,7 +271,10 @@ pub(crate) struct GradientSync {
     reducer: Reducer,
     /// The reducer's hooks point into the communicator.
     _comm: Rc<Communicator>,
-    pub(crate) buckets: usize,
+    /// Each bucket's parameters (indices into the step's parameters), in launch order.
+    pub(crate) members: Vec<Vec<usize>>,
+    /// The parameters in no bucket (they had no gradient when the buckets were made).
+    pub(crate) unbucketed: Vec<usize>,
 }
 
 impl GradientSync {
@@ -280,8 +283,12 @@ impl GradientSync {
         let bucket_of = buckets(&inputs, dp.first_bucket_bytes, dp.bucket_bytes);
         dp.comm.check_same("the gradient buckets (count, then elements, dtype and parameters of each, then each gradient's elements)", &fingerprint(params, &bucket_of))?;
         let reducer = Reducer::new(&dp.comm.raw, params, &bucket_of, dp.high_priority, dp.pack_below_bytes)?;
-        let buckets = bucket_of.iter().flatten().max().map_or(0, |b| b + 1);
-        Ok(GradientSync { reducer, _comm: dp.comm.clone(), buckets })
+        let (members, unbucketed) = bucket_members(&bucket_of);
+        Ok(GradientSync { reducer, _comm: dp.comm.clone(), members, unbucketed })
+    }
+
+    pub(crate) fn buckets(&self) -> usize {
+        self.members.len()
     }
 
     /// Before a step's backward.
@@ -289,10 +296,29 @@ impl GradientSync {
         self.reducer.arm()
     }
 
-    /// After a step's backward: the current stream then sees the averaged gradients.
+    /// After a step's backward: launches the buckets left (nothing waits for them yet).
     pub(crate) fn finish(&self) -> Result<()> {
         self.reducer.finish()
     }
+
+    /// After `finish`: the current stream then sees bucket `bucket`'s averaged gradients.
+    pub(crate) fn wait(&self, bucket: usize) -> Result<()> {
+        self.reducer.wait(bucket)
+    }
+}
+
+/// Each bucket's parameters in order, and the parameters in none.
+fn bucket_members(bucket_of: &[Option<usize>]) -> (Vec<Vec<usize>>, Vec<usize>) {
+    let n = bucket_of.iter().flatten().max().map_or(0, |b| b + 1);
+    let mut members = vec![Vec::new(); n];
+    let mut unbucketed = Vec::new();
+    for (i, b) in bucket_of.iter().enumerate() {
+        match *b {
+            Some(b) => members[b].push(i),
+            None => unbucketed.push(i),
+        }
+    }
+    (members, unbucketed)
 }
 
 #[cfg(test)]
@@ -326,6 +352,14 @@ mod tests {
         assert!(check_rank(2, 2).unwrap_err().to_string().contains("rank 2 in a group of 2"));
         assert!(check_rank(0, 0).unwrap_err().to_string().contains("0 ranks"));
         assert!(check_rank(2, 1).is_ok());
+    }
+
+    #[test]
+    fn bucket_members_list_each_bucket_in_order_and_the_rest() {
+        let (members, rest) = bucket_members(&[Some(1), None, Some(0), Some(1), Some(0)]);
+        assert_eq!(members, vec![vec![2, 4], vec![0, 3]]);
+        assert_eq!(rest, vec![1]);
+        assert_eq!(bucket_members(&[None, None]), (vec![], vec![0, 1]));
     }
 
     #[test]

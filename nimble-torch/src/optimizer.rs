@@ -170,6 +170,20 @@ impl OptimizerState {
         }
     }
 
+    /// One update of the parameters `which` (indices into `params`, the list the state was made
+    /// for); the others are left alone.
+    pub(crate) fn step_some(&self, params: &[Tensor], which: &[usize]) -> Result<()> {
+        if which.is_empty() {
+            return Ok(());
+        }
+        let pick = |list: &[Tensor]| -> Vec<Tensor> { if list.is_empty() { Vec::new() } else { which.iter().map(|&i| list[i].shallow_clone()).collect() } };
+        let params = pick(params);
+        match self {
+            OptimizerState::Sgd { args, buffers } => ffi::sgd_step(&params, &pick(buffers), args),
+            OptimizerState::Adam { args, exp_avgs, exp_avg_sqs, steps } => ffi::adam_step(&params, &pick(exp_avgs), &pick(exp_avg_sqs), &pick(steps), args),
+        }
+    }
+
     /// Back to the state before any step.
     pub(crate) fn reset(&self) {
         let all: Vec<&Tensor> = match self {

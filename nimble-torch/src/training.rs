@@ -352,10 +352,19 @@ pub(crate) fn prepare_train_step(source: &Source, inputs: &[Tensor], targets: &T
             }
             // Eager (no schedule), everything runs on the current stream already.
             ffi::backward(std::slice::from_ref(&loss), None, false, schedule.and(one), None)?;
-            if let Some(sync) = sync.get() {
-                sync.finish()?;
+            match sync.get() {
+                Some(sync) => {
+                    sync.finish()?;
+                    // Each bucket's update waits only for its own all-reduce (and the backward),
+                    // so the earlier buckets' updates run while the last all-reduces finish.
+                    for (bucket, members) in sync.members.iter().enumerate() {
+                        sync.wait(bucket)?;
+                        optimizer.step_some(params, members)?;
+                    }
+                    optimizer.step_some(params, &sync.unbucketed)?;
+                }
+                None => optimizer.step(params)?,
             }
-            optimizer.step(params)?;
             Ok(loss)
         };
         let result = (|| {
@@ -399,7 +408,7 @@ pub(crate) fn prepare_train_step(source: &Source, inputs: &[Tensor], targets: &T
             Ok::<_, NimbleError>((task_graph, graph, loss, structure))
         })();
         // The hooks go with the reducer; the graph keeps its all-reduces (and the communicator).
-        let buckets = sync.into_inner().map_or(0, |sync| sync.buckets);
+        let buckets = sync.into_inner().map_or(0, |sync| sync.buckets());
         let restored = s.restore();
         optimizer.reset();
         s.seconds = seconds;

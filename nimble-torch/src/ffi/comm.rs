@@ -24,6 +24,7 @@ extern "C" {
     fn ns_reducer_free(reducer: *mut c_void);
     fn ns_reducer_arm(reducer: *mut c_void) -> c_int;
     fn ns_reducer_finish(reducer: *mut c_void) -> c_int;
+    fn ns_reducer_wait(reducer: *mut c_void, bucket: c_int) -> c_int;
 }
 
 /// The NCCL version libtorch's CUDA build loaded, as NCCL encodes it (2.28.9: 22809).
@@ -120,10 +121,18 @@ impl Reducer {
         check("reducer_arm", unsafe { ns_reducer_arm(self.raw) })
     }
 
-    /// Ends a step's backward: the rest of the buckets, and the current stream waits for them.
+    /// Ends a step's backward: launches the rest of the buckets (nothing waits for them yet).
     pub(crate) fn finish(&self) -> Result<()> {
         // SAFETY: a live handle.
         check("reducer_finish", unsafe { ns_reducer_finish(self.raw) })
+    }
+
+    /// After `finish`: the current stream waits for bucket `bucket`'s all-reduce (and so for
+    /// every earlier bucket's).
+    pub(crate) fn wait(&self, bucket: usize) -> Result<()> {
+        let bucket = c_int::try_from(bucket).map_err(|_| NimbleError::Internal(format!("bucket {bucket} does not fit a C int")))?;
+        // SAFETY: a live handle; the shim checks the bucket's range.
+        check("reducer_wait", unsafe { ns_reducer_wait(self.raw, bucket) })
     }
 }
 
