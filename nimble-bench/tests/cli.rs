@@ -292,6 +292,10 @@ fn data_parallel_training_refuses_bad_arguments_and_ranks_without_a_launcher() {
     assert!(e.contains("expected at least one GPU"), "{e}");
     let e = stderr(&["train", "--gpus", "1", "--bucket-mb", "0"], &[]);
     assert!(e.contains("--bucket-mb is 0, expected a positive number of MiB"), "{e}");
+    let e = stderr(&["train", "--gpus", "1", "--pack-below-mb=-1"], &[]);
+    assert!(e.contains("--pack-below-mb is -1, expected a number of MiB, 0 or more"), "{e}");
+    let e = stderr(&["train", "--gpus", "2", "--one-gpu-rank"], &[]);
+    assert!(e.contains("--one-gpu-rank changes how the one-GPU step is measured, but --gpus has no 1"), "{e}");
     let e = stderr(&["train-rank", "--model", "resnet50", "--batch", "32", "--out", "/tmp/rank.json"], &[]);
     assert!(e.contains("which sets NIMBLE_RANK; it is not set"), "{e}");
     let e = stderr(&["train-rank", "--model", "resnet50", "--batch", "32", "--out", "/tmp/rank.json"], &[("NIMBLE_RANK", "0"), ("NIMBLE_WORLD_SIZE", "two")]);
