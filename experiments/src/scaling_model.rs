@@ -14,6 +14,10 @@
 //!             slower (NCCL's kernels take SMs and memory bandwidth), through the simulator's
 //!             sharing rule: compute kernels take half the GPU (two run at full speed), an
 //!             all-reduce `collective_slowdown − ½`
+//! optimizer   each optimizer node (one on one GPU, one per bucket data parallel, after the
+//!             backward and its bucket's all-reduce) takes its parameters' bytes over
+//!             `optimizer_bytes_per_us`, outside the calibration's scale: the earlier buckets'
+//!             updates run beside the last all-reduces, as the executor runs them
 //! ```
 //!
 //! What it leaves out: packing a bucket into one buffer, the ranks' variation, and which kernels
@@ -69,7 +73,14 @@ pub struct ProjectionOptions {
     pub all_reduce: AllReduceModel,
     /// How much slower compute runs beside an all-reduce, in [1, 1.5] (1: not at all).
     pub collective_slowdown: f64,
+    /// Parameter bytes the fused optimizer updates per µs (0: the update takes no time, its
+    /// cost folded into the compute's scale as before the optimizer was priced).
+    pub optimizer_bytes_per_us: f64,
 }
+
+/// The fused SGD (momentum, weight decay) updated ResNet-50's 94.1 MB of parameters in 152 µs on
+/// an H200 (`paper-figs/results/reducer-one-rank-95cf27b/kernel-summary-resnet50-b32.json`).
+pub const H200_SGD_BYTES_PER_US: f64 = 94.1e6 / 152.0;
 
 /// The compute kernels' share of the GPU under contention: two of them run at full speed.
 const COMPUTE_SHARE: f64 = 0.5;
@@ -83,13 +94,20 @@ fn simulate_step(step: &TrainingStep, assigner: &dyn nimble_sched::StreamAssigne
     for (&c, (_, bytes)) in step.collectives.iter().zip(&step.buckets) {
         collective_bytes[c] = Some(*bytes as f64);
     }
+    // Each optimizer node's parameter bytes: its bucket's, or all of them.
+    let mut optimizer_bytes = vec![None; step.graph.len()];
+    let all: usize = step.parameters.iter().map(|p| p.bytes).sum();
+    for (b, &o) in step.optimizers.iter().enumerate() {
+        optimizer_bytes[o] = Some(step.buckets.get(b).map_or(all, |(_, bytes)| *bytes) as f64);
+    }
     let contended = options.collective_slowdown > 1.0;
     let graph = step
         .graph
         .with_updated_nodes(|v, duration, attrs| {
-            *duration = match collective_bytes[v] {
-                Some(bytes) => Some(options.all_reduce.time_us(bytes, gpus)),
-                None => duration.map(|d| d * scale),
+            *duration = match (collective_bytes[v], optimizer_bytes[v]) {
+                (Some(bytes), _) => Some(options.all_reduce.time_us(bytes, gpus)),
+                (None, Some(bytes)) if options.optimizer_bytes_per_us > 0.0 => Some(bytes / options.optimizer_bytes_per_us),
+                _ => duration.map(|d| d * scale),
             };
             if contended {
                 let share = if collective_bytes[v].is_some() { options.collective_slowdown - COMPUTE_SHARE } else { COMPUTE_SHARE };
@@ -117,6 +135,9 @@ pub fn project(forward: &TaskGraph, batch: i64, one_gpu_us: f64, gpus: &[usize],
     }
     if !(1.0..=MAX_COLLECTIVE_SLOWDOWN).contains(&options.collective_slowdown) {
         return Err(format!("a collective slowdown of {}; expected 1 (none) to {MAX_COLLECTIVE_SLOWDOWN}", options.collective_slowdown));
+    }
+    if !(options.optimizer_bytes_per_us.is_finite() && options.optimizer_bytes_per_us >= 0.0) {
+        return Err(format!("an optimizer speed of {} bytes/µs; expected a number ≥ 0 (0: the update takes no time)", options.optimizer_bytes_per_us));
     }
     let assigner = algorithms::by_name(algorithm).map_err(|e| e.to_string())?;
     let single = training_step(forward, &StepOptions { buckets: None, backward_factor: options.backward_factor }).map_err(|e| e.to_string())?;
@@ -171,7 +192,23 @@ mod tests {
     }
 
     fn options(bus_bytes_per_us: f64) -> ProjectionOptions {
-        ProjectionOptions { buckets: (1000, 4000), backward_factor: 2.0, all_reduce: AllReduceModel { latency_us: 20.0, bus_bytes_per_us }, collective_slowdown: 1.0 }
+        ProjectionOptions { buckets: (1000, 4000), backward_factor: 2.0, all_reduce: AllReduceModel { latency_us: 20.0, bus_bytes_per_us }, collective_slowdown: 1.0, optimizer_bytes_per_us: 0.0 }
+    }
+
+    /// With the optimizer priced, the one-GPU step stays the measured one (the compute's scale
+    /// shrinks to make room for the update), and on two GPUs the earlier buckets' updates run
+    /// beside the last all-reduce instead of after it.
+    #[test]
+    fn a_priced_optimizer_overlaps_the_last_all_reduces() {
+        let forward = chain(40, 1000);
+        let free = project(&forward, 32, 3000.0, &[1, 2], "nimble", &options(1e3)).unwrap();
+        // 40 kB at 400 B/µs: a 100 µs update, 95 of it for the buckets before the last.
+        let priced = project(&forward, 32, 3000.0, &[1, 2], "nimble", &ProjectionOptions { optimizer_bytes_per_us: 400.0, ..options(1e3) }).unwrap();
+        assert!((priced.at(1).unwrap().step_us - 3000.0).abs() < 1e-3, "{priced:?}");
+        assert!(priced.compute_scale < free.compute_scale, "{priced:?} {free:?}");
+        let (a, b) = (free.at(2).unwrap(), priced.at(2).unwrap());
+        assert!(a.exposed_us > 10.0, "{a:?}");
+        assert!(b.exposed_us < a.exposed_us - 10.0, "the last all-reduce hides behind the earlier updates: {a:?} {b:?}");
     }
 
     /// Compute beside an all-reduce slows down by the factor given: the one-GPU step stays the
@@ -220,6 +257,10 @@ mod tests {
         for slowdown in [0.9, 1.6, f64::NAN] {
             let error = project(&forward, 8, 100.0, &[2], "nimble", &ProjectionOptions { collective_slowdown: slowdown, ..options(1e6) }).unwrap_err();
             assert!(error.contains("expected 1 (none) to 1.5"), "{error}");
+        }
+        for speed in [-1.0, f64::INFINITY, f64::NAN] {
+            let error = project(&forward, 8, 100.0, &[2], "nimble", &ProjectionOptions { optimizer_bytes_per_us: speed, ..options(1e6) }).unwrap_err();
+            assert!(error.contains("expected a number ≥ 0"), "{error}");
         }
     }
 }

@@ -275,6 +275,12 @@ enum Command {
         /// the most the simulator's sharing rule expresses)
         #[arg(long, default_value_t = 1.5)]
         collective_slowdown: f64,
+        /// The fused optimizer's speed, GB/s of parameters updated, so that each bucket's update
+        /// is priced and runs beside the last all-reduces as the executor runs them since
+        /// ba7710e (the H200's SGD: 619); 0 folds the update into the compute, as for records
+        /// measured before that
+        #[arg(long, default_value_t = 0.0)]
+        optimizer_gbs: f64,
         /// Where the figure goes (<out-dir>/scaling.svg and .png)
         #[arg(long, default_value = "paper-figs")]
         out_dir: PathBuf,
@@ -397,10 +403,10 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
             results: &results,
             out_dir: &out_dir,
         }),
-        Command::Scaling { results, ddp, graphs, allreduce, algo, sim_gpus, backward_factor, collective_slowdown, out_dir } => {
+        Command::Scaling { results, ddp, graphs, allreduce, algo, sim_gpus, backward_factor, collective_slowdown, optimizer_gbs, out_dir } => {
             let simulated = graphs
                 .as_deref()
-                .map(|graphs| scaling_figure::Simulated { graphs, allreduce: &allreduce, algorithm: &algo, gpus: &sim_gpus, backward_factor, collective_slowdown });
+                .map(|graphs| scaling_figure::Simulated { graphs, allreduce: &allreduce, algorithm: &algo, gpus: &sim_gpus, backward_factor, collective_slowdown, optimizer_bytes_per_us: optimizer_gbs * 1e3 });
             scaling_figure::scaling(&results, ddp.as_ref(), simulated.as_ref(), &out_dir)
         }
         Command::SameProcess { results, out_dir } => same_process::same_process(&results, &out_dir),

@@ -59,6 +59,8 @@ pub struct Simulated<'a> {
     pub backward_factor: f64,
     /// How much slower compute runs beside an all-reduce (1: not at all).
     pub collective_slowdown: f64,
+    /// Parameter bytes the optimizer updates per µs (0: free).
+    pub optimizer_bytes_per_us: f64,
 }
 
 /// The projection to each of `counts` GPUs of every configuration the record measured on one GPU.
@@ -69,6 +71,7 @@ pub fn projections(record: &ScalingRecord, sim: &Simulated<'_>, counts: &[usize]
         backward_factor: sim.backward_factor,
         all_reduce: allreduce.model,
         collective_slowdown: sim.collective_slowdown,
+        optimizer_bytes_per_us: sim.optimizer_bytes_per_us,
     };
     let mut out = Vec::new();
     for row in record.rows.iter().filter(|r| r.gpus == 1) {
