@@ -214,23 +214,26 @@ fn a_group_of_one_rank_trains_like_the_step_alone() {
     let device = Device::Cuda(0);
     tch::Cuda::cudnn_set_benchmark(true);
     let data: Vec<(Tensor, Tensor)> = global_batches().iter().map(|(x, y)| (x.to(device), y.to(device))).collect();
-    let train = |dp: Option<DataParallel>| {
+    let train_with = |optimizer: Optimizer, dp: Option<DataParallel>| {
         let (vs, net) = network(3, device);
         let mut nimble = Nimble::new(net);
         let step = match dp {
-            Some(dp) => TrainStep::new(sgd()).data_parallel(dp),
-            None => TrainStep::new(sgd()),
+            Some(dp) => TrainStep::new(optimizer).data_parallel(dp),
+            None => TrainStep::new(optimizer),
         };
         let report = nimble.prepare_train_step(&[data[0].0.copy()], &data[0].1, PrepareOptions::training(), step).unwrap().clone();
         let losses: Vec<f64> = data.iter().map(|(x, y)| nimble.train_step(std::slice::from_ref(x), y).unwrap().double_value(&[])).collect();
         (vs, losses, report.gradient_buckets)
     };
-    let (alone, alone_losses, buckets) = train(None);
-    assert_eq!(buckets, 0);
-    for (packing, pack_below) in PACKINGS {
+    // SGD under every packing, and Adam (whose per-parameter step counts each bucket's update
+    // advances) with every gradient packed.
+    let runs = PACKINGS.iter().map(|&(packing, pack_below)| (packing, pack_below, sgd())).chain([("Adam, every gradient packed", None, Optimizer::adam(1e-3))]);
+    for (packing, pack_below, optimizer) in runs {
+        let (alone, alone_losses, buckets) = train_with(optimizer.clone(), None);
+        assert_eq!(buckets, 0);
         let comm = Rc::new(Communicator::new(&NcclId::new().unwrap(), 1, 0, 0).unwrap());
         // Small buckets, so that the step has several and the bucket boundaries are exercised.
-        let (vs, losses, buckets) = train(Some(DataParallel::new(comm).bucket_bytes(8 << 10).first_bucket_bytes(2 << 10).pack_below_bytes(pack_below)));
+        let (vs, losses, buckets) = train_with(optimizer, Some(DataParallel::new(comm).bucket_bytes(8 << 10).first_bucket_bytes(2 << 10).pack_below_bytes(pack_below)));
         assert!(buckets >= 3, "{packing}: {buckets} buckets");
         let loss_error = losses.iter().zip(&alone_losses).map(|(l, r)| (l - r).abs() / r.abs().max(1e-12)).fold(0.0, f64::max);
         let alone_vars = alone.variables();
