@@ -13,7 +13,8 @@
 //     where true, -inf where false, in the query's dtype), in two kernels where attention takes
 //     three; a mask not contiguous in its last dimension copied; any other, itself. A mask
 //     expanded along its last dimension (transformers' padding mask under tracing) makes the
-//     fused kernels refuse it and attention run as its math path (13 kernels in BERT-base).
+//     fused kernels refuse it and attention run as its math path (13 kernels in BERT-base). A
+//     mask several attentions share is converted once.
 //
 // Both have CPU kernels made of the ATen ops they replace. Inference only: no autograd formula.
 
@@ -248,12 +249,27 @@ void fuse_linear_tails(std::shared_ptr<torch::jit::Graph>& graph) {
 void convert_attention_masks(std::shared_ptr<torch::jit::Graph>& graph) {
   const auto attention = c10::Symbol::fromQualString("aten::scaled_dot_product_attention");
   const auto convert = c10::Symbol::fromQualString("nimble::attention_mask");
+  const auto to = c10::Symbol::fromQualString("aten::to");
+  // A mask every layer shares (transformers make the padding mask once) is converted once, for
+  // the first attention that reads it; the others take that conversion through
+  // `to(converted, query)`, which returns it as it is (no kernel) when their query has the same
+  // dtype and converts it when not, as the conversion would have.
+  std::unordered_map<Value*, Value*> converted;
   for (Node* node : graph->nodes()) {
     if (node->kind() != attention || node->inputs().size() < 4) continue;
     Value* mask = node->input(3);
     if (!mask->type()->isSubtypeOf(*c10::TensorType::get())) continue;  // None, or an Optional
     torch::jit::WithInsertPoint point(node);
-    Node* conversion = graph->insertNode(graph->create(convert, {mask, node->input(0)}));
+    auto earlier = converted.find(mask);
+    Node* conversion = nullptr;
+    if (earlier == converted.end()) {
+      conversion = graph->insertNode(graph->create(convert, {mask, node->input(0)}));
+      converted.emplace(mask, conversion->output());
+    } else {
+      Value* no = graph->insertConstant(false);
+      Value* none = graph->insertConstant(c10::IValue());
+      conversion = graph->insertNode(graph->create(to, {earlier->second, node->input(0), no, no, none}));
+    }
     conversion->output()->setType(c10::TensorType::get());
     node->replaceInput(3, conversion->output());
   }
