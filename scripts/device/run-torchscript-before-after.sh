@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine: exports TorchScript models (experiments/python/export_torchscript.py,
 # this machine's PyTorch and transformers) and runs `infer --torchscript --mode nimble --optimize
-# true` on each with two nimble-bench binaries, the earlier commit's (.gpu/before/nimble-bench)
+# on` on each with two nimble-bench binaries, the earlier commit's (.gpu/before/nimble-bench)
 # first, so that a rewrite's effect shows model by model in one run. Builds nothing.
 # Writes $OUT/torchscript-before.json and $OUT/torchscript-after.json (the records of every model,
 # by binary) and prints a table of Nimble's latency side by side.
@@ -17,7 +17,7 @@ for name in $(python3 -c "import json;print(' '.join(e['name'] for e in json.loa
     inputs=$(python3 -c "import json;print(' '.join('--input '+s for e in json.load(open('$dir/manifest.json'))['models'] if e['name']=='$name' for s in e['inputs']))")
     for which in before after; do
         binary=.gpu/nimble-bench; [ $which = before ] && binary=.gpu/before/nimble-bench
-        $binary infer --torchscript "$dir/$name.pt" $inputs --mode nimble --optimize true --out "$out/parts/$which-$name.json" \
+        $binary infer --torchscript "$dir/$name.pt" $inputs --mode nimble --optimize on --out "$out/parts/$which-$name.json" \
             > /dev/null 2> "$out/parts/$which-$name.log" || { status=1; tail -3 "$out/parts/$which-$name.log"; }
     done
 done
