@@ -60,6 +60,20 @@ pub fn buckets<K: PartialEq + Copy>(params: &[Option<(usize, K)>], first_bytes: 
     bucket_of
 }
 
+/// Each bucket's parameters in order (from [`buckets`]' numbering), and the parameters in none.
+pub fn bucket_members(bucket_of: &[Option<usize>]) -> (Vec<Vec<usize>>, Vec<usize>) {
+    let n = bucket_of.iter().flatten().max().map_or(0, |b| b + 1);
+    let mut members = vec![Vec::new(); n];
+    let mut unbucketed = Vec::new();
+    for (i, b) in bucket_of.iter().enumerate() {
+        match *b {
+            Some(b) => members[b].push(i),
+            None => unbucketed.push(i),
+        }
+    }
+    (members, unbucketed)
+}
+
 /// How the step around a forward is built.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct StepOptions {
@@ -167,14 +181,15 @@ pub fn training_step(forward: &TaskGraph, options: &StepOptions) -> Result<Train
         }
         None => vec![None; parameters.len()],
     };
-    let bucket_count = bucket_of.iter().flatten().max().map_or(0, |b| b + 1);
-    let mut bucket_list = vec![(Vec::new(), 0usize); bucket_count];
-    for (p, b) in bucket_of.iter().enumerate() {
-        if let Some(b) = *b {
-            bucket_list[b].0.push(p);
-            bucket_list[b].1 += parameters[p].bytes;
-        }
-    }
+    let bucket_list: Vec<(Vec<usize>, usize)> = bucket_members(&bucket_of)
+        .0
+        .into_iter()
+        .map(|members| {
+            let bytes = members.iter().map(|&p| parameters[p].bytes).sum();
+            (members, bytes)
+        })
+        .collect();
+    let bucket_count = bucket_list.len();
 
     let base = forward.nodes().iter().map(|node| node.id).max().map_or(0, |m| m + 1);
     let loss = base;
@@ -268,6 +283,14 @@ mod tests {
         assert!(buckets::<char>(&[None, None], 8, 8).iter().all(Option::is_none));
         // A small first bucket (the last parameters), then large ones.
         assert_eq!(buckets(&[f, f, f, f, f], 4, 12), vec![Some(2), Some(1), Some(1), Some(1), Some(0)]);
+    }
+
+    #[test]
+    fn bucket_members_list_each_bucket_in_order_and_the_rest() {
+        let (members, rest) = bucket_members(&[Some(1), None, Some(0), Some(1), Some(0)]);
+        assert_eq!(members, vec![vec![2, 4], vec![0, 3]]);
+        assert_eq!(rest, vec![1]);
+        assert_eq!(bucket_members(&[None, None]), (Vec::<Vec<usize>>::new(), vec![0, 1]));
     }
 
     fn param(index: usize, bytes: usize) -> Value {

@@ -23,6 +23,7 @@
 
 use std::rc::Rc;
 
+use nimble_graph::step::bucket_members;
 use tch::{Kind, Tensor};
 
 use crate::error::{NimbleError, Result};
@@ -307,19 +308,6 @@ impl GradientSync {
     }
 }
 
-/// Each bucket's parameters in order, and the parameters in none.
-fn bucket_members(bucket_of: &[Option<usize>]) -> (Vec<Vec<usize>>, Vec<usize>) {
-    let n = bucket_of.iter().flatten().max().map_or(0, |b| b + 1);
-    let mut members = vec![Vec::new(); n];
-    let mut unbucketed = Vec::new();
-    for (i, b) in bucket_of.iter().enumerate() {
-        match *b {
-            Some(b) => members[b].push(i),
-            None => unbucketed.push(i),
-        }
-    }
-    (members, unbucketed)
-}
 
 #[cfg(test)]
 mod tests {
@@ -352,14 +340,6 @@ mod tests {
         assert!(check_rank(2, 2).unwrap_err().to_string().contains("rank 2 in a group of 2"));
         assert!(check_rank(0, 0).unwrap_err().to_string().contains("0 ranks"));
         assert!(check_rank(2, 1).is_ok());
-    }
-
-    #[test]
-    fn bucket_members_list_each_bucket_in_order_and_the_rest() {
-        let (members, rest) = bucket_members(&[Some(1), None, Some(0), Some(1), Some(0)]);
-        assert_eq!(members, vec![vec![2, 4], vec![0, 3]]);
-        assert_eq!(rest, vec![1]);
-        assert_eq!(bucket_members(&[None, None]), (vec![], vec![0, 1]));
     }
 
     #[test]
