@@ -161,7 +161,7 @@ impl AllReduceModel {
         let sxx: f64 = points.iter().map(|p| (scale * p.0 - mx).powi(2)).sum();
         let sxy: f64 = points.iter().map(|p| (scale * p.0 - mx) * (p.1 - my)).sum();
         let slope = sxy / sxx;
-        if !(slope > 0.0) || !slope.is_finite() {
+        if !slope.is_finite() || slope <= 0.0 {
             return Err("the measured times do not grow with the size; expected sizes far apart".into());
         }
         Ok(AllReduceModel { latency_us: (my - slope * mx).max(0.0), bus_bytes_per_us: 1.0 / slope })

@@ -343,12 +343,12 @@ pub fn measure_model(name: &str, config: &TrainConfig, modes: &[TrainMode]) -> R
 fn time_steps(trainer: &mut Trainer, config: &TrainConfig) -> Result<Samples, String> {
     let batch = |t: &Trainer| (t.model.input(config.batch), t.model.targets(config.batch));
     for _ in 0..config.warmup {
-        let (x, y) = batch(&trainer);
+        let (x, y) = batch(trainer);
         let _loss = trainer.step(&x, &y)?;
     }
     let mut times = Vec::with_capacity(config.iterations);
     for _ in 0..config.iterations {
-        let (x, y) = batch(&trainer);
+        let (x, y) = batch(trainer);
         cuda_synchronize().map_err(|e| e.to_string())?;
         let mut failure = None;
         let ms = cuda_time(|| {

@@ -29,7 +29,8 @@ use nimble_torch::distributed::{nccl_version, DataParallel};
 use crate::output::{emit, note, progress, write_file};
 use crate::ranks;
 use crate::scaling_figure::graph_path;
-use crate::torch::{open_gpu, provenance_line, training_models, PRECISION};
+use crate::torch::{open_gpu, provenance_line, PRECISION};
+use crate::torch_train::training_models;
 
 /// What `train --gpus` and each rank measure.
 pub struct ScalingArgs<'a> {

@@ -142,7 +142,7 @@ pub enum Measurement<'a> {
 
 #[cfg(feature = "torch")]
 fn measure(what: &Measurement<'_>, args: &Rendering) -> Result<()> {
-    crate::torch::measure_figure(what, args)
+    crate::torch_measure::measure_figure(what, args)
 }
 
 #[cfg(not(feature = "torch"))]

@@ -30,6 +30,12 @@ mod scheduling;
 mod torch;
 #[cfg(feature = "torch")]
 mod torch_cli;
+#[cfg(feature = "torch")]
+mod torch_measure;
+#[cfg(feature = "torch")]
+mod torch_profile;
+#[cfg(feature = "torch")]
+mod torch_train;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

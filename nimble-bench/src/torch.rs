@@ -7,9 +7,7 @@ use anyhow::{bail, Context, Result};
 use experiments::inference::{self, InferConfig, InferMode, InferRecord, InferRow, Subject, Variant, LIBTORCH_VERSION};
 use experiments::models::{self, Dataset};
 use experiments::record::Provenance;
-use experiments::schedulers::{self, SchedulerRecord};
 use experiments::torchscript::{InputSpec, TorchScriptModel};
-use experiments::training::{self, TrainConfig, TrainMode, TrainRecord, TrainRow};
 use nimble_cuda::Gpu;
 use nimble_torch::PrepareOptions;
 use tch::{Device, Kind};
@@ -78,13 +76,13 @@ pub(crate) fn provenance_line(p: &Provenance, libtorch: &str, what: &str) -> Str
     )
 }
 
-fn model_names(list: &str) -> Result<Vec<&'static str>> {
+pub(crate) fn model_names(list: &str) -> Result<Vec<&'static str>> {
     let names: Vec<&str> = if list == "all" { models::MODELS.iter().map(|m| m.name).collect() } else { list.split(',').map(str::trim).collect() };
     names.into_iter().map(|name| models::info(name).map(|m| m.name).map_err(anyhow::Error::msg)).collect()
 }
 
 /// Builds a registered ImageNet model, with weights from `weights` when given.
-fn build_model(name: &str, device: Device, weights: Option<&Path>) -> Result<models::Model> {
+pub(crate) fn build_model(name: &str, device: Device, weights: Option<&Path>) -> Result<models::Model> {
     let mut model = models::build(name, Dataset::ImageNet, device).map_err(anyhow::Error::msg)?;
     if let Some(path) = weights {
         model.load(path).map_err(anyhow::Error::msg)?;
@@ -111,7 +109,7 @@ impl Models<'_> {
     }
 
     /// Checks what needs no GPU: zoo names, `--weights` with one model, the file's existence.
-    fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         match *self {
             Models::Zoo { list, weights, .. } => {
                 let names = model_names(list)?;
@@ -239,7 +237,7 @@ pub struct InferArgs<'a> {
 }
 
 /// The checks `infer` and `profile` make of their configuration before looking for a GPU.
-fn check_config(config: &InferConfig) -> Result<()> {
+pub(crate) fn check_config(config: &InferConfig) -> Result<()> {
     anyhow::ensure!(config.batch >= 1, "--batch must be at least 1");
     anyhow::ensure!(config.iterations >= 1, "--iters must be at least 1");
     nimble_sched::algorithms::by_name(&config.algorithm)?;
@@ -382,372 +380,4 @@ fn table(record: &InferRecord) -> String {
         ));
     }
     lines.join("\n")
-}
-
-/// `train --backward-streams` values.
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-pub enum BackwardArg {
-    /// every backward op on one stream (the paper)
-    One,
-    /// each backward op on its forward op's stream
-    Forward,
-}
-
-impl From<BackwardArg> for nimble_torch::BackwardStreams {
-    fn from(arg: BackwardArg) -> Self {
-        match arg {
-            BackwardArg::One => nimble_torch::BackwardStreams::One,
-            BackwardArg::Forward => nimble_torch::BackwardStreams::Forward,
-        }
-    }
-}
-
-/// What `train` measures.
-pub struct TrainArgs<'a> {
-    pub models: &'a str,
-    pub batches: &'a [i64],
-    pub modes: &'a [String],
-    pub algorithm: &'a str,
-    pub backward_streams: nimble_torch::BackwardStreams,
-    pub warmup: usize,
-    pub iterations: usize,
-    pub check_steps: usize,
-    pub out: Option<&'a Path>,
-}
-
-/// The training models `list` names (comma-separated, or `all`), each checked to be one.
-pub(crate) fn training_models(list: &str) -> Result<Vec<&'static str>> {
-    let names: Vec<&str> = if list == "all" { models::MODELS.iter().filter(|m| m.training).map(|m| m.name).collect() } else { model_names(list)? };
-    for name in &names {
-        let info = models::info(name).map_err(anyhow::Error::msg)?;
-        anyhow::ensure!(info.training, "`{name}` is not a training model; `nimble-bench models --dataset cifar10` lists them");
-    }
-    Ok(names)
-}
-
-/// `train`: one training step per mode, model and batch size, checked against eager training.
-pub fn train(args: &TrainArgs<'_>) -> Result<()> {
-    anyhow::ensure!(args.batches.iter().all(|&b| b >= 1), "--batch sizes must be at least 1");
-    anyhow::ensure!(args.iterations >= 1, "--iters must be at least 1");
-    nimble_sched::algorithms::by_name(args.algorithm)?;
-    let modes: Vec<TrainMode> = args.modes.iter().map(|m| TrainMode::parse(m.trim())).collect::<Result<_, _>>().map_err(anyhow::Error::msg)?;
-    let names = training_models(args.models)?;
-    let gpu = open_gpu("train", "")?;
-    let mut rows = Vec::new();
-    let mut config = TrainConfig::paper(args.batches[0]);
-    let bar = progress(args.batches.len() * names.len(), "train");
-    for &batch in args.batches {
-        for name in &names {
-            bar.set_message(format!("{name} at batch {batch}"));
-            config = TrainConfig {
-                batch,
-                warmup: args.warmup,
-                iterations: args.iterations,
-                algorithm: args.algorithm.to_string(),
-                backward_streams: args.backward_streams,
-                check_steps: args.check_steps,
-                ..TrainConfig::paper(batch)
-            };
-            nimble_torch::cuda_synchronize()?;
-            nimble_torch::cuda_empty_cache()?;
-            let measured = training::measure_model(name, &config, &modes).map_err(anyhow::Error::msg).with_context(|| format!("measuring {name} at batch {batch}"))?;
-            for row in measured {
-                note(&bar, &format!("  {}", train_line(&row)));
-                rows.push(row);
-            }
-            bar.inc(1);
-        }
-    }
-    bar.finish_and_clear();
-    let method = "cuDNN benchmark on; fresh randn inputs and random labels every step; CUDA events around each step on the current stream; each mode timed in its own block on its own model copy; median";
-    let record = TrainRecord {
-        experiment: "training",
-        provenance: Provenance::now(gpu.info(), args.warmup, args.iterations, method),
-        libtorch: LIBTORCH_VERSION,
-        precision: PRECISION,
-        dataset: Dataset::Cifar10,
-        optimizer: training::optimizer_label(&config),
-        config,
-        rows,
-    };
-    if let Some(path) = args.out {
-        write_file(path, &serde_json::to_string_pretty(&record)?)?;
-    }
-    emit(&train_table(&record))
-}
-
-fn train_line(row: &TrainRow) -> String {
-    let prepared = row.prepare.as_ref().map_or(String::new(), |p| {
-        format!(" | {} streams, {}+{} kernels, prepare {:.2} s", p.streams, p.kernel_nodes, p.backward_kernel_nodes, p.seconds.total)
-    });
-    let check = row.check.as_ref().map_or(String::new(), |c| {
-        format!(", {} step(s) vs eager: updates {:.1e} ({}), losses {:.1e}", c.steps, c.max_update_error, c.variable, c.max_loss_error)
-    });
-    format!(
-        "{:<16} b{:<4} {:<6} {:>8.3} ms (mean {:.3}, sd {:.3}){}{}",
-        row.model,
-        row.batch,
-        row.mode.name(),
-        row.step.median_us / 1000.0,
-        row.step.mean_us / 1000.0,
-        row.step.stdev_us / 1000.0,
-        prepared,
-        check
-    )
-}
-
-/// The summary table: one line per model and batch size, ms per step and speedups over eager.
-fn train_table(record: &TrainRecord) -> String {
-    let p = &record.provenance;
-    let mut lines = vec![
-        provenance_line(p, record.libtorch, "CIFAR-10 training step"),
-        {
-            let mut header = format!("{:<16} {:>5}", "model", "batch");
-            for mode in TrainMode::ALL {
-                header += &format!(" {:>12}", mode.name());
-            }
-            header + &format!(" {:>9} {:>9} {:>7}", "x nimble", "x step", "streams")
-        },
-        "(ms per step; x: speedup over eager)".to_string(),
-    ];
-    let mut keys: Vec<(String, i64)> = Vec::new();
-    for row in &record.rows {
-        if !keys.contains(&(row.model.clone(), row.batch)) {
-            keys.push((row.model.clone(), row.batch));
-        }
-    }
-    for (model, batch) in keys {
-        let find = |mode| record.rows.iter().find(|r| r.model == model && r.batch == batch && r.mode == mode);
-        let speedup = |mode| match (find(TrainMode::Eager), find(mode)) {
-            (Some(e), Some(r)) => format!("{:.2}", e.step.median_us / r.step.median_us),
-            _ => "-".into(),
-        };
-        let streams = find(TrainMode::Step).or(find(TrainMode::Nimble)).and_then(|r| r.prepare.as_ref()).map_or("-".into(), |p| p.streams.to_string());
-        let mut line = format!("{:<16} {:>5}", model, batch);
-        for mode in TrainMode::ALL {
-            line += &format!(" {:>12}", find(mode).map_or("-".to_string(), |r| format!("{:.3}", r.step.median_us / 1000.0)));
-        }
-        line += &format!(" {:>9} {:>9} {:>7}", speedup(TrainMode::Nimble), speedup(TrainMode::Step), streams);
-        lines.push(line);
-    }
-    lines.join("\n")
-}
-
-/// Measures every registered algorithm on `models` (the schedulers experiment) and writes the
-/// record to `out`.
-/// Measures a figure's experiment, writing its record to `args.results`.
-pub fn measure_figure(what: &crate::figures::Measurement<'_>, args: &crate::figures::Rendering) -> Result<()> {
-    use crate::figures::Measurement;
-    match *what {
-        Measurement::Inference { models, batch } => infer(&InferArgs {
-            models: Models::Zoo { list: models, weights: None, dtype: None },
-            modes: &[InferMode::Eager, InferMode::TorchScript, InferMode::Graph, InferMode::Nimble],
-            optimize: Optimize::On,
-            config: InferConfig::defaults(batch, args.warmup, args.iterations),
-            out: Some(&args.results),
-            floor: true,
-            floor_graphs: None,
-        }),
-        Measurement::Training { models, batches } => {
-            let modes: Vec<String> = ["eager", "graph", "nimble", "nimble-fused", "step"].iter().map(|m| m.to_string()).collect();
-            train(&TrainArgs {
-                models,
-                batches,
-                modes: &modes,
-                algorithm: "nimble",
-                backward_streams: nimble_torch::BackwardStreams::Forward,
-                warmup: args.warmup,
-                iterations: args.iterations,
-                check_steps: 1,
-                out: Some(&args.results),
-            })
-        }
-        Measurement::Schedulers { models, kernel_graphs } => measure_schedulers(models, args.warmup, args.iterations, &args.results, kernel_graphs),
-    }
-}
-
-fn measure_schedulers(models: &str, warmup: usize, iterations: usize, out: &Path, kernel_graphs: Option<&Path>) -> Result<()> {
-    let names = model_names(models)?;
-    let gpu = open_gpu("measuring the schedulers", "")?;
-    let config = InferConfig::defaults(1, warmup, iterations);
-    let algorithms = schedulers::algorithms();
-    let mut measured = Vec::new();
-    let bar = progress(names.len(), "schedulers");
-    for name in names {
-        bar.set_message(name);
-        nimble_torch::cuda_synchronize()?;
-        nimble_torch::cuda_empty_cache()?;
-        tch::manual_seed(0);
-        let model = build_model(name, Device::Cuda(0), None)?;
-        let row = schedulers::measure_model(&model, &config, &algorithms).with_context(|| format!("measuring {name}"))?;
-        let cells: Vec<String> = row.rows.iter().map(|r| format!("{} {:.3}", r.algorithm, r.latency.median_us / 1000.0)).collect();
-        note(&bar, &format!("  {name}: eager {:.3} ms; {}", row.eager.median_us / 1000.0, cells.join(", ")));
-        measured.push(row);
-        bar.inc(1);
-    }
-    bar.finish_and_clear();
-    let method = "batch 1, inference rewrites on; cuDNN benchmark on; fresh randn inputs; CUDA events around each call on the current stream (graphs: input copy + replay); each system timed in its own block; median; simulated with the simulator's H200 defaults (graph launch) on the task graph with each op's measured time";
-    let record = SchedulerRecord {
-        experiment: "schedulers",
-        provenance: Provenance::now(gpu.info(), warmup, iterations, method),
-        libtorch: LIBTORCH_VERSION,
-        precision: PRECISION,
-        batch: 1,
-        simulator: nimble_sched::SimulatorConfig::graph(),
-        models: measured,
-    };
-    write_file(out, &serde_json::to_string_pretty(&record)?)?;
-    if let Some(dir) = kernel_graphs {
-        write_kernel_graphs(dir, &record, &config)?;
-    }
-    Ok(())
-}
-
-/// Each measured model's kernel-timed task graph to `dir/<model>.graph.json`, and the run's
-/// provenance to `dir/provenance.json`. After every measurement: the profiler it loads slows the
-/// process's later launches.
-fn write_kernel_graphs(dir: &Path, record: &SchedulerRecord, config: &InferConfig) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let method = format!(
-        "each model prepared as in the schedulers record beside it (nimble, its layout), captured on one stream and replayed {} times under the Kineto profiler; duration_us = the median span of each op's own kernels; attrs kernels, kernel_busy_us, sm_share (kernels' grids against the GPU's resident-block capacity, weighted by time), event_us (the event-pair time)",
-        nimble_torch::KERNEL_TIMING_REPLAYS
-    );
-    let provenance = serde_json::json!({ "experiment": "kernel-timed model graphs", "provenance": record.provenance, "method": method });
-    write_file(&dir.join("provenance.json"), &serde_json::to_string_pretty(&provenance)?)?;
-    let names: Vec<&str> = record.models.iter().map(|m| m.model.as_str()).collect();
-    let models = Models::Zoo { list: &names.join(","), weights: None, dtype: None };
-    for_each_model(models, Device::Cuda(0), |_| {}, |model| {
-        let measured = record.models.iter().find(|m| m.model == model.name()).expect("built from the record's names");
-        let graph = schedulers::kernel_timed_graph(model, config, measured).with_context(|| format!("timing {}'s kernels", measured.model))?;
-        let path = dir.join(format!("{}.graph.json", measured.model));
-        write_file(&path, &graph.to_json_string())?;
-        let work: f64 = graph.nodes().iter().filter_map(|n| n.duration_us).sum();
-        eprintln!("{}: {} tasks, kernel time {:.1} µs -> {}", measured.model, graph.len(), work, path.display());
-        Ok(())
-    })
-}
-
-/// What `profile` runs; `config` as for `infer` (its warm-ups and timed runs give the
-/// unprofiled latency).
-pub struct ProfileArgs<'a> {
-    pub models: Models<'a>,
-    pub mode: InferMode,
-    pub optimize: bool,
-    pub config: InferConfig,
-    pub runs: usize,
-    pub top: usize,
-    pub trace: Option<&'a Path>,
-    pub out: Option<&'a Path>,
-}
-
-/// The device sits idle this long between profiled runs (the host sleeps after synchronizing),
-/// and any idle stretch of half of it splits runs.
-const PROFILE_PAUSE: std::time::Duration = std::time::Duration::from_millis(2);
-
-/// `profile`: what the device runs in one forward of a prepared model (kernels, copies), each
-/// run's span against the time the device was busy, and the kernels that take the most time.
-pub fn profile(args: &ProfileArgs<'_>) -> Result<()> {
-    check_config(&args.config)?;
-    anyhow::ensure!(args.runs >= 1, "--runs must be at least 1");
-    anyhow::ensure!(args.mode != InferMode::TorchScript, "--mode torchscript is not profiled; use eager, graph or nimble");
-    args.models.check()?;
-    if let Models::Zoo { list, .. } = args.models {
-        anyhow::ensure!(model_names(list)?.len() == 1, "--model names one model, got {list}");
-    }
-    let gpu = open_gpu("profile", "")?;
-    for_each_model(args.models, Device::Cuda(0), |_| {}, |model| profile_model(args, &gpu, model))
-}
-
-fn profile_model(args: &ProfileArgs<'_>, gpu: &Gpu, model: &dyn Subject) -> Result<()> {
-    let name = model.name();
-    let config = &args.config;
-    let prepared = match args.mode {
-        InferMode::Eager => None,
-        mode => Some(inference::prepare_checked(model, config, mode, args.optimize).with_context(|| format!("preparing {name}"))?),
-    };
-    let run = |xs: &[tch::Tensor]| -> nimble_torch::Result<()> {
-        match &prepared {
-            Some((nimble, _, _)) => nimble.forward(xs).map(drop),
-            None => model.eager(xs).map(drop),
-        }
-    };
-    // The unprofiled latency first (the paper's method), for comparison with the profiled span.
-    let latency = nimble_cuda::Samples::new(inference::time_runs(model, config, run)?);
-    let inputs: Vec<Vec<tch::Tensor>> = (0..args.runs).map(|_| model.inputs(config.batch)).collect();
-    nimble_torch::cuda_synchronize()?;
-    let partial = args.trace.map(|p| p.with_extension("partial.json"));
-    let ((), device) = nimble_torch::profile(partial.as_deref(), || {
-        for x in &inputs {
-            run(x)?;
-            nimble_torch::cuda_synchronize()?;
-            std::thread::sleep(PROFILE_PAUSE);
-        }
-        Ok(())
-    })?;
-    if let (Some(partial), Some(path)) = (&partial, args.trace) {
-        std::fs::rename(partial, path).with_context(|| format!("moving the Chrome trace to {}", path.display()))?;
-    }
-    let runs = device.runs(PROFILE_PAUSE.as_nanos() as u64 / 2);
-    anyhow::ensure!(
-        runs.len() == args.runs,
-        "the profile split into {} runs where {} ran; CUPTI may have dropped records",
-        runs.len(),
-        args.runs
-    );
-    let median = |f: fn(&nimble_torch::profile::RunStats) -> f64| nimble_cuda::Samples::new(runs.iter().map(f).collect()).median_us;
-    let names = device.by_name();
-    let provenance = Provenance::now(
-        gpu.info(),
-        config.warmup,
-        config.iterations,
-        "unprofiled latency: fresh randn inputs, CUDA events around each call, median; then each profiled run alone (synchronize and 2 ms idle between runs), Kineto/CUPTI device activity records",
-    );
-    let record = serde_json::json!({
-        "experiment": "profile",
-        "provenance": &provenance,
-        "libtorch": LIBTORCH_VERSION,
-        "precision": PRECISION,
-        "model": name, "mode": args.mode, "batch": config.batch, "optimized": args.optimize && args.mode != InferMode::Eager,
-        "fuse_conv_relu": config.fuse_conv_relu, "fuse_kernels": config.fuse_kernels,
-        "prepare": prepared.as_ref().map(|p| &p.1),
-        "latency": &latency,
-        "runs": &runs,
-        "names": &names,
-    });
-    if let Some(path) = args.out {
-        write_file(path, &serde_json::to_string_pretty(&record)?)?;
-    }
-    let per_run = args.runs as f64;
-    let busy = median(|r| r.busy_us);
-    let mut lines = vec![
-        provenance_line(&provenance, LIBTORCH_VERSION, &format!("{name} {} batch {}", args.mode.name(), config.batch)),
-        format!(
-            "unprofiled latency {:.3} ms; per profiled run (median of {}): {} kernels, {} activities, span {:.1} us, device busy {:.1} us, work {:.1} us, {} stream(s)",
-            latency.median_us / 1000.0,
-            args.runs,
-            median(|r| r.kernels as f64),
-            median(|r| r.activities as f64),
-            median(|r| r.span_us),
-            busy,
-            median(|r| r.work_us),
-            median(|r| r.streams as f64),
-        ),
-        format!("{:>7} {:>9} {:>8} {:>6}  {}", "per run", "us/run", "mean us", "busy%", "kernel (or copy)"),
-    ];
-    for n in names.iter().take(args.top) {
-        let name = if n.name.chars().count() > 110 { format!("{}…", n.name.chars().take(110).collect::<String>()) } else { n.name.clone() };
-        lines.push(format!(
-            "{:>7.1} {:>9.1} {:>8.2} {:>6.1}  {}",
-            n.count as f64 / per_run,
-            n.total_us / per_run,
-            n.mean_us,
-            100.0 * n.total_us / per_run / busy,
-            name
-        ));
-    }
-    if names.len() > args.top {
-        let rest: f64 = names[args.top..].iter().map(|n| n.total_us).sum::<f64>() / per_run;
-        lines.push(format!("{:>7.1} {:>9.1} {:>8} {:>6.1}  ({} more names)", names[args.top..].iter().map(|n| n.count).sum::<usize>() as f64 / per_run, rest, "", 100.0 * rest / busy, names.len() - args.top));
-    }
-    emit(&lines.join("\n"))
 }

@@ -8,7 +8,7 @@ use experiments::inference::{InferConfig, InferMode};
 use experiments::models::Dataset;
 use experiments::torchscript::InputSpec;
 
-use crate::{allreduce, data_parallel, torch};
+use crate::{allreduce, data_parallel, torch, torch_profile, torch_train};
 
 #[derive(Subcommand, Debug)]
 pub(crate) enum TorchCommand {
@@ -134,7 +134,7 @@ pub(crate) enum TorchCommand {
         algo: String,
         /// Where the backward's ops run: their forward op's stream, or one stream (the paper)
         #[arg(long, value_enum, default_value = "forward")]
-        backward_streams: torch::BackwardArg,
+        backward_streams: torch_train::BackwardArg,
         #[arg(long, default_value_t = 50)]
         warmup: usize,
         #[arg(long, default_value_t = 100)]
@@ -406,7 +406,7 @@ pub(crate) fn run(command: TorchCommand) -> anyhow::Result<()> {
                 floor_graphs: floor_graphs.as_deref(),
             })
         }
-        TorchCommand::Profile { model, script, mode, optimize, prepare, runs, top, trace, out } => torch::profile(&torch::ProfileArgs {
+        TorchCommand::Profile { model, script, mode, optimize, prepare, runs, top, trace, out } => torch_profile::profile(&torch_profile::ProfileArgs {
             models: script.models(&model, None)?,
             mode: mode.into(),
             optimize,
@@ -425,7 +425,7 @@ pub(crate) fn run(command: TorchCommand) -> anyhow::Result<()> {
         TorchCommand::TrainRank { model, batch, algo, warmup, iters, data_parallel, out } => {
             data_parallel::rank_main(&data_parallel.scaling(&model, &batch, &[], &algo, (warmup, iters), Some(&out)))
         }
-        TorchCommand::Train { model, batch, mode, algo, backward_streams, warmup, iters, check_steps, out, .. } => torch::train(&torch::TrainArgs {
+        TorchCommand::Train { model, batch, mode, algo, backward_streams, warmup, iters, check_steps, out, .. } => torch_train::train(&torch_train::TrainArgs {
             models: &model,
             batches: &batch,
             modes: &mode,

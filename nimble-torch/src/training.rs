@@ -136,8 +136,9 @@ impl Setup {
         time_ops(&self.trace, &self.graph, self.device, options.measure_durations, runner, &self.inputs, true)
     }
 
-    /// The prepared model, with its report; `structure` is the (forward or whole-step) graph's.
-    fn finish(mut self, mode: &'static str, replay: Replay, layout: Layout, task_graph: TaskGraph, structure: &nimble_cuda::GraphStructure, backward_kernel_nodes: usize, gradient_buckets: usize) -> Prepared {
+    /// The prepared model, with its report.
+    fn finish(mut self, mode: &'static str, replay: Replay, layout: Layout, task_graph: TaskGraph, counts: Counts<'_>) -> Prepared {
+        let Counts { structure, backward_kernel_nodes, gradient_buckets } = counts;
         self.seconds.total = self.started.elapsed().as_secs_f64();
         let report = PrepareReport {
             mode,
@@ -166,6 +167,15 @@ impl Setup {
         put_back(&self.external)?;
         ffi::cuda_synchronize()
     }
+}
+
+/// What a report counts in the captured graphs: `structure` is the forward's (autograd mode) or
+/// the whole step's graph, `backward_kernel_nodes` the backward graph's kernels (autograd mode)
+/// and `gradient_buckets` the data-parallel buckets (step mode).
+struct Counts<'a> {
+    structure: &'a nimble_cuda::GraphStructure,
+    backward_kernel_nodes: usize,
+    gradient_buckets: usize,
 }
 
 /// Copies the saved values back into the tensors a recorded forward read.
@@ -306,7 +316,7 @@ pub(crate) fn prepare_autograd(source: &Source, inputs: &[Tensor], options: &Pre
         let layout = std::mem::replace(&mut s.layout, Layout::of_list(0));
         let state = TrainState::new(&forward_graph, &backward_graph, &outputs, &grad_outputs, &s.external.params, &param_grads)?;
         let replay = Replay::Autograd { state, _outputs: outputs, _grad_outputs: grad_outputs, _forward: forward_graph, _backward: backward_graph };
-        Ok(s.finish("autograd", replay, layout, task_graph, &forward_structure, backward_structure.kernel_count(), 0))
+        Ok(s.finish("autograd", replay, layout, task_graph, Counts { structure: &forward_structure, backward_kernel_nodes: backward_structure.kernel_count(), gradient_buckets: 0 }))
 }
 
 /// [`Nimble::prepare_train_step`](crate::Nimble::prepare_train_step): the whole step as one graph.
@@ -416,5 +426,5 @@ pub(crate) fn prepare_train_step(source: &Source, inputs: &[Tensor], targets: &T
         restored?;
         let comm = step.data_parallel.as_ref().map(|dp| dp.comm.clone());
         let replay = Replay::Step { loss, targets, graph, _optimizer: optimizer, _comm: comm };
-        Ok(s.finish("step", replay, Layout::of_list(0), task_graph, &structure, 0, buckets))
+        Ok(s.finish("step", replay, Layout::of_list(0), task_graph, Counts { structure: &structure, backward_kernel_nodes: 0, gradient_buckets: buckets }))
 }
