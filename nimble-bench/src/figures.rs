@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use plotters::prelude::*;
 use serde_json::Value;
 
@@ -106,7 +106,7 @@ pub struct Rendering {
 impl Rendering {
     /// Says what `figure` shows; measures `what` (writing the record) when there is a GPU and
     /// libtorch and re-rendering was not asked for; then reads the record.
-    fn record(&self, invoked_as: &str, figure: &Figure, what: Measurement<'_>) -> Result<Value> {
+    pub(crate) fn record(&self, invoked_as: &str, figure: &Figure, what: Measurement<'_>) -> Result<Value> {
         eprintln!("{invoked_as}: {}", figure.what);
         match libtorch::can_measure() {
             Ok(()) if !self.from_results => {
@@ -122,7 +122,7 @@ impl Rendering {
     }
 
     /// Where the figure's SVG goes (the directory is created).
-    fn svg(&self, figure: &Figure) -> Result<PathBuf> {
+    pub(crate) fn svg(&self, figure: &Figure) -> Result<PathBuf> {
         std::fs::create_dir_all(&self.out_dir).with_context(|| format!("creating {}", self.out_dir.display()))?;
         Ok(self.out_dir.join(format!("{}.svg", figure.name)))
     }
@@ -150,84 +150,19 @@ fn measure(_: &Measurement<'_>, _: &Rendering) -> Result<()> {
     Err(libtorch::missing("measuring a figure"))
 }
 
-/// `inference` (`fig5`): measure (GPU) or re-render (no GPU), then draw.
-pub fn inference(invoked_as: &str, models: &str, batch: i64, args: &Rendering) -> Result<()> {
-    let figure = find("inference")?;
-    let record = args.record(invoked_as, figure, Measurement::Inference { models, batch })?;
-    let bars = speedups(&record).with_context(|| format!("reading the rows of {}", args.results.display()))?;
-    let p = &record["provenance"];
-    let measured = measured_on(&record);
-    let svg = args.svg(figure)?;
-    let python = PythonBaselines::beside(&args.results, &["pytorch-baselines.json", "pytorch-compile.json"], "latency")?;
-    // Every system, as speedup over tch eager per model (0 where not measured).
-    let mut columns: Vec<(&str, RGBColor, Vec<f64>)> = Vec::new();
-    for (system, label, color) in [("eager", "PyTorch eager", RGBColor(207, 216, 220)), ("torchscript", "PyTorch TorchScript", RGBColor(255, 224, 178))] {
-        if python.has(system) {
-            columns.push((label, color, bars.iter().map(|b| python.speedup(&b.model, 1, system, b.eager_ms * 1000.0)).collect()));
-        }
-    }
-    if bars.iter().any(|b| b.torchscript.is_some()) {
-        columns.push(("TorchScript (tch CModule)", RGBColor(255, 183, 77), bars.iter().map(|b| b.torchscript.unwrap_or(0.0)).collect()));
-    }
-    if python.has("compile") {
-        columns.push(("torch.compile (reduce-overhead)", RGBColor(156, 39, 176), bars.iter().map(|b| python.speedup(&b.model, 1, "compile", b.eager_ms * 1000.0)).collect()));
-    }
-    columns.push(("one-stream CUDA graph", RGBColor(120, 144, 156), bars.iter().map(|b| b.graph).collect()));
-    columns.push(("Nimble (multi-stream)", RGBColor(25, 118, 210), bars.iter().map(|b| b.nimble).collect()));
-    let groups: Vec<Group> = bars.iter().enumerate().map(|(i, b)| Group { label: b.model.clone(), values: columns.iter().map(|c| c.2[i]).collect() }).collect();
-    let series: Vec<(&str, RGBColor)> = columns.iter().map(|c| (c.0, c.1)).collect();
-    let mut notes = vec![format!("Measured: {measured}. Both graphs with the inference rewrites.")];
-    notes.push(match &python.provenance {
-        Some(from) => format!("PyTorch bars: our Python runner in a separate process ({from}); missing bars: not measured there. Not shown: TensorRT, TVM."),
-        None => "Not shown: TensorRT and TVM (not on this machine); the Python PyTorch baselines (no record beside this one).".to_string(),
-    });
-    draw_grouped(&svg, ("Inference speedup over tch eager, batch 1", "speedup over tch eager (×)"), &groups, &series, &notes)?;
-    let mut lines = vec![format!("measured: {measured}; median of {} after {} warm-ups", p["iterations"], p["warmup"])];
-    if let Some(from) = &python.provenance {
-        lines.push(format!("PyTorch columns from {from}"));
-    }
-    let mut header = format!("{:<16} {:>9}", "model", "eager ms");
-    for column in &columns {
-        header += &format!(" {:>12}", short(column.0));
-    }
-    lines.push(header + "   (speedup over tch eager)");
-    for (i, bar) in bars.iter().enumerate() {
-        let mut line = format!("{:<16} {:>9.3}", bar.model, bar.eager_ms);
-        for column in &columns {
-            line += &if column.2[i] > 0.0 { format!(" {:>12.2}", column.2[i]) } else { format!(" {:>12}", "-") };
-        }
-        lines.push(line);
-    }
-    lines.push(format!("figure: {}", svg.display()));
-    emit(&lines.join("\n"))
-}
-
-/// A column heading for a series label.
-fn short(label: &str) -> &str {
-    match label {
-        "PyTorch eager" => "pt eager",
-        "PyTorch TorchScript" => "pt script",
-        "TorchScript (tch CModule)" => "tch script",
-        "torch.compile (reduce-overhead)" => "compile",
-        "one-stream CUDA graph" => "graph",
-        "Nimble (multi-stream)" => "nimble",
-        other => other,
-    }
-}
-
 /// The Python runner's records found beside one of ours, if any: inference
 /// (`pytorch-baselines.json`, `pytorch-compile.json`) or training (`pytorch-training.json`).
-struct PythonBaselines {
+pub(crate) struct PythonBaselines {
     /// (model, batch, system) → median µs.
     medians: Vec<(String, i64, String, f64)>,
     /// Where and when they were measured, in one line.
-    provenance: Option<String>,
+    pub(crate) provenance: Option<String>,
 }
 
 impl PythonBaselines {
     /// Reads the records `names` beside `results`; `timing` is the rows' field with the median
     /// (`latency` for inference, `step` for training).
-    fn beside(results: &Path, names: &[&str], timing: &str) -> Result<PythonBaselines> {
+    pub(crate) fn beside(results: &Path, names: &[&str], timing: &str) -> Result<PythonBaselines> {
         let mut medians = Vec::new();
         let (mut setup, mut dates) = (None, Vec::new());
         let dir = results.parent().unwrap_or(Path::new("."));
@@ -253,70 +188,24 @@ impl PythonBaselines {
         Ok(PythonBaselines { medians, provenance })
     }
 
-    fn has(&self, system: &str) -> bool {
+    pub(crate) fn has(&self, system: &str) -> bool {
         self.medians.iter().any(|m| m.2 == system)
     }
 
     /// tch eager's time over the system's, or 0 when it was not measured.
-    fn speedup(&self, model: &str, batch: i64, system: &str, eager_us: f64) -> f64 {
+    pub(crate) fn speedup(&self, model: &str, batch: i64, system: &str, eager_us: f64) -> f64 {
         self.medians.iter().find(|m| m.0 == model && m.1 == batch && m.2 == system).map_or(0.0, |m| eager_us / m.3)
     }
 }
 
-/// One model's bars: speedups over eager.
-struct Bars {
-    model: String,
-    eager_ms: f64,
-    /// TorchScript through tch's CModule, when the record has it.
-    torchscript: Option<f64>,
-    graph: f64,
-    nimble: f64,
-}
-
-/// Speedups over eager of the rewritten one-stream graph and Nimble, per model, from an
-/// `infer` record.
-fn speedups(record: &Value) -> Result<Vec<Bars>> {
-    let rows = record["rows"].as_array().context("no `rows` array")?;
-    let median = |model: &str, mode: &str| -> Option<f64> {
-        rows.iter()
-            .find(|r| r["model"] == model && r["mode"] == mode && (mode == "eager" || mode.starts_with("torch") || r["optimized"] == true))
-            .and_then(|r| r["latency"]["median_us"].as_f64())
-    };
-    let mut models: Vec<&str> = Vec::new();
-    for row in rows {
-        let model = row["model"].as_str().context("a row without `model`")?;
-        if !models.contains(&model) {
-            models.push(model);
-        }
-    }
-    let mut bars = Vec::new();
-    for model in models {
-        match (median(model, "eager"), median(model, "graph"), median(model, "nimble")) {
-            (Some(eager), Some(graph), Some(nimble)) => bars.push(Bars {
-                model: model.to_string(),
-                eager_ms: eager / 1000.0,
-                // Records of commit a192d49 spell the mode `torch-script`.
-                torchscript: median(model, "torchscript").or_else(|| median(model, "torch-script")).map(|t| eager / t),
-                graph: eager / graph,
-                nimble: eager / nimble,
-            }),
-            _ => eprintln!("{model}: the record lacks eager, graph or nimble (with the rewrites); left out"),
-        }
-    }
-    if bars.is_empty() {
-        bail!("no model has all of eager, graph and nimble");
-    }
-    Ok(bars)
-}
-
 /// Reads a result record.
-fn read_record(path: &Path) -> Result<Value> {
+pub(crate) fn read_record(path: &Path) -> Result<Value> {
     let text = nimble_graph::json::read_text(path)?;
     serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
 }
 
 /// Where and when a record was measured, in one line.
-fn measured_on(record: &Value) -> String {
+pub(crate) fn measured_on(record: &Value) -> String {
     let p = &record["provenance"];
     format!(
         "{} (driver {}, CUDA {}), libtorch {}, {}, commit {}",
@@ -327,79 +216,6 @@ fn measured_on(record: &Value) -> String {
         p["date_utc"].as_str().unwrap_or("?"),
         p["commit"].as_str().map_or("?", |c| &c[..c.len().min(7)])
     )
-}
-
-/// `training`: measure (GPU) or re-render (no GPU), then draw.
-pub fn training(invoked_as: &str, models: &str, batches: &[i64], args: &Rendering) -> Result<()> {
-    let figure = find("training")?;
-    let record = args.record(invoked_as, figure, Measurement::Training { models, batches })?;
-    let rows = record["rows"].as_array().with_context(|| format!("{}: no `rows` array", args.results.display()))?;
-    let median = |model: &str, batch: i64, mode: &str| {
-        rows.iter().find(|r| r["model"] == model && r["batch"] == batch && r["mode"] == mode).and_then(|r| r["step"]["median_us"].as_f64())
-    };
-    let mut keys: Vec<(String, i64)> = Vec::new();
-    for row in rows {
-        let key = (row["model"].as_str().unwrap_or("?").to_string(), row["batch"].as_i64().unwrap_or(0));
-        if !keys.contains(&key) {
-            keys.push(key);
-        }
-    }
-    let modes = ["nimble", "nimble-fused", "graph", "step"];
-    let python = PythonBaselines::beside(&args.results, &["pytorch-training.json"], "step")?;
-    let python_systems: Vec<(&str, &str, RGBColor)> = [
-        ("train-eager", "PyTorch eager (foreach SGD)", RGBColor(207, 216, 220)),
-        ("train-graph", "PyTorch whole step, torch.cuda.graph", RGBColor(156, 39, 176)),
-    ]
-    .into_iter()
-    .filter(|s| python.has(s.0))
-    .collect();
-    let mut groups = Vec::new();
-    let mut lines = vec![format!("measured: {}; median of {} after {} warm-ups", measured_on(&record), record["provenance"]["iterations"], record["provenance"]["warmup"])];
-    if let Some(from) = &python.provenance {
-        lines.push(format!("PyTorch columns from {from}"));
-    }
-    let mut header = format!("{:<16} {:>5} {:>9}", "model", "batch", "eager ms");
-    for system in &python_systems {
-        header += &format!(" {:>12}", format!("{} x", system.0));
-    }
-    lines.push(header + &format!(" {:>9} {:>9} {:>9} {:>9}", "nimble x", "n-fused x", "graph x", "step x"));
-    for (model, batch) in keys {
-        let Some(eager) = median(&model, batch, "eager") else {
-            eprintln!("{model} at batch {batch}: the record has no eager row; left out");
-            continue;
-        };
-        let mut values: Vec<f64> = python_systems.iter().map(|s| python.speedup(&model, batch, s.0, eager)).collect();
-        values.extend(modes.iter().map(|m| median(&model, batch, m).map_or(0.0, |t| eager / t)));
-        let mut line = format!("{:<16} {:>5} {:>9.3}", model, batch, eager / 1000.0);
-        for (i, v) in values.iter().enumerate() {
-            let width = if i < python_systems.len() { 12 } else { 9 };
-            line += &if *v > 0.0 { format!(" {v:>width$.2}") } else { format!(" {:>width$}", "-") };
-        }
-        lines.push(line);
-        groups.push(Group { label: format!("{model} {batch}"), values });
-    }
-    if groups.is_empty() {
-        bail!("{}: no model and batch size has an eager row to compare with", args.results.display());
-    }
-    let svg = args.svg(figure)?;
-    let mut series: Vec<(&str, RGBColor)> = python_systems.iter().map(|s| (s.1, s.2)).collect();
-    series.extend([
-        ("Nimble autograd mode (forward + backward graphs), tch's SGD", RGBColor(187, 222, 251)),
-        ("Nimble autograd mode, fused SGD", RGBColor(100, 181, 246)),
-        ("whole step, one-stream CUDA graph", RGBColor(120, 144, 156)),
-        ("whole step, Nimble's streams", RGBColor(25, 118, 210)),
-    ]);
-    let notes = [
-        format!("Measured: {}. CIFAR-10 shapes, SGD with momentum; label: model and batch size.", measured_on(&record)),
-        "Eager uses tch's SGD (a few kernels per parameter); the whole-step graphs and the fused autograd mode libtorch's fused SGD.".to_string(),
-        match &python.provenance {
-            Some(from) => format!("PyTorch bars: our Python runner in a separate process ({from}), as speedup over tch eager."),
-            None => "Not shown: the Python PyTorch baselines (no pytorch-training.json beside this record).".to_string(),
-        },
-    ];
-    draw_grouped(&svg, ("Training step speedup over tch eager", "speedup over tch eager (×)"), &groups, &series, &notes)?;
-    lines.push(format!("figure: {}", svg.display()));
-    emit(&lines.join("\n"))
 }
 
 /// The schedulers record's data for one model, as the three figures drawn from it read it.

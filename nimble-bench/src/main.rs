@@ -15,6 +15,8 @@ mod data_parallel;
 #[cfg(feature = "torch")]
 mod ranks;
 mod example;
+mod figure_inference;
+mod figure_training;
 mod figures;
 #[cfg(feature = "torch")]
 mod floors;
@@ -361,8 +363,8 @@ impl FigureArgs {
 fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
     match cli.command {
         Command::Figures => figures::list(),
-        Command::Inference { models, batch, figure } => figures::inference(invoked_as, &models, batch, &figure.rendering("inference")),
-        Command::Training { models, batch, figure } => figures::training(invoked_as, &models, &batch, &figure.rendering("training")),
+        Command::Inference { models, batch, figure } => figure_inference::inference(invoked_as, &models, batch, &figure.rendering("inference")),
+        Command::Training { models, batch, figure } => figure_training::training(invoked_as, &models, &batch, &figure.rendering("training")),
         Command::Overhead { models, figure } => figures::from_schedulers_record(invoked_as, "overhead", &models, None, &figure.rendering("schedulers")),
         Command::Multistream { models, figure } => figures::from_schedulers_record(invoked_as, "multistream", &models, None, &figure.rendering("schedulers")),
         Command::Schedulers { models, simulate: true, algos, graphs, measured, simulator, figure, .. } => research::simulate_schedulers(&research::SimulateArgs {
