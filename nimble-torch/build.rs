@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 
 /// The shim's C++ files, one per concern (see `shim/nimble_shim.h`).
-const SHIM_SOURCES: [&str; 9] = [
+const SHIM_SOURCES: [&str; 10] = [
     "common.cpp",
     "device.cpp",
     "record.cpp",
@@ -19,6 +19,7 @@ const SHIM_SOURCES: [&str; 9] = [
     "training.cpp",
     "fused_ops.cpp",
     "linear_ops.cpp",
+    "timed_choice.cpp",
     "comm.cpp",
 ];
 

@@ -5,6 +5,13 @@
 //       = act(conv2d(input, weight, bias, ...) + other)
 //     CUDA: cuDNN's convolution without the bias, then one kernel for bias, residual and
 //     activation (ATen: the convolution, then a kernel each for the bias, the add, the activation).
+//   nimble::conv2d_relu(input, weight, bias?, stride, padding, dilation, groups, other?)
+//       = relu(conv2d(input, weight, bias, ...) + other)
+//     CUDA: one of two ways, timed the first time a case is seen outside a capture (as
+//     nimble::linear chooses its GEMM): cuDNN's fused convolution(+add)+ReLU, or conv2d_fused's
+//     way. Neither wins everywhere: on an H200 at batch 1, cuDNN's fused kernels made RegNetX-1.6GF
+//     (grouped convolutions) 25% slower than conv2d_fused's way, while GoogLeNet ran 13% faster
+//     with them (paper-figs/results/rewrite-variants-a18cba9/).
 //   nimble::squeeze_excite(x, w1, b1?, w2, b2?, act)
 //       = x * sigmoid(conv1x1(act(conv1x1(adaptive_avg_pool2d(x, 1), w1, b1)), w2, b2))
 //     CUDA: three kernels (partial plane means; the first 1×1 convolution and its activation;
@@ -15,8 +22,11 @@
 // GPU), and the CUDA kernels take that same path for inputs they do not handle (not float32, not
 // contiguous NCHW/NHWC, shapes that need broadcasting). Inference only: no autograd formula.
 
+#include "common.h"
 #include "fused_ops.h"
+#include "nimble_shim.h"
 #include "fused_common.h"
+#include "timed_choice.h"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -25,6 +35,8 @@
 #include <torch/csrc/jit/passes/subgraph_rewrite.h>
 #include <torch/library.h>
 
+#include <atomic>
+#include <sstream>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -67,6 +79,45 @@ at::Tensor conv2d_fused_cuda(const at::Tensor& input, const at::Tensor& weight, 
                            inner, a, at::cuda::getCurrentCUDAStream().stream()),
                "conv2d_fused");
   return y;
+}
+
+at::Tensor conv2d_relu_aten(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                            at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
+                            const std::optional<at::Tensor>& other) {
+  return conv2d_fused_aten(input, weight, bias, stride, padding, dilation, groups, other, "relu");
+}
+
+at::Tensor conv2d_relu_cudnn(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                             at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
+                             const std::optional<at::Tensor>& other) {
+  if (present(other)) return at::cudnn_convolution_add_relu(input, weight, *other, 1, bias, stride, padding, dilation, groups);
+  return at::cudnn_convolution_relu(input, weight, bias, stride, padding, dilation, groups);
+}
+
+// ns_set_conv_relu's mode: 0 timed, 1 always cuDNN's fused kernels, 2 always conv2d_fused's way.
+std::atomic<int> g_conv_relu{0};
+
+void describe(std::ostringstream& key, const at::Tensor& t) {
+  key << ' ' << c10::toString(t.scalar_type()) << t.sizes() << t.strides();
+}
+
+at::Tensor conv2d_relu_cuda(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                            at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
+                            const std::optional<at::Tensor>& other) {
+  auto ours = [&] { return conv2d_fused_cuda(input, weight, bias, stride, padding, dilation, groups, other, "relu"); };
+  auto cudnn = [&] { return conv2d_relu_cudnn(input, weight, bias, stride, padding, dilation, groups, other); };
+  int mode = g_conv_relu.load();
+  if (mode != 0) return mode == 1 ? cudnn() : ours();
+  // The case: device, the tensors' dtypes, shapes and layouts, the convolution's parameters and
+  // the settings that change cuDNN's choice of algorithm.
+  std::ostringstream key;
+  key << "conv2d_relu " << input.device().index();
+  describe(key, input);
+  describe(key, weight);
+  if (present(other)) describe(key, *other);
+  key << ' ' << present(bias) << ' ' << stride << padding << dilation << groups << ' '
+      << at::globalContext().allowTF32CuDNN() << at::globalContext().benchmarkCuDNN() << at::globalContext().deterministicCuDNN();
+  return second_is_faster(key.str(), [&] { cudnn(); }, [&] { ours(); }) ? ours() : cudnn();
 }
 
 at::Tensor squeeze_excite_aten(const at::Tensor& x, const at::Tensor& w1, const std::optional<at::Tensor>& b1,
@@ -112,16 +163,20 @@ at::Tensor squeeze_excite_cuda(const at::Tensor& x, const at::Tensor& w1, const 
 TORCH_LIBRARY(nimble, m) {
   m.def("conv2d_fused(Tensor input, Tensor weight, Tensor? bias, int[2] stride, int[2] padding, int[2] dilation, "
         "int groups, Tensor? other, str act) -> Tensor");
+  m.def("conv2d_relu(Tensor input, Tensor weight, Tensor? bias, int[2] stride, int[2] padding, int[2] dilation, "
+        "int groups, Tensor? other) -> Tensor");
   m.def("squeeze_excite(Tensor x, Tensor w1, Tensor? b1, Tensor w2, Tensor? b2, str act) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(nimble, CPU, m) {
   m.impl("conv2d_fused", conv2d_fused_aten);
+  m.impl("conv2d_relu", conv2d_relu_aten);
   m.impl("squeeze_excite", squeeze_excite_aten);
 }
 
 TORCH_LIBRARY_IMPL(nimble, CUDA, m) {
   m.impl("conv2d_fused", conv2d_fused_cuda);
+  m.impl("conv2d_relu", conv2d_relu_cuda);
   m.impl("squeeze_excite", squeeze_excite_cuda);
 }
 
@@ -210,6 +265,39 @@ void fuse_conv_tails(std::shared_ptr<torch::jit::Graph>& graph) {
   }
 }
 
+void time_cudnn_conv_relu(std::shared_ptr<torch::jit::Graph>& graph) {
+  const auto conv_relu = c10::Symbol::fromQualString("aten::cudnn_convolution_relu");
+  const auto conv_add_relu = c10::Symbol::fromQualString("aten::cudnn_convolution_add_relu");
+  const auto ours = c10::Symbol::fromQualString("nimble::conv2d_relu");
+  std::vector<Node*> fused;
+  for (auto* node : graph->nodes())
+    if (node->kind() == conv_relu || node->kind() == conv_add_relu) fused.push_back(node);
+  for (auto* node : fused) {
+    // cudnn_convolution_relu(input, weight, bias, stride, padding, dilation, groups);
+    // cudnn_convolution_add_relu(input, weight, z, alpha, bias, stride, padding, dilation, groups).
+    bool add = node->kind() == conv_add_relu;
+    auto weight = torch::jit::toIValue(node->input(1));
+    if (!weight || !weight->isTensor() || weight->toTensor().dim() != 4) continue;  // conv3d stays cuDNN's
+    if (add) {
+      auto alpha = torch::jit::toIValue(node->input(3));
+      if (!alpha || !(alpha->isNone() || number_is(alpha, 1))) continue;
+    }
+    Value* none = nullptr;
+    if (!add) {
+      torch::jit::WithInsertPoint guard(node);
+      none = graph->insertConstant(c10::IValue());
+    }
+    std::vector<Value*> inputs = {node->input(0), node->input(1), node->input(add ? 4 : 2)};
+    for (size_t i = add ? 5 : 3; i < node->inputs().size(); i++) inputs.push_back(node->input(i));
+    inputs.push_back(add ? node->input(2) : none);
+    Node* replacement = graph->create(ours, inputs);
+    replacement->insertBefore(node);
+    replacement->output()->setType(node->output()->type());
+    node->output()->replaceAllUsesWith(replacement->output());
+    node->destroy();
+  }
+}
+
 int fused_op_count(const torch::jit::Graph& graph) {
   int fused = 0;
   for (const auto* node : graph.nodes()) fused += std::string(node->kind().toQualString()).rfind("nimble::", 0) == 0 ? 1 : 0;
@@ -217,3 +305,10 @@ int fused_op_count(const torch::jit::Graph& graph) {
 }
 
 }  // namespace nimble
+
+extern "C" int ns_set_conv_relu(int mode) {
+  return nimble_shim::guarded([&] {
+    TORCH_CHECK(mode >= 0 && mode <= 2, "conv+ReLU mode ", mode, ": expected 0 (timed), 1 (cuDNN) or 2 (epilogue)");
+    g_conv_relu.store(mode);
+  });
+}

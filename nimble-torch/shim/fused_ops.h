@@ -1,4 +1,4 @@
-// Nimble's fused custom ops (nimble::conv2d_fused, nimble::squeeze_excite: fused_ops.cpp;
+// Nimble's fused custom ops (nimble::conv2d_fused, nimble::conv2d_relu, nimble::squeeze_excite: fused_ops.cpp;
 // nimble::linear, nimble::attention_mask: linear_ops.cpp) and the TorchScript rewrites that put
 // them into a frozen graph.
 #pragma once
@@ -14,6 +14,12 @@ namespace nimble {
 // nimble::squeeze_excite. Run it before cuDNN's conv+ReLU fusion, which would take the block's
 // first convolution.
 void fuse_squeeze_excite(std::shared_ptr<torch::jit::Graph>& graph);
+
+// Hands cuDNN's fused 2-D convolution+ReLU and convolution+add+ReLU (FuseFrozenConvAddRelu's
+// aten::cudnn_convolution_relu and aten::cudnn_convolution_add_relu with a unit alpha) to
+// nimble::conv2d_relu, which times them against conv2d_fused's way and keeps the faster. Run it
+// right after FuseFrozenConvAddRelu.
+void time_cudnn_conv_relu(std::shared_ptr<torch::jit::Graph>& graph);
 
 // Replaces convolutions followed by SiLU, ReLU, ReLU6 or a residual add by nimble::conv2d_fused.
 // Run it after cuDNN's conv(+add)+ReLU fusion, which does those in one cuDNN call.

@@ -247,8 +247,9 @@ static bool inplace_activation(const torch::jit::Node* node) {
 // `channels_last` (0 off, 1 on, 2 auto): 4-D constants (the frozen convolution weights) are
 // stored channels-last, so that with a channels-last input cuDNN runs NHWC kernels without
 // layout transforms (what inductor's layout optimization does for torch.compile). Auto turns it
-// on unless the graph has grouped (e.g. depthwise) convolutions, which cuDNN runs slower in
-// NHWC. `applied`: bit 0, it was applied; bit 1, the graph has grouped convolutions.
+// on unless the graph has grouped (e.g. depthwise) convolutions, which cuDNN often runs slower in
+// NHWC (prepare then times both layouts: see nimble-torch's layout.rs). `applied`: bit 0, it was
+// applied; bit 1, the graph has 2-D convolutions.
 int ns_jit_optimize(void* module, int fuse, int kernels, int channels_last, void** out, int* applied, int* fused) {
   return guarded([&] {
     auto* m = static_cast<torch::jit::Module*>(module);
@@ -271,22 +272,24 @@ int ns_jit_optimize(void* module, int fuse, int kernels, int channels_last, void
     }
     silu.runOnGraph(graph);
     // Looked for before the fusions below, which turn convolutions into other ops.
-    bool grouped = false;
+    bool grouped = false, convs = false;
     for (auto* node : graph->nodes()) {
       if (node->kind() != c10::Symbol::fromQualString("aten::conv2d")) continue;
+      convs = true;
       auto groups = torch::jit::toIValue(node->inputs().back());
       grouped |= !groups || !groups->isInt() || groups->toInt() != 1;
     }
     if (channels_last == 2) channels_last = grouped ? 0 : 1;
     if (kernels) nimble::fuse_squeeze_excite(graph);
     if (fuse) torch::jit::FuseFrozenConvAddRelu(graph);
+    if (fuse && kernels) nimble::time_cudnn_conv_relu(graph);
     if (kernels) {
       nimble::fuse_conv_tails(graph);
       nimble::fuse_linear_tails(graph);
       nimble::convert_attention_masks(graph);
     }
     *fused = nimble::fused_op_count(*graph);
-    *applied = (channels_last ? 1 : 0) | (grouped ? 2 : 0);
+    *applied = (channels_last ? 1 : 0) | (convs ? 2 : 0);
     if (channels_last) {
       for (auto* node : graph->nodes()) {
         if (node->kind() != c10::prim::Constant || !node->hasAttribute(c10::attr::value) ||

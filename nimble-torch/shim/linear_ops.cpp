@@ -22,6 +22,7 @@
 #include "fused_common.h"
 #include "fused_ops.h"
 #include "nimble_shim.h"
+#include "timed_choice.h"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -29,9 +30,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <functional>
-#include <limits>
-#include <mutex>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -86,67 +84,20 @@ enum class LinearPath { Aten, Product };
 // ns_set_linear_gemm's mode: 0 timed, 1 always ATen's way, 2 always the plain product.
 std::atomic<int> g_linear_gemm{0};
 
-// Microseconds per call of `run` on `stream`, the best of five rounds of ten after three
-// warm-ups; infinity if the events fail.
-double time_us(const std::function<void()>& run, cudaStream_t stream) {
-  for (int i = 0; i < 3; i++) run();
-  cudaEvent_t start = nullptr, end = nullptr;
-  double best = std::numeric_limits<double>::infinity();
-  if (cudaEventCreate(&start) == cudaSuccess && cudaEventCreate(&end) == cudaSuccess) {
-    for (int round = 0; round < 5; round++) {
-      cudaEventRecord(start, stream);
-      for (int i = 0; i < 10; i++) run();
-      cudaEventRecord(end, stream);
-      float ms = 0;
-      if (cudaEventSynchronize(end) != cudaSuccess || cudaEventElapsedTime(&ms, start, end) != cudaSuccess) break;
-      best = std::min(best, ms * 100.0);
-    }
-  }
-  if (start != nullptr) cudaEventDestroy(start);
-  if (end != nullptr) cudaEventDestroy(end);
-  cudaGetLastError();  // a failed event call must not be reported by the next launch
-  return best;
-}
-
-// The way each (device, dtype, rows, features, inputs, epilogue, TF32 setting) is computed,
-// once timed; shared by every model of the process.
-struct LinearChoices {
-  std::mutex mutex;
-  std::unordered_map<std::string, LinearPath> paths;
-};
-
-LinearChoices& linear_choices() {
-  static LinearChoices choices;
-  return choices;
-}
-
 LinearPath choose(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                   const std::optional<at::Tensor>& other, Act act) {
   if (!takes_product(input, weight, bias)) return LinearPath::Aten;
   int mode = g_linear_gemm.load();
   if (mode != 0) return mode == 1 ? LinearPath::Aten : LinearPath::Product;
+  // The case: device, dtype, rows, features, inputs, epilogue, TF32 setting.
   std::ostringstream key;
   key << input.device().index() << ' ' << c10::toString(input.scalar_type()) << ' ' << input.numel() / input.size(-1)
       << ' ' << weight.size(0) << ' ' << weight.size(1) << ' ' << present(bias) << present(other) << ' '
       << static_cast<int>(act) << ' ' << at::globalContext().allowTF32CuBLAS();
-  auto& choices = linear_choices();
-  {
-    std::lock_guard<std::mutex> lock(choices.mutex);
-    auto found = choices.paths.find(key.str());
-    if (found != choices.paths.end()) return found->second;
-  }
-  cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess || status != cudaStreamCaptureStatusNone) {
-    cudaGetLastError();
-    return LinearPath::Aten;  // nothing can be timed inside a capture; ATen's way, not remembered
-  }
-  double aten = time_us([&] { linear_aten(input, weight, bias, other, act); }, stream);
-  double product = time_us([&] { linear_product(input, weight, bias, other, act); }, stream);
-  // ATen's way unless the other is clearly faster, so that noise does not flip a tie.
-  LinearPath path = product < 0.97 * aten ? LinearPath::Product : LinearPath::Aten;
-  std::lock_guard<std::mutex> lock(choices.mutex);
-  return choices.paths.emplace(key.str(), path).first->second;
+  bool product = second_is_faster(
+      "linear " + key.str(), [&] { linear_aten(input, weight, bias, other, act); },
+      [&] { linear_product(input, weight, bias, other, act); });
+  return product ? LinearPath::Product : LinearPath::Aten;
 }
 
 at::Tensor linear_cuda(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,

@@ -27,6 +27,9 @@ int ns_conv_tf32(int* out);
 // How nimble::linear computes on CUDA from now on: 0 the faster way by timing each new shape
 // (the default), 1 ATen's linear, 2 the plain product and one epilogue kernel.
 int ns_set_linear_gemm(int mode);
+// How nimble::conv2d_relu computes on CUDA from now on: 0 the faster way by timing each new case
+// (the default), 1 cuDNN's fused kernels, 2 the convolution and one epilogue kernel.
+int ns_set_conv_relu(int mode);
 int ns_timer_new(void** out);
 void ns_timer_free(void* timer);
 int ns_timer_start(void* timer);

@@ -26,7 +26,7 @@ use crate::source::Source;
 use crate::trace::record;
 
 /// Prepares `source` for inference with the layout `options` give (or the rewrites decide).
-/// Returns the prepared model and what the rewrites did (whether the model has grouped
+/// Returns the prepared model and what the rewrites did (whether the model has 2-D
 /// convolutions, whether channels-last was applied).
 pub(crate) fn prepare(source: &Source, inputs: &[Tensor], options: &PrepareOptions) -> Result<(Prepared, Applied)> {
     let started = Instant::now();

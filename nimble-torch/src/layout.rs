@@ -1,5 +1,6 @@
-//! The layout trial: for models with grouped convolutions neither NCHW nor NHWC wins everywhere,
-//! so `prepare` builds the inference pipeline for both, times both graphs, and keeps the faster.
+//! The layout trial: for models with convolutions neither NCHW nor NHWC wins everywhere (cuDNN's
+//! grouped kernels, large first convolutions, small feature maps at batch 1), so `prepare`
+//! builds the inference pipeline for both, times both graphs, and keeps the faster.
 
 use std::time::Instant;
 

@@ -17,7 +17,7 @@
 //!            on request, each op's own kernels in a profiled one-stream graph  kernel_times.rs
 //! pre-run    one pass on the planned streams (per-stream library workspaces)
 //! capture    one pass on the planned streams inside at::cuda::CUDAGraph          inference.rs
-//! layout     with grouped convolutions: both layouts prepared, timed, the faster kept   layout.rs
+//! layout     with convolutions: both layouts prepared, timed, the faster kept        layout.rs
 //! replay     copy into the static inputs, replay, return the static outputs     replay.rs
 //! ```
 //!
@@ -62,7 +62,7 @@ pub use kernel_times::KERNEL_TIMING_REPLAYS;
 pub use nimble::Nimble;
 pub use nimble_cuda::CaptureMode;
 pub use optimizer::{FusedOptimizer, Optimizer};
-pub use options::{set_linear_gemm, BackwardStreams, LayoutTrial, LinearGemm, PrepareOptions, PrepareReport, PrepareSeconds};
+pub use options::{set_conv_relu, set_linear_gemm, BackwardStreams, ConvRelu, LayoutTrial, LinearGemm, PrepareOptions, PrepareReport, PrepareSeconds};
 pub use output::{Layout, Value};
 pub use profile::{profile, DeviceProfile, KernelLaunch, SmLimits};
 pub use trace::{record, TensorDevice, TensorUse, Trace, TracedOp, TracedParam};

@@ -182,7 +182,7 @@ impl Nimble {
             training::prepare_autograd(&self.source, inputs, &options)?
         } else {
             let (prepared, applied) = inference::prepare(&self.source, inputs, &options)?;
-            if options.channels_last.is_none() && applied.grouped_convs {
+            if options.channels_last.is_none() && applied.convs {
                 layout::keep_faster(&self.source, inputs, &options, prepared, applied.channels_last)?
             } else {
                 prepared

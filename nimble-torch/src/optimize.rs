@@ -36,7 +36,7 @@ pub(crate) fn optimized_module(source: &Source, inputs: &[Tensor], rewrites: &Re
         Err(_) if applied.channels_last && rewrites.channels_last.is_none() => {
             let (optimized, nchw) = module.optimized(&Rewrites { channels_last: Some(false), ..rewrites })?;
             warm_up(&optimized, inputs)?;
-            Ok((optimized, Applied { grouped_convs: applied.grouped_convs, ..nchw }))
+            Ok((optimized, Applied { convs: applied.convs, ..nchw }))
         }
         Err(e) => Err(e),
     }

@@ -31,7 +31,9 @@ pub struct PrepareOptions {
     /// `fuse_conv_relu` and `channels_last` applied. The model's parameters must not require
     /// gradients (freeze its `VarStore`).
     pub optimize: bool,
-    /// With `optimize` on CUDA: fuse convolution(+add)+ReLU into cuDNN's fused kernels.
+    /// With `optimize` on CUDA: fuse convolution(+add)+ReLU into cuDNN's fused kernels (with
+    /// `fuse_kernels`, each such convolution is timed against Nimble's epilogue kernel the
+    /// first time its shape is seen, and the faster kept: see [`ConvRelu`]).
     pub fuse_conv_relu: bool,
     /// With `optimize`: replace squeeze-and-excitation blocks (pool, 1×1 convolution, SiLU or
     /// ReLU, 1×1 convolution, sigmoid, scale) and convolutions followed by SiLU, ReLU, ReLU6 or
@@ -47,9 +49,9 @@ pub struct PrepareOptions {
     pub fuse_kernels: bool,
     /// With `optimize` on CUDA: keep convolution weights and 4-D inputs channels-last (NHWC),
     /// so cuDNN needs no layout transforms (inductor's layout optimization does the same).
-    /// `None` (the default) decides per model: on when it has no grouped (depthwise)
-    /// convolutions; with them, neither layout wins everywhere (cuDNN's grouped kernels differ
-    /// by layout), so `prepare` builds both, times 60 replays of each, and keeps the faster
+    /// `None` (the default) decides per model with convolutions: neither layout wins everywhere
+    /// (on an H200 at batch 1, NHWC made AlexNet and GoogLeNet 14–24% slower and MobileNetV2
+    /// 7–20% faster), so `prepare` builds both, times 60 replays of each, and keeps the faster
     /// (`PrepareReport::layout_trial`). Values are unchanged; outputs keep the layout the model
     /// gives them.
     pub channels_last: Option<bool>,
@@ -217,6 +219,30 @@ pub enum LinearGemm {
     /// The product alone through cuBLAS's plain GEMM, then one kernel for bias, residual and
     /// activation (float32; other dtypes take ATen's ops for them).
     Plain,
+}
+
+/// How the inference rewrites' convolutions followed by a ReLU (with a residual added before it
+/// or not) compute on CUDA, where both `fuse_conv_relu` and `fuse_kernels` are on
+/// (`nimble::conv2d_relu`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ConvRelu {
+    /// The faster of the two ways below, timed the first time each case (shapes, layouts,
+    /// convolution parameters, cuDNN settings) is seen outside a capture and remembered for the
+    /// process.
+    #[default]
+    Timed,
+    /// cuDNN's fused convolution(+add)+ReLU kernels.
+    Cudnn,
+    /// cuDNN's convolution without the bias, then one kernel for bias, residual and ReLU
+    /// (`nimble::conv2d_fused`'s way; float32, other dtypes take ATen's ops for them).
+    Epilogue,
+}
+
+/// Sets how `nimble::conv2d_relu` computes on CUDA for the whole process, from the next call on
+/// (graphs already captured keep their kernels). For ablations and tests; [`ConvRelu::Timed`] is
+/// the default.
+pub fn set_conv_relu(way: ConvRelu) -> crate::Result<()> {
+    crate::ffi::set_conv_relu(way)
 }
 
 /// Sets how `nimble::linear` computes on CUDA for the whole process, from the next call on

@@ -5,6 +5,7 @@
 # first, so that a rewrite's effect shows model by model in one run. Builds nothing.
 # Writes $OUT/torchscript-before.json and $OUT/torchscript-after.json (the records of every model,
 # by binary) and prints a table of Nimble's latency side by side.
+# INFER_ARGS adds flags to both (e.g. --exact-check for deep networks with random weights).
 #   usage: scripts/device/run-torchscript-before-after.sh [MODELS (comma-separated exporter names)]
 set -uo pipefail
 models=${1:-bert-base,gpt2,roberta-base,distilbert}
@@ -17,7 +18,7 @@ for name in $(python3 -c "import json;print(' '.join(e['name'] for e in json.loa
     inputs=$(python3 -c "import json;print(' '.join('--input '+s for e in json.load(open('$dir/manifest.json'))['models'] if e['name']=='$name' for s in e['inputs']))")
     for which in before after; do
         binary=.gpu/nimble-bench; [ $which = before ] && binary=.gpu/before/nimble-bench
-        $binary infer --torchscript "$dir/$name.pt" $inputs --mode nimble --optimize on --out "$out/parts/$which-$name.json" \
+        $binary infer --torchscript "$dir/$name.pt" $inputs --mode nimble --optimize on ${INFER_ARGS:-} --out "$out/parts/$which-$name.json" \
             > /dev/null 2> "$out/parts/$which-$name.log" || { status=1; tail -3 "$out/parts/$which-$name.log"; }
     done
 done

@@ -22,6 +22,7 @@ extern "C" {
     fn ns_jit_arguments(module: *mut c_void, out: *mut *mut c_char) -> c_int;
     fn ns_jit_node_kinds(module: *mut c_void, out: *mut *mut c_char) -> c_int;
     fn ns_set_linear_gemm(mode: c_int) -> c_int;
+    fn ns_set_conv_relu(mode: c_int) -> c_int;
 }
 
 /// How `nimble::linear` computes on CUDA from now on (see `crate::LinearGemm`).
@@ -33,6 +34,17 @@ pub(crate) fn set_linear_gemm(gemm: crate::LinearGemm) -> Result<()> {
     };
     // SAFETY: stores one integer in the shim's atomic.
     check("set_linear_gemm", unsafe { ns_set_linear_gemm(mode) })
+}
+
+/// How `nimble::conv2d_relu` computes on CUDA from now on (see `crate::ConvRelu`).
+pub(crate) fn set_conv_relu(way: crate::ConvRelu) -> Result<()> {
+    let mode = match way {
+        crate::ConvRelu::Timed => 0,
+        crate::ConvRelu::Cudnn => 1,
+        crate::ConvRelu::Epilogue => 2,
+    };
+    // SAFETY: stores one integer in the shim's atomic.
+    check("set_conv_relu", unsafe { ns_set_conv_relu(mode) })
 }
 
 /// Which inference rewrites `JitModule::optimized` applies (see `PrepareOptions`).
@@ -48,8 +60,8 @@ pub(crate) struct Rewrites {
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Applied {
     pub channels_last: bool,
-    /// The model has grouped (e.g. depthwise) convolutions.
-    pub grouped_convs: bool,
+    /// The model has 2-D convolutions (whose layout the rewrites choose).
+    pub convs: bool,
     /// Nimble's fused ops in the optimized graph.
     pub fused_ops: usize,
 }
@@ -122,7 +134,7 @@ impl JitModule {
                 &mut fused,
             )
         })?;
-        Ok((JitModule { raw }, Applied { channels_last: channels_last & 1 != 0, grouped_convs: channels_last & 2 != 0, fused_ops: fused as usize }))
+        Ok((JitModule { raw }, Applied { channels_last: channels_last & 1 != 0, convs: channels_last & 2 != 0, fused_ops: fused as usize }))
     }
 
     /// Runs `forward` in evaluation mode, or in training mode with `train` (what a scripted
