@@ -50,8 +50,8 @@ pub struct PrepareOptions {
     /// With `optimize` on CUDA: keep convolution weights and 4-D inputs channels-last (NHWC),
     /// so cuDNN needs no layout transforms (inductor's layout optimization does the same).
     /// `None` (the default) decides per model with convolutions: neither layout wins everywhere
-    /// (on an H200 at batch 1, NHWC made AlexNet and GoogLeNet 14–24% slower and MobileNetV2
-    /// 7–20% faster), so `prepare` builds both, times 60 replays of each, and keeps the faster
+    /// (on an H200 at batch 1, NHWC made AlexNet 21% and GoogLeNet 16% slower, MobileNetV2,
+    /// EfficientNet-B5 and NASNet-A large 7–20% faster), so `prepare` builds both, times 60 replays of each, and keeps the faster
     /// (`PrepareReport::layout_trial`). Values are unchanged; outputs keep the layout the model
     /// gives them.
     pub channels_last: Option<bool>,
