@@ -3,6 +3,7 @@
 #include "timed_choice.h"
 
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/Sleep.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -14,10 +15,17 @@
 namespace nimble::fused {
 namespace {
 
-// Microseconds per call of `run` on `stream`: the best of five rounds after three warm-ups (the
-// first calls also run cuDNN's algorithm search). A round is ten calls, or fewer for a call that
-// takes longer than 20 us, so that timing a large convolution costs about as much as timing a
-// small one; infinity if the events fail.
+// Spin cycles queued before each timed round: about 1 ms at the H200's 1.98 GHz.
+constexpr int64_t kHeadStartCycles = 2'000'000;
+
+// Microseconds per call of `run` on `stream` (the current stream): the best of five rounds after
+// three warm-ups (the first calls also run cuDNN's algorithm search). A round is ten calls, or
+// fewer for a call that takes longer than 20 us, so that timing a large convolution costs about
+// as much as timing a small one. Each round waits behind a spin kernel, so that the host has
+// queued its calls before the GPU reaches them: the events time the GPU's work alone, as a graph
+// replays it, not the host's launching (for a small convolution at batch 1, ATen's host side
+// takes longer than the kernels, which made the way with fewer host calls look faster: ResNet-18
+// took a way that was 5% slower in its graph). Infinity if the events fail.
 double time_us(const std::function<void()>& run, cudaStream_t stream) {
   for (int i = 0; i < 3; i++) run();
   cudaEvent_t start = nullptr, end = nullptr;
@@ -25,6 +33,7 @@ double time_us(const std::function<void()>& run, cudaStream_t stream) {
   if (cudaEventCreate(&start) == cudaSuccess && cudaEventCreate(&end) == cudaSuccess) {
     int calls = 1;
     for (int round = 0; round < 6; round++) {
+      at::cuda::sleep(kHeadStartCycles);
       cudaEventRecord(start, stream);
       for (int i = 0; i < calls; i++) run();
       cudaEventRecord(end, stream);
