@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <mutex>
@@ -15,25 +16,30 @@
 namespace nimble::fused {
 namespace {
 
-// Spin cycles queued before each timed round: about 1 ms at the H200's 1.98 GHz.
-constexpr int64_t kHeadStartCycles = 2'000'000;
+// Spin cycles per microsecond the host needs to queue a round: 2000 is the H200's 1.98 GHz with
+// room to spare (a slower clock only lengthens the spin).
+constexpr double kSpinCyclesPerUs = 2000.0;
 
 // Microseconds per call of `run` on `stream` (the current stream): the best of five rounds after
 // three warm-ups (the first calls also run cuDNN's algorithm search). A round is ten calls, or
 // fewer for a call that takes longer than 20 us, so that timing a large convolution costs about
-// as much as timing a small one. Each round waits behind a spin kernel, so that the host has
-// queued its calls before the GPU reaches them: the events time the GPU's work alone, as a graph
-// replays it, not the host's launching (for a small convolution at batch 1, ATen's host side
-// takes longer than the kernels, which made the way with fewer host calls look faster: ResNet-18
-// took a way that was 5% slower in its graph). Infinity if the events fail.
+// as much as timing a small one. Each round waits behind a spin kernel twice as long as the host
+// took to queue as many calls in the warm-up, so that its calls are all queued before the GPU
+// reaches them: the events time the GPU's work alone, as a graph replays it, not the host's
+// launching (for a small convolution at batch 1, ATen's host side takes longer than the kernels,
+// which made the way with fewer host calls look faster: ResNet-18 took a way that was 5% slower
+// in its graph). Infinity if the events fail.
 double time_us(const std::function<void()>& run, cudaStream_t stream) {
-  for (int i = 0; i < 3; i++) run();
+  for (int i = 0; i < 2; i++) run();
+  auto queued = std::chrono::steady_clock::now();
+  run();
+  double host_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - queued).count();
   cudaEvent_t start = nullptr, end = nullptr;
   double best = std::numeric_limits<double>::infinity();
   if (cudaEventCreate(&start) == cudaSuccess && cudaEventCreate(&end) == cudaSuccess) {
     int calls = 1;
     for (int round = 0; round < 6; round++) {
-      at::cuda::sleep(kHeadStartCycles);
+      at::cuda::sleep(static_cast<int64_t>((2.0 * host_us * calls + 20.0) * kSpinCyclesPerUs));
       cudaEventRecord(start, stream);
       for (int i = 0; i < calls; i++) run();
       cudaEventRecord(end, stream);
