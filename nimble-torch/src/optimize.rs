@@ -36,7 +36,8 @@ pub(crate) fn optimized_module(source: &Source, inputs: &[Tensor], rewrites: &Re
         Err(_) if applied.channels_last && rewrites.channels_last.is_none() => {
             let (optimized, nchw) = module.optimized(&Rewrites { channels_last: Some(false), ..rewrites })?;
             warm_up(&optimized, inputs)?;
-            Ok((optimized, Applied { convs: applied.convs, ..nchw }))
+            // No layout trial either: it would only fail the same way.
+            Ok((optimized, Applied { convs: false, ..nchw }))
         }
         Err(e) => Err(e),
     }

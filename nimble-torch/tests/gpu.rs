@@ -462,3 +462,19 @@ fn kernel_timed_graphs_give_each_op_its_own_kernels_and_add_up_to_the_one_stream
     // Not for a model that was never prepared.
     assert!(wrap(&forward).kernel_timed_graph().unwrap_err().to_string().contains("prepare first"));
 }
+
+#[test]
+fn a_model_that_views_a_convolutions_output_keeps_nchw_without_a_layout_trial() {
+    let Some(_gpu) = gpu() else { return };
+    // `view` needs the contiguous layout, so channels-last cannot run this forward at all: the
+    // rewrites fall back to NCHW, and there is no layout to try.
+    let (w, fc) = (randn(&[8, 3, 3, 3]) / 5.0, randn(&[10, 8 * 6 * 6]) / 17.0);
+    let forward: Forward = Rc::new(move |x: &Tensor| x.conv2d::<Tensor>(&w, None, [1, 1], [0, 0], [1, 1], 1).relu().view([-1, 8 * 6 * 6]).matmul(&fc.tr()));
+    let mut nimble = wrap(&forward);
+    let report = nimble.prepare(&[randn(&[2, 3, 8, 8])], PrepareOptions::inference()).unwrap().clone();
+    assert!(!report.channels_last && report.layout_trial.is_none(), "{report:?}");
+    let x = randn(&[2, 3, 8, 8]);
+    let reference = tch::no_grad(|| forward(&x));
+    let error = relative_error(&nimble.forward(&[x]).unwrap()[0], &reference);
+    assert!(error <= 2e-3, "relative error {error:.2e}");
+}

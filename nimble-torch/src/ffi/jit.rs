@@ -60,7 +60,8 @@ pub(crate) struct Rewrites {
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Applied {
     pub channels_last: bool,
-    /// The model has 2-D convolutions (whose layout the rewrites choose).
+    /// The model has 2-D convolutions, so that both layouts are worth a trial (cleared when
+    /// channels-last cannot run at all).
     pub convs: bool,
     /// Nimble's fused ops in the optimized graph.
     pub fused_ops: usize,
