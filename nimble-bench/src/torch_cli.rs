@@ -323,15 +323,16 @@ pub(crate) struct PrepareArgs {
     #[arg(long, default_value = "nimble")]
     algo: String,
     /// With the rewrites: fuse convolution(+add)+ReLU into cuDNN's fused kernels (with
-    /// --fuse-kernels, each timed against Nimble's epilogue kernel and the faster kept)
+    /// --fuse-kernels, grouped ones are timed against Nimble's epilogue kernel and the faster kept)
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     fuse: bool,
     /// With the rewrites: Nimble's fused kernels for squeeze-and-excitation blocks and
     /// convolutions followed by SiLU, ReLU, ReLU6 or a residual add
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     fuse_kernels: bool,
-    /// With the rewrites: channels-last (NHWC) weights and inputs; auto: for a model with
-    /// convolutions, both layouts are prepared and timed and the faster kept
+    /// With the rewrites: channels-last (NHWC) weights and inputs; auto: on without grouped
+    /// (depthwise) convolutions; with them, or when the first prepare took under 0.5 s, both
+    /// layouts are prepared and timed and the faster kept
     #[arg(long, value_enum, default_value = "auto")]
     channels_last: torch::Switch,
     /// Check each graph against eager in exact float32 (TF32 convolutions off for both), then

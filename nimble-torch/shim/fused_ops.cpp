@@ -11,7 +11,8 @@
 //     nimble::linear chooses its GEMM): cuDNN's fused convolution(+add)+ReLU, or conv2d_fused's
 //     way. Neither wins everywhere: on an H200 at batch 1, cuDNN's fused kernels made RegNetX-1.6GF
 //     (grouped convolutions) 25% slower than conv2d_fused's way, while GoogLeNet ran 13% faster
-//     with them (paper-figs/results/rewrite-variants-a18cba9/).
+//     with them (paper-figs/results/rewrite-variants-a18cba9/). The rewrite hands it grouped
+//     convolutions only (time_cudnn_conv_relu).
 //   nimble::squeeze_excite(x, w1, b1?, w2, b2?, act)
 //       = x * sigmoid(conv1x1(act(conv1x1(adaptive_avg_pool2d(x, 1), w1, b1)), w2, b2))
 //     CUDA: three kernels (partial plane means; the first 1×1 convolution and its activation;
@@ -278,6 +279,11 @@ void time_cudnn_conv_relu(std::shared_ptr<torch::jit::Graph>& graph) {
     bool add = node->kind() == conv_add_relu;
     auto weight = torch::jit::toIValue(node->input(1));
     if (!weight || !weight->isTensor() || weight->toTensor().dim() != 4) continue;  // conv3d stays cuDNN's
+    // Only grouped convolutions are timed: that is where cuDNN's fused kernels lost (the RegNets),
+    // and each timed case costs prepare a second cuDNN algorithm search (about 40 ms: timing
+    // every convolution tripled ResNet-50's prepare, 0.8 to 2.5 s).
+    auto groups = torch::jit::toIValue(node->inputs().back());
+    if (!groups || !groups->isInt() || groups->toInt() == 1) continue;
     if (add) {
       auto alpha = torch::jit::toIValue(node->input(3));
       if (!alpha || !(alpha->isNone() || number_is(alpha, 1))) continue;

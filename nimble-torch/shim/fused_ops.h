@@ -15,7 +15,7 @@ namespace nimble {
 // first convolution.
 void fuse_squeeze_excite(std::shared_ptr<torch::jit::Graph>& graph);
 
-// Hands cuDNN's fused 2-D convolution+ReLU and convolution+add+ReLU (FuseFrozenConvAddRelu's
+// Hands cuDNN's fused grouped 2-D convolution+ReLU and convolution+add+ReLU (FuseFrozenConvAddRelu's
 // aten::cudnn_convolution_relu and aten::cudnn_convolution_add_relu with a unit alpha) to
 // nimble::conv2d_relu, which times them against conv2d_fused's way and keeps the faster. Run it
 // right after FuseFrozenConvAddRelu.

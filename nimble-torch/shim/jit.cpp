@@ -250,7 +250,7 @@ static bool inplace_activation(const torch::jit::Node* node) {
 // layout transforms (what inductor's layout optimization does for torch.compile). Auto turns it
 // on unless the graph has grouped (e.g. depthwise) convolutions, which cuDNN often runs slower in
 // NHWC (prepare then times both layouts: see nimble-torch's layout.rs). `applied`: bit 0, it was
-// applied; bit 1, the graph has 2-D convolutions.
+// applied; bit 1, the graph has 2-D convolutions; bit 2, grouped ones.
 int ns_jit_optimize(void* module, int fuse, int kernels, int channels_last, void** out, int* applied, int* fused) {
   return guarded([&] {
     auto* m = static_cast<torch::jit::Module*>(module);
@@ -290,7 +290,7 @@ int ns_jit_optimize(void* module, int fuse, int kernels, int channels_last, void
       nimble::convert_attention_masks(graph);
     }
     *fused = nimble::fused_op_count(*graph);
-    *applied = (channels_last ? 1 : 0) | (convs ? 2 : 0);
+    *applied = (channels_last ? 1 : 0) | (convs ? 2 : 0) | (grouped ? 4 : 0);
     if (channels_last) {
       for (auto* node : graph->nodes()) {
         if (node->kind() != c10::prim::Constant || !node->hasAttribute(c10::attr::value) ||

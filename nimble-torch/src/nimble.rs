@@ -182,7 +182,7 @@ impl Nimble {
             training::prepare_autograd(&self.source, inputs, &options)?
         } else {
             let (prepared, applied) = inference::prepare(&self.source, inputs, &options)?;
-            if options.channels_last.is_none() && applied.convs {
+            if options.channels_last.is_none() && layout::worth_a_trial(&applied, prepared.report.seconds.total) {
                 layout::keep_faster(&self.source, inputs, &options, prepared, applied.channels_last)?
             } else {
                 prepared

@@ -32,8 +32,8 @@ pub struct PrepareOptions {
     /// gradients (freeze its `VarStore`).
     pub optimize: bool,
     /// With `optimize` on CUDA: fuse convolution(+add)+ReLU into cuDNN's fused kernels (with
-    /// `fuse_kernels`, each such convolution is timed against Nimble's epilogue kernel the
-    /// first time its shape is seen, and the faster kept: see [`ConvRelu`]).
+    /// `fuse_kernels`, each such grouped convolution is timed against Nimble's epilogue kernel
+    /// the first time its shape is seen, and the faster kept: see [`ConvRelu`]).
     pub fuse_conv_relu: bool,
     /// With `optimize`: replace squeeze-and-excitation blocks (pool, 1×1 convolution, SiLU or
     /// ReLU, 1×1 convolution, sigmoid, scale) and convolutions followed by SiLU, ReLU, ReLU6 or
@@ -49,11 +49,13 @@ pub struct PrepareOptions {
     pub fuse_kernels: bool,
     /// With `optimize` on CUDA: keep convolution weights and 4-D inputs channels-last (NHWC),
     /// so cuDNN needs no layout transforms (inductor's layout optimization does the same).
-    /// `None` (the default) decides per model with convolutions: neither layout wins everywhere
-    /// (on an H200 at batch 1, NHWC made AlexNet 21% and GoogLeNet 16% slower, MobileNetV2,
-    /// EfficientNet-B5 and NASNet-A large 7–20% faster), so `prepare` builds both, times 60 replays of each, and keeps the faster
-    /// (`PrepareReport::layout_trial`). Values are unchanged; outputs keep the layout the model
-    /// gives them.
+    /// `None` (the default) decides per model with convolutions: on unless it has grouped
+    /// (depthwise) convolutions. Neither layout wins everywhere (on an H200 at batch 1, NHWC made
+    /// AlexNet 21% and GoogLeNet 16% slower, MobileNetV2, EfficientNet-B5 and NASNet-A large
+    /// 7–20% faster), so for a model with grouped convolutions, or one whose first prepare took
+    /// under half a second, `prepare` also builds the other layout, times 60 replays of each,
+    /// and keeps the faster (`PrepareReport::layout_trial`). Values are unchanged; outputs keep
+    /// the layout the model gives them.
     pub channels_last: Option<bool>,
     /// How strictly CUDA polices other calls while capturing.
     pub capture_mode: CaptureMode,
@@ -221,9 +223,10 @@ pub enum LinearGemm {
     Plain,
 }
 
-/// How the inference rewrites' convolutions followed by a ReLU (with a residual added before it
-/// or not) compute on CUDA, where both `fuse_conv_relu` and `fuse_kernels` are on
-/// (`nimble::conv2d_relu`).
+/// How the inference rewrites' grouped convolutions followed by a ReLU (with a residual added
+/// before it or not) compute on CUDA, where both `fuse_conv_relu` and `fuse_kernels` are on
+/// (`nimble::conv2d_relu`; the others are always cuDNN's fused kernels: timing one costs prepare
+/// a second cuDNN algorithm search).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ConvRelu {
     /// The faster of the two ways below, timed the first time each case (shapes, layouts,

@@ -60,9 +60,11 @@ pub(crate) struct Rewrites {
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Applied {
     pub channels_last: bool,
-    /// The model has 2-D convolutions, so that both layouts are worth a trial (cleared when
+    /// The model has 2-D convolutions, so that both layouts may be tried (cleared when
     /// channels-last cannot run at all).
     pub convs: bool,
+    /// Some of them are grouped (e.g. depthwise).
+    pub grouped_convs: bool,
     /// Nimble's fused ops in the optimized graph.
     pub fused_ops: usize,
 }
@@ -135,7 +137,7 @@ impl JitModule {
                 &mut fused,
             )
         })?;
-        Ok((JitModule { raw }, Applied { channels_last: channels_last & 1 != 0, convs: channels_last & 2 != 0, fused_ops: fused as usize }))
+        Ok((JitModule { raw }, Applied { channels_last: channels_last & 1 != 0, convs: channels_last & 2 != 0, grouped_convs: channels_last & 4 != 0, fused_ops: fused as usize }))
     }
 
     /// Runs `forward` in evaluation mode, or in training mode with `train` (what a scripted
