@@ -17,7 +17,7 @@
 //!            on request, each op's own kernels in a profiled one-stream graph  kernel_times.rs
 //! pre-run    one pass on the planned streams (per-stream library workspaces)
 //! capture    one pass on the planned streams inside at::cuda::CUDAGraph          inference.rs
-//! layout     with convolutions: both layouts prepared, timed, the faster kept        layout.rs
+//! layout     grouped convolutions (or a short prepare): both layouts timed, faster kept   layout.rs
 //! replay     copy into the static inputs, replay, return the static outputs     replay.rs
 //! ```
 //!
