@@ -238,8 +238,8 @@ static bool inplace_activation(const torch::jit::Node* node) {
 // Freezes the module (parameters become constants) and applies the inference rewrites:
 // BatchNorm folded into the preceding convolution (and the other frozen foldings), dropout
 // removed, when `fuse` is set (CUDA only), convolution(+add)+ReLU fused into cuDNN's fused
-// kernels (with `kernels` too, handed to nimble::conv2d_relu, which times them against
-// Nimble's epilogue kernel), and when `kernels` is set, squeeze-and-excitation blocks, convolutions and linear
+// kernels (with `kernels` too, the grouped ones handed to nimble::conv2d_relu, which times
+// them against Nimble's epilogue kernel), and when `kernels` is set, squeeze-and-excitation blocks, convolutions and linear
 // layers with their activation or residual add replaced by Nimble's fused ops, in-place
 // activations (not ReLU) made functional first so that those match, and every attention mask
 // passed through nimble::attention_mask (fused_ops.cpp, linear_ops.cpp; `fused` says how many of

@@ -308,7 +308,6 @@ impl GradientSync {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,8 +20,8 @@ cp "$dir/manifest.json" "$out/rewrites/manifest.json"
 status=0
 labels=()
 for variant in "$@"; do labels+=("${variant%%|*}"); done
-for name in $(python3 -c "import json;print(' '.join(e['name'] for e in json.load(open('$dir/manifest.json'))['models'] if 'error' not in e))"); do
-    inputs=$(python3 -c "import json;print(' '.join('--input '+s for e in json.load(open('$dir/manifest.json'))['models'] if e['name']=='$name' for s in e['inputs']))")
+for name in $(exported_models "$dir/manifest.json"); do
+    inputs=$(model_inputs "$dir/manifest.json" "$name")
     for variant in "$@"; do
         IFS='|' read -r label args <<< "$variant"
         # shellcheck disable=SC2086 # the variant's flags are words on purpose

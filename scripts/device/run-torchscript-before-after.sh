@@ -14,8 +14,8 @@ dir=${TMPDIR:-/tmp}/nimble-torchscript
 rm -rf "$dir" "$out/parts" && mkdir -p "$dir" "$out/parts"
 python3 experiments/python/export_torchscript.py "$dir" --only "$models" --device cuda 2>&1 | grep -E '^[a-z0-9_.-]+: '
 status=0
-for name in $(python3 -c "import json;print(' '.join(e['name'] for e in json.load(open('$dir/manifest.json'))['models'] if 'error' not in e))"); do
-    inputs=$(python3 -c "import json;print(' '.join('--input '+s for e in json.load(open('$dir/manifest.json'))['models'] if e['name']=='$name' for s in e['inputs']))")
+for name in $(exported_models "$dir/manifest.json"); do
+    inputs=$(model_inputs "$dir/manifest.json" "$name")
     for which in before after; do
         binary=.gpu/nimble-bench; [ $which = before ] && binary=.gpu/before/nimble-bench
         $binary infer --torchscript "$dir/$name.pt" $inputs --mode nimble --optimize on ${INFER_ARGS:-} --out "$out/parts/$which-$name.json" \

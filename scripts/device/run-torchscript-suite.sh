@@ -15,8 +15,8 @@ dir=${TMPDIR:-/tmp}/nimble-torchscript
 rm -rf "$dir" "$out/records" && mkdir -p "$dir" "$out/records"
 python3 experiments/python/export_torchscript.py "$dir" --only "$models" --device cuda 2>&1 | grep -v Warning | grep -E '^[a-z0-9_.-]+: ' | tee "$out/export.log"
 status=0
-for name in $(python3 -c "import json;print(' '.join(e['name'] for e in json.load(open('$dir/manifest.json'))['models'] if 'error' not in e))"); do
-    inputs=$(python3 -c "import json;print(' '.join('--input '+s for e in json.load(open('$dir/manifest.json'))['models'] if e['name']=='$name' for s in e['inputs']))")
+for name in $(exported_models "$dir/manifest.json"); do
+    inputs=$(model_inputs "$dir/manifest.json" "$name")
     echo "== $name $inputs"
     .gpu/nimble-bench infer --torchscript "$dir/$name.pt" $inputs --optimize both --out "$out/records/$name.json" 2>"$out/records/$name.progress.log" | tail -n +2 || { status=1; tail -3 "$out/records/$name.progress.log"; }
 done

@@ -38,3 +38,11 @@ install_nimble_rs() {
     export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
     python3 -c "import sys, torch, nimble_rs; print('python', sys.version.split()[0], 'torch', torch.__version__, 'nimble_rs from', nimble_rs.__file__)"
 }
+# The models an exporter manifest (experiments/python/export_torchscript.py) holds without an
+# error, and one model's `--input` flags for `nimble-bench infer --torchscript`.
+exported_models() {
+    python3 -c "import json,sys;print(' '.join(e['name'] for e in json.load(open(sys.argv[1]))['models'] if 'error' not in e))" "$1"
+}
+model_inputs() {
+    python3 -c "import json,sys;print(' '.join('--input '+s for e in json.load(open(sys.argv[1]))['models'] if e['name']==sys.argv[2] for s in e['inputs']))" "$1" "$2"
+}
