@@ -23,6 +23,7 @@
 #include <cmath>
 #include <iomanip>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <unordered_set>
 
@@ -235,6 +236,35 @@ static bool inplace_activation(const torch::jit::Node* node) {
   return kinds.count(node->kind().toQualString()) != 0;
 }
 
+// PyTorch's frozen foldings of the add, sub, mul or div after a convolution (OptimizeFrozenGraph)
+// run that op on the convolution's weight and the other operand broadcast to the weight's shape,
+// without moving the operand to the weight's device. A Python number in a traced forward
+// (`conv(x) * 0.5`) is a 0-dim CPU tensor constant, which ns_jit_load leaves on the host, so on
+// CUDA the op throws and libtorch fails an internal assert (timm's NF-ResNet-50 was refused so).
+// Moves those operands to their convolution's device: they are elementwise operands of device
+// data, not shape arithmetic, and a 0-dim tensor on either device gives the op the same result.
+static void scalars_after_convolutions_to_their_device(std::shared_ptr<torch::jit::Graph>& graph) {
+  static const std::unordered_set<std::string> ops = {"aten::add", "aten::sub", "aten::mul", "aten::div"};
+  static const std::unordered_set<std::string> convs = {"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::_convolution"};
+  auto tensor_constant = [](const torch::jit::Value* v) -> std::optional<at::Tensor> {
+    const auto* node = v->node();
+    if (node->kind() != c10::prim::Constant || !node->hasAttribute(c10::attr::value) ||
+        node->kindOf(c10::attr::value) != torch::jit::AttributeKind::t)
+      return std::nullopt;
+    return node->t(c10::attr::value);
+  };
+  for (torch::jit::DepthFirstGraphNodeIterator it(graph); auto* node = it.next();) {
+    if (!ops.count(node->kind().toQualString()) || node->inputs().size() < 2) continue;
+    const auto* conv = node->inputs()[0]->node();
+    if (!convs.count(conv->kind().toQualString()) || conv->inputs().size() < 2) continue;
+    auto weight = tensor_constant(conv->inputs()[1]);
+    auto operand = tensor_constant(node->inputs()[1]);
+    if (!weight || !operand || operand->dim() != 0 || operand->device() == weight->device()) continue;
+    torch::jit::WithInsertPoint here(node);
+    node->replaceInput(1, graph->insertConstant(operand->to(weight->device())));
+  }
+}
+
 // Freezes the module (parameters become constants) and applies the inference rewrites:
 // BatchNorm folded into the preceding convolution (and the other frozen foldings), dropout
 // removed, when `fuse` is set (CUDA only), convolution(+add)+ReLU fused into cuDNN's fused
@@ -259,6 +289,7 @@ int ns_jit_optimize(void* module, int fuse, int kernels, int channels_last, void
     auto graph = frozen.get_method("forward").graph();
     torch::jit::graph_rewrite_helper::replaceConvolutionWithAtenConv(graph);
     torch::jit::removeDropout(graph);
+    scalars_after_convolutions_to_their_device(graph);
     torch::jit::OptimizeFrozenGraph(graph, true);
     // In-place activations (torchvision's `nn.SiLU(inplace=True)`, `nn.ReLU6(inplace=True)`)
     // made functional where alias analysis proves nothing else sees the mutation, so that the

@@ -319,6 +319,25 @@ fn torchscript_modules_with_shape_arithmetic_several_inputs_and_any_output_struc
 }
 
 #[test]
+fn python_numbers_after_traced_convolutions_are_folded_into_them_on_the_gpu() {
+    let Some(_gpu) = gpu() else { return };
+    // A traced `conv(x) * 0.5` holds 0.5 as a 0-dim CPU tensor; PyTorch's folding ran it against
+    // the CUDA weights and failed an internal assert (timm's NF-ResNet-50 was refused so).
+    let mut nimble = fixture("scaled_convs.pt");
+    nimble.prepare(&[randn(&[2, 4, 8, 8])], PrepareOptions::inference()).unwrap();
+    let graph = nimble.task_graph().unwrap();
+    let elementwise: Vec<&str> = graph.nodes().iter().map(|n| n.op.as_str()).filter(|op| ["aten::mul", "aten::add", "aten::div", "aten::sub"].contains(op)).collect();
+    assert!(elementwise.is_empty(), "each scale and shift is folded into its convolution, left: {elementwise:?}");
+    let reference = fixture("scaled_convs.pt");
+    for _ in 0..10 {
+        let x = randn(&[2, 4, 8, 8]);
+        let expected = reference.eager(&[x.shallow_clone()]).unwrap();
+        let error = relative_error(&nimble.forward(&[x]).unwrap()[0], &expected[0]);
+        assert!(error <= 2e-3, "relative error {error:.2e}");
+    }
+}
+
+#[test]
 fn a_changing_op_sequence_is_refused_naming_the_op() {
     let Some(_gpu) = gpu() else { return };
     let calls = Cell::new(0);
