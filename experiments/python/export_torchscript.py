@@ -1,7 +1,8 @@
 """Exports models that no Rust code of ours defines as TorchScript files, for
 `nimble-bench infer --torchscript` and `nimble-bench coverage`: every classification model of
-torchvision at its default input size, and transformers' BERT-base, GPT-2, RoBERTa-base,
-DistilBERT, ViT-base and the T5 encoder built from their default configurations. Random
+torchvision at its default input size, transformers' BERT-base, GPT-2, RoBERTa-base,
+DistilBERT, ViT-base and the T5 encoder built from their default configurations, and a sample of
+timm's architectures (one per family that torchvision lacks, at its default input size). Random
 weights (nothing is downloaded), made informative (see `informative_weights`), evaluation mode,
 traced with torch.jit.trace on the device given.
 
@@ -9,7 +10,7 @@ Writes DIR/<name>.pt and DIR/manifest.json: one entry per model with its file, t
 specifications of its forward arguments, where it comes from, and the error when it could not be
 exported (the file is then missing).
 
-usage: python export_torchscript.py DIR [--set torchvision|transformers|all] [--only a,b,...]
+usage: python export_torchscript.py DIR [--set torchvision|transformers|timm|all] [--only a,b,...]
                                         [--device cpu|cuda] [--batch N]
 """
 
@@ -31,6 +32,23 @@ TRANSFORMERS = [
     ("t5-encoder", "T5EncoderModel", "T5Config", "ids", "transformers T5EncoderModel, T5Config() (t5-small)"),
 ]
 SEQUENCE = 128
+# timm's models: one per family that torchvision and transformers do not already cover, chosen
+# for the shapes of their graphs (split-attention, multi-resolution branches, dual paths, mixed
+# kernels, MLP mixers, hybrid convolution-attention, relative position biases, two-branch
+# transformers) rather than their accuracy.
+TIMM = """
+    resnet50d resnest50d res2net50_26w_4s dpn68 xception41 cspdarknet53 cspresnext50 hrnet_w18
+    ghostnet_100 rexnet_100 tresnet_m dm_nfnet_f0 nf_resnet50 regnetz_b16 efficientnetv2_rw_s
+    mixnet_m selecsls42b dla34 ese_vovnet19b_dw repvgg_a2 mobilevit_s efficientformer_l1 levit_128
+    poolformer_s12 convmixer_768_32 coat_lite_mini twins_svt_small pit_s_224 cait_xxs24_224
+    deit_small_patch16_224 beit_base_patch16_224 mixer_b16_224 resmlp_12_224 gmlp_s16_224
+    crossvit_9_240 xcit_tiny_12_p16_224 volo_d1_224 edgenext_small inception_v4 inception_resnet_v2
+    nasnetalarge pnasnet5large gernet_m fbnetv3_b hardcorenas_a lcnet_100 tinynet_a
+    mobilenetv4_conv_small efficientvit_b0 fastvit_t8 repvit_m1 hgnet_tiny eva02_tiny_patch14_224
+    caformer_s18 davit_tiny focalnet_tiny_srf coatnet_0_rw_224 maxvit_tiny_rw_224 sequencer2d_s
+    nest_tiny tnt_s_patch16_224 visformer_small swinv2_cr_tiny_224 inception_next_tiny
+    convnextv2_tiny mambaout_femto
+""".split()
 # Batch of the random inputs BatchNorm's statistics are measured on.
 CALIBRATION_BATCH = 8
 CALIBRATION_BATCHES = 4
@@ -83,6 +101,18 @@ def transformers_models(batch):
         yield name, build, source
 
 
+def timm_models(batch):
+    for name in TIMM:
+        def build(name=name):
+            import timm
+
+            model = timm.create_model(name, pretrained=False)
+            c, h, w = model.pretrained_cfg.get("input_size", (3, 224, 224))
+            return model, [torch.randn(batch, c, h, w)], [spec([batch, c, h, w])]
+
+        yield name, build, f"timm.create_model('{name}', pretrained=False), default input size"
+
+
 def informative_weights(model, example_inputs):
     """Makes a randomly initialized model's output depend on its input at a realistic scale, so
     that comparing a prepared graph with eager proves something. Left as initialized, torchvision's
@@ -117,10 +147,21 @@ def informative_weights(model, example_inputs):
     return notes
 
 
+def versions():
+    """The versions of the model libraries this process has, for the manifest."""
+    found = {}
+    for module in ("torchvision", "transformers", "timm"):
+        try:
+            found[module] = __import__(module).__version__
+        except ImportError:
+            pass
+    return found
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dir")
-    parser.add_argument("--set", choices=["torchvision", "transformers", "all"], default="all")
+    parser.add_argument("--set", choices=["torchvision", "transformers", "timm", "all"], default="all")
     parser.add_argument("--only", default="", help="comma-separated model names")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--batch", type=int, default=1)
@@ -132,7 +173,10 @@ def main():
         sources.append(torchvision_models(args.batch))
     if args.set in ("transformers", "all"):
         sources.append(transformers_models(args.batch))
+    if args.set in ("timm", "all"):
+        sources.append(timm_models(args.batch))
     manifest_path = os.path.join(args.dir, "manifest.json")
+    libraries = versions()
     manifest = []
     for models in sources:
         for name, build, source in models:
@@ -163,7 +207,7 @@ def main():
                 torch.cuda.empty_cache()
             # Rewritten after every model, so a run cut short still leaves a usable manifest.
             with open(manifest_path + ".partial", "w") as f:
-                json.dump({"torch": torch.__version__, "device": args.device, "batch": args.batch, "models": manifest}, f, indent=1)
+                json.dump({"torch": torch.__version__, "versions": libraries, "device": args.device, "batch": args.batch, "models": manifest}, f, indent=1)
             os.replace(manifest_path + ".partial", manifest_path)
 
 
