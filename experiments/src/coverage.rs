@@ -24,6 +24,9 @@ pub struct Manifest {
     /// Where the models were traced (`cuda` or `cpu`).
     pub device: String,
     pub batch: i64,
+    /// The model libraries' versions (torchvision, transformers, timm) the exporter found.
+    #[serde(default)]
+    pub versions: std::collections::BTreeMap<String, String>,
     pub models: Vec<ManifestEntry>,
 }
 
@@ -609,8 +612,21 @@ mod tests {
     }
 
     #[test]
+    fn manifests_are_read_with_or_without_the_libraries_versions() {
+        let dir = std::env::temp_dir().join(format!("nimble-manifest-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("manifest.json");
+        let model = r#"{"name": "m", "file": "m.pt", "source": "s", "inputs": ["1x3:float32"]}"#;
+        std::fs::write(&path, format!(r#"{{"torch": "2.11.0", "device": "cuda", "batch": 1, "models": [{model}]}}"#)).unwrap();
+        assert!(Manifest::read(&path).unwrap().versions.is_empty());
+        std::fs::write(&path, format!(r#"{{"torch": "2.11.0", "versions": {{"timm": "1.0.29"}}, "device": "cuda", "batch": 1, "models": [{model}]}}"#)).unwrap();
+        assert_eq!(Manifest::read(&path).unwrap().versions["timm"], "1.0.29");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn manifest_selection_names_what_is_unknown() {
-        let manifest = Manifest { torch: "2.11.0".into(), device: "cuda".into(), batch: 1, models: vec![entry("a"), entry("b")] };
+        let manifest = Manifest { torch: "2.11.0".into(), device: "cuda".into(), batch: 1, versions: Default::default(), models: vec![entry("a"), entry("b")] };
         assert_eq!(manifest.select(&["b".into()]).unwrap().len(), 1);
         assert_eq!(manifest.select(&[]).unwrap().len(), 2);
         let error = manifest.select(&["zz".into()]).unwrap_err();

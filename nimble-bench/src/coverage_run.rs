@@ -24,7 +24,7 @@ pub(crate) fn measure(dir: &Path, args: &CoverageArgs<'_>) -> Result<CoverageRec
     let gpu = crate::torch::open_gpu("coverage", " (without DIR, coverage re-renders the committed record)")?;
     let scratch = std::env::temp_dir().join(format!("nimble-coverage-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
-    let exporter = serde_json::json!({ "torch": manifest.torch, "device": manifest.device, "batch": manifest.batch });
+    let exporter = serde_json::json!({ "torch": manifest.torch, "versions": manifest.versions, "device": manifest.device, "batch": manifest.batch });
     let method = "each model in its own process: nimble-bench infer --torchscript FILE --input ... --mode eager,graph,nimble --optimize both --exact-check (cuDNN benchmark on; fresh random inputs; \
                   every graph checked against the module's eager forward on a fresh input in exact float32, then prepared again with libtorch's defaults (TF32 convolutions) and timed; CUDA events; two mirrored blocks per system; median)";
     // Stamped whenever the record is written: the date is when its last model finished.
