@@ -189,9 +189,15 @@ pub fn list_models(dataset: Dataset, trace: bool, json: bool) -> Result<()> {
     emit(&lines.join("\n"))
 }
 
-/// `export-graph`: trace a model and write its task graph as JSON.
-pub fn export_graph(models: Models<'_>, batch: i64, device: TraceDevice, optimize: bool, out: Option<&PathBuf>) -> Result<()> {
+/// `export-graph`: trace a model and write its task graph as JSON; with `check`, first compares
+/// what the graph computes with the model's eager forward on a fresh input (on the CPU, the
+/// rewritten forward: the rewrites checked with no GPU).
+pub fn export_graph(models: Models<'_>, batch: i64, device: TraceDevice, optimize: bool, check: bool, out: Option<&PathBuf>) -> Result<()> {
     anyhow::ensure!(batch >= 1, "--batch must be at least 1, got {batch}");
+    anyhow::ensure!(
+        !check || optimize || matches!(device, TraceDevice::Cuda),
+        "--check on --device cpu compares the rewritten forward with eager: add --optimize (without it the trace is of the eager forward itself)"
+    );
     models.check()?;
     if let Models::Zoo { list, .. } = models {
         anyhow::ensure!(model_names(list)?.len() == 1, "--model names one model, got {list}");
@@ -211,6 +217,9 @@ pub fn export_graph(models: Models<'_>, batch: i64, device: TraceDevice, optimiz
         } else {
             nimble.trace(&inputs, optimize)?.task_graph()?
         };
+        if check {
+            check_against_eager(model, batch, optimize, |xs| if device.is_cuda() { nimble.forward(xs) } else { nimble.run_optimized(xs) })?;
+        }
         let text = graph.to_json_string();
         match out {
             Some(path) => {
@@ -221,6 +230,22 @@ pub fn export_graph(models: Models<'_>, batch: i64, device: TraceDevice, optimiz
             None => emit(&text),
         }
     })
+}
+
+/// `export-graph --check`: `run`'s output against the model's eager forward on a fresh input,
+/// printed, and an error beyond the check's tolerance (or a vacuous check) refused.
+fn check_against_eager(model: &dyn Subject, batch: i64, optimized: bool, run: impl FnOnce(&[tch::Tensor]) -> nimble_torch::Result<Vec<tch::Tensor>>) -> Result<()> {
+    let check = inference::Check::against_eager(model, batch, run)?;
+    let tolerance = inference::tolerance(model.kind(), optimized);
+    let error = check.relative_error;
+    eprintln!(
+        "{}: relative error {error:.1e} against eager (tolerance {tolerance:.0e}; eager's largest output {:.1e}{})",
+        model.name(),
+        check.reference_scale,
+        if check.input_sensitive { "" } else { ", the same for two inputs: the check proves little" }
+    );
+    anyhow::ensure!(error <= tolerance, "{}: the graph's output differs from eager's by {error:.2e} (relative), more than {tolerance:.0e}", model.name());
+    Ok(())
 }
 
 /// What `infer` measures; `config` holds the batch, the algorithm, the rewrites' choices and

@@ -39,6 +39,11 @@ pub(crate) enum TorchCommand {
         /// Apply the inference rewrites first (BatchNorm folding; on cuda also conv+add+ReLU fusion)
         #[arg(long)]
         optimize: bool,
+        /// Before writing, check what the graph computes against the model's eager forward on a
+        /// fresh input and fail beyond the tolerance: on cpu the rewritten forward (needs
+        /// --optimize; no GPU), on cuda the prepared graph
+        #[arg(long)]
+        check: bool,
         /// Load the model's weights from a .safetensors or .ot file (names as the reference's
         /// state_dict) instead of random ones
         #[arg(long, value_name = "FILE")]
@@ -392,9 +397,9 @@ pub(crate) fn run(command: TorchCommand) -> anyhow::Result<()> {
             };
             torch::list_models(dataset, trace, json)
         }
-        TorchCommand::ExportGraph { model, script, batch, device, optimize, weights, out } => {
+        TorchCommand::ExportGraph { model, script, batch, device, optimize, check, weights, out } => {
             let list = model.unwrap_or_default();
-            torch::export_graph(script.models(&list, weights.as_deref())?, batch, device, optimize, out.as_ref())
+            torch::export_graph(script.models(&list, weights.as_deref())?, batch, device, optimize, check, out.as_ref())
         }
         TorchCommand::Infer { model, script, mode, optimize, prepare, warmup, iters, weights, out, floor, floor_graphs } => {
             let modes: Vec<InferMode> = mode.into_iter().map(InferMode::from).collect();

@@ -343,6 +343,22 @@ fn any_torchscript_file_exports_its_task_graph_on_the_cpu() {
 
 #[cfg(feature = "torch")]
 #[test]
+fn export_graph_checks_the_rewritten_forward_against_eager_on_the_cpu() {
+    // Convolutions scaled and shifted by Python numbers: the rewrites fold them into the weights.
+    let file = torchscript_fixture("scaled_convs.pt");
+    let out = scratch("scaled_convs.graph.json");
+    let output = nimble_bench(&["export-graph", "--torchscript", file.to_str().unwrap(), "--input", "2x4x8x8", "--optimize", "--check", "--out", out.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let error: f64 = stderr.split("relative error ").nth(1).and_then(|rest| rest.split_whitespace().next()).and_then(|e| e.parse().ok()).unwrap_or_else(|| panic!("{stderr}"));
+    assert!(error < 1e-5, "{stderr}");
+    let graph: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let ops: Vec<&str> = graph["nodes"].as_array().unwrap().iter().map(|n| n["op"].as_str().unwrap()).collect();
+    assert!(ops.iter().all(|op| !["aten::mul", "aten::add", "aten::div", "aten::sub"].contains(op)), "{ops:?}");
+}
+
+#[cfg(feature = "torch")]
+#[test]
 fn a_torchscript_file_with_the_wrong_inputs_gets_one_line_naming_what_it_expected() {
     let file = torchscript_fixture("multi_input.pt");
     let file = file.to_str().unwrap();
@@ -364,6 +380,7 @@ fn a_torchscript_file_with_the_wrong_inputs_gets_one_line_naming_what_it_expecte
         (vec!["export-graph", "--model", "resnet50", "--input", "2x5"], "--torchscript"),
         (vec!["export-graph", "--model", "resnet50", "--torchscript", file, "--input", "2x5"], "cannot be used with"),
         (vec!["infer", "--torchscript", file, "--input", "1x3", "--dtype", "int64"], "not a floating-point dtype"),
+        (vec!["export-graph", "--model", "resnet50", "--check"], "add --optimize"),
     ];
     for (arguments, says) in cases {
         let output = nimble_bench(&arguments);
