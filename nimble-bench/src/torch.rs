@@ -233,7 +233,8 @@ pub fn export_graph(models: Models<'_>, batch: i64, device: TraceDevice, optimiz
 }
 
 /// `export-graph --check`: `run`'s output against the model's eager forward on a fresh input,
-/// printed, and an error beyond the check's tolerance (or a vacuous check) refused.
+/// printed (with a warning when eager's output is the same for two inputs, which makes the check
+/// prove little), and an error beyond the check's tolerance refused.
 fn check_against_eager(model: &dyn Subject, batch: i64, optimized: bool, run: impl FnOnce(&[tch::Tensor]) -> nimble_torch::Result<Vec<tch::Tensor>>) -> Result<()> {
     let check = inference::Check::against_eager(model, batch, run)?;
     let tolerance = inference::tolerance(model.kind(), optimized);

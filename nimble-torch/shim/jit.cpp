@@ -31,6 +31,12 @@ using namespace nimble_shim;
 
 namespace {
 
+// A prim::Constant holding a tensor (its `value` attribute).
+bool is_tensor_constant(const torch::jit::Node* node) {
+  return node->kind() == c10::prim::Constant && node->hasAttribute(c10::attr::value) &&
+         node->kindOf(c10::attr::value) == torch::jit::AttributeKind::t;
+}
+
 // A JSON string literal of `s`.
 std::string json_string(const std::string& s) {
   std::ostringstream o;
@@ -204,9 +210,7 @@ int ns_jit_load(const char* path, int device, void** out) {
         for (const auto& method : module.get_methods()) {
           std::shared_ptr<torch::jit::Graph> graph = method.graph();
           for (torch::jit::DepthFirstGraphNodeIterator it(graph); auto* node = it.next();) {
-            if (node->kind() != c10::prim::Constant || !node->hasAttribute(c10::attr::value) ||
-                node->kindOf(c10::attr::value) != torch::jit::AttributeKind::t)
-              continue;
+            if (!is_tensor_constant(node)) continue;
             const at::Tensor& t = node->t(c10::attr::value);
             if (t.dim() > 0) node->t_(c10::attr::value, t.to(d));
           }
@@ -247,11 +251,8 @@ static void scalars_after_convolutions_to_their_device(std::shared_ptr<torch::ji
   static const std::unordered_set<std::string> ops = {"aten::add", "aten::sub", "aten::mul", "aten::div"};
   static const std::unordered_set<std::string> convs = {"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::_convolution"};
   auto tensor_constant = [](const torch::jit::Value* v) -> std::optional<at::Tensor> {
-    const auto* node = v->node();
-    if (node->kind() != c10::prim::Constant || !node->hasAttribute(c10::attr::value) ||
-        node->kindOf(c10::attr::value) != torch::jit::AttributeKind::t)
-      return std::nullopt;
-    return node->t(c10::attr::value);
+    if (!is_tensor_constant(v->node())) return std::nullopt;
+    return v->node()->t(c10::attr::value);
   };
   for (torch::jit::DepthFirstGraphNodeIterator it(graph); auto* node = it.next();) {
     if (!ops.count(node->kind().toQualString()) || node->inputs().size() < 2) continue;
@@ -324,9 +325,7 @@ int ns_jit_optimize(void* module, int fuse, int kernels, int channels_last, void
     *applied = (channels_last ? 1 : 0) | (convs ? 2 : 0) | (grouped ? 4 : 0);
     if (channels_last) {
       for (auto* node : graph->nodes()) {
-        if (node->kind() != c10::prim::Constant || !node->hasAttribute(c10::attr::value) ||
-            node->kindOf(c10::attr::value) != torch::jit::AttributeKind::t)
-          continue;
+        if (!is_tensor_constant(node)) continue;
         const at::Tensor& t = node->t(c10::attr::value);
         if (t.dim() == 4) node->t_(c10::attr::value, t.contiguous(at::MemoryFormat::ChannelsLast));
       }

@@ -32,8 +32,7 @@ pub(crate) fn set_linear_gemm(gemm: crate::LinearGemm) -> Result<()> {
         crate::LinearGemm::Aten => 1,
         crate::LinearGemm::Plain => 2,
     };
-    // SAFETY: stores one integer in the shim's atomic.
-    check("set_linear_gemm", unsafe { ns_set_linear_gemm(mode) })
+    set_mode("set_linear_gemm", ns_set_linear_gemm, mode)
 }
 
 /// How `nimble::conv2d_relu` computes on CUDA from now on (see `crate::ConvRelu`).
@@ -43,8 +42,13 @@ pub(crate) fn set_conv_relu(way: crate::ConvRelu) -> Result<()> {
         crate::ConvRelu::Cudnn => 1,
         crate::ConvRelu::Epilogue => 2,
     };
-    // SAFETY: stores one integer in the shim's atomic.
-    check("set_conv_relu", unsafe { ns_set_conv_relu(mode) })
+    set_mode("set_conv_relu", ns_set_conv_relu, mode)
+}
+
+/// Stores `mode` through one of the shim's mode setters.
+fn set_mode(what: &'static str, setter: unsafe extern "C" fn(c_int) -> c_int, mode: c_int) -> Result<()> {
+    // SAFETY: each setter stores one integer in the shim's atomic and reads nothing else.
+    check(what, unsafe { setter(mode) })
 }
 
 /// Which inference rewrites `JitModule::optimized` applies (see `PrepareOptions`).
