@@ -10,12 +10,13 @@
 use std::path::PathBuf;
 
 /// The shim's C++ files, one per concern (see `shim/nimble_shim.h`).
-const SHIM_SOURCES: [&str; 10] = [
+const SHIM_SOURCES: [&str; 11] = [
     "common.cpp",
     "device.cpp",
     "record.cpp",
     "passes.cpp",
     "jit.cpp",
+    "host_values.cpp",
     "training.cpp",
     "fused_ops.cpp",
     "linear_ops.cpp",

@@ -247,6 +247,10 @@ static bool inplace_activation(const torch::jit::Node* node) {
 // CUDA the op throws and libtorch fails an internal assert (timm's NF-ResNet-50 was refused so).
 // Moves those operands to their convolution's device: they are elementwise operands of device
 // data, not shape arithmetic, and a 0-dim tensor on either device gives the op the same result.
+// The foldings repeat until nothing changes, so an op becomes "directly after a convolution"
+// once what stood between them is folded: the operand counts when the op's first input goes
+// back to a convolution through BatchNorms and such ops (timm's FastViT-T8 adds 0 after
+// conv, + 0, BatchNorm, and failed the same way).
 static void scalars_after_convolutions_to_their_device(std::shared_ptr<torch::jit::Graph>& graph) {
   static const std::unordered_set<std::string> ops = {"aten::add", "aten::sub", "aten::mul", "aten::div"};
   static const std::unordered_set<std::string> convs = {"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::_convolution"};
@@ -257,6 +261,8 @@ static void scalars_after_convolutions_to_their_device(std::shared_ptr<torch::ji
   for (torch::jit::DepthFirstGraphNodeIterator it(graph); auto* node = it.next();) {
     if (!ops.count(node->kind().toQualString()) || node->inputs().size() < 2) continue;
     const auto* conv = node->inputs()[0]->node();
+    while ((ops.count(conv->kind().toQualString()) || conv->kind() == c10::Symbol::fromQualString("aten::batch_norm")) && !conv->inputs().empty())
+      conv = conv->inputs()[0]->node();
     if (!convs.count(conv->kind().toQualString()) || conv->inputs().size() < 2) continue;
     auto weight = tensor_constant(conv->inputs()[1]);
     auto operand = tensor_constant(node->inputs()[1]);

@@ -75,6 +75,9 @@ int ns_jit_bind(void* module, const char* name, void* value, int check_only);
 int ns_jit_node_kinds(void* module, char** out);
 int ns_jit_arguments(void* module, char** out);
 
+// host_values.cpp: host-computed values copied to the device, folded into constants
+int ns_jit_fold_host_values(void* module, void* const* inputs, int n, void** out, int* folded);
+
 // training.cpp: backward, fused optimizer steps, the autograd function over captured graphs
 int ns_grad_enabled(int* out);
 int ns_backward(void* const* tensors, void* const* grads, int n, int retain, void* one_stream, void* const* wrt, int n_wrt,

@@ -3,6 +3,7 @@
 //! ```text
 //! source     the model as given (source.rs)
 //! optimize   TorchScript, frozen, rewritten (optimize.rs)          -> module, static inputs
+//!            and host-computed values copied to the GPU made constants (host_values.cpp)
 //! warm-up    two eager runs: lazy init, cuDNN's algorithm search    -> the output's layout
 //! record     the top-level ops and their storages (trace.rs)        -> Trace
 //! schedule   task graph, stream plan, the shim's schedule (schedule.rs)
@@ -46,8 +47,20 @@ pub(crate) fn prepare(source: &Source, inputs: &[Tensor], options: &PrepareOptio
     } else {
         None
     };
+    // Values the host computes from constants and the inputs' shapes and copies to the GPU:
+    // constants of the graph captured for these shapes (a copy from the host cannot be captured).
+    let mut module = optimized;
+    let mut host_values_folded = 0;
+    if let Some(base) = module.as_ref().or(match source {
+        Source::TorchScript(m) => Some(m),
+        Source::Rust(_) => None,
+    }) {
+        if let Some((folded, count)) = base.with_host_values_folded(&static_inputs)? {
+            (module, host_values_folded) = (Some(folded), count);
+        }
+    }
     seconds.optimize = step.elapsed().as_secs_f64();
-    let runner = source.runner(optimized.as_ref());
+    let runner = source.runner(module.as_ref());
 
     // Eager warm-up: lazy initialization, cuDNN's algorithm search (benchmark mode).
     let step = Instant::now();
@@ -101,6 +114,7 @@ pub(crate) fn prepare(source: &Source, inputs: &[Tensor], options: &PrepareOptio
         optimized: options.optimize,
         channels_last: applied.channels_last,
         fused_ops: applied.fused_ops,
+        host_values_folded,
         ops: trace.len(),
         tasks: graph.len(),
         edges: graph.edge_count(),
@@ -119,7 +133,7 @@ pub(crate) fn prepare(source: &Source, inputs: &[Tensor], options: &PrepareOptio
         _schedule: schedule,
         inputs: static_inputs,
         layout,
-        optimized,
+        module,
         trace,
         task_graph,
         plan,

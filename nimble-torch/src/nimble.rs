@@ -223,18 +223,35 @@ impl Nimble {
     }
 
     /// Runs the model eagerly (no graph), as prepared: after the inference rewrites when they
-    /// were applied. Before `prepare`, the model as given.
+    /// were applied. Before `prepare`, the model as given. When `prepare` folded host-computed
+    /// values into constants (`PrepareReport::host_values_folded`), only inputs of the prepared
+    /// shapes are taken.
     pub fn eager(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        let optimized = self.prepared.as_ref().and_then(|p| p.optimized.as_ref());
-        self.runner(optimized).run_caught(inputs, false, "eager")
+        self.eager_runner(inputs)?.run_caught(inputs, false, "eager")
     }
 
     /// Like [`Nimble::eager`], but returns the output in the structure the model returns it (see
     /// [`Nimble::forward_value`]): the reference a prepared model's output is checked against.
     pub fn eager_value(&self, inputs: &[Tensor]) -> Result<Value> {
-        let optimized = self.prepared.as_ref().and_then(|p| p.optimized.as_ref());
-        let (tensors, layout) = self.runner(optimized).run_structured_caught(inputs, "eager")?;
+        let (tensors, layout) = self.eager_runner(inputs)?.run_structured_caught(inputs, "eager")?;
         layout.fill(&tensors)
+    }
+
+    /// What runs the forward eagerly as prepared, after checking that a forward specialized to
+    /// the prepared shapes gets those.
+    fn eager_runner(&self, inputs: &[Tensor]) -> Result<Runner<'_>> {
+        let Some(prepared) = self.prepared.as_ref() else { return Ok(self.runner(None)) };
+        if prepared.report.host_values_folded > 0 {
+            let (given, expected): (Vec<Vec<i64>>, Vec<Vec<i64>>) = (inputs.iter().map(Tensor::size).collect(), prepared.inputs.iter().map(Tensor::size).collect());
+            if given != expected {
+                return Err(NimbleError::InvalidInput(format!(
+                    "the prepared forward computes {} value(s) from the input shapes {expected:?} once, at prepare (copies from the host to the GPU, \
+                     which a CUDA graph cannot capture), so eager takes only those shapes, but got {given:?}: prepare again for these",
+                    prepared.report.host_values_folded
+                )));
+            }
+        }
+        Ok(self.runner(prepared.module.as_ref()))
     }
 
     /// The recorded task graph (with measured `duration_us` when prepared with
@@ -257,7 +274,7 @@ impl Nimble {
         let Some(Device::Cuda(device)) = prepared.inputs.first().map(Tensor::device) else {
             return Err(NimbleError::InvalidInput("kernel_timed_graph needs a model prepared on CUDA inputs".into()));
         };
-        let runner = self.source.runner(prepared.optimized.as_ref());
+        let runner = self.source.runner(prepared.module.as_ref());
         crate::kernel_times::kernel_timed_graph(&prepared.trace, &prepared.task_graph, device, &runner, &prepared.inputs, nimble_cuda::CaptureMode::ThreadLocal)
     }
 
@@ -292,7 +309,7 @@ impl Nimble {
 
     /// Node kinds of the optimized TorchScript forward (after `prepare` with `optimize`).
     pub fn optimized_node_kinds(&self) -> Result<Option<Vec<(String, usize)>>> {
-        match self.prepared.as_ref().and_then(|p| p.optimized.as_ref()) {
+        match self.prepared.as_ref().filter(|p| p.report.optimized).and_then(|p| p.module.as_ref()) {
             Some(module) => Ok(Some(module.node_kinds()?)),
             None => Ok(None),
         }

@@ -163,6 +163,10 @@ pub struct PrepareReport {
     pub channels_last: bool,
     /// Nimble's fused ops in the optimized forward (`PrepareOptions::fuse_kernels`).
     pub fused_ops: usize,
+    /// Copies to the GPU of values the host computes from constants and the inputs' shapes
+    /// alone, folded into constants (inference; a TorchScript forward). The prepared forward, and
+    /// `Nimble::eager` after it, then take only inputs of the prepared shapes.
+    pub host_values_folded: usize,
     /// Top-level ops of one forward.
     pub ops: usize,
     /// Ops in the task graph (see `Trace::task_ops`: views and CPU-only ops are left out).

@@ -46,7 +46,10 @@ pub(crate) struct Prepared {
     pub(crate) inputs: Vec<Tensor>,
     /// How the forward's output is put together around the graph's output tensors.
     pub(crate) layout: Layout,
-    pub(crate) optimized: Option<JitModule>,
+    /// The TorchScript module the forward runs through when it is not the source: the optimized
+    /// one, or either with host-computed values folded into constants (then specialized to the
+    /// static inputs' shapes: see `host_values_folded`).
+    pub(crate) module: Option<JitModule>,
     pub(crate) trace: Trace,
     pub(crate) task_graph: TaskGraph,
     pub(crate) plan: StreamPlan,

@@ -146,6 +146,7 @@ impl Setup {
             optimized: false,
             channels_last: false,
             fused_ops: 0,
+            host_values_folded: 0,
             ops: self.trace.len(),
             tasks: self.graph.len(),
             edges: self.graph.edge_count(),
@@ -159,7 +160,7 @@ impl Setup {
             layout_trial: None,
             seconds: self.seconds,
         };
-        Prepared { replay, _schedule: self.schedule, inputs: self.inputs, layout, optimized: None, trace: self.trace, task_graph, plan: self.plan, report }
+        Prepared { replay, _schedule: self.schedule, inputs: self.inputs, layout, module: None, trace: self.trace, task_graph, plan: self.plan, report }
     }
 
     /// Puts back the values the parameters and buffers had before `prepare`.

@@ -338,6 +338,32 @@ fn python_numbers_after_traced_convolutions_are_folded_into_them_on_the_gpu() {
 }
 
 #[test]
+fn values_the_host_makes_from_shapes_are_folded_into_constants_and_random_ones_refused() {
+    let Some(_gpu) = gpu() else { return };
+    // `torch.ones(x.shape).to(weight.device)` copies from the host on every run; computed once,
+    // it is a constant of the graph captured for these shapes.
+    let reference = fixture("host_values.pt");
+    for optimize in [true, false] {
+        let mut nimble = fixture("host_values.pt");
+        let report = nimble.prepare(&[randn(&[2, 4, 3, 5])], PrepareOptions::inference().optimize(optimize)).unwrap().clone();
+        assert_eq!(report.host_values_folded, 1, "rewrites {optimize}: {report:?}");
+        for _ in 0..10 {
+            let x = randn(&[2, 4, 3, 5]);
+            let expected = reference.eager(&[x.shallow_clone()]).unwrap();
+            assert!(relative_error(&nimble.forward(&[x.shallow_clone()]).unwrap()[0], &expected[0]) <= 1e-5);
+            assert!(relative_error(&nimble.eager(&[x]).unwrap()[0], &expected[0]) <= 1e-5);
+        }
+        // The folded value belongs to these shapes: eager refuses others, naming both.
+        let error = nimble.eager(&[randn(&[2, 4, 3, 6])]).unwrap_err().to_string();
+        assert!(error.contains("[[2, 4, 3, 5]]") && error.contains("[[2, 4, 3, 6]]"), "{error}");
+    }
+    // Random numbers drawn on the host differ on every run: still a host copy, refused.
+    let mut random = fixture("random_host_values.pt");
+    let error = random.prepare(&[randn(&[2, 3])], PrepareOptions::inference().optimize(false)).unwrap_err();
+    assert!(matches!(error, NimbleError::HostSync { .. }), "{error}");
+}
+
+#[test]
 fn a_changing_op_sequence_is_refused_naming_the_op() {
     let Some(_gpu) = gpu() else { return };
     let calls = Cell::new(0);

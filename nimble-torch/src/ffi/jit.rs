@@ -21,6 +21,7 @@ extern "C" {
     fn ns_jit_to(module: *mut c_void, dtype: c_int) -> c_int;
     fn ns_jit_arguments(module: *mut c_void, out: *mut *mut c_char) -> c_int;
     fn ns_jit_node_kinds(module: *mut c_void, out: *mut *mut c_char) -> c_int;
+    fn ns_jit_fold_host_values(module: *mut c_void, inputs: *const *mut c_void, n: c_int, out: *mut *mut c_void, folded: *mut c_int) -> c_int;
     fn ns_set_linear_gemm(mode: c_int) -> c_int;
     fn ns_set_conv_relu(mode: c_int) -> c_int;
 }
@@ -142,6 +143,19 @@ impl JitModule {
             )
         })?;
         Ok((JitModule { raw }, Applied { channels_last: channels_last & 1 != 0, convs: channels_last & 2 != 0, grouped_convs: channels_last & 4 != 0, fused_ops: fused as usize }))
+    }
+
+    /// A copy of the module (sharing its parameters) in whose forward each copy to the GPU of a
+    /// value that the host computes from constants and the inputs' shapes alone is a constant,
+    /// computed on `inputs`, and how many such copies it folded; `None` when there are none (see
+    /// the shim's `host_values.cpp`). The copy's forward takes only inputs shaped like `inputs`.
+    pub(crate) fn with_host_values_folded(&self, inputs: &[Tensor]) -> Result<Option<(JitModule, usize)>> {
+        let ins = tensor_ptrs(inputs);
+        let mut raw = ptr::null_mut();
+        let mut folded = 0;
+        // SAFETY: a live module and live inputs; the shim writes a new module or null, and a count.
+        check("jit_fold_host_values", unsafe { ns_jit_fold_host_values(self.raw, ins.as_ptr(), ins.len() as c_int, &mut raw, &mut folded) })?;
+        Ok((!raw.is_null()).then(|| (JitModule { raw }, folded as usize)))
     }
 
     /// Runs `forward` in evaluation mode, or in training mode with `train` (what a scripted

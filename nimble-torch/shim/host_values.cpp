@@ -1,0 +1,135 @@
+// Host values folded into device constants: a forward that computes a tensor on the CPU from
+// constants and its inputs' shapes alone, then copies it to the GPU (timm's EdgeNeXt builds its
+// positional encoding's mask as `torch.zeros(shape).to(device)`), synchronizes with the host on
+// every run, and a CUDA graph cannot capture that copy. Such a value is the same on every run
+// of a graph captured for those shapes, so it is computed once at prepare and becomes a constant.
+
+#include "common.h"
+#include "nimble_shim.h"
+
+#include <torch/csrc/jit/ir/alias_analysis.h>
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
+#include <torch/csrc/jit/passes/inliner.h>
+#include <torch/csrc/jit/runtime/interpreter.h>
+#include <torch/script.h>
+
+#include <unordered_map>
+#include <unordered_set>
+
+using namespace nimble_shim;
+
+namespace {
+
+using torch::jit::Node;
+using torch::jit::Value;
+
+// Ops that read only their input's shape, device or dtype, fixed for a graph captured for fixed
+// input shapes (a scripted forward asks `self.conv.weight.device`).
+bool reads_only_metadata(const Node* node) {
+  static const std::unordered_set<std::string> kinds = {"aten::size", "aten::sym_size", "aten::dim",  "aten::numel",
+                                                        "prim::shape", "prim::device",   "prim::dtype", "prim::is_cuda"};
+  return kinds.count(node->kind().toQualString()) != 0;
+}
+
+bool copies_to_a_device(const Node* node) {
+  static const std::unordered_set<std::string> kinds = {"aten::to", "aten::_to_copy", "aten::cuda"};
+  return kinds.count(node->kind().toQualString()) != 0 && !node->inputs().empty() &&
+         node->inputs()[0]->type()->cast<c10::TensorType>() != nullptr;
+}
+
+// The values of the graph that constants and the inputs' shapes determine: outputs of
+// constants, of metadata queries, and of deterministic ops without side effects, mutated
+// arguments or blocks whose inputs are all such values; none that anything writes in place.
+std::unordered_set<const Value*> fixed_values(const std::shared_ptr<torch::jit::Graph>& graph) {
+  torch::jit::AliasDb aliases(graph);
+  std::unordered_set<const Value*> fixed;
+  for (auto* node : graph->nodes()) {
+    bool is_fixed = node->kind() == c10::prim::Constant || reads_only_metadata(node);
+    if (!is_fixed) {
+      const auto* schema = node->maybeSchema();
+      is_fixed = node->blocks().empty() && !node->isNondeterministic() && !node->hasSideEffects() &&
+                 !(schema != nullptr && schema->is_mutable()) && node->kind() != c10::prim::GetAttr;
+      for (const auto* input : node->inputs()) is_fixed = is_fixed && fixed.count(input) != 0;
+    }
+    for (const auto* output : node->outputs()) is_fixed = is_fixed && !aliases.hasWriters(output);
+    if (is_fixed)
+      for (const auto* output : node->outputs()) fixed.insert(output);
+  }
+  return fixed;
+}
+
+// A graph of `graph`'s inputs that computes only the `wanted` values (each node they need,
+// cloned in order), returned as one tuple.
+std::shared_ptr<torch::jit::Graph> slice_computing(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<Value*>& wanted) {
+  std::unordered_set<const Node*> needed;
+  std::vector<const Value*> pending(wanted.begin(), wanted.end());
+  while (!pending.empty()) {
+    const Node* node = pending.back()->node();
+    pending.pop_back();
+    if (node->kind() == c10::prim::Param || !needed.insert(node).second) continue;
+    for (const auto* input : node->inputs()) pending.push_back(input);
+  }
+  auto slice = std::make_shared<torch::jit::Graph>();
+  std::unordered_map<const Value*, Value*> copies;
+  for (auto* input : graph->inputs()) copies[input] = slice->addInput()->copyMetadata(input);
+  for (auto* node : graph->nodes()) {
+    if (!needed.count(node)) continue;
+    auto* copy = slice->appendNode(slice->createClone(node, [&](Value* v) { return copies.at(v); }));
+    for (size_t i = 0; i < node->outputs().size(); i++) copies[node->outputs()[i]] = copy->outputs()[i];
+  }
+  std::vector<Value*> outputs;
+  for (auto* v : wanted) outputs.push_back(copies.at(v));
+  slice->registerOutput(slice->insertNode(slice->createTuple(outputs))->output());
+  return slice;
+}
+
+}  // namespace
+
+extern "C" {
+
+// Folds, in the forward of a copy of `module` (its methods inlined), each CPU-to-GPU copy of a
+// fixed value (fixed_values) into a constant holding the copy's result on `inputs`. Writes the
+// copy (sharing the module's parameters) to `out` and the number of folded copies to `folded`;
+// when there are none, `out` is null.
+int ns_jit_fold_host_values(void* module, void* const* inputs, int n, void** out, int* folded) {
+  return guarded([&] {
+    *out = nullptr;
+    *folded = 0;
+    auto copy = static_cast<torch::jit::Module*>(module)->clone(true);
+    auto graph = copy.get_method("forward").graph();
+    torch::jit::Inline(*graph);
+    auto fixed = fixed_values(graph);
+    std::vector<Node*> candidates;
+    for (auto* node : graph->nodes())
+      if (copies_to_a_device(node) && fixed.count(node->output()) != 0) candidates.push_back(node);
+    if (candidates.empty()) return;
+    std::vector<Value*> wanted;
+    for (auto* node : candidates) {
+      wanted.push_back(node->inputs()[0]);
+      wanted.push_back(node->output());
+    }
+    torch::jit::Stack stack{copy._ivalue()};
+    for (int i = 0; i < n; i++) stack.emplace_back(*static_cast<const at::Tensor*>(inputs[i]));
+    if (stack.size() != graph->inputs().size())
+      throw std::runtime_error("the forward takes " + std::to_string(graph->inputs().size() - 1) + " inputs, but " + std::to_string(n) + " were given");
+    {
+      torch::NoGradGuard no_grad;
+      torch::jit::Code code(slice_computing(graph, wanted), "nimble_host_values");
+      torch::jit::InterpreterState(code).run(stack);
+    }
+    const auto values = stack.back().toTupleRef().elements();
+    torch::jit::WithInsertPoint at_start(graph->block()->nodes().front());
+    for (size_t i = 0; i < candidates.size(); i++) {
+      const auto& from = values[2 * i];
+      const auto& to = values[2 * i + 1];
+      if (!from.isTensor() || !to.isTensor() || !from.toTensor().device().is_cpu() || !to.toTensor().device().is_cuda()) continue;
+      candidates[i]->output()->replaceAllUsesWith(graph->insertConstant(to.toTensor().detach()));
+      ++*folded;
+    }
+    if (*folded == 0) return;
+    torch::jit::EliminateDeadCode(graph);
+    *out = new torch::jit::Module(std::move(copy));
+  });
+}
+
+}  // extern "C"
