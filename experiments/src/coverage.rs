@@ -365,7 +365,9 @@ impl CoverageRecord {
         CoverageRecord { experiment: "coverage".into(), parts: vec![part], models, summary }
     }
 
-    /// One record of several measured in parts (each model once; the parts renumbered).
+    /// One record of several measured in parts (the parts renumbered). Each model once, except
+    /// that a model which failed may be measured again in a later record (a re-run after a fix):
+    /// the later outcome replaces the failure, and its part keeps the commit that measured it.
     pub fn merge(records: Vec<CoverageRecord>) -> Result<CoverageRecord, String> {
         let mut parts = Vec::new();
         let mut models: Vec<ModelOutcome> = Vec::new();
@@ -376,11 +378,12 @@ impl CoverageRecord {
             let offset = parts.len();
             parts.extend(record.parts);
             for mut model in record.models {
-                if models.iter().any(|m| m.name == model.name) {
-                    return Err(format!("model `{}` is in more than one record; measure each model once", model.name));
-                }
                 model.part += offset;
-                models.push(model);
+                match models.iter_mut().find(|m| m.name == model.name) {
+                    Some(earlier) if earlier.status != Status::Ok => *earlier = model,
+                    Some(_) => return Err(format!("model `{}` is in more than one record; measure each model once (only a failure may be measured again)", model.name)),
+                    None => models.push(model),
+                }
             }
         }
         let summary = Summary::of(&models);
@@ -607,7 +610,13 @@ mod tests {
         assert_eq!(merged.parts.len(), 2);
         assert_eq!(merged.models[1].part, 1);
         assert_eq!(merged.summary.population, 2);
-        let twice = CoverageRecord::merge(vec![CoverageRecord::new(part(), vec![outcome("a")]), CoverageRecord::new(part(), vec![outcome("a")])]).unwrap_err();
+        // A failure measured again after a fix: the later outcome replaces it, in its own part.
+        let mut fixed = outcome("a");
+        fixed.status = Status::Ok;
+        let again = CoverageRecord::merge(vec![CoverageRecord::new(part(), vec![outcome("a"), outcome("b")]), CoverageRecord::new(part(), vec![fixed.clone()])]).unwrap();
+        assert_eq!((again.models.len(), again.models[0].status, again.models[0].part), (2, Status::Ok, 1));
+        // A success measured twice is a mistake.
+        let twice = CoverageRecord::merge(vec![CoverageRecord::new(part(), vec![fixed.clone()]), CoverageRecord::new(part(), vec![fixed])]).unwrap_err();
         assert!(twice.contains("`a` is in more than one record"), "{twice}");
     }
 
