@@ -21,7 +21,6 @@
 #include <torch/script.h>
 
 #include <cmath>
-#include <functional>
 #include <iomanip>
 #include <map>
 #include <optional>
@@ -241,92 +240,36 @@ static bool inplace_activation(const torch::jit::Node* node) {
   return kinds.count(node->kind().toQualString()) != 0;
 }
 
-// The device of a module's tensors: its parameters' and buffers', else its graphs' constants'.
-static c10::Device tensors_device(const torch::jit::Module& m) {
-  for (const auto& p : m.parameters()) return p.device();
-  for (const auto& b : m.buffers()) return b.device();
-  for (const auto& method : m.get_methods()) {
-    auto graph = method.graph();
-    for (torch::jit::DepthFirstGraphNodeIterator it(graph); auto* node = it.next();)
-      if (is_tensor_constant(node)) return node->t(c10::attr::value).device();
+// PyTorch's frozen foldings of the add, sub, mul or div after a convolution (OptimizeFrozenGraph)
+// run that op on the convolution's weight and the other operand broadcast to the weight's shape,
+// without moving the operand to the weight's device. A Python number in a traced forward
+// (`conv(x) * 0.5`) is a 0-dim CPU tensor constant, which ns_jit_load leaves on the host, so on
+// CUDA the op throws and libtorch fails an internal assert (timm's NF-ResNet-50 was refused so).
+// Moves those operands to their convolution's device: they are elementwise operands of device
+// data, not shape arithmetic, and a 0-dim tensor on either device gives the op the same result.
+// The foldings repeat until nothing changes, so an op becomes "directly after a convolution"
+// once what stood between them is folded: the operand counts when the op's first input goes
+// back to a convolution through BatchNorms and such ops (timm's FastViT-T8 adds 0 after
+// conv, + 0, BatchNorm, and failed the same way).
+static void scalars_after_convolutions_to_their_device(std::shared_ptr<torch::jit::Graph>& graph) {
+  static const std::unordered_set<std::string> ops = {"aten::add", "aten::sub", "aten::mul", "aten::div"};
+  static const std::unordered_set<std::string> convs = {"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::_convolution"};
+  auto tensor_constant = [](const torch::jit::Value* v) -> std::optional<at::Tensor> {
+    if (!is_tensor_constant(v->node())) return std::nullopt;
+    return v->node()->t(c10::attr::value);
+  };
+  for (torch::jit::DepthFirstGraphNodeIterator it(graph); auto* node = it.next();) {
+    if (!ops.count(node->kind().toQualString()) || node->inputs().size() < 2) continue;
+    const auto* conv = node->inputs()[0]->node();
+    while ((ops.count(conv->kind().toQualString()) || conv->kind() == c10::Symbol::fromQualString("aten::batch_norm")) && !conv->inputs().empty())
+      conv = conv->inputs()[0]->node();
+    if (!convs.count(conv->kind().toQualString()) || conv->inputs().size() < 2) continue;
+    auto weight = tensor_constant(conv->inputs()[1]);
+    auto operand = tensor_constant(node->inputs()[1]);
+    if (!weight || !operand || operand->dim() != 0 || operand->device() == weight->device()) continue;
+    torch::jit::WithInsertPoint here(node);
+    node->replaceInput(1, graph->insertConstant(operand->to(weight->device())));
   }
-  return c10::Device(c10::kCPU);
-}
-
-// Every tensor constant of `graph` (nested blocks too), as `visit(node, tensor)`.
-static void for_each_tensor_constant(std::shared_ptr<torch::jit::Graph> graph, const std::function<void(torch::jit::Node*, const at::Tensor&)>& visit) {
-  for (torch::jit::DepthFirstGraphNodeIterator it(graph); auto* node = it.next();)
-    if (is_tensor_constant(node)) visit(node, node->t(c10::attr::value));
-}
-
-// The module frozen, its graph's BatchNorms and such folded (OptimizeFrozenGraph), on the CPU
-// when its tensors are on a GPU, then its constants put back there. Two reasons. Freezing pools
-// equal constants by comparing tensors, and on a GPU each comparison is a kernel and a
-// synchronization: timm's NASNet-A large froze in 5.5 s on the H200, 0.9 s on the CPU. And
-// PyTorch's foldings of an add, sub, mul or div into a convolution run that op on the weight and
-// the other operand without moving the operand to the weight's device: a traced Python number
-// (`conv(x) * 0.5`, a 0-dim CPU constant that ns_jit_load keeps on the host) against CUDA
-// weights threw, and libtorch failed an internal assert (timm's NF-ResNet-50 and FastViT-T8).
-// On the CPU every operand is on one device. Afterwards a constant goes back to the GPU when it
-// came from there or, being new (a folded weight), has a dimension; the host's own constants
-// (the 0-dim scalars of shape arithmetic) stay.
-static torch::jit::Module frozen_and_folded(torch::jit::Module& m) {
-  const c10::Device device = tensors_device(m);
-  if (device.is_cpu()) {
-    m.eval();
-    auto frozen = torch::jit::freeze_module(m);
-    auto graph = frozen.get_method("forward").graph();
-    torch::jit::graph_rewrite_helper::replaceConvolutionWithAtenConv(graph);
-    torch::jit::removeDropout(graph);
-    torch::jit::OptimizeFrozenGraph(graph, true);
-    return frozen;
-  }
-  // A copy of its own: its tensors on the CPU and (clone) its methods' graphs copied, so that
-  // moving their constants leaves `m` as it is.
-  auto host = m.deepcopy(c10::Device(c10::kCPU)).clone(true);
-  host.eval();
-  std::unordered_set<const c10::TensorImpl*> from_device, host_constants;
-  for (const auto& p : host.parameters()) from_device.insert(p.unsafeGetTensorImpl());
-  for (const auto& b : host.buffers()) from_device.insert(b.unsafeGetTensorImpl());
-  for (const auto& module : host.modules()) {
-    for (const auto& method : module.get_methods()) {
-      // A scripted forward's `self.conv.weight.device` (or `.is_cuda`) keeps its answer on the
-      // GPU, or freezing would bake the copy's CPU into the graph.
-      auto graph = method.graph();
-      std::vector<torch::jit::Node*> queries;
-      for (torch::jit::DepthFirstGraphNodeIterator it(graph); auto* node = it.next();)
-        if ((node->kind() == c10::prim::device || node->kind() == c10::Symbol::fromQualString("prim::is_cuda")) &&
-            node->input(0)->node()->kind() == c10::prim::GetAttr)
-          queries.push_back(node);
-      for (auto* node : queries) {
-        torch::jit::WithInsertPoint here(node);
-        auto answer = node->kind() == c10::prim::device ? graph->insertConstant(device) : graph->insertConstant(device.is_cuda());
-        node->output()->replaceAllUsesWith(answer);
-        node->destroy();
-      }
-      for_each_tensor_constant(graph, [&](torch::jit::Node* node, const at::Tensor& t) {
-        if (t.device().is_cpu()) {
-          host_constants.insert(t.unsafeGetTensorImpl());
-          return;
-        }
-        auto moved = t.to(c10::kCPU);
-        from_device.insert(moved.unsafeGetTensorImpl());
-        node->t_(c10::attr::value, moved);
-      });
-    }
-  }
-  auto frozen = torch::jit::freeze_module(host);
-  auto graph = frozen.get_method("forward").graph();
-  torch::jit::graph_rewrite_helper::replaceConvolutionWithAtenConv(graph);
-  torch::jit::removeDropout(graph);
-  torch::jit::OptimizeFrozenGraph(graph, true);
-  for_each_tensor_constant(graph, [&](torch::jit::Node* node, const at::Tensor& t) {
-    const auto* impl = t.unsafeGetTensorImpl();
-    if (from_device.count(impl) || (!host_constants.count(impl) && t.dim() > 0)) node->t_(c10::attr::value, t.to(device));
-  });
-  // Attributes freezing kept (buffers the forward mutates) go back too.
-  frozen.to(device);
-  return frozen;
 }
 
 // Freezes the module (parameters become constants) and applies the inference rewrites:
@@ -349,8 +292,12 @@ int ns_jit_optimize(void* module, int fuse, int kernels, int channels_last, void
   return guarded([&] {
     auto* m = static_cast<torch::jit::Module*>(module);
     m->eval();
-    auto frozen = frozen_and_folded(*m);
+    auto frozen = torch::jit::freeze_module(*m);
     auto graph = frozen.get_method("forward").graph();
+    torch::jit::graph_rewrite_helper::replaceConvolutionWithAtenConv(graph);
+    torch::jit::removeDropout(graph);
+    scalars_after_convolutions_to_their_device(graph);
+    torch::jit::OptimizeFrozenGraph(graph, true);
     // In-place activations (torchvision's `nn.SiLU(inplace=True)`, `nn.ReLU6(inplace=True)`)
     // made functional where alias analysis proves nothing else sees the mutation, so that the
     // fusions below match them (EfficientNet-B5 kept 116 SiLU kernels and its 39
