@@ -10,12 +10,13 @@
 use std::path::PathBuf;
 
 /// The shim's C++ files, one per concern (see `shim/nimble_shim.h`).
-const SHIM_SOURCES: [&str; 11] = [
+const SHIM_SOURCES: [&str; 12] = [
     "common.cpp",
     "device.cpp",
     "record.cpp",
     "passes.cpp",
     "jit.cpp",
+    "freeze.cpp",
     "host_values.cpp",
     "training.cpp",
     "fused_ops.cpp",

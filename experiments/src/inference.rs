@@ -134,13 +134,15 @@ pub struct InferConfig {
     /// it, a graph checked in TF32 is checked again in exact float32 only when beyond the
     /// tolerance.
     pub exact_check: bool,
+    /// With the rewrites: freeze on a CPU copy first (`PrepareOptions::freeze_on_host`).
+    pub freeze_on_host: bool,
 }
 
 impl InferConfig {
     /// Nimble's algorithm with every rewrite and the layout decided per model (the defaults of
     /// `PrepareOptions::inference`).
     pub fn defaults(batch: i64, warmup: usize, iterations: usize) -> InferConfig {
-        InferConfig { batch, warmup, iterations, algorithm: "nimble".into(), fuse_conv_relu: true, fuse_kernels: true, channels_last: None, exact_check: false }
+        InferConfig { batch, warmup, iterations, algorithm: "nimble".into(), fuse_conv_relu: true, fuse_kernels: true, channels_last: None, exact_check: false, freeze_on_host: true }
     }
 }
 
@@ -378,7 +380,8 @@ fn prepare_compared(model: &dyn Subject, config: &InferConfig, mode: InferMode, 
         .optimize(optimize)
         .fuse_conv_relu(config.fuse_conv_relu)
         .fuse_kernels(config.fuse_kernels)
-        .channels_last(config.channels_last);
+        .channels_last(config.channels_last)
+        .freeze_on_host(config.freeze_on_host);
     let report = nimble.prepare(&model.inputs(config.batch), options)?.clone();
     let check = Check::against_eager(model, config.batch, |xs| nimble.forward(xs))?;
     let error = check.relative_error;

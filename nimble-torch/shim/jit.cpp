@@ -3,19 +3,17 @@
 // channels-last layout), and running their forward with the output's structure kept.
 
 #include "common.h"
+#include "freeze.h"
 #include "fused_ops.h"
 #include "nimble_shim.h"
 
 #include <torch/csrc/jit/frontend/tracer.h>
 #include <torch/csrc/jit/runtime/graph_iterator.h>
 #include <torch/csrc/jit/passes/fixup_trace_scope_blocks.h>
-#include <torch/csrc/jit/passes/freeze_module.h>
 #include <torch/csrc/jit/passes/remove_mutation.h>
 #include <torch/csrc/jit/passes/frozen_conv_add_relu_fusion.h>
-#include <torch/csrc/jit/passes/frozen_graph_optimizations.h>
 #include <torch/csrc/jit/passes/graph_rewrite_helper.h>
 #include <torch/csrc/jit/passes/normalize_ops.h>
-#include <torch/csrc/jit/passes/remove_dropout.h>
 #include <torch/csrc/jit/passes/subgraph_rewrite.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
@@ -23,19 +21,12 @@
 #include <cmath>
 #include <iomanip>
 #include <map>
-#include <optional>
 #include <sstream>
 #include <unordered_set>
 
 using namespace nimble_shim;
 
 namespace {
-
-// A prim::Constant holding a tensor (its `value` attribute).
-bool is_tensor_constant(const torch::jit::Node* node) {
-  return node->kind() == c10::prim::Constant && node->hasAttribute(c10::attr::value) &&
-         node->kindOf(c10::attr::value) == torch::jit::AttributeKind::t;
-}
 
 // A JSON string literal of `s`.
 std::string json_string(const std::string& s) {
@@ -210,7 +201,7 @@ int ns_jit_load(const char* path, int device, void** out) {
         for (const auto& method : module.get_methods()) {
           std::shared_ptr<torch::jit::Graph> graph = method.graph();
           for (torch::jit::DepthFirstGraphNodeIterator it(graph); auto* node = it.next();) {
-            if (!is_tensor_constant(node)) continue;
+            if (!nimble::is_tensor_constant(node)) continue;
             const at::Tensor& t = node->t(c10::attr::value);
             if (t.dim() > 0) node->t_(c10::attr::value, t.to(d));
           }
@@ -240,41 +231,9 @@ static bool inplace_activation(const torch::jit::Node* node) {
   return kinds.count(node->kind().toQualString()) != 0;
 }
 
-// PyTorch's frozen foldings of the add, sub, mul or div after a convolution (OptimizeFrozenGraph)
-// run that op on the convolution's weight and the other operand broadcast to the weight's shape,
-// without moving the operand to the weight's device. A Python number in a traced forward
-// (`conv(x) * 0.5`) is a 0-dim CPU tensor constant, which ns_jit_load leaves on the host, so on
-// CUDA the op throws and libtorch fails an internal assert (timm's NF-ResNet-50 was refused so).
-// Moves those operands to their convolution's device: they are elementwise operands of device
-// data, not shape arithmetic, and a 0-dim tensor on either device gives the op the same result.
-// The foldings repeat until nothing changes, so an op becomes "directly after a convolution"
-// once what stood between them is folded: the operand counts when the op's first input goes
-// back to a convolution through BatchNorms and such ops (timm's FastViT-T8 adds 0 after
-// conv, + 0, BatchNorm, and failed the same way).
-static void scalars_after_convolutions_to_their_device(std::shared_ptr<torch::jit::Graph>& graph) {
-  static const std::unordered_set<std::string> ops = {"aten::add", "aten::sub", "aten::mul", "aten::div"};
-  static const std::unordered_set<std::string> convs = {"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::_convolution"};
-  auto tensor_constant = [](const torch::jit::Value* v) -> std::optional<at::Tensor> {
-    if (!is_tensor_constant(v->node())) return std::nullopt;
-    return v->node()->t(c10::attr::value);
-  };
-  for (torch::jit::DepthFirstGraphNodeIterator it(graph); auto* node = it.next();) {
-    if (!ops.count(node->kind().toQualString()) || node->inputs().size() < 2) continue;
-    const auto* conv = node->inputs()[0]->node();
-    while ((ops.count(conv->kind().toQualString()) || conv->kind() == c10::Symbol::fromQualString("aten::batch_norm")) && !conv->inputs().empty())
-      conv = conv->inputs()[0]->node();
-    if (!convs.count(conv->kind().toQualString()) || conv->inputs().size() < 2) continue;
-    auto weight = tensor_constant(conv->inputs()[1]);
-    auto operand = tensor_constant(node->inputs()[1]);
-    if (!weight || !operand || operand->dim() != 0 || operand->device() == weight->device()) continue;
-    torch::jit::WithInsertPoint here(node);
-    node->replaceInput(1, graph->insertConstant(operand->to(weight->device())));
-  }
-}
-
-// Freezes the module (parameters become constants) and applies the inference rewrites:
-// BatchNorm folded into the preceding convolution (and the other frozen foldings), dropout
-// removed, when `fuse` is set (CUDA only), convolution(+add)+ReLU fused into cuDNN's fused
+// Freezes the module (parameters become constants; on a CPU copy with `on_host`, see freeze.cpp)
+// and applies the inference rewrites: BatchNorm folded into the preceding convolution (and the
+// other frozen foldings), dropout removed, when `fuse` is set (CUDA only), convolution(+add)+ReLU fused into cuDNN's fused
 // kernels (with `kernels` too, the grouped ones handed to nimble::conv2d_relu, which times
 // them against Nimble's epilogue kernel), and when `kernels` is set, squeeze-and-excitation blocks, convolutions and linear
 // layers with their activation or residual add replaced by Nimble's fused ops, in-place
@@ -287,17 +246,13 @@ static void scalars_after_convolutions_to_their_device(std::shared_ptr<torch::ji
 // layout transforms (what inductor's layout optimization does for torch.compile). Auto turns it
 // on unless the graph has grouped (e.g. depthwise) convolutions, which cuDNN often runs slower in
 // NHWC (prepare then times both layouts: see nimble-torch's layout.rs). `applied`: bit 0, it was
-// applied; bit 1, the graph has 2-D convolutions; bit 2, grouped ones.
-int ns_jit_optimize(void* module, int fuse, int kernels, int channels_last, void** out, int* applied, int* fused) {
+// applied; bit 1, the graph has 2-D convolutions; bit 2, grouped ones; bit 3, the module was
+// frozen on a CPU copy.
+int ns_jit_optimize(void* module, int on_host, int fuse, int kernels, int channels_last, void** out, int* applied, int* fused) {
   return guarded([&] {
-    auto* m = static_cast<torch::jit::Module*>(module);
-    m->eval();
-    auto frozen = torch::jit::freeze_module(*m);
+    bool frozen_on_host = false;
+    auto frozen = nimble::frozen_and_folded(*static_cast<torch::jit::Module*>(module), on_host != 0, frozen_on_host);
     auto graph = frozen.get_method("forward").graph();
-    torch::jit::graph_rewrite_helper::replaceConvolutionWithAtenConv(graph);
-    torch::jit::removeDropout(graph);
-    scalars_after_convolutions_to_their_device(graph);
-    torch::jit::OptimizeFrozenGraph(graph, true);
     // In-place activations (torchvision's `nn.SiLU(inplace=True)`, `nn.ReLU6(inplace=True)`)
     // made functional where alias analysis proves nothing else sees the mutation, so that the
     // fusions below match them (EfficientNet-B5 kept 116 SiLU kernels and its 39
@@ -328,10 +283,10 @@ int ns_jit_optimize(void* module, int fuse, int kernels, int channels_last, void
       nimble::convert_attention_masks(graph);
     }
     *fused = nimble::fused_op_count(*graph);
-    *applied = (channels_last ? 1 : 0) | (convs ? 2 : 0) | (grouped ? 4 : 0);
+    *applied = (channels_last ? 1 : 0) | (convs ? 2 : 0) | (grouped ? 4 : 0) | (frozen_on_host ? 8 : 0);
     if (channels_last) {
       for (auto* node : graph->nodes()) {
-        if (!is_tensor_constant(node)) continue;
+        if (!nimble::is_tensor_constant(node)) continue;
         const at::Tensor& t = node->t(c10::attr::value);
         if (t.dim() == 4) node->t_(c10::attr::value, t.contiguous(at::MemoryFormat::ChannelsLast));
       }

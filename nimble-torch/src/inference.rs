@@ -17,7 +17,7 @@ use std::time::Instant;
 use tch::Tensor;
 
 use crate::error::{NimbleError, Result};
-use crate::ffi::{self, Applied, CudaGraph};
+use crate::ffi::{self, Applied, CudaGraph, Rewrites};
 use crate::inputs::check_cuda_prepare;
 use crate::optimize::optimized_module;
 use crate::options::{PrepareOptions, PrepareReport, PrepareSeconds};
@@ -30,6 +30,17 @@ use crate::trace::record;
 /// Returns the prepared model and what the rewrites did (whether the model has 2-D
 /// convolutions, whether channels-last was applied).
 pub(crate) fn prepare(source: &Source, inputs: &[Tensor], options: &PrepareOptions) -> Result<(Prepared, Applied)> {
+    match prepare_frozen(source, inputs, options, options.freeze_on_host) {
+        // Frozen on a CPU copy (the shim's freeze.cpp), a constant the GPU would have kept can
+        // stay on the CPU, and its copy to the GPU is a host sync: frozen where the model lives,
+        // it is refused only if it synchronizes anyway.
+        Err(NimbleError::HostSync { .. }) if options.optimize && options.freeze_on_host => prepare_frozen(source, inputs, options, false),
+        done => done,
+    }
+}
+
+/// `prepare`, the module frozen on a CPU copy when `freeze_on_host`.
+fn prepare_frozen(source: &Source, inputs: &[Tensor], options: &PrepareOptions, freeze_on_host: bool) -> Result<(Prepared, Applied)> {
     let started = Instant::now();
     let mut seconds = PrepareSeconds::default();
     let (device, assigner) = check_cuda_prepare(inputs, options)?;
@@ -38,7 +49,7 @@ pub(crate) fn prepare(source: &Source, inputs: &[Tensor], options: &PrepareOptio
     let step = Instant::now();
     let mut applied = Applied::default();
     let optimized = if options.optimize {
-        let (module, done) = optimized_module(source, &static_inputs, &options.rewrites())?;
+        let (module, done) = optimized_module(source, &static_inputs, &Rewrites { freeze_on_host, ..options.rewrites() })?;
         applied = done;
         if applied.channels_last {
             static_inputs = static_inputs.iter().map(ffi::channels_last_copy).collect::<Result<_>>()?;
@@ -115,6 +126,7 @@ pub(crate) fn prepare(source: &Source, inputs: &[Tensor], options: &PrepareOptio
         channels_last: applied.channels_last,
         fused_ops: applied.fused_ops,
         host_values_folded,
+        frozen_on_host: applied.frozen_on_host,
         ops: trace.len(),
         tasks: graph.len(),
         edges: graph.edge_count(),

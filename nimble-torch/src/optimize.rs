@@ -9,7 +9,7 @@ use crate::source::{Runner, Source};
 
 /// The rewrites of `trace` and `run_optimized`: those prepare applies by default, less cuDNN's
 /// fusions and the channels-last layout (CUDA-only choices that change no op's meaning).
-pub(crate) const TRACE_REWRITES: Rewrites = Rewrites { fuse_conv_relu: false, fuse_kernels: true, channels_last: Some(false) };
+pub(crate) const TRACE_REWRITES: Rewrites = Rewrites { fuse_conv_relu: false, fuse_kernels: true, channels_last: Some(false), freeze_on_host: true };
 
 /// The forward of `source` as a frozen, optimized TorchScript module, run twice (the first runs
 /// of a TorchScript module differ: profiling), and what the rewrites did.
@@ -27,19 +27,28 @@ pub(crate) fn optimized_module(source: &Source, inputs: &[Tensor], rewrites: &Re
     };
     let mut traced = None;
     let module = source.as_torchscript(inputs, &mut traced).map_err(explain)?;
-    let (optimized, applied) = module.optimized(&rewrites)?;
-    match warm_up(&optimized, inputs) {
-        Ok(()) => Ok((optimized, applied)),
-        // Left to decide, the layout must not refuse a model: channels-last outputs break a
-        // model's `view` of a convolution's output (which needs the contiguous layout), so such a
-        // model keeps NCHW.
-        Err(_) if applied.channels_last && rewrites.channels_last.is_none() => {
-            let (optimized, nchw) = module.optimized(&Rewrites { channels_last: Some(false), ..rewrites })?;
-            warm_up(&optimized, inputs)?;
-            // No layout trial either: it would only fail the same way.
-            Ok((optimized, Applied { convs: false, ..nchw }))
+    let optimized_and_run = |rewrites: &Rewrites| -> Result<(JitModule, Applied)> {
+        let (optimized, applied) = module.optimized(rewrites)?;
+        match warm_up(&optimized, inputs) {
+            Ok(()) => Ok((optimized, applied)),
+            // Left to decide, the layout must not refuse a model: channels-last outputs break a
+            // model's `view` of a convolution's output (which needs the contiguous layout), so
+            // such a model keeps NCHW.
+            Err(_) if applied.channels_last && rewrites.channels_last.is_none() => {
+                let (optimized, nchw) = module.optimized(&Rewrites { channels_last: Some(false), ..*rewrites })?;
+                warm_up(&optimized, inputs)?;
+                // No layout trial either: it would only fail the same way.
+                Ok((optimized, Applied { convs: false, ..nchw }))
+            }
+            Err(e) => Err(e),
         }
-        Err(e) => Err(e),
+    };
+    match optimized_and_run(&rewrites) {
+        // Frozen on a CPU copy, a constant the GPU would have kept can stay on the CPU and meet
+        // a GPU tensor in an op that needs one device (the shim's freeze.cpp): frozen where the
+        // module lives, the forward is what it would have been without that speed-up.
+        Err(_) if rewrites.freeze_on_host => optimized_and_run(&Rewrites { freeze_on_host: false, ..rewrites }),
+        done => done,
     }
 }
 

@@ -147,6 +147,7 @@ impl Setup {
             channels_last: false,
             fused_ops: 0,
             host_values_folded: 0,
+            frozen_on_host: false,
             ops: self.trace.len(),
             tasks: self.graph.len(),
             edges: self.graph.edge_count(),

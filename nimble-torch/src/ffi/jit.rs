@@ -15,7 +15,7 @@ extern "C" {
     fn ns_jit_load(path: *const c_char, device: c_int, out: *mut *mut c_void) -> c_int;
     fn ns_jit_free(module: *mut c_void);
     fn ns_jit_save(module: *mut c_void, path: *const c_char) -> c_int;
-    fn ns_jit_optimize(module: *mut c_void, fuse: c_int, kernels: c_int, channels_last: c_int, out: *mut *mut c_void, applied: *mut c_int, fused: *mut c_int) -> c_int;
+    fn ns_jit_optimize(module: *mut c_void, on_host: c_int, fuse: c_int, kernels: c_int, channels_last: c_int, out: *mut *mut c_void, applied: *mut c_int, fused: *mut c_int) -> c_int;
     fn ns_jit_forward(module: *mut c_void, inputs: *const *mut c_void, n: c_int, train: c_int, outputs: *mut *mut *mut c_void, n_out: *mut c_int, structure: *mut *mut c_char) -> c_int;
     fn ns_jit_bind(module: *mut c_void, name: *const c_char, value: *mut c_void, check_only: c_int) -> c_int;
     fn ns_jit_to(module: *mut c_void, dtype: c_int) -> c_int;
@@ -59,6 +59,9 @@ pub(crate) struct Rewrites {
     pub fuse_kernels: bool,
     /// `None`: decide from the graph.
     pub channels_last: Option<bool>,
+    /// Freeze a module that lives on a GPU on a CPU copy of itself (the shim's `freeze.cpp`:
+    /// faster, and what prepare tries first); false freezes it where it lives.
+    pub freeze_on_host: bool,
 }
 
 /// What the rewrites did.
@@ -72,6 +75,8 @@ pub(crate) struct Applied {
     pub grouped_convs: bool,
     /// Nimble's fused ops in the optimized graph.
     pub fused_ops: usize,
+    /// The module was frozen on a CPU copy (see `Rewrites::freeze_on_host`).
+    pub frozen_on_host: bool,
 }
 
 /// A TorchScript module (`torch::jit::Module`).
@@ -134,6 +139,7 @@ impl JitModule {
         check("jit_optimize", unsafe {
             ns_jit_optimize(
                 self.raw,
+                rewrites.freeze_on_host as c_int,
                 rewrites.fuse_conv_relu as c_int,
                 rewrites.fuse_kernels as c_int,
                 mode,
@@ -142,7 +148,7 @@ impl JitModule {
                 &mut fused,
             )
         })?;
-        Ok((JitModule { raw }, Applied { channels_last: channels_last & 1 != 0, convs: channels_last & 2 != 0, grouped_convs: channels_last & 4 != 0, fused_ops: fused as usize }))
+        Ok((JitModule { raw }, Applied { channels_last: channels_last & 1 != 0, convs: channels_last & 2 != 0, grouped_convs: channels_last & 4 != 0, fused_ops: fused as usize, frozen_on_host: channels_last & 8 != 0 }))
     }
 
     /// A copy of the module (sharing its parameters) in whose forward each copy to the GPU of a

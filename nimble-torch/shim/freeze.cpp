@@ -1,0 +1,228 @@
+// Freezing a TorchScript module for inference, on a CPU copy when the module lives on a GPU.
+//
+// PyTorch's freezing pools equal constants by comparing tensors with at::equal, and on a GPU
+// each comparison is a kernel and a synchronization with the host: timm's NASNet-A large froze
+// in 6.8 s on an H200 and in 1.45 s on the CPU, HRNet-W18 in 5.9 s and 1.4 s
+// (paper-figs/results/freeze-on-gpu-vs-cpu-48ddd6f.h200.log). So a module on a GPU is frozen
+// and folded on a CPU copy of itself, and the constants go back afterwards:
+//   - a constant that came from the GPU (a parameter, a buffer, a constant of its graphs) goes
+//     back there, and so does a new one with a dimension (a folded weight, an index computed
+//     from a buffer);
+//   - the host's own constants stay (the 0-dim scalars of a traced forward's arithmetic), and
+//     so does a new 0-dim one;
+//   - tensors inside list and tuple constants go the same way (freezing folds Swin-V2's
+//     `bias_table[index]` index into a constant List[Optional[Tensor]]);
+//   - a scripted forward's `self.weight.device` (or `.is_cuda`) keeps the GPU's answer, or
+//     freezing would bake the copy's CPU into the graph;
+//   - linear layers that share an input are merged (FrozenConcatLinear) after the move, since
+//     PyTorch merges them only on a GPU.
+// What that rule gets wrong (a new 0-dim constant that the GPU would have kept) shows up as a
+// forward that fails or synchronizes with the host; nimble-torch then freezes on the GPU
+// (optimize.rs, inference.rs), as this file does when the host path throws.
+
+#include "freeze.h"
+
+#include <torch/csrc/jit/passes/freeze_module.h>
+#include <torch/csrc/jit/passes/frozen_concat_linear.h>
+#include <torch/csrc/jit/passes/frozen_graph_optimizations.h>
+#include <torch/csrc/jit/passes/graph_rewrite_helper.h>
+#include <torch/csrc/jit/passes/remove_dropout.h>
+#include <torch/csrc/jit/runtime/graph_iterator.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace nimble {
+
+bool is_tensor_constant(const torch::jit::Node* node) {
+  return node->kind() == c10::prim::Constant && node->hasAttribute(c10::attr::value) &&
+         node->kindOf(c10::attr::value) == torch::jit::AttributeKind::t;
+}
+
+namespace {
+
+using torch::jit::Graph;
+using torch::jit::Node;
+
+// Every tensor constant of `graph` (nested blocks too), as `visit(node, tensor)`.
+void for_each_tensor_constant(std::shared_ptr<Graph> graph, const std::function<void(Node*, const at::Tensor&)>& visit) {
+  for (torch::jit::DepthFirstGraphNodeIterator it(graph); auto* node = it.next();)
+    if (is_tensor_constant(node)) visit(node, node->t(c10::attr::value));
+}
+
+// The device of the module's tensors (its parameters' and buffers', else its graphs'
+// constants'), or nullopt when they are on more than one device.
+std::optional<c10::Device> tensors_device(const torch::jit::Module& m) {
+  std::optional<c10::Device> device;
+  bool mixed = false;
+  auto see = [&](const at::Tensor& t) {
+    if (!device) device = t.device();
+    mixed |= t.device() != *device;
+  };
+  for (const auto& p : m.parameters()) see(p);
+  for (const auto& b : m.buffers()) see(b);
+  if (!device) {
+    for (const auto& method : m.get_methods()) for_each_tensor_constant(method.graph(), [&](Node*, const at::Tensor& t) { see(t); });
+  }
+  if (mixed) return std::nullopt;
+  return device.value_or(c10::Device(c10::kCPU));
+}
+
+// PyTorch's foldings of the add, sub, mul or div after a convolution run that op on the
+// convolution's weight and the other operand broadcast to the weight's shape, without moving
+// the operand to the weight's device. A Python number in a traced forward (`conv(x) * 0.5`) is
+// a 0-dim CPU tensor constant, which ns_jit_load leaves on the host, so on CUDA the op throws
+// and libtorch fails an internal assert (timm's NF-ResNet-50 was refused so). Moves those
+// operands to their convolution's device: they are elementwise operands of device data, not
+// shape arithmetic, and a 0-dim tensor on either device gives the op the same result. The
+// foldings repeat until nothing changes, so an op becomes "directly after a convolution" once
+// what stood between them is folded: the operand counts when the op's first input goes back
+// to a convolution through BatchNorms and such ops (timm's FastViT-T8 adds 0 after conv, + 0,
+// BatchNorm, and failed the same way). Needed only when freezing on the GPU.
+void scalars_after_convolutions_to_their_device(std::shared_ptr<Graph>& graph) {
+  static const std::unordered_set<std::string> ops = {"aten::add", "aten::sub", "aten::mul", "aten::div"};
+  static const std::unordered_set<std::string> convs = {"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::_convolution"};
+  auto tensor_constant = [](const torch::jit::Value* v) -> std::optional<at::Tensor> {
+    if (!is_tensor_constant(v->node())) return std::nullopt;
+    return v->node()->t(c10::attr::value);
+  };
+  for (torch::jit::DepthFirstGraphNodeIterator it(graph); auto* node = it.next();) {
+    if (!ops.count(node->kind().toQualString()) || node->inputs().size() < 2) continue;
+    const auto* conv = node->inputs()[0]->node();
+    while ((ops.count(conv->kind().toQualString()) || conv->kind() == c10::Symbol::fromQualString("aten::batch_norm")) && !conv->inputs().empty())
+      conv = conv->inputs()[0]->node();
+    if (!convs.count(conv->kind().toQualString()) || conv->inputs().size() < 2) continue;
+    auto weight = tensor_constant(conv->inputs()[1]);
+    auto operand = tensor_constant(node->inputs()[1]);
+    if (!weight || !operand || operand->dim() != 0 || operand->device() == weight->device()) continue;
+    torch::jit::WithInsertPoint here(node);
+    node->replaceInput(1, graph->insertConstant(operand->to(weight->device())));
+  }
+}
+
+// Freezing and the foldings where the module's tensors are.
+torch::jit::Module frozen_in_place(torch::jit::Module& m) {
+  auto frozen = torch::jit::freeze_module(m);
+  auto graph = frozen.get_method("forward").graph();
+  torch::jit::graph_rewrite_helper::replaceConvolutionWithAtenConv(graph);
+  torch::jit::removeDropout(graph);
+  scalars_after_convolutions_to_their_device(graph);
+  torch::jit::OptimizeFrozenGraph(graph, true);
+  return frozen;
+}
+
+// `v` with every tensor in it (lists and tuples too) replaced by `placed(tensor)`; `changed` is
+// set when one was.
+c10::IValue placed_value(const c10::IValue& v, const std::function<at::Tensor(const at::Tensor&)>& placed, bool& changed) {
+  if (v.isTensor()) {
+    at::Tensor t = placed(v.toTensor());
+    if (t.is_same(v.toTensor())) return v;
+    changed = true;
+    return t;
+  }
+  bool any = false;
+  if (v.isList()) {
+    auto list = v.toList().copy();
+    for (size_t i = 0; i < list.size(); i++) list.set(i, placed_value(list.get(i), placed, any));
+    if (!any) return v;
+    changed = true;
+    return c10::IValue(list);
+  }
+  if (v.isTuple()) {
+    std::vector<c10::IValue> elements;
+    for (const auto& e : v.toTupleRef().elements()) elements.push_back(placed_value(e, placed, any));
+    if (!any) return v;
+    changed = true;
+    auto type = v.toTupleRef().type();
+    return type->name() ? c10::ivalue::Tuple::createNamed(std::move(elements), type) : c10::ivalue::Tuple::create(std::move(elements));
+  }
+  return v;
+}
+
+// Freezing and the foldings on a CPU copy of `m`, whose tensors are on `device`; see the top.
+torch::jit::Module frozen_on_a_host_copy(const torch::jit::Module& m, c10::Device device) {
+  // A copy of its own: its tensors on the CPU and (clone) its methods' graphs copied, so that
+  // moving their constants leaves `m` as it is.
+  auto host = m.deepcopy(c10::Device(c10::kCPU)).clone(true);
+  host.eval();
+  std::unordered_set<const c10::TensorImpl*> from_device, host_constants;
+  for (const auto& p : host.parameters()) from_device.insert(p.unsafeGetTensorImpl());
+  for (const auto& b : host.buffers()) from_device.insert(b.unsafeGetTensorImpl());
+  for (const auto& module : host.modules()) {
+    for (const auto& method : module.get_methods()) {
+      auto graph = method.graph();
+      std::vector<Node*> queries;
+      for (torch::jit::DepthFirstGraphNodeIterator it(graph); auto* node = it.next();)
+        if ((node->kind() == c10::prim::device || node->kind() == c10::Symbol::fromQualString("prim::is_cuda")) &&
+            node->input(0)->node()->kind() == c10::prim::GetAttr)
+          queries.push_back(node);
+      for (auto* node : queries) {
+        torch::jit::WithInsertPoint here(node);
+        auto answer = node->kind() == c10::prim::device ? graph->insertConstant(device) : graph->insertConstant(device.is_cuda());
+        node->output()->replaceAllUsesWith(answer);
+        node->destroy();
+      }
+      for_each_tensor_constant(graph, [&](Node* node, const at::Tensor& t) {
+        if (t.device().is_cpu()) {
+          host_constants.insert(t.unsafeGetTensorImpl());
+          return;
+        }
+        auto moved = t.to(c10::kCPU);
+        from_device.insert(moved.unsafeGetTensorImpl());
+        node->t_(c10::attr::value, moved);
+      });
+    }
+  }
+  auto frozen = torch::jit::freeze_module(host);
+  auto graph = frozen.get_method("forward").graph();
+  torch::jit::graph_rewrite_helper::replaceConvolutionWithAtenConv(graph);
+  torch::jit::removeDropout(graph);
+  torch::jit::OptimizeFrozenGraph(graph, true);
+
+  // One copy on the device per tensor, however many constants hold it.
+  std::unordered_map<const c10::TensorImpl*, at::Tensor> moved;
+  auto placed = [&](const at::Tensor& t) -> at::Tensor {
+    const auto* impl = t.unsafeGetTensorImpl();
+    if (!t.device().is_cpu() || !(from_device.count(impl) || (!host_constants.count(impl) && t.dim() > 0))) return t;
+    auto [at, fresh] = moved.try_emplace(impl);
+    if (fresh) at->second = t.to(device);
+    return at->second;
+  };
+  for (torch::jit::DepthFirstGraphNodeIterator it(graph); auto* node = it.next();) {
+    if (node->kind() != c10::prim::Constant || !node->hasAttribute(c10::attr::value)) continue;
+    if (node->kindOf(c10::attr::value) == torch::jit::AttributeKind::t) {
+      node->t_(c10::attr::value, placed(node->t(c10::attr::value)));
+    } else if (node->kindOf(c10::attr::value) == torch::jit::AttributeKind::ival) {
+      bool changed = false;
+      auto value = placed_value(node->ival(c10::attr::value), placed, changed);
+      if (changed) node->ival_(c10::attr::value, value);
+    }
+  }
+  // Attributes freezing kept (buffers the forward mutates) go back too.
+  frozen.to(device);
+  torch::jit::FrozenConcatLinear(graph);
+  return frozen;
+}
+
+}  // namespace
+
+torch::jit::Module frozen_and_folded(torch::jit::Module& m, bool on_host, bool& frozen_on_host) {
+  m.eval();
+  const auto device = tensors_device(m);
+  frozen_on_host = false;
+  if (on_host && device && !device->is_cpu()) {
+    try {
+      auto frozen = frozen_on_a_host_copy(m, *device);
+      frozen_on_host = true;
+      return frozen;
+    } catch (const std::exception&) {
+      // Frozen where it lives, below: the host path is only ever faster, never needed.
+    }
+  }
+  return frozen_in_place(m);
+}
+
+}  // namespace nimble
