@@ -3,8 +3,9 @@
 // PyTorch's freezing pools equal constants by comparing tensors with at::equal, and on a GPU
 // each comparison is a kernel and a synchronization with the host: timm's NASNet-A large froze
 // in 6.8 s on an H200 and in 1.45 s on the CPU, HRNet-W18 in 5.9 s and 1.4 s
-// (paper-figs/results/freeze-on-gpu-vs-cpu-48ddd6f.h200.log). So a module on a GPU is frozen
-// and folded on a CPU copy of itself, and the constants go back afterwards:
+// (paper-figs/results/freeze-on-gpu-vs-cpu-48ddd6f.h200.log). So a module on a GPU with many
+// constants of one shape (host_copy_pays) is frozen and folded on a CPU copy of itself, and
+// the constants go back afterwards:
 //   - a constant that came from the GPU (a parameter, a buffer, a constant of its graphs) goes
 //     back there, and so does a new one with a dimension (a folded weight, an index computed
 //     from a buffer);
@@ -30,6 +31,7 @@
 #include <torch/csrc/jit/runtime/graph_iterator.h>
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -53,22 +55,44 @@ void for_each_tensor_constant(std::shared_ptr<Graph> graph, const std::function<
     if (is_tensor_constant(node)) visit(node, node->t(c10::attr::value));
 }
 
-// The device of the module's tensors (its parameters' and buffers', else its graphs'
-// constants'), or nullopt when they are on more than one device.
-std::optional<c10::Device> tensors_device(const torch::jit::Module& m) {
+// What decides where a module is frozen: the device of its tensors (parameters, buffers and its
+// graphs' constants; nullopt when they are on more than one), their bytes, and how many pairs
+// of them have one shape and dtype (those freezing's pooling may compare).
+struct TensorCensus {
   std::optional<c10::Device> device;
-  bool mixed = false;
+  double megabytes = 0;
+  double same_shape_pairs = 0;
+};
+
+TensorCensus tensor_census(const torch::jit::Module& m) {
+  TensorCensus census;
+  bool mixed = false, seen = false;
+  std::map<std::pair<std::vector<int64_t>, c10::ScalarType>, double> groups;
   auto see = [&](const at::Tensor& t) {
-    if (!device) device = t.device();
-    mixed |= t.device() != *device;
+    if (!seen) census.device = t.device();
+    seen = true;
+    mixed |= t.device() != *census.device;
+    census.megabytes += static_cast<double>(t.numel() * t.element_size()) / 1e6;
+    census.same_shape_pairs += groups[{t.sizes().vec(), t.scalar_type()}]++;
   };
   for (const auto& p : m.parameters()) see(p);
   for (const auto& b : m.buffers()) see(b);
-  if (!device) {
-    for (const auto& method : m.get_methods()) for_each_tensor_constant(method.graph(), [&](Node*, const at::Tensor& t) { see(t); });
-  }
-  if (mixed) return std::nullopt;
-  return device.value_or(c10::Device(c10::kCPU));
+  for (const auto& module : m.modules())
+    for (const auto& method : module.get_methods()) for_each_tensor_constant(method.graph(), [&](Node*, const at::Tensor& t) { see(t); });
+  if (mixed) census.device = std::nullopt;
+  else if (!seen) census.device = c10::Device(c10::kCPU);
+  return census;
+}
+
+// Whether freezing on a CPU copy should be faster. Freezing pools equal constants, and on a GPU
+// each comparison of two constants of one shape is a kernel and a host synchronization (about
+// 20 µs on an H200: 4 s of NASNet-A large's freezing, 200,000 such pairs); the copy costs the
+// tensors' bytes twice over PCIe and the foldings on the CPU (about 0.5 ms per MB: ViT-B/16,
+// BERT-base and Swin-V2-B, 350 to 440 MB and few pairs, prepared 0.15 to 0.18 s slower so).
+// The copy is taken when the comparisons would cost twice what it does.
+bool host_copy_pays(const TensorCensus& census) {
+  constexpr double seconds_per_pair = 20e-6, seconds_per_megabyte = 0.5e-3;
+  return census.same_shape_pairs * seconds_per_pair > 2 * census.megabytes * seconds_per_megabyte;
 }
 
 // PyTorch's foldings of the add, sub, mul or div after a convolution run that op on the
@@ -211,11 +235,11 @@ torch::jit::Module frozen_on_a_host_copy(const torch::jit::Module& m, c10::Devic
 
 torch::jit::Module frozen_and_folded(torch::jit::Module& m, bool on_host, bool& frozen_on_host) {
   m.eval();
-  const auto device = tensors_device(m);
   frozen_on_host = false;
-  if (on_host && device && !device->is_cpu()) {
+  const auto census = on_host ? tensor_census(m) : TensorCensus{};
+  if (on_host && census.device && !census.device->is_cpu() && host_copy_pays(census)) {
     try {
-      auto frozen = frozen_on_a_host_copy(m, *device);
+      auto frozen = frozen_on_a_host_copy(m, *census.device);
       frozen_on_host = true;
       return frozen;
     } catch (const std::exception&) {

@@ -12,9 +12,10 @@ bool is_tensor_constant(const torch::jit::Node* node);
 
 // `m` (put in eval mode) frozen, convolutions as aten::conv*, dropout removed and the frozen
 // foldings applied (OptimizeFrozenGraph), with every constant on the device it would have had
-// had the module been frozen where it lives. With `on_host` and a module on a GPU, the freezing
-// and the foldings run on a CPU copy and the constants go back afterwards (see freeze.cpp for
-// why and how); when that throws, the module is frozen where it lives. `frozen_on_host` says
+// had the module been frozen where it lives. With `on_host`, a module on a GPU whose constants
+// freezing would compare often enough to repay the copy is frozen and folded on a CPU copy, the
+// constants going back afterwards (see freeze.cpp for why and how); when that throws, the module
+// is frozen where it lives. `frozen_on_host` says
 // which it was.
 torch::jit::Module frozen_and_folded(torch::jit::Module& m, bool on_host, bool& frozen_on_host);
 

@@ -58,9 +58,11 @@ pub struct PrepareOptions {
     /// the layout the model gives them.
     pub channels_last: Option<bool>,
     /// With `optimize`, for a model on a GPU: freeze it on a CPU copy of itself and put its
-    /// constants back on the GPU afterwards (the default), since PyTorch's freezing compares
-    /// constants on the device they are on, a kernel and a host synchronization each (timm's
-    /// NASNet-A large froze in 6.8 s on an H200, 1.45 s on the CPU). When the copy cannot be
+    /// constants back on the GPU afterwards when that should be faster (the default), since
+    /// PyTorch's freezing compares constants of one shape on the device they are on, a kernel
+    /// and a host synchronization each (timm's NASNet-A large froze in 6.8 s on an H200, 1.45 s
+    /// on the CPU), while the copy costs the model's bytes: taken when the pairs of same-shaped
+    /// constants would cost twice the copy (the shim's `freeze.cpp`). When the copy cannot be
     /// frozen, or the forward it gives fails or synchronizes with the host, the model is frozen
     /// on the GPU instead (`PrepareReport::frozen_on_host` says which). False: always on the GPU.
     pub freeze_on_host: bool,
@@ -182,9 +184,10 @@ pub struct PrepareReport {
     /// `Nimble::eager` after it, then take only inputs of the prepared shapes.
     pub host_values_folded: usize,
     /// The rewrites froze the module on a CPU copy, its constants then put on the GPU (the
-    /// shim's `freeze.cpp`: PyTorch's freezing synchronizes with the host per constant it
-    /// compares on a GPU); false when it was frozen on the GPU, because that copy failed, its
-    /// forward did or synchronized with the host, or nothing was frozen (`optimize(false)`).
+    /// shim's `freeze.cpp`: PyTorch's freezing synchronizes with the host per pair of constants
+    /// it compares on a GPU); false when it was frozen on the GPU (too few such pairs to repay
+    /// the copy, or the copy failed, or its forward did or synchronized with the host) or nothing
+    /// was frozen (`optimize(false)`).
     pub frozen_on_host: bool,
     /// Top-level ops of one forward.
     pub ops: usize,
