@@ -55,9 +55,11 @@ void for_each_tensor_constant(std::shared_ptr<Graph> graph, const std::function<
     if (is_tensor_constant(node)) visit(node, node->t(c10::attr::value));
 }
 
-// What decides where a module is frozen: the device of its tensors (parameters, buffers and its
-// graphs' constants; nullopt when they are on more than one), their bytes, and how many pairs
-// of them have one shape and dtype (those freezing's pooling may compare).
+// What decides where a module is frozen: the device of its parameters and buffers (else of its
+// graphs' constants; nullopt when they are on more than one: a traced Python number is a CPU
+// constant beside GPU weights, and counts for nothing here), the bytes of its tensors on that
+// device, and how many pairs of them have one shape and dtype (those freezing's pooling may
+// compare).
 struct TensorCensus {
   std::optional<c10::Device> device;
   double megabytes = 0;
@@ -65,22 +67,26 @@ struct TensorCensus {
 };
 
 TensorCensus tensor_census(const torch::jit::Module& m) {
-  TensorCensus census;
-  bool mixed = false, seen = false;
-  std::map<std::pair<std::vector<int64_t>, c10::ScalarType>, double> groups;
-  auto see = [&](const at::Tensor& t) {
-    if (!seen) census.device = t.device();
-    seen = true;
-    mixed |= t.device() != *census.device;
-    census.megabytes += static_cast<double>(t.numel() * t.element_size()) / 1e6;
-    census.same_shape_pairs += groups[{t.sizes().vec(), t.scalar_type()}]++;
-  };
-  for (const auto& p : m.parameters()) see(p);
-  for (const auto& b : m.buffers()) see(b);
+  std::vector<at::Tensor> state, constants;
+  for (const auto& p : m.parameters()) state.push_back(p);
+  for (const auto& b : m.buffers()) state.push_back(b);
   for (const auto& module : m.modules())
-    for (const auto& method : module.get_methods()) for_each_tensor_constant(method.graph(), [&](Node*, const at::Tensor& t) { see(t); });
-  if (mixed) census.device = std::nullopt;
-  else if (!seen) census.device = c10::Device(c10::kCPU);
+    for (const auto& method : module.get_methods())
+      for_each_tensor_constant(method.graph(), [&](Node*, const at::Tensor& t) { constants.push_back(t); });
+  const auto& owner = state.empty() ? constants : state;
+  TensorCensus census;
+  census.device = owner.empty() ? c10::Device(c10::kCPU) : owner.front().device();
+  for (const auto& t : owner)
+    if (t.device() != *census.device) census.device = std::nullopt;
+  if (!census.device) return census;
+  std::map<std::pair<std::vector<int64_t>, c10::ScalarType>, double> groups;
+  for (const auto* tensors : {&state, &constants}) {
+    for (const auto& t : *tensors) {
+      if (t.device() != *census.device) continue;
+      census.megabytes += static_cast<double>(t.numel() * t.element_size()) / 1e6;
+      census.same_shape_pairs += groups[{t.sizes().vec(), t.scalar_type()}]++;
+    }
+  }
   return census;
 }
 

@@ -33,6 +33,10 @@ import glob, json, os, sys
 out, part, manifest = sys.argv[1:]
 records, lines = {}, []
 names = [e["name"] for e in json.load(open(manifest))["models"]]
+first = sorted(glob.glob(f"{out}/parts-{part}/*.json"))
+if first:
+    p = json.load(open(first[0]))["provenance"]
+    print(f"{p['gpu']} (driver {p['driver_version']}), commit {p['commit'][:7]}, {p['date_utc']}; infer --mode nimble --optimize on, one process per model and variant")
 print(f"{'model':<26} {'freeze_on_host':<14} {'status':<7} {'prepare s':>9} {'frozen on':>9} {'nimble ms':>9} {'rel.err':>8}")
 for name in names:
     for path in sorted(glob.glob(f"{out}/parts-{part}/{name}.*.json")) or [None]:
