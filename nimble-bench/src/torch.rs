@@ -341,8 +341,8 @@ fn row_line(row: &InferRow) -> String {
             p.kernel_nodes,
             if p.channels_last { ", NHWC" } else { "" },
             if p.host_values_folded > 0 { format!(", {} host values folded", p.host_values_folded) } else { String::new() },
-            // Frozen on the GPU after all (nimble-torch's Rewrites::freeze_on_host): slower to prepare.
-            if p.optimized && !p.frozen_on_host { ", frozen on the GPU" } else { "" },
+            // Frozen on a CPU copy (nimble-torch's PrepareOptions::freeze_on_host).
+            if p.frozen_on_host { ", frozen on the host" } else { "" },
             p.layout_trial.map_or(String::new(), |t| format!(" (timed NCHW {:.0} us, NHWC {:.0} us)", t.nchw_us, t.nhwc_us)),
             p.seconds.total,
             row.relative_error.unwrap_or(f64::NAN),

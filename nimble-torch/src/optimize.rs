@@ -9,7 +9,7 @@ use crate::source::{Runner, Source};
 
 /// The rewrites of `trace` and `run_optimized`: those prepare applies by default, less cuDNN's
 /// fusions and the channels-last layout (CUDA-only choices that change no op's meaning).
-pub(crate) const TRACE_REWRITES: Rewrites = Rewrites { fuse_conv_relu: false, fuse_kernels: true, channels_last: Some(false), freeze_on_host: true };
+pub(crate) const TRACE_REWRITES: Rewrites = Rewrites { fuse_conv_relu: false, fuse_kernels: true, channels_last: Some(false), freeze_on_host: false };
 
 /// The forward of `source` as a frozen, optimized TorchScript module, run twice (the first runs
 /// of a TorchScript module differ: profiling), and what the rewrites did.
