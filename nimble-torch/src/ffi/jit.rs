@@ -59,8 +59,8 @@ pub(crate) struct Rewrites {
     pub fuse_kernels: bool,
     /// `None`: decide from the graph.
     pub channels_last: Option<bool>,
-    /// Freeze a module that lives on a GPU on a CPU copy of itself (the shim's `freeze.cpp`:
-    /// faster, and what prepare tries first); false freezes it where it lives.
+    /// Freeze a module that lives on a GPU on a CPU copy of itself when the shim's `freeze.cpp`
+    /// judges that faster (`PrepareOptions::freeze_on_host`); false freezes it where it lives.
     pub freeze_on_host: bool,
 }
 
