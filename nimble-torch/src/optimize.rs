@@ -1,6 +1,8 @@
 //! Stage 1, optimize: the forward traced into TorchScript, frozen, and rewritten for inference
 //! (BatchNorm folded, SiLU, cuDNN's conv(+add)+ReLU fusion, Nimble's fused ops, the layout).
 
+use std::cell::Cell;
+
 use tch::Tensor;
 
 use crate::error::{NimbleError, Result};
@@ -27,8 +29,10 @@ pub(crate) fn optimized_module(source: &Source, inputs: &[Tensor], rewrites: &Re
     };
     let mut traced = None;
     let module = source.as_torchscript(inputs, &mut traced).map_err(explain)?;
+    let frozen_on_host = Cell::new(false);
     let optimized_and_run = |rewrites: &Rewrites| -> Result<(JitModule, Applied)> {
         let (optimized, applied) = module.optimized(rewrites)?;
+        frozen_on_host.set(applied.frozen_on_host);
         match warm_up(&optimized, inputs) {
             Ok(()) => Ok((optimized, applied)),
             // Left to decide, the layout must not refuse a model: channels-last outputs break a
@@ -47,7 +51,7 @@ pub(crate) fn optimized_module(source: &Source, inputs: &[Tensor], rewrites: &Re
         // Frozen on a CPU copy, a constant the GPU would have kept can stay on the CPU and meet
         // a GPU tensor in an op that needs one device (the shim's freeze.cpp): frozen where the
         // module lives, the forward is what it would have been without that speed-up.
-        Err(_) if rewrites.freeze_on_host => optimized_and_run(&Rewrites { freeze_on_host: false, ..rewrites }),
+        Err(_) if frozen_on_host.get() => optimized_and_run(&Rewrites { freeze_on_host: false, ..rewrites }),
         done => done,
     }
 }
