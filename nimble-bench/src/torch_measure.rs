@@ -89,7 +89,7 @@ fn measure_schedulers(models: &str, warmup: usize, iterations: usize, out: &Path
 fn write_kernel_graphs(dir: &Path, record: &SchedulerRecord, config: &InferConfig) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let method = format!(
-        "each model prepared as in the schedulers record beside it (nimble, its layout), captured on one stream and replayed {} times under the Kineto profiler; duration_us = the median span of each op's own kernels; attrs kernels, kernel_busy_us, sm_share (kernels' grids against the GPU's resident-block capacity, weighted by time), event_us (the event-pair time)",
+        "each model prepared as in the schedulers record beside it (nimble, its layout), captured on one stream and replayed {} times under the Kineto profiler; duration_us = the median time during which one of each op's own kernels ran (from the previous op's end); attrs kernel_span_us (first start to last end), kernels, sm_share (kernels' grids against the GPU's resident-block capacity, weighted by time), event_us (the event-pair time)",
         nimble_torch::KERNEL_TIMING_REPLAYS
     );
     let provenance = serde_json::json!({ "experiment": "kernel-timed model graphs", "provenance": record.provenance, "method": method });

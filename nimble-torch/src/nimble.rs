@@ -262,8 +262,9 @@ impl Nimble {
 
     /// The prepared task graph with each op's time taken from its own kernels: the forward
     /// captured on one stream and replayed under the device profiler (see `kernel_times.rs`),
-    /// `duration_us` the median span of the op's kernels, with attributes `kernels`,
-    /// `kernel_busy_us`, `sm_share` (from the kernels' grids) and `event_us` (the event-timed
+    /// `duration_us` the median time during which one of the op's kernels ran (from the previous
+    /// op's end on), with attributes `kernel_span_us` (its first start to its last end),
+    /// `kernels`, `sm_share` (from the kernels' grids) and `event_us` (the event-timed
     /// duration). What the simulator should be fed. Prepared for inference on CUDA only. The
     /// profiler stays loaded and slows later launches: call it after anything timed.
     pub fn kernel_timed_graph(&self) -> Result<TaskGraph> {
