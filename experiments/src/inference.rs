@@ -142,7 +142,7 @@ impl InferConfig {
     /// Nimble's algorithm with every rewrite and the layout decided per model (the defaults of
     /// `PrepareOptions::inference`).
     pub fn defaults(batch: i64, warmup: usize, iterations: usize) -> InferConfig {
-        InferConfig { batch, warmup, iterations, algorithm: "nimble".into(), fuse_conv_relu: true, fuse_kernels: true, channels_last: None, exact_check: false, freeze_on_host: false }
+        InferConfig { batch, warmup, iterations, algorithm: "nimble".into(), fuse_conv_relu: true, fuse_kernels: true, channels_last: None, exact_check: false, freeze_on_host: true }
     }
 }
 

@@ -347,9 +347,9 @@ pub(crate) struct PrepareArgs {
     #[arg(long)]
     exact_check: bool,
     /// With the rewrites: freeze a model with many same-shaped constants on a CPU copy, its
-    /// constants then put back on the GPU (faster to prepare; the GPU is used when that fails);
-    /// false (the default): freeze on the GPU
-    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, value_name = "BOOL")]
+    /// constants then put back on the GPU (faster to prepare; the GPU is used when that fails;
+    /// the default); false: freeze on the GPU
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     freeze_on_host: bool,
 }
 

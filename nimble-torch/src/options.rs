@@ -58,8 +58,7 @@ pub struct PrepareOptions {
     /// the layout the model gives them.
     pub channels_last: Option<bool>,
     /// With `optimize`, for a model on a GPU: freeze it on a CPU copy of itself and put its
-    /// constants back on the GPU afterwards when that should be faster (opt-in until a GPU test's
-    /// failures with it are explained: see the README's coverage section), since
+    /// constants back on the GPU afterwards when that should be faster (the default), since
     /// PyTorch's freezing compares constants of one shape on the device they are on, a kernel
     /// and a host synchronization each (timm's NASNet-A large froze in 6.8 s on an H200, 1.45 s
     /// on the CPU), while the copy costs the model's bytes: taken when the pairs of same-shaped
@@ -91,7 +90,7 @@ impl PrepareOptions {
             fuse_conv_relu: true,
             fuse_kernels: true,
             channels_last: None,
-            freeze_on_host: false,
+            freeze_on_host: true,
             capture_mode: CaptureMode::ThreadLocal,
             cudnn_benchmark: true,
             measure_durations: true,
@@ -149,8 +148,8 @@ impl PrepareOptions {
         self
     }
 
-    /// Freezes a model on a GPU on a CPU copy first when that should be faster, or only on the
-    /// GPU (the default; with `optimize`).
+    /// Freezes a model on a GPU on a CPU copy first when that should be faster (the default), or
+    /// only on the GPU (with `optimize`).
     pub fn freeze_on_host(mut self, on: bool) -> Self {
         self.freeze_on_host = on;
         self
