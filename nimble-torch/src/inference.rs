@@ -12,6 +12,7 @@
 //! capture    one pass on the planned streams inside a CUDA graph    -> Prepared (replay.rs)
 //! ```
 
+use std::cell::Cell;
 use std::time::Instant;
 
 use tch::Tensor;
@@ -30,17 +31,20 @@ use crate::trace::record;
 /// Returns the prepared model and what the rewrites did (whether the model has 2-D
 /// convolutions, whether channels-last was applied).
 pub(crate) fn prepare(source: &Source, inputs: &[Tensor], options: &PrepareOptions) -> Result<(Prepared, Applied)> {
-    match prepare_frozen(source, inputs, options, options.freeze_on_host) {
+    let frozen_on_host = Cell::new(false);
+    match prepare_frozen(source, inputs, options, options.freeze_on_host, &frozen_on_host) {
         // Frozen on a CPU copy (the shim's freeze.cpp), a constant the GPU would have kept can
         // stay on the CPU, and its copy to the GPU is a host sync: frozen where the model lives,
-        // it is refused only if it synchronizes anyway.
-        Err(NimbleError::HostSync { .. }) if options.optimize && options.freeze_on_host => prepare_frozen(source, inputs, options, false),
+        // it is refused only if it synchronizes anyway. (A module the size rule left on the GPU
+        // would only fail again.)
+        Err(NimbleError::HostSync { .. }) if frozen_on_host.get() => prepare_frozen(source, inputs, options, false, &frozen_on_host),
         done => done,
     }
 }
 
-/// `prepare`, the module frozen on a CPU copy when `freeze_on_host`.
-fn prepare_frozen(source: &Source, inputs: &[Tensor], options: &PrepareOptions, freeze_on_host: bool) -> Result<(Prepared, Applied)> {
+/// `prepare`, the module frozen on a CPU copy when `freeze_on_host` (and the shim judges that
+/// faster); `frozen_on_host` says whether it was, once the rewrites are done.
+fn prepare_frozen(source: &Source, inputs: &[Tensor], options: &PrepareOptions, freeze_on_host: bool, frozen_on_host: &Cell<bool>) -> Result<(Prepared, Applied)> {
     let started = Instant::now();
     let mut seconds = PrepareSeconds::default();
     let (device, assigner) = check_cuda_prepare(inputs, options)?;
@@ -51,6 +55,7 @@ fn prepare_frozen(source: &Source, inputs: &[Tensor], options: &PrepareOptions, 
     let optimized = if options.optimize {
         let (module, done) = optimized_module(source, &static_inputs, &Rewrites { freeze_on_host, ..options.rewrites() })?;
         applied = done;
+        frozen_on_host.set(applied.frozen_on_host);
         if applied.channels_last {
             static_inputs = static_inputs.iter().map(ffi::channels_last_copy).collect::<Result<_>>()?;
         }
