@@ -114,14 +114,16 @@ impl SimulatorConfig {
     }
 
     /// Graph launch of a kernel-timed task graph (a real model's, each op's `duration_us` the
-    /// span of its own kernels in a profiled one-stream replay, with `kernels` and `sm_share`
+    /// time of its own kernels in a profiled one-stream replay, with `kernels` and `sm_share`
     /// attributes: `Nimble::kernel_timed_graph`). Fitted to every zoo model under every
     /// registered algorithm measured on an H200 (`paper-figs/results/model-graphs/`, the
-    /// record `schedulers.json` beside it): the spans already hold the profiler's gaps between
-    /// kernels, so a dependency costs less than between the synthetic executor's kernels
-    /// (0.4 µs, 0.8 µs between streams), and concurrent kernels slow each other down even when
-    /// their grids are small (each takes at least 0.35 of the GPU). Fitted on half of the
-    /// models, the other half's median error was 2.6–3.2%.
+    /// record `schedulers.json` beside it), when op times were their kernels' spans: a
+    /// dependency costs less than between the synthetic executor's kernels (0.4 µs, 0.8 µs
+    /// between streams), and concurrent kernels slow each other down even when their grids are
+    /// small (each takes at least 0.35 of the GPU). Fitted on half of the models, the other
+    /// half's median error was 2.6–3.2%. On graphs timed by their kernels' union instead, no
+    /// other point of a grid did better on both the zoo and the coverage set
+    /// (`paper-figs/results/kernel-timed-calibration-grid-894d118.txt`).
     pub fn kernel_timed() -> Self {
         SimulatorConfig { graph_dependency_latency_us: 0.4, graph_sync_latency_us: Some(0.8), min_sm_share: 0.35, ..Self::graph() }
     }
