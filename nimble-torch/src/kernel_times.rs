@@ -14,7 +14,7 @@
 //!
 //! Not the span: under the profiler, a process may replay the same graph with gaps between
 //! kernels that it does not have without it. On an H200, Inception-v3's one-stream graph
-//! replayed in 976-995 µs without the profiler in each of 16 processes, and under it in
+//! replayed in 969-995 µs without the profiler in each of 16 processes, and under it in
 //! 990-1009 µs in 13 of them but 1090-1160 µs in 3, whose kernels' times still summed to
 //! 938-950 µs as everywhere else (which kernels cuDNN's search picks differs between processes).
 //! Summed, the ops' spans came to 1032-1193 µs in such processes, more than the replay.
