@@ -117,7 +117,7 @@ fn simulate_step(step: &TrainingStep, assigner: &dyn nimble_sched::StreamAssigne
         .expect("durations scaled from valid ones and shares in (0, 1] stay valid");
     let analysis = Analysis::new(&graph);
     let plan = assigner.assign(&analysis);
-    (simulate(&graph, &plan, &SimulatorConfig::graph()).makespan_us, plan.streams)
+    (simulate(&graph, &plan, &SimulatorConfig::for_graph(nimble_sched::LaunchMode::Graph, &graph)).makespan_us, plan.streams)
 }
 
 /// Projects `forward`'s training step at per-GPU `batch` to each of `gpus` (see the module

@@ -93,7 +93,7 @@ pub fn measure_model(model: &Model, config: &InferConfig, algorithms: &[String])
         let times = time_runs(model, config, |xs| nimble.forward(xs).map(drop))?;
         (work(nimble.task_graph().expect("prepared")), Samples::new(times))
     };
-    let simulator = SimulatorConfig::graph();
+    // Decided per graph below, as every command decides it (`SimulatorConfig::for_graph`).
     let mut rows = Vec::new();
     let (mut width, mut tasks) = (0, 0);
     let mut layout = config.channels_last;
@@ -105,7 +105,7 @@ pub fn measure_model(model: &Model, config: &InferConfig, algorithms: &[String])
         let plan = nimble.plan().expect("prepared");
         width = graph.width(&graph.reachability());
         tasks = graph.len();
-        let simulated_us = simulate(graph, plan, &simulator).makespan_us;
+        let simulated_us = simulate(graph, plan, &SimulatorConfig::for_graph(nimble_sched::LaunchMode::Graph, graph)).makespan_us;
         let latency = time_runs(model, &config, |xs| nimble.forward(xs).map(drop))?;
         rows.push(SchedulerRow {
             algorithm: algorithm.clone(),

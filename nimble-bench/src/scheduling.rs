@@ -77,11 +77,8 @@ pub struct SimulatorArgs {
 }
 
 impl SimulatorArgs {
-    pub fn config(&self, mode: Mode) -> Result<SimulatorConfig> {
-        self.config_on(SimulatorConfig::for_mode(mode.into()))
-    }
-
-    /// The options applied to the defaults for `mode` on `graph` (`SimulatorConfig::for_graph`).
+    /// The options applied to the defaults for `mode` on `graph` (`SimulatorConfig::for_graph`):
+    /// the one way every command decides the simulator's parameters for a graph.
     pub fn config_for(&self, mode: Mode, graph: &TaskGraph) -> Result<SimulatorConfig> {
         self.config_on(SimulatorConfig::for_graph(mode.into(), graph))
     }
@@ -111,6 +108,7 @@ impl SimulatorArgs {
             anyhow::ensure!(n >= 1, "--max-concurrent must be at least 1");
             config.max_concurrent_kernels = n;
         }
+        config.validate()?;
         Ok(config)
     }
 }
@@ -234,7 +232,7 @@ pub fn simulate_command(
     trace: Option<&PathBuf>,
 ) -> Result<()> {
     let graph = source.load()?;
-    let config = simulator.config(mode)?;
+    let config = simulator.config_for(mode, &graph)?;
     let (analysis, timed) = assign_timed(&graph, algorithm)?;
     let single = algorithms::by_name("single")?.assign(&analysis);
     let result = simulate(&graph, &timed.plan, &config);
@@ -256,13 +254,15 @@ pub fn simulate_command(
             "single_makespan_us": baseline.makespan_us,
             "speedup_over_single": speedup,
             "critical_path_us": graph.critical_path().length_us,
+            "calibration": config.calibration(),
             "config": config,
         }));
     }
     emit(&format!(
-        "{} ({} mode): makespan {:.1} µs on {} streams with {} syncs; single stream {:.1} µs ({:.2}x); critical path {:.1} µs",
+        "{} ({} mode, {} calibration): makespan {:.1} µs on {} streams with {} syncs; single stream {:.1} µs ({:.2}x); critical path {:.1} µs",
         timed.plan.algorithm,
         config.mode.name(),
+        config.calibration(),
         result.makespan_us,
         timed.plan.streams,
         timed.plan.syncs.len(),
@@ -291,15 +291,16 @@ pub fn compare(source: &GraphSource, names: Option<&str>, simulator: &SimulatorA
     let critical_path_us = graph.critical_path().length_us;
     let width = analysis.width();
     let rows = compare_rows(&analysis, names, simulator)?;
+    let calibration = simulator.config_for(Mode::Graph, &graph)?.calibration();
     let summary = json!({
         "nodes": graph.len(), "edges": graph.edge_count(), "meg_edges": analysis.meg_edge_count(),
-        "width": width, "critical_path_us": critical_path_us, "algorithms": rows,
+        "width": width, "critical_path_us": critical_path_us, "calibration": calibration, "algorithms": rows,
     });
     if as_json {
         return emit_json(&summary);
     }
     emit(&format!(
-        "{} nodes, {} edges ({} in the MEG), width {}, critical path {:.1} µs (the floor: no stream assignment runs faster); simulated with the calibrated H200 defaults; assign ms excludes the shared reachability/MEG analysis\n",
+        "{} nodes, {} edges ({} in the MEG), width {}, critical path {:.1} µs (the floor: no stream assignment runs faster); simulated with the {calibration} calibration; assign ms excludes the shared reachability/MEG analysis\n",
         graph.len(),
         graph.edge_count(),
         analysis.meg_edge_count(),

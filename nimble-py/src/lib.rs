@@ -152,6 +152,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(scheduling::algorithms_list, module)?)?;
     module.add_function(wrap_pyfunction!(scheduling::assign_json, module)?)?;
     module.add_function(wrap_pyfunction!(scheduling::simulate_json, module)?)?;
+    module.add_function(wrap_pyfunction!(scheduling::regions_json, module)?)?;
     module.add("LIBTORCH_VERSION", "2.11.0")?;
     Ok(())
 }

@@ -4,7 +4,7 @@
 use crate::errors::input_error;
 use nimble_graph::TaskGraph;
 use nimble_sched::algorithms::{self, ALGORITHMS};
-use nimble_sched::{simulate, verified, Analysis, LaunchMode, SimulatorConfig, StreamPlan};
+use nimble_sched::{simulate, verified, Analysis, LaunchMode, RegionPlan, SimulatorConfig, StreamPlan};
 use pyo3::prelude::*;
 use serde_json::json;
 use std::time::Instant;
@@ -55,7 +55,8 @@ pub fn simulate_json(graph_json: &str, algorithm: &str, mode: &str) -> PyResult<
         other => return Err(input_error(format!("unknown mode `{other}`: expected `graph` (one CUDA-graph launch) or `eager` (kernel by kernel)"))),
     };
     let graph = graph(graph_json)?;
-    let config = SimulatorConfig::for_mode(mode);
+    // The one choice every command makes: the kernel-timed calibration for kernel-timed graphs.
+    let config = SimulatorConfig::for_graph(mode, &graph);
     let (analysis, plan, _) = planned(&graph, algorithm)?;
     let single = algorithms::by_name("single")
         .map_err(input_error)?
@@ -65,6 +66,7 @@ pub fn simulate_json(graph_json: &str, algorithm: &str, mode: &str) -> PyResult<
     Ok(json!({
         "algorithm": plan.algorithm,
         "mode": mode.name(),
+        "calibration": config.calibration(),
         "streams": plan.streams,
         "syncs": plan.syncs.len(),
         "makespan_us": result.makespan_us,
@@ -73,6 +75,22 @@ pub fn simulate_json(graph_json: &str, algorithm: &str, mode: &str) -> PyResult<
         "critical_path_us": graph.critical_path().length_us,
     })
     .to_string())
+}
+
+/// `algorithm`'s plan for `graph_json` cut into regions (`nimble_sched::RegionPlan`), as JSON:
+/// `plan` (as `assign_json` gives it) and `regions` (`streams`, `regions` with each one's
+/// stream and task ids in issue order, `edges` and `syncs` between region indices).
+#[pyfunction]
+pub fn regions_json(graph_json: &str, algorithm: &str) -> PyResult<String> {
+    let graph = graph(graph_json)?;
+    let (analysis, plan, assign_ms) = planned(&graph, algorithm)?;
+    let regions = RegionPlan::from_plan(&graph, &plan);
+    if let Some(violation) = regions.violation(&graph, &plan) {
+        return Err(crate::errors::raise("NimbleError", format!("regions of {}'s plan are invalid: {violation}", plan.algorithm)));
+    }
+    let mut plan_value = plan.to_json(&analysis);
+    plan_value["assign_ms"] = json!(assign_ms);
+    Ok(json!({"plan": plan_value, "regions": regions.to_json(&graph)}).to_string())
 }
 
 /// The plan of a prepared model's graph, as `assign_json` writes it.

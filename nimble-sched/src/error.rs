@@ -17,6 +17,10 @@ pub enum SchedError {
     /// algorithm); the first violation found.
     #[error("algorithm {algorithm} produced an invalid plan: {violation}")]
     InvalidPlan { algorithm: String, violation: String },
+
+    /// A simulator parameter outside its range.
+    #[error("simulator parameter `{parameter}` is {value}: expected {expected}")]
+    InvalidSimulatorParameter { parameter: String, value: String, expected: String },
 }
 
 /// The result type of `nimble-sched`.

@@ -45,7 +45,13 @@ use nimble_graph::TaskGraph;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::error::SchedError;
 use crate::plan::StreamPlan;
+
+/// The largest latency or host cost a parameter may have, µs (a second: far beyond any GPU's).
+pub const MAX_LATENCY_US: f64 = 1e6;
+/// The most kernels the simulator may run at once.
+pub const MAX_CONCURRENT_KERNELS: usize = 1_000_000;
 
 /// How the plan is launched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -149,6 +155,57 @@ impl SimulatorConfig {
             LaunchMode::Graph => Self::graph(),
             LaunchMode::Eager => Self::eager(),
         }
+    }
+
+    /// Which calibration these parameters are, as every output names it: `kernel-timed-h200`
+    /// ([`kernel_timed`](Self::kernel_timed)), `synthetic-h200` ([`graph`](Self::graph) or
+    /// [`eager`](Self::eager)), or `custom` (anything changed by hand).
+    pub fn calibration(&self) -> &'static str {
+        let mut as_graph = self.clone();
+        as_graph.mode = LaunchMode::Graph;
+        if as_graph == Self::kernel_timed() {
+            "kernel-timed-h200"
+        } else if as_graph == Self::graph() {
+            "synthetic-h200"
+        } else {
+            "custom"
+        }
+    }
+
+    /// Checks every parameter against its range (documented in the README's simulator table):
+    /// latencies and host costs finite in [0, 1e6] µs, `default_duration_us` in [0, 1e9] µs
+    /// (a task's own limit), shares in [0, 1], `max_concurrent_kernels` in [1, 1e6]. Parameters
+    /// outside them would give infinite or meaningless makespans.
+    pub fn validate(&self) -> Result<(), SchedError> {
+        let microseconds = [
+            ("eager_launch_us", self.eager_launch_us),
+            ("eager_event_us", self.eager_event_us),
+            ("eager_dependency_latency_us", self.eager_dependency_latency_us),
+            ("eager_sync_latency_us", self.eager_sync_latency_us),
+            ("graph_launch_us", self.graph_launch_us),
+            ("graph_branch_us", self.graph_branch_us),
+            ("graph_dependency_latency_us", self.graph_dependency_latency_us),
+            ("graph_sync_latency_us", self.graph_sync_latency_us.unwrap_or(0.0)),
+            ("dispatch_us", self.dispatch_us),
+        ];
+        let bad = |parameter: &str, value: String, expected: &str| SchedError::InvalidSimulatorParameter { parameter: parameter.to_string(), value, expected: expected.to_string() };
+        for (name, value) in microseconds {
+            if !(0.0..=MAX_LATENCY_US).contains(&value) {
+                return Err(bad(name, value.to_string(), "a number of µs in [0, 1e6]"));
+            }
+        }
+        if !(0.0..=nimble_graph::MAX_DURATION_US).contains(&self.default_duration_us) {
+            return Err(bad("default_duration_us", self.default_duration_us.to_string(), "a number of µs in [0, 1e9]"));
+        }
+        for (name, value) in [("default_sm_share", self.default_sm_share), ("min_sm_share", self.min_sm_share)] {
+            if !(0.0..=1.0).contains(&value) {
+                return Err(bad(name, value.to_string(), "a share of the GPU in [0, 1]"));
+            }
+        }
+        if !(1..=MAX_CONCURRENT_KERNELS).contains(&self.max_concurrent_kernels) {
+            return Err(bad("max_concurrent_kernels", self.max_concurrent_kernels.to_string(), "a count in [1, 1000000]"));
+        }
+        Ok(())
     }
 }
 

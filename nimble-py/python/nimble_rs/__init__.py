@@ -7,6 +7,10 @@
     report = fast.prepare(x)          # trace, schedule on streams, capture one CUDA graph
     y = fast(x)                       # replay
 
+Or as a ``torch.compile`` backend, Inductor's fused kernels on Nimble's streams::
+
+    fast = torch.compile(model, backend="nimble")   # or backend=nimble_rs.backend
+
 The scheduler is usable on its own, with task graphs as dicts: ``algorithms()``,
 ``assign(graph, "nimble")``, ``simulate(graph, "nimble", "graph")``.
 """
@@ -26,11 +30,13 @@ from .errors import (  # noqa: E402
     NoCudaError,
     NotPreparedError,
 )
+from .dynamo import backend  # noqa: E402
 from .nimble import Nimble  # noqa: E402
 from .scheduling import algorithms, assign, simulate  # noqa: E402
 
 __all__ = [
     "Nimble",
+    "backend",
     "algorithms",
     "assign",
     "simulate",

@@ -1,0 +1,300 @@
+"""``torch.compile(model, backend="nimble")``: Inductor's fused kernels on Nimble's streams.
+
+For each graph Dynamo hands over, AOTAutograd gives the ATen-level graph (a forward and a
+backward when training); its ops become a task graph, the Rust registry plans it with the
+chosen algorithm, the plan is cut into regions (maximal one-stream runs with no sync inside),
+and Inductor compiles each region through its public entry, ``torch._inductor.compile``. On a
+GPU the regions are captured on their streams into one CUDA graph per input shape (see
+``runner``); on the CPU they run in plan order.
+
+Never slower than the compiler: where the plan has more than one stream, the whole graph is
+also compiled as one region (Inductor's own program) and both captures are timed; the faster is
+kept, and the report says which and why.
+"""
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import torch
+import torch.fx
+
+from .. import scheduling
+from ..errors import NimbleInputError
+from . import regions as regions_module
+from .runner import CapturedGraph, Program, seconds_since, shape_key, time_median_ms
+from .taskgraph import op_name, tasks_of
+
+DEFAULTS: Dict[str, Any] = {
+    # Any registered algorithm, with its argument (`nimble_rs.algorithms()`).
+    "algorithm": "nimble",
+    # "auto": measure the regions on streams against the whole graph as one region and keep
+    # the faster (on a GPU; on the CPU regions run in plan order); "streams": always the plan's
+    # regions; "single": the whole graph as one region (Inductor's program, captured).
+    "choose": "auto",
+    # Input shapes per subgraph (a CUDA graph each on a GPU); beyond it, a new shape runs without
+    # Nimble: uncaptured on a GPU, Dynamo's graph as it is on the CPU (one warning).
+    "max_shapes": 8,
+    # Runs before each capture (autotuning, library handles and workspaces per stream).
+    "warmups": 3,
+}
+
+# Ops that make the host wait for the device: a CUDA graph cannot contain them.
+HOST_SYNC_OPS = {"aten::_local_scalar_dense", "aten::nonzero", "aten::item", "aten::masked_select", "aten::unique", "aten::_unique2", "aten::repeat_interleave", "aten::_assert_async"}
+
+_REPORTS: List[dict] = []
+# The input shapes seen so far per subgraph (its op sequence), across Dynamo's recompilations.
+_SHAPES: Dict[tuple, set] = {}
+_WARNED: set = set()
+
+
+def reports() -> List[dict]:
+    """One report per graph the backend compiled, oldest first: algorithm, streams, syncs,
+    regions, the choice made and why, compile seconds, captured shapes and their memory."""
+    return _REPORTS
+
+
+def _warn_once(key: Any, message: str) -> None:
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def _options(options: Optional[dict]) -> Dict[str, Any]:
+    chosen = dict(DEFAULTS)
+    for key, value in (options or {}).items():
+        if key not in DEFAULTS:
+            raise NimbleInputError(f"unknown option `{key}` for backend=\"nimble\"; known options: {', '.join(DEFAULTS)}")
+        chosen[key] = value
+    if chosen["choose"] not in ("auto", "streams", "single"):
+        raise NimbleInputError(f"option choose={chosen['choose']!r}: expected \"auto\", \"streams\" or \"single\"")
+    if not isinstance(chosen["max_shapes"], int) or chosen["max_shapes"] < 1:
+        raise NimbleInputError(f"option max_shapes={chosen['max_shapes']!r}: expected a positive integer")
+    if not isinstance(chosen["warmups"], int) or chosen["warmups"] < 1:
+        raise NimbleInputError(f"option warmups={chosen['warmups']!r}: expected a positive integer")
+    name = chosen["algorithm"]
+    if not isinstance(name, str) or name.split(":")[0] not in {n for n, _, _ in scheduling.algorithms()}:
+        known = ", ".join(usage for _, usage, _ in scheduling.algorithms())
+        raise NimbleInputError(f"option algorithm={name!r}: expected a registered algorithm ({known})")
+    return chosen
+
+
+def _static_indices(count: int) -> set:
+    """The graph inputs that are parameters and buffers (their addresses are fixed): read in
+    place, never copied."""
+    context = torch._guards.TracingContext.try_get()
+    metadata = getattr(context, "fw_metadata", None) if context is not None else None
+    indices = getattr(metadata, "static_input_indices", None)
+    return set(indices) if indices is not None else set()
+
+
+def _why_uncapturable(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Optional[str]:
+    """Why the graph cannot be one CUDA graph, if it cannot: an op that syncs with the host, a
+    CPU tensor among CUDA ones, or no CUDA tensor at all."""
+    devices = set()
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor):
+            devices.add(x.device.type)
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            name = op_name(node)
+            if name in HOST_SYNC_OPS:
+                return f"{name} synchronizes with the host"
+            value = node.meta.get("val")
+            if isinstance(value, torch.Tensor):
+                devices.add(value.device.type)
+    if "cuda" not in devices:
+        return None
+    if devices - {"cuda"}:
+        return f"it mixes CUDA with {', '.join(sorted(devices - {'cuda'}))} tensors"
+    return None
+
+
+def announce_uncapturable(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Optional[str]:
+    """Why the graph cannot be captured (``_why_uncapturable``), warned once per reason: such a
+    graph still runs, as its compiled regions without a CUDA graph."""
+    reason = _why_uncapturable(gm, example_inputs)
+    if reason is not None:
+        _warn_once(("uncapturable", reason), f"nimble backend: a graph runs as compiled regions without a CUDA graph: {reason}")
+    return reason
+
+
+def _compile_regions(gm: torch.fx.GraphModule, algorithm: str) -> Program:
+    import torch._inductor
+
+    tasks = tasks_of(gm)
+    partition = regions_module.partition(gm, tasks, algorithm)
+    compiled = []
+    for region in partition.regions:
+        examples = [v.meta.get("val") for v in region.inputs]
+        compiled.append(torch._inductor.compile(region.module, examples))
+    return Program(gm, partition, compiled)
+
+
+@dataclass
+class NimbleCompiled:
+    """What the backend returns for one ATen graph: the compiled programs and their captures."""
+
+    streams_program: Optional[Program]
+    single_program: Optional[Program]
+    options: Dict[str, Any]
+    static: List[bool]
+    signature: tuple
+    report: dict
+    uncapturable: Optional[str]
+    captures: Dict[tuple, CapturedGraph] = field(default_factory=dict)
+    chosen: Optional[str] = None
+
+    def _program(self) -> Program:
+        if self.chosen == "single" or self.streams_program is None:
+            assert self.single_program is not None
+            return self.single_program
+        return self.streams_program
+
+    def __call__(self, *args):
+        cuda = any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
+        if not cuda or self.uncapturable is not None:
+            if self.chosen is None:
+                self.chosen = "streams" if self.streams_program is not None else "single"
+                self.report["choice"] = self.chosen
+            return self._program().run(args)
+        key = shape_key(args)
+        graph = self.captures.get(key)
+        if graph is not None and graph.matches(args):
+            return graph(args)
+        if not _admit_shape(self.signature, shape_key(args), self.options["max_shapes"]):
+            self.report["uncaptured_calls"] = self.report.get("uncaptured_calls", 0) + 1
+            return self._program().run(args)
+        if graph is not None:
+            _warn_once(("moved", self.signature), "nimble backend: a parameter or buffer of a captured graph was replaced; capturing again")
+        graph = self._capture(args)
+        self.captures[key] = graph
+        self.report["captured_shapes"] = len(self.captures)
+        return graph(args)
+
+    def _capture(self, args) -> CapturedGraph:
+        started = time.perf_counter()
+        if self.chosen is None:
+            self.chosen, self.report["reason"] = self._choose(args)
+            self.report["choice"] = self.chosen
+        graph = CapturedGraph(self._program(), args, self.static, self.options["warmups"])
+        self.report.setdefault("peak_bytes", {})[str(shape_key_summary(args))] = graph.peak_bytes
+        self.report["capture_seconds"] = self.report.get("capture_seconds", 0.0) + seconds_since(started)
+        return graph
+
+    def _choose(self, args):
+        if self.streams_program is None:
+            return "single", self.report.get("reason", "one stream: the whole graph is one region")
+        if self.single_program is None:
+            return "streams", "option choose=\"streams\""
+        candidates = {}
+        for name, program in (("streams", self.streams_program), ("single", self.single_program)):
+            graph = CapturedGraph(program, args, self.static, self.options["warmups"])
+            candidates[name] = (time_median_ms(lambda: graph(args)), graph.peak_bytes)
+            del graph
+        (streams_ms, streams_bytes), (single_ms, single_bytes) = candidates["streams"], candidates["single"]
+        self.report["measured_ms"] = {"streams": streams_ms, "single": single_ms}
+        self.report["measured_peak_bytes"] = {"streams": streams_bytes, "single": single_bytes}
+        if streams_ms < single_ms:
+            return "streams", f"measured {streams_ms:.3f} ms on {self.report['streams']} streams against {single_ms:.3f} ms as one region"
+        return "single", f"measured {single_ms:.3f} ms as one region against {streams_ms:.3f} ms on {self.report['streams']} streams"
+
+
+def _admit_shape(signature: tuple, key: tuple, bound: int) -> bool:
+    """Counts ``key`` among the shapes of the subgraph ``signature``; False (with one warning)
+    when it would be one more than ``bound``."""
+    seen = _SHAPES.setdefault(signature, set())
+    if key in seen:
+        return True
+    if len(seen) >= bound:
+        _warn_once(
+            ("shapes", signature),
+            f"nimble backend: a graph of {len(signature[1])} ops has met {bound} input shapes (option max_shapes); "
+            "further shapes run without Nimble (uncaptured on a GPU, as Dynamo traced them on the CPU)",
+        )
+        return False
+    seen.add(key)
+    return True
+
+
+def _static_shape_key(example_inputs: Sequence[Any]) -> Optional[tuple]:
+    """The shape key of example inputs whose sizes are all concrete (None with dynamic sizes:
+    such a graph counts its shapes as it captures them)."""
+    for x in example_inputs:
+        if isinstance(x, torch.SymInt) or (isinstance(x, torch.Tensor) and not all(isinstance(d, int) for d in (*x.shape, *x.stride()))):
+            return None
+    return shape_key(example_inputs)
+
+
+def shape_key_summary(args) -> List:
+    return [list(a.shape) for a in args if isinstance(a, torch.Tensor)]
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Dict[str, Any], kind: str) -> NimbleCompiled:
+    """Plans, partitions and compiles one ATen graph (``kind``: forward, backward or inference)."""
+    started = time.perf_counter()
+    static_indices = _static_indices(len(example_inputs))
+    tasks = tasks_of(gm)
+    signature = (kind, tuple(op_name(n) for n in tasks.nodes))
+    on_cuda = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs)
+    key = _static_shape_key(example_inputs)
+    if not on_cuda and key is not None and not _admit_shape(signature, key, options["max_shapes"]):
+        return gm.forward
+    report: Dict[str, Any] = {"graph": kind, "ops": len(tasks.nodes), "algorithm": options["algorithm"]}
+    uncapturable = announce_uncapturable(gm, example_inputs)
+    if uncapturable is not None:
+        report["uncapturable"] = uncapturable
+    if kind != "inference" and on_cuda and uncapturable is None:
+        uncapturable = "training graphs are not captured yet; they run as compiled regions on one stream"
+        _warn_once(("training",), f"nimble backend: {uncapturable}")
+        report["uncapturable"] = uncapturable
+
+    streams_program = single_program = None
+    if options["choose"] != "single" and tasks.nodes:
+        streams_program = _compile_regions(gm, options["algorithm"])
+        partition = streams_program.partition
+        report.update(streams=partition.streams, syncs=partition.syncs, regions=len(partition.regions))
+        if partition.streams == 1:
+            # Already the whole graph as one region.
+            single_program, streams_program = streams_program, None
+            report["reason"] = f"{options['algorithm']} plans one stream: the whole graph is one region"
+    need_single = single_program is None and (options["choose"] == "single" or (options["choose"] == "auto" and on_cuda and uncapturable is None))
+    if need_single or (streams_program is None and single_program is None):
+        single_program = _compile_regions(gm, "single")
+        report.setdefault("streams", 1)
+    report["compile_seconds"] = seconds_since(started)
+    compiled = NimbleCompiled(
+        streams_program=streams_program,
+        single_program=single_program,
+        options=options,
+        static=[i in static_indices for i in range(len(example_inputs))],
+        signature=signature,
+        report=report,
+        uncapturable=uncapturable,
+    )
+    if options["choose"] == "single":
+        compiled.chosen = "single"
+        report["choice"], report["reason"] = "single", "option choose=\"single\""
+    _REPORTS.append(report)
+    return compiled
+
+
+def nimble_backend(gm: torch.fx.GraphModule, example_inputs: List[Any], options: Optional[dict] = None, **extra):
+    """The Dynamo backend: ``torch.compile(model, backend="nimble", options={...})``, or
+    ``backend=nimble_rs.backend``. Options: ``DEFAULTS``."""
+    if extra:
+        raise NimbleInputError(f"unexpected arguments for backend=\"nimble\": {', '.join(extra)}; pass options={{...}}")
+    chosen = _options(options)
+    from torch._dynamo.backends.common import aot_autograd
+
+    def inference(graph, inputs):
+        return compile_graph(graph, inputs, chosen, "inference")
+
+    def forward(graph, inputs):
+        return compile_graph(graph, inputs, chosen, "forward")
+
+    def backward(graph, inputs):
+        return compile_graph(graph, inputs, chosen, "backward")
+
+    return aot_autograd(fw_compiler=forward, bw_compiler=backward, inference_compiler=inference)(gm, example_inputs)

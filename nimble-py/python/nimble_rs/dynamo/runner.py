@@ -1,0 +1,188 @@
+"""Running compiled regions: in plan order on one stream (CPU, or a graph that cannot be
+captured), or on the plan's CUDA streams captured as one CUDA graph per input shape.
+
+In a capture every region is launched on its plan stream: it first waits on the events of the
+regions it syncs with, and records its own event at its end if a region waits on it. All side
+streams fork from the capturing stream and join back into it, so the capture is one graph.
+Every value a region hands to another stays alive until the capture ends, so the caching
+allocator never gives its memory to another op while a region on another stream may still
+read it (Inductor reuses buffers only inside a region, on its own stream). Graph inputs that
+are parameters or buffers are read in place; only the user's inputs are copied into static
+buffers before each replay. Outputs are the graph's static tensors: the next call overwrites
+them (as with ``torch.compile(mode="reduce-overhead")``); clone what you keep.
+"""
+
+import time
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.fx
+
+from .regions import Partition
+
+# Every CUDA graph the backend captures allocates from this one pool, whatever the model or the
+# shape (graphs are replayed one at a time, in the order the program calls them).
+_POOL = None
+
+
+def shared_pool():
+    global _POOL
+    if _POOL is None:
+        _POOL = torch.cuda.graph_pool_handle()
+    return _POOL
+
+
+class Program:
+    """A partition whose regions are compiled: ``run(args)`` runs them in issue order on the
+    current stream; ``launch(args, streams, events)`` on their plan streams."""
+
+    def __init__(self, gm: torch.fx.GraphModule, partition: Partition, compiled: List[Callable]):
+        self.partition = partition
+        self.compiled = compiled
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.slot: Dict[torch.fx.Node, int] = {n: i for i, n in enumerate(placeholders)}
+        regions = partition.regions
+        # The values each region produces, and where every value is read for the last time.
+        for region in regions:
+            for k, value in enumerate(region.outputs):
+                self.slot[value] = len(self.slot)
+        output_node = next(n for n in gm.graph.nodes if n.op == "output")
+        self.output_spec = output_node.args[0]
+        self.gm = gm
+        self.inputs = [[self.slot[v] for v in r.inputs] for r in regions]
+        self.outputs = [[self.slot[v] for v in r.outputs] for r in regions]
+        last_use: Dict[int, int] = {}
+        for index, slots in enumerate(self.inputs):
+            for s in slots:
+                last_use[s] = index
+        output_slots = set()
+        torch.fx.node.map_arg(self.output_spec, lambda n: output_slots.add(self.slot[n]) if n in self.slot else None)
+        first_produced = len(placeholders)
+        # Slots freed after each region on one stream (never graph inputs or outputs).
+        self.free_after: List[List[int]] = [[] for _ in regions]
+        for s, index in last_use.items():
+            if s >= first_produced and s not in output_slots:
+                self.free_after[index].append(s)
+
+    def _values(self, args: Sequence[Any]) -> List[Any]:
+        values: List[Any] = [None] * len(self.slot)
+        values[: len(args)] = args
+        return values
+
+    def _result(self, values: List[Any]):
+        def fetch(node: torch.fx.Node):
+            if node in self.slot:
+                return values[self.slot[node]]
+            # A constant the graph returns as is.
+            return getattr(self.gm, node.target)
+
+        return torch.fx.node.map_arg(self.output_spec, fetch)
+
+    def run(self, args: Sequence[Any]):
+        """Every region in issue order on the current stream, each value freed after its last
+        reader."""
+        values = self._values(args)
+        for index, compiled in enumerate(self.compiled):
+            produced = compiled(*[values[s] for s in self.inputs[index]])
+            for s, value in zip(self.outputs[index], produced):
+                values[s] = value
+            for s in self.free_after[index]:
+                values[s] = None
+        return self._result(values)
+
+    def launch(self, args: Sequence[Any], streams: List[torch.cuda.Stream]):
+        """Every region on its plan stream (``streams[k]`` for plan stream ``k``; ``streams[0]``
+        is the current stream), with the plan's syncs as events. Keeps every value alive until
+        it returns (see the module documentation), then joins every stream into the current one."""
+        origin = streams[0]
+        fork = torch.cuda.Event()
+        fork.record(origin)
+        for stream in streams[1:]:
+            stream.wait_event(fork)
+        values = self._values(args)
+        events: Dict[int, torch.cuda.Event] = {}
+        for region, compiled in zip(self.partition.regions, self.compiled):
+            stream = streams[region.stream]
+            with torch.cuda.stream(stream):
+                for source in region.waits_on:
+                    stream.wait_event(events[source])
+                produced = compiled(*[values[s] for s in self.inputs[region.index]])
+                for s, value in zip(self.outputs[region.index], produced):
+                    values[s] = value
+                if region.records:
+                    events[region.index] = torch.cuda.Event()
+                    events[region.index].record(stream)
+        for stream in streams[1:]:
+            joined = torch.cuda.Event()
+            joined.record(stream)
+            origin.wait_event(joined)
+        return self._result(values)
+
+
+def _static_copy(x: torch.Tensor) -> torch.Tensor:
+    buffer = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=x.device)
+    buffer.copy_(x)
+    return buffer
+
+
+class CapturedGraph:
+    """One input shape's CUDA graph of a program: static inputs, the graph, its outputs."""
+
+    def __init__(self, program: Program, args: Sequence[Any], static: Sequence[bool], warmups: int):
+        device = next(a.device for a in args if isinstance(a, torch.Tensor) and a.is_cuda)
+        self.static = static
+        self.inputs = [a if keep or not isinstance(a, torch.Tensor) else _static_copy(a) for a, keep in zip(args, static)]
+        self.in_place = [a.data_ptr() if keep and isinstance(a, torch.Tensor) else None for a, keep in zip(args, static)]
+        capture_stream = torch.cuda.Stream(device)
+        streams = [capture_stream] + [torch.cuda.Stream(device) for _ in range(program.partition.streams - 1)]
+        # Warm-up on the same streams: Triton's autotuning, cuBLAS handles and workspaces per
+        # stream, all before the capture.
+        capture_stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(capture_stream):
+            for _ in range(warmups):
+                program.launch(self.inputs, streams)
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, pool=shared_pool(), stream=capture_stream):
+            self.outputs = program.launch(self.inputs, streams)
+        torch.cuda.synchronize(device)
+        self.peak_bytes = torch.cuda.max_memory_allocated(device) - before
+        self.device = device
+
+    def matches(self, args: Sequence[Any]) -> bool:
+        """Whether the in-place inputs (parameters, buffers) are still the captured tensors."""
+        return all(p is None or (isinstance(a, torch.Tensor) and a.data_ptr() == p) for a, p in zip(args, self.in_place))
+
+    def __call__(self, args: Sequence[Any]):
+        for buffer, a, keep in zip(self.inputs, args, self.static):
+            if not keep and isinstance(a, torch.Tensor):
+                buffer.copy_(a)
+        self.graph.replay()
+        return self.outputs
+
+
+def time_median_ms(run: Callable[[], Any], repeats: int = 20) -> float:
+    """Median of ``repeats`` CUDA-event timings of ``run`` after two untimed calls."""
+    for _ in range(2):
+        run()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def shape_key(args: Sequence[Any]) -> Tuple:
+    return tuple((tuple(a.shape), tuple(a.stride()), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
+
+
+def seconds_since(started: float) -> float:
+    return time.perf_counter() - started

@@ -1,0 +1,255 @@
+"""torch.compile(backend="nimble") on the CPU: the task graph of an ATen graph, its regions under
+every registered algorithm, outputs against eager through Inductor, keyword arguments, graph
+breaks, the shape bound and the fallback warning. (Capture on streams is in test_backend_gpu.py.)"""
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import nimble_rs
+from nimble_rs.dynamo import pipeline
+from nimble_rs.dynamo.regions import partition
+from nimble_rs.dynamo.runner import Program
+from nimble_rs.dynamo.taskgraph import tasks_of
+from models import Branches, relative_error
+
+torch.manual_seed(0)
+
+
+class Inception(nn.Module):
+    """Four branches of different depth joined by a concatenation, twice."""
+
+    def __init__(self, channels=4):
+        super().__init__()
+        c = channels
+        self.b1 = nn.Conv2d(c, c, 1)
+        self.b2 = nn.Sequential(nn.Conv2d(c, c, 1), nn.ReLU(), nn.Conv2d(c, c, 3, padding=1))
+        self.b3 = nn.Sequential(nn.Conv2d(c, c, 1), nn.Tanh(), nn.Conv2d(c, c, 5, padding=2), nn.Sigmoid())
+        self.pool = nn.MaxPool2d(3, 1, 1)
+        self.mix = nn.Conv2d(4 * c, c, 1)
+        self.bn = nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        for _ in range(2):
+            x = self.bn(self.mix(torch.cat([self.b1(x), self.b2(x), self.b3(x), self.pool(x)], 1))).relu()
+        return x
+
+
+class Attention(nn.Module):
+    """One attention block called with keyword arguments and an attention mask, as transformers'
+    models are (``model(**inputs)``)."""
+
+    def __init__(self, d=16, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+        self.norm = nn.LayerNorm(d)
+
+    def forward(self, hidden_states, attention_mask=None):
+        b, t, d = hidden_states.shape
+        split = lambda y: y.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+        q, k, v = split(self.q(hidden_states)), split(self.k(hidden_states)), split(self.v(hidden_states))
+        mask = None if attention_mask is None else attention_mask[:, None, None, :].bool()
+        y = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return {"last_hidden_state": self.norm(hidden_states + self.o(y.transpose(1, 2).reshape(b, t, d)))}
+
+
+class Branchy(nn.Module):
+    """A data-dependent Python branch: Dynamo breaks the graph at the condition."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.a(x)
+        if y.sum() > 0:
+            return self.b(y).relu()
+        return self.b(-y).sigmoid()
+
+
+class Counter(nn.Module):
+    """Mutates a buffer in place and reads it again: AOTAutograd writes the input back with
+    ``copy_``, which the task graph must order after every read."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("seen", torch.zeros(4))
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        self.seen.add_(x.sum(0))
+        return self.fc(x) * self.seen
+
+
+def aten_graph(model, *inputs):
+    with torch.no_grad():
+        return make_fx(model)(*inputs)
+
+
+def every_algorithm():
+    return [usage.replace(":K", ":3") for _, usage, _ in nimble_rs.algorithms()]
+
+
+@pytest.mark.parametrize("algorithm", every_algorithm())
+def test_regions_cover_each_op_once_and_keep_its_dependencies(algorithm):
+    model, x = Inception().eval(), torch.randn(1, 4, 8, 8)
+    gm = aten_graph(model, x)
+    tasks = tasks_of(gm)
+    cut = partition(gm, tasks, algorithm)
+    seen = sorted(t for r in cut.regions for t in r.tasks)
+    assert seen == list(range(len(tasks.nodes))), "every op in exactly one region"
+    region_of = {t: r.index for r in cut.regions for t in r.tasks}
+    for u, v in tasks.graph["edges"]:
+        assert region_of[u] <= region_of[v], f"{algorithm}: edge {u}->{v} goes back from region {region_of[u]} to {region_of[v]}"
+    if algorithm == "single":
+        assert len(cut.regions) == 1
+    # The regions' own programs, run in plan order without a compiler, give the graph's output.
+    program = Program(gm, cut, [r.module for r in cut.regions])
+    assert torch.equal(program.run([x]), gm(x))
+
+
+def test_branches_get_streams_and_regions():
+    gm = aten_graph(Inception().eval(), torch.randn(1, 4, 8, 8))
+    cut = partition(gm, tasks_of(gm), "nimble")
+    assert cut.streams >= 3, cut.plan
+    assert len(cut.regions) > cut.streams
+    # Each branch's ops stay together in a region: no region holds two convolutions of
+    # different branches, so Inductor fuses within a branch.
+    assert any(len(r.tasks) > 1 for r in cut.regions)
+
+
+def test_in_place_writes_are_ordered_after_every_read():
+    def mutate(buf, x):
+        before = buf * 2  # 0: reads buf
+        buf.add_(x)  # 1: writes buf
+        after = buf + 1  # 2: reads buf again
+        view = buf.view(-1)  # 3: a view of buf
+        view.mul_(3)  # 4: writes buf through the view
+        total = buf.sum()  # 5: reads buf after that write
+        return before + after + total  # 6, 7
+
+    gm = make_fx(mutate)(torch.zeros(4), torch.ones(4))
+    tasks = tasks_of(gm)
+    ops = [n["op"] for n in tasks.graph["nodes"]]
+    assert ops[:6] == ["aten::mul", "aten::add_", "aten::add", "aten::view", "aten::mul_", "aten::sum"], ops
+    edges = {tuple(e) for e in tasks.graph["edges"]}
+    # Write after read, read after write, and both through the view.
+    for edge in [(0, 1), (1, 2), (2, 4), (3, 4), (4, 5), (1, 4)]:
+        assert edge in edges, (edge, sorted(edges))
+    # The plan keeps them: the regions of the writes come after the reads' regions.
+    cut = partition(gm, tasks, "nimble")
+    region_of = {t: r.index for r in cut.regions for t in r.tasks}
+    assert region_of[0] <= region_of[1] <= region_of[2] <= region_of[4] <= region_of[5]
+    program = Program(gm, cut, [r.module for r in cut.regions])
+    assert torch.equal(program.run([torch.zeros(4), torch.ones(4)]), mutate(torch.zeros(4), torch.ones(4)))
+
+
+def compiled(model, **options):
+    torch._dynamo.reset()
+    return torch.compile(model, backend="nimble", options=options or None)
+
+
+def test_outputs_match_eager_through_inductor_regions():
+    model, x = Inception().eval(), torch.randn(2, 4, 8, 8)
+    before = len(nimble_rs.dynamo.reports())
+    with torch.no_grad():
+        expected = model(x)
+        fast = compiled(model)
+        got = fast(x)
+        again = fast(torch.randn(2, 4, 8, 8) + 1)
+        expected_again = model(torch.randn(0, 4, 8, 8))  # noqa: F841 (eager still works beside)
+    assert relative_error(got, expected) < 1e-5
+    assert again.shape == expected.shape
+    report = nimble_rs.dynamo.reports()[before]
+    assert report["graph"] == "inference" and report["streams"] >= 3 and report["regions"] > 3, report
+    assert report["choice"] == "streams", report
+
+
+def test_backend_is_found_by_name_and_as_an_object():
+    assert torch._dynamo.lookup_backend("nimble") is not None
+    assert nimble_rs.backend is pipeline.nimble_backend
+
+
+def test_keyword_arguments_and_attention_masks():
+    model = Attention().eval()
+    inputs = {"hidden_states": torch.randn(2, 5, 16), "attention_mask": torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])}
+    with torch.no_grad():
+        expected = model(**inputs)["last_hidden_state"]
+        got = compiled(model)(**inputs)["last_hidden_state"]
+    assert relative_error(got, expected) < 1e-5
+
+
+def test_a_data_dependent_branch_runs_through_graph_breaks():
+    model = Branchy().eval()
+    fast = compiled(model)
+    with torch.no_grad():
+        for sign in (1.0, -1.0):
+            x = torch.randn(4, 8)
+            # Make the branch go both ways: y.sum() follows the bias once x is scaled away.
+            x = x * 0.0 + sign * 10.0 * torch.sign(model.a.weight.sum(0))
+            assert torch.allclose(fast(x), model(x), atol=1e-6)
+
+
+def test_buffers_mutated_in_place_match_eager():
+    eager, fast_model = Counter(), Counter()
+    fast_model.load_state_dict(eager.state_dict())
+    fast = compiled(fast_model)
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(3, 4)
+            assert torch.allclose(fast(x), eager(x), atol=1e-6)
+    assert torch.allclose(fast_model.seen, eager.seen)
+
+
+def test_the_shape_bound_warns_once_and_keeps_running():
+    model = Branches().eval()
+    fast = compiled(model, max_shapes=1)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch._dynamo.config.automatic_dynamic_shapes, saved = False, torch._dynamo.config.automatic_dynamic_shapes
+        try:
+            for size in (6, 7, 8):
+                x = torch.randn(1, 3, size, size)
+                assert relative_error(fast(x), model(x)) < 1e-5
+        finally:
+            torch._dynamo.config.automatic_dynamic_shapes = saved
+    messages = [str(w.message) for w in caught if "max_shapes" in str(w.message)]
+    assert len(messages) == 1, messages
+
+
+def test_uncapturable_graphs_are_announced_with_the_reason():
+    mode = FakeTensorMode()
+    with mode:
+        x = torch.empty(4, 4, device="cuda")
+        to_host = make_fx(lambda t: (t * 2).cpu() + 1, tracing_mode="fake")(x)
+    # t.sum().item(): built by hand, as fake tensors cannot trace a data-dependent scalar.
+    graph = torch.fx.Graph()
+    t = graph.placeholder("t")
+    t.meta["val"] = x
+    total = graph.call_function(torch.ops.aten.sum.default, (t,))
+    graph.output(graph.call_function(torch.ops.aten._local_scalar_dense.default, (total,)))
+    host_read = torch.fx.GraphModule({}, graph)
+    with pytest.warns(RuntimeWarning, match="mixes CUDA with cpu tensors"):
+        assert "cpu" in pipeline.announce_uncapturable(to_host, [x])
+    with pytest.warns(RuntimeWarning, match="_local_scalar_dense synchronizes with the host"):
+        pipeline.announce_uncapturable(host_read, [x])
+    assert pipeline.announce_uncapturable(aten_graph(Branches().eval(), torch.randn(1, 3, 4, 4)), [torch.randn(1, 3, 4, 4)]) is None
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"algorithm": "no-such"}, "registered algorithm"),
+        ({"streams": 2}, "unknown option `streams`"),
+        ({"choose": "fastest"}, "choose='fastest'"),
+        ({"max_shapes": 0}, "max_shapes=0"),
+    ],
+)
+def test_bad_options_are_input_errors(options, message):
+    with pytest.raises(nimble_rs.NimbleInputError, match=message):
+        pipeline._options(options)
