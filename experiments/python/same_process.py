@@ -1,19 +1,23 @@
 """The same-process comparison: in one Python process, on the same module object, PyTorch eager,
 `torch.cuda.graph` (the whole forward captured on one stream), `torch.compile(mode=
-"reduce-overhead")` and Nimble through the `nimble_rs` package, each measured the paper's way
+"reduce-overhead")`, Nimble through the `nimble_rs` package and `torch.compile(backend="nimble")`
+(Inductor's kernels on Nimble's streams), each measured the paper's way
 (cuDNN benchmark on, 50 warm-ups, 100 timed calls on fresh random inputs, CUDA events around
-each call on the current stream, median), float32 with PyTorch's defaults for every system.
-Each system's output is checked against eager's on a fresh input first.
+each call on the current stream, median), in float32 (PyTorch's defaults) or bfloat16 (the
+module and its float inputs cast), at batch 1 or more, the same for every system. Each system's
+output is checked against eager's on a fresh input first; its peak memory (allocated during its
+preparation and first calls, above what the module holds) is recorded.
 
 Models: the zoo's models that have a PyTorch reference (../reference/export_reference.py; the
 list is nimble-bench's own, `nimble-bench models --json`), then GoogLeNet, Inception-v4 (timm)
-and BERT-base (transformers, 1x128 token ids) from the coverage set. The record is rewritten
+and BERT-base (transformers, 1x128 token ids) from the coverage set, and Llama-, Qwen2- and
+Mistral-style decoders (transformers, 8 layers, hidden 1024, 128 tokens, random weights). The record is rewritten
 after every model, so a run cut short keeps what it measured; `nimble-bench same-process`
 renders its figure.
 
     python3 experiments/python/same_process.py --models-json MODELS.json --out OUT.json \
-        [--models a,b|all] [--systems eager,cuda-graph,compile,nimble] [--warmup 50] [--iters 100] \
-        [--save-torchscript NAME=FILE] [--commit SHA]
+        [--models a,b|all] [--systems eager,cuda-graph,compile,nimble,backend] [--warmup 50] [--iters 100] \
+        [--dtype float32|bfloat16] [--batch 1] [--save-torchscript NAME=FILE] [--commit SHA]
 
 `--save-torchscript inception-v3=FILE` also writes the module Nimble traced as a TorchScript
 file, for the Rust CLI to measure the very same model (`nimble-bench infer --torchscript`).
@@ -30,10 +34,27 @@ import torch
 from baselines import build, first_output, load_reference_module, measure, summary, write_record
 
 COVERAGE_MODELS = ["googlenet", "inception-v4", "bert-base"]
-SYSTEMS = ["eager", "cuda-graph", "compile", "nimble"]
+DECODERS = ["llama", "qwen2", "mistral"]
+SYSTEMS = ["eager", "cuda-graph", "compile", "nimble", "backend"]
 # Float32 with TF32 convolutions (PyTorch's default) and reassociations: every system must land
-# within the inference tolerance of the CLI's check.
-TOLERANCE = 1e-2
+# within the inference tolerance of the CLI's check. bfloat16 keeps 8 bits of mantissa: fused
+# kernels that round once where eager rounds after every op drift by a few of its ulps.
+TOLERANCE = {"float32": 1e-2, "bfloat16": 5e-2}
+
+
+def decoder(name, batch):
+    """A decoder-only language model from its transformers configuration: 8 layers, hidden 1024,
+    16 heads (4 key-value heads), 128 tokens, random weights, no cache, tuples out."""
+    import transformers
+
+    common = dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=4, vocab_size=32000, use_cache=False, return_dict=False)
+    config_class, model_class = {
+        "llama": (transformers.LlamaConfig, transformers.LlamaModel),
+        "qwen2": (transformers.Qwen2Config, transformers.Qwen2Model),
+        "mistral": (transformers.MistralConfig, transformers.MistralModel),
+    }[name]
+    model = model_class(config_class(**common))
+    return model, lambda: torch.randint(0, common["vocab_size"], (batch, 128), device="cuda")
 
 
 def coverage_model(name):
@@ -55,6 +76,19 @@ def coverage_model(name):
         vocabulary = model.config.vocab_size
         return model, lambda: torch.randint(0, vocabulary, (1, 128), device="cuda")
     raise SystemExit(f"unknown model {name!r}")
+
+
+def backend_system(model, example):
+    """torch.compile(backend="nimble"): compiled, planned and captured on its first calls."""
+    import nimble_rs
+
+    before = len(nimble_rs.dynamo.reports())
+    run = torch.compile(model, backend="nimble")
+    for _ in range(3):
+        run(example)
+    reports = nimble_rs.dynamo.reports()[before:]
+    keep = ("streams", "syncs", "regions", "choice", "reason", "measured_ms", "compile_seconds", "capture_seconds")
+    return run, {"backend_graphs": [{k: r[k] for k in keep if k in r} for r in reports]}
 
 
 def nimble_system(model, example, save_to):
@@ -90,8 +124,18 @@ def cuda_graph_system(model, example):
     return replay
 
 
+def batched(x, batch, dtype):
+    """A batch-1 input of the coverage set at `batch` and, if floating, in `dtype`."""
+    x = x.to(dtype) if x.is_floating_point() else x
+    return x.repeat(batch, *[1] * (x.dim() - 1)) if batch != 1 else x
+
+
 def prepared(system, model, make_input, save_to):
-    """A function of the input for `system`, the seconds it took to make it, and notes."""
+    """A function of the input for `system`, the seconds it took to make it, and notes (its
+    peak memory among them)."""
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
     started = time.time()
     example = make_input()
     notes = {}
@@ -105,9 +149,12 @@ def prepared(system, model, make_input, save_to):
             run(example)
     elif system == "nimble":
         run, notes = nimble_system(model, example, save_to)
+    elif system == "backend":
+        run, notes = backend_system(model, example)
     else:
         raise SystemExit(f"unknown system {system!r}; expected one of {SYSTEMS}")
     torch.cuda.synchronize()
+    notes["peak_bytes"] = torch.cuda.max_memory_allocated() - base
     return run, time.time() - started, notes
 
 
@@ -117,11 +164,13 @@ def relative_error(got, expected):
 
 
 METHOD = (
-    "one Python process, the same module object for every system; batch 1, float32 with PyTorch's defaults "
-    "(TF32 for cuDNN convolutions) for every system, cuDNN benchmark on, fresh random inputs, CUDA events around each "
+    "one Python process, the same module object for every system; the record's batch and dtype for every system "
+    "(float32 with PyTorch's defaults, TF32 for cuDNN convolutions; or the module and float inputs cast to bfloat16), cuDNN benchmark on, fresh random inputs, CUDA events around each "
     "call on the current stream, median; cuda-graph: torch.cuda.graph of the whole forward after three warm-ups on a "
     "side stream; compile: torch.compile(mode='reduce-overhead'); nimble: nimble_rs.Nimble(model).prepare(x) "
-    "(algorithm nimble, the inference rewrites on, layout chosen by measuring)"
+    "(algorithm nimble, the inference rewrites on, layout chosen by measuring); backend: torch.compile(model, "
+    "backend='nimble') with its defaults (algorithm nimble, streams or one region chosen by measuring); peak_bytes: "
+    "torch.cuda.max_memory_allocated during preparation and three calls, above what was allocated before"
 )
 
 
@@ -133,6 +182,8 @@ def main():
     parser.add_argument("--systems", default=",".join(SYSTEMS))
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--iters", type=int, default=100)
+    parser.add_argument("--dtype", choices=sorted(TOLERANCE), default="float32")
+    parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--save-torchscript", action="append", default=[], metavar="NAME=FILE")
     parser.add_argument("--commit", default="unknown")
     args = parser.parse_args()
@@ -146,12 +197,13 @@ def main():
     save = dict(item.split("=", 1) for item in args.save_torchscript)
 
     zoo = {m["name"]: m for m in json.loads(Path(args.models_json).read_text())}
-    everything = list(zoo) + COVERAGE_MODELS
+    everything = list(zoo) + COVERAGE_MODELS + DECODERS
     names = everything if args.models == "all" else [n.strip() for n in args.models.split(",")]
     if [n for n in names if n not in everything]:
         raise SystemExit(f"error: unknown models {[n for n in names if n not in everything]}; expected some of {everything}")
 
     torch.backends.cudnn.benchmark = True
+    dtype = getattr(torch, args.dtype)
     reference = load_reference_module()
     rows, skipped = [], []
     for name in names:
@@ -159,12 +211,15 @@ def main():
             model = build(name, reference, skipped)
             if model is None:
                 continue
-            shape = [1] + zoo[name]["input_shape"]
-            make_input = lambda shape=shape: torch.randn(shape, device="cuda")
+            shape = [args.batch] + zoo[name]["input_shape"]
+            make_input = lambda shape=shape: torch.randn(shape, device="cuda", dtype=dtype)
+        elif name in DECODERS:
+            model, make_input = decoder(name, args.batch)
         else:
-            model, make_input = coverage_model(name)
+            model, one = coverage_model(name)
+            make_input = lambda one=one: batched(one(), args.batch, dtype)
         torch.manual_seed(0)
-        model = model.cuda().eval()
+        model = model.cuda().eval().to(dtype)
         with torch.no_grad():
             x = make_input()
             try:
@@ -179,12 +234,12 @@ def main():
                     error = relative_error(run(x), expected)
                     samples = measure(run, lambda: (make_input(),), args.warmup, args.iters, "cuda")
                 except Exception as e:  # one system failing must not lose the others
-                    rows.append({"model": name, "system": system, "error": f"{type(e).__name__}: {e}"})
+                    rows.append({"model": name, "system": system, "dtype": args.dtype, "batch": args.batch, "error": f"{type(e).__name__}: {e}"})
                     print(f"  {name:<16} {system:<11} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
                     continue
-                row = {"model": name, "system": system, "latency": summary(samples), "prepare_seconds": seconds, "relative_error": error, "matches": error <= TOLERANCE, **notes}
+                row = {"model": name, "system": system, "dtype": args.dtype, "batch": args.batch, "latency": summary(samples), "prepare_seconds": seconds, "relative_error": error, "matches": error <= TOLERANCE[args.dtype], **notes}
                 rows.append(row)
-                print(f"  {name:<16} {system:<11} {row['latency']['median_us'] / 1000:8.3f} ms  (prepare {seconds:.1f} s, rel.err {error:.1e})", file=sys.stderr, flush=True)
+                print(f"  {name:<16} {system:<11} {row['latency']['median_us'] / 1000:8.3f} ms  (prepare {seconds:.1f} s, rel.err {error:.1e}, peak {notes['peak_bytes'] / 2**20:.0f} MiB)", file=sys.stderr, flush=True)
                 del run
                 torch._dynamo.reset()
                 torch.cuda.synchronize()
@@ -193,7 +248,8 @@ def main():
         write_record(args, "same-process", rows, skipped, METHOD)
 
     write_record(args, "same-process", rows, skipped, METHOD)
-    print(f"{'model':<16} " + " ".join(f"{s:>11}" for s in systems) + "   (ms, median)   nimble vs compile")
+    print(f"{args.dtype}, batch {args.batch}")
+    print(f"{'model':<16} " + " ".join(f"{s:>11}" for s in systems) + "   (ms, median)   nimble, backend vs compile")
     for name in names:
         cells, by_system = [], {}
         for system in systems:
@@ -201,8 +257,8 @@ def main():
             if hit:
                 by_system[system] = hit[0]["latency"]["median_us"]
             cells.append(f"{by_system[system] / 1000:11.3f}" if system in by_system else f"{'-':>11}")
-        ratio = f"{by_system['nimble'] / by_system['compile']:.2f}x" if {"nimble", "compile"} <= set(by_system) else "-"
-        print(f"{name:<16} " + " ".join(cells) + f"   {ratio:>17}")
+        ratios = [f"{by_system[s] / by_system['compile']:.2f}x" if {s, "compile"} <= set(by_system) else "-" for s in ("nimble", "backend")]
+        print(f"{name:<16} " + " ".join(cells) + f"   {ratios[0]:>8} {ratios[1]:>8}")
 
 
 if __name__ == "__main__":

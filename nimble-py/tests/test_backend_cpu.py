@@ -15,75 +15,9 @@ from nimble_rs.dynamo import pipeline
 from nimble_rs.dynamo.regions import partition
 from nimble_rs.dynamo.runner import Program
 from nimble_rs.dynamo.taskgraph import tasks_of
-from models import Branches, relative_error
+from models import Attention, Branches, Branchy, Counter, Inception, relative_error
 
 torch.manual_seed(0)
-
-
-class Inception(nn.Module):
-    """Four branches of different depth joined by a concatenation, twice."""
-
-    def __init__(self, channels=4):
-        super().__init__()
-        c = channels
-        self.b1 = nn.Conv2d(c, c, 1)
-        self.b2 = nn.Sequential(nn.Conv2d(c, c, 1), nn.ReLU(), nn.Conv2d(c, c, 3, padding=1))
-        self.b3 = nn.Sequential(nn.Conv2d(c, c, 1), nn.Tanh(), nn.Conv2d(c, c, 5, padding=2), nn.Sigmoid())
-        self.pool = nn.MaxPool2d(3, 1, 1)
-        self.mix = nn.Conv2d(4 * c, c, 1)
-        self.bn = nn.BatchNorm2d(c)
-
-    def forward(self, x):
-        for _ in range(2):
-            x = self.bn(self.mix(torch.cat([self.b1(x), self.b2(x), self.b3(x), self.pool(x)], 1))).relu()
-        return x
-
-
-class Attention(nn.Module):
-    """One attention block called with keyword arguments and an attention mask, as transformers'
-    models are (``model(**inputs)``)."""
-
-    def __init__(self, d=16, heads=2):
-        super().__init__()
-        self.heads = heads
-        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
-        self.norm = nn.LayerNorm(d)
-
-    def forward(self, hidden_states, attention_mask=None):
-        b, t, d = hidden_states.shape
-        split = lambda y: y.view(b, t, self.heads, d // self.heads).transpose(1, 2)
-        q, k, v = split(self.q(hidden_states)), split(self.k(hidden_states)), split(self.v(hidden_states))
-        mask = None if attention_mask is None else attention_mask[:, None, None, :].bool()
-        y = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        return {"last_hidden_state": self.norm(hidden_states + self.o(y.transpose(1, 2).reshape(b, t, d)))}
-
-
-class Branchy(nn.Module):
-    """A data-dependent Python branch: Dynamo breaks the graph at the condition."""
-
-    def __init__(self):
-        super().__init__()
-        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
-
-    def forward(self, x):
-        y = self.a(x)
-        if y.sum() > 0:
-            return self.b(y).relu()
-        return self.b(-y).sigmoid()
-
-
-class Counter(nn.Module):
-    """Mutates a buffer in place and reads it again: AOTAutograd writes the input back with
-    ``copy_``, which the task graph must order after every read."""
-
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("seen", torch.zeros(4))
-        self.fc = nn.Linear(4, 4)
-
-    def forward(self, x):
-        self.seen.add_(x.sum(0))
-        return self.fc(x) * self.seen
 
 
 def aten_graph(model, *inputs):
@@ -253,3 +187,16 @@ def test_uncapturable_graphs_are_announced_with_the_reason():
 def test_bad_options_are_input_errors(options, message):
     with pytest.raises(nimble_rs.NimbleInputError, match=message):
         pipeline._options(options)
+
+
+def test_ops_on_weights_alone_join_their_reader():
+    # aten.t of each linear layer's weight reads parameters only: as tasks of their own they
+    # would be independent sources, and maximum logical concurrency a stream each.
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8)).eval()
+    gm = aten_graph(model, torch.randn(2, 8))
+    tasks = tasks_of(gm)
+    ops = [n["op"] for n in tasks.graph["nodes"]]
+    assert "aten::t" not in ops, ops
+    folded = [n["attrs"]["folded"] for n in tasks.graph["nodes"] if "folded" in n.get("attrs", {})]
+    assert folded == [["aten::t"]] * 3, folded
+    assert partition(gm, tasks, "nimble").streams == 1

@@ -24,7 +24,7 @@ from .. import scheduling
 from ..errors import NimbleInputError
 from . import regions as regions_module
 from .runner import CapturedGraph, Program, seconds_since, shape_key, time_median_ms
-from .taskgraph import op_name, tasks_of
+from .taskgraph import Tasks, op_name, tasks_of
 
 DEFAULTS: Dict[str, Any] = {
     # Any registered algorithm, with its argument (`nimble_rs.algorithms()`).
@@ -120,10 +120,9 @@ def announce_uncapturable(gm: torch.fx.GraphModule, example_inputs: Sequence[Any
     return reason
 
 
-def _compile_regions(gm: torch.fx.GraphModule, algorithm: str) -> Program:
+def _compile_regions(gm: torch.fx.GraphModule, tasks: Tasks, algorithm: str) -> Program:
     import torch._inductor
 
-    tasks = tasks_of(gm)
     partition = regions_module.partition(gm, tasks, algorithm)
     compiled = []
     for region in partition.regions:
@@ -235,7 +234,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], optio
     """Plans, partitions and compiles one ATen graph (``kind``: forward, backward or inference)."""
     started = time.perf_counter()
     static_indices = _static_indices(len(example_inputs))
-    tasks = tasks_of(gm)
+    tasks = tasks_of(gm, sorted(static_indices))
     signature = (kind, tuple(op_name(n) for n in tasks.nodes))
     on_cuda = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs)
     key = _static_shape_key(example_inputs)
@@ -252,7 +251,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], optio
 
     streams_program = single_program = None
     if options["choose"] != "single" and tasks.nodes:
-        streams_program = _compile_regions(gm, options["algorithm"])
+        streams_program = _compile_regions(gm, tasks, options["algorithm"])
         partition = streams_program.partition
         report.update(streams=partition.streams, syncs=partition.syncs, regions=len(partition.regions))
         if partition.streams == 1:
@@ -261,7 +260,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], optio
             report["reason"] = f"{options['algorithm']} plans one stream: the whole graph is one region"
     need_single = single_program is None and (options["choose"] == "single" or (options["choose"] == "auto" and on_cuda and uncapturable is None))
     if need_single or (streams_program is None and single_program is None):
-        single_program = _compile_regions(gm, "single")
+        single_program = _compile_regions(gm, tasks, "single")
         report.setdefault("streams", 1)
     report["compile_seconds"] = seconds_since(started)
     compiled = NimbleCompiled(

@@ -10,7 +10,7 @@ writes back a mutated input) comes after every earlier op that read or wrote the
 
 import operator
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Set
+from typing import Dict, List, Optional, Sequence, Set
 
 import torch
 import torch.fx
@@ -78,19 +78,51 @@ def _aliased_argument(node: torch.fx.Node) -> Optional[torch.fx.Node]:
     return None
 
 
-def tasks_of(gm: torch.fx.GraphModule, durations_us: Optional[Dict[int, float]] = None) -> Tasks:
+def _weight_only_anchors(gm: torch.fx.GraphModule, static_inputs: Set[torch.fx.Node]) -> Dict[torch.fx.Node, torch.fx.Node]:
+    """Ops computed from parameters and constants alone (``aten.t`` of a linear layer's weight,
+    ``arange`` for positions), each with the first op that reads it and is not such an op
+    itself. As tasks of their own they would be sources independent of everything, and
+    maximum logical concurrency would give each a stream; they belong with their reader."""
+    order = {node: i for i, node in enumerate(gm.graph.nodes)}
+    weight_only: Set[torch.fx.Node] = set()
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or _written_args(node):
+            continue
+        if all(a.op == "get_attr" or a in static_inputs or a in weight_only for a in arguments(node)):
+            weight_only.add(node)
+    anchors: Dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in reversed(list(gm.graph.nodes)):
+        if node not in weight_only:
+            continue
+        readers = [anchors.get(u) if u in weight_only else u for u in node.users]
+        readers = [u for u in readers if u is not None and u.op == "call_function"]
+        if readers:
+            anchors[node] = min(readers, key=order.__getitem__)
+    return anchors
+
+
+def tasks_of(gm: torch.fx.GraphModule, static_inputs: Sequence[int] = (), durations_us: Optional[Dict[int, float]] = None) -> Tasks:
     """The task graph of ``gm``: tasks in graph order (ids 0, 1, …), each with its op name,
-    output shape where known (attribute ``out_shape``), and ``duration_us`` from ``durations_us`` when given."""
+    output shape where known (attribute ``out_shape``), and ``duration_us`` from ``durations_us``
+    when given. ``static_inputs`` are the indices of the placeholders that are parameters or
+    buffers: ops computed from those alone join the task of their first reader (attribute
+    ``folded``: their op names)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    anchors = _weight_only_anchors(gm, {placeholders[i] for i in static_inputs})
     nodes: List[torch.fx.Node] = []
     task_of: Dict[torch.fx.Node, int] = {}
     for node in gm.graph.nodes:
-        if node.op != "call_function":
+        if node.op != "call_function" or node in anchors:
             continue
         if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node) and node.args[0] in task_of:
             task_of[node] = task_of[node.args[0]]
             continue
         task_of[node] = len(nodes)
         nodes.append(node)
+    folded: Dict[int, List[str]] = {}
+    for node, anchor in anchors.items():
+        task_of[node] = task_of[anchor]
+        folded.setdefault(task_of[anchor], []).append(op_name(node))
 
     edges: Set[tuple] = set()
 
@@ -136,6 +168,8 @@ def tasks_of(gm: torch.fx.GraphModule, durations_us: Optional[Dict[int, float]] 
         if isinstance(value, torch.Tensor):
             # Symbolic sizes (dynamic shapes) as their expressions.
             entry["attrs"] = {"out_shape": [int(d) if isinstance(d, int) else str(d) for d in value.shape]}
+        if i in folded:
+            entry.setdefault("attrs", {})["folded"] = sorted(folded[i])
         if durations_us is not None and i in durations_us:
             entry["duration_us"] = float(durations_us[i])
         graph_nodes.append(entry)

@@ -1,0 +1,119 @@
+"""torch.compile(backend="nimble") on a CUDA GPU: regions captured on several streams in one CUDA
+graph, parameters read in place, one memory pool for every shape, buffers safe across streams,
+the measured choice, and the fallback for a graph that cannot be captured. Skipped without CUDA;
+with NIMBLE_REQUIRE_GPU=1 a missing GPU fails instead."""
+
+import os
+import warnings
+
+import pytest
+import torch
+
+import nimble_rs
+from nimble_rs.dynamo import runner
+from models import Attention, Inception, relative_error
+
+# TF32 off for eager and for Inductor's kernels: the graph must then compute what eager does
+# up to reassociation inside fused kernels.
+TOLERANCE = 1e-4
+
+
+@pytest.fixture(autouse=True)
+def gpu():
+    if not torch.cuda.is_available():
+        if os.environ.get("NIMBLE_REQUIRE_GPU") == "1":
+            pytest.fail("NIMBLE_REQUIRE_GPU=1, but torch sees no CUDA device")
+        pytest.skip("no CUDA device (NIMBLE_REQUIRE_GPU=1 makes this a failure)")
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+
+
+def compiled(model, **options):
+    torch._dynamo.reset()
+    return torch.compile(model, backend="nimble", options=options)
+
+
+def last_report(kind="inference"):
+    return [r for r in nimble_rs.dynamo.reports() if r["graph"] == kind][-1]
+
+
+def test_regions_on_streams_are_one_graph_that_matches_eager():
+    model = Inception(channels=16).cuda().eval()
+    fast = compiled(model, choose="streams")
+    with torch.no_grad():
+        for _ in range(10):
+            x = torch.randn(2, 16, 24, 24, device="cuda")
+            assert relative_error(fast(x), model(x)) < TOLERANCE
+    report = last_report()
+    assert report["streams"] >= 3 and report["regions"] > report["streams"], report
+    assert report["choice"] == "streams" and report["captured_shapes"] == 1, report
+
+
+def test_parameters_are_read_in_place():
+    model = Inception(channels=8).cuda().eval()
+    fast = compiled(model, choose="streams")
+    x = torch.randn(1, 8, 16, 16, device="cuda")
+    with torch.no_grad():
+        fast(x)
+        # Changed in place after the capture: the graph reads the new values, not a copy.
+        model.mix.weight.mul_(-2.0)
+        model.b3[0].bias.add_(1.0)
+        assert relative_error(fast(x), model(x)) < TOLERANCE
+
+
+def test_shapes_share_one_pool_and_are_bounded():
+    model = Attention(d=32).cuda().eval()
+    fast = compiled(model, choose="streams", max_shapes=2)
+    pool = runner.shared_pool()
+    torch._dynamo.config.automatic_dynamic_shapes, saved = False, torch._dynamo.config.automatic_dynamic_shapes
+    try:
+        with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for tokens in (5, 9, 13, 5):
+                x = torch.randn(2, tokens, 32, device="cuda")
+                assert relative_error(fast(hidden_states=x)["last_hidden_state"], model(hidden_states=x)["last_hidden_state"]) < TOLERANCE
+    finally:
+        torch._dynamo.config.automatic_dynamic_shapes = saved
+    assert runner.shared_pool() == pool
+    bounded = [str(w.message) for w in caught if "max_shapes" in str(w.message)]
+    assert len(bounded) == 1, bounded
+
+
+def test_values_read_on_other_streams_are_not_reused_while_read():
+    # Wide branches of unequal length: a value made on one stream is read by a region on
+    # another while its own stream goes on allocating. A reuse race shows as wrong numbers.
+    model = Inception(channels=32).cuda().eval()
+    fast = compiled(model, choose="streams")
+    with torch.no_grad():
+        for _ in range(20):
+            x = torch.randn(4, 32, 32, 32, device="cuda")
+            assert relative_error(fast(x), model(x)) < TOLERANCE
+    report = last_report()
+    assert all(v > 0 for v in report["peak_bytes"].values()), report
+
+
+def test_auto_measures_both_and_says_why():
+    model = Inception(channels=16).cuda().eval()
+    fast = compiled(model)
+    with torch.no_grad():
+        x = torch.randn(1, 16, 24, 24, device="cuda")
+        assert relative_error(fast(x), model(x)) < TOLERANCE
+    report = last_report()
+    assert report["choice"] in ("streams", "single"), report
+    assert set(report["measured_ms"]) == {"streams", "single"} and "measured" in report["reason"], report
+
+
+def test_a_graph_that_cannot_be_captured_runs_uncaptured_with_a_warning():
+    class ToHost(torch.nn.Module):
+        def forward(self, x):
+            return (x * 2).cpu() + 1
+
+    model = ToHost()
+    fast = compiled(model)
+    x = torch.randn(8, device="cuda")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert torch.equal(fast(x), model(x))
+    assert any("without a CUDA graph" in str(w.message) and "cpu" in str(w.message) for w in caught), [str(w.message) for w in caught]

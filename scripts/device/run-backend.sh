@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Runs on the lent GPU machine: torch.compile(backend="nimble") — the Python package's tests
+# (the backend's GPU tests required) and then the same-process comparison
+# (experiments/python/same_process.py) of eager, reduce-overhead, nimble_rs.Nimble and the
+# backend, for each "MODELS:DTYPE:BATCH" cell given. Builds nothing (.gpu/,
+# scripts/build-gpu-binaries.sh). Results are packed into $OUT/backend.tgz, the table printed last.
+#   usage: scripts/device/run-backend.sh SECONDS_PER_CELL CELL...   e.g. 200 inception-v3,googlenet:float32:1 llama:bfloat16:1
+set -uo pipefail
+budget=${1:?seconds per cell}
+shift
+export PACK_RESULTS=1 RESULTS_NAME=backend
+. "$(dirname "$0")/setup.sh"
+install_nimble_rs
+NIMBLE_REQUIRE_GPU=1 timeout 300 python3 -m pytest -q -p no:cacheprovider nimble-py/tests 2>&1 | tee "$out/python-tests.log" | tail -15
+status=${PIPESTATUS[0]}
+.gpu/nimble-bench models --json > "$out/models.json" || exit 1
+: > "$out/backend.txt"
+for cell in "$@"; do
+    IFS=: read -r models dtype batch <<< "$cell"
+    name="same-process-backend-$dtype-b$batch"
+    timeout "$budget" python3 experiments/python/same_process.py --models-json "$out/models.json" --out "$out/$name.json" \
+        --models "$models" --systems eager,compile,nimble,backend --dtype "$dtype" --batch "$batch" \
+        --commit "$(cat .gpu/COMMIT 2>/dev/null || echo unknown)" > "$out/$name.table" 2> "$out/$name.log"
+    cell_status=$?
+    [ "$cell_status" = 0 ] || status=$cell_status
+    { echo "== $cell (status $cell_status)"; cat "$out/$name.table"; grep -E "failed|Error" "$out/$name.log" | tail -5; } >> "$out/backend.txt"
+done
+echo "python tests: $(tail -1 "$out/python-tests.log")" >> "$out/backend.txt"
+finish_packed backend "$status"
