@@ -112,11 +112,11 @@ def _why_uncapturable(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -
 
 
 def announce_uncapturable(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Optional[str]:
-    """Why the graph cannot be captured (``_why_uncapturable``), warned once per reason: such a
-    graph still runs, as its compiled regions without a CUDA graph."""
+    """Why the graph cannot be captured (``_why_uncapturable``), warned once per graph (it is
+    compiled once): such a graph still runs, as its compiled regions without a CUDA graph."""
     reason = _why_uncapturable(gm, example_inputs)
     if reason is not None:
-        _warn_once(("uncapturable", reason), f"nimble backend: a graph runs as compiled regions without a CUDA graph: {reason}")
+        warnings.warn(f"nimble backend: a graph runs as compiled regions without a CUDA graph: {reason}", RuntimeWarning, stacklevel=3)
     return reason
 
 
@@ -142,7 +142,8 @@ class NimbleCompiled:
     signature: tuple
     report: dict
     uncapturable: Optional[str]
-    captures: Dict[tuple, CapturedGraph] = field(default_factory=dict)
+    captures: Dict[tuple, Optional[CapturedGraph]] = field(default_factory=dict)
+    last: Optional[CapturedGraph] = None
     chosen: Optional[str] = None
 
     def _program(self) -> Program:
@@ -152,6 +153,10 @@ class NimbleCompiled:
         return self.streams_program
 
     def __call__(self, *args):
+        # The common case first, with as little Python as possible: the last graph replayed.
+        last = self.last
+        if last is not None and last.accepts(args):
+            return last(args)
         cuda = any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
         if not cuda or self.uncapturable is not None:
             if self.chosen is None:
@@ -160,15 +165,18 @@ class NimbleCompiled:
             return self._program().run(args)
         key = shape_key(args)
         graph = self.captures.get(key)
-        if graph is not None and graph.matches(args):
+        if graph is not None and graph.accepts(args):
+            self.last = graph
             return graph(args)
-        if not _admit_shape(self.signature, shape_key(args), self.options["max_shapes"]):
+        if graph is not None:
+            # Same shapes, but a parameter or buffer is another tensor now: the old graph reads
+            # the old one. Capture again in its place.
+            _warn_once(("moved", self.signature), "nimble backend: a parameter or buffer of a captured graph was replaced by another tensor; capturing again")
+        elif not _admit_shape(self.signature, key, self.options["max_shapes"]):
             self.report["uncaptured_calls"] = self.report.get("uncaptured_calls", 0) + 1
             return self._program().run(args)
-        if graph is not None:
-            _warn_once(("moved", self.signature), "nimble backend: a parameter or buffer of a captured graph was replaced; capturing again")
-        graph = self._capture(args)
-        self.captures[key] = graph
+        self.last = self.captures[key] = None  # the old graph's memory goes before the new capture
+        graph = self.captures[key] = self.last = self._capture(args)
         self.report["captured_shapes"] = len(self.captures)
         return graph(args)
 

@@ -131,9 +131,15 @@ class CapturedGraph:
 
     def __init__(self, program: Program, args: Sequence[Any], static: Sequence[bool], warmups: int):
         device = next(a.device for a in args if isinstance(a, torch.Tensor) and a.is_cuda)
-        self.static = static
-        self.inputs = [a if keep or not isinstance(a, torch.Tensor) else _static_copy(a) for a, keep in zip(args, static)]
-        self.in_place = [a.data_ptr() if keep and isinstance(a, torch.Tensor) else None for a, keep in zip(args, static)]
+        tensor = [isinstance(a, torch.Tensor) for a in args]
+        # Per call only the user's inputs are looked at and copied: a model's hundreds of
+        # parameters are read in place, checked by identity alone.
+        self.copied = [i for i, a in enumerate(args) if tensor[i] and not static[i]]
+        self.in_place = [i for i, a in enumerate(args) if tensor[i] and static[i]]
+        self.scalars = [(i, a) for i, a in enumerate(args) if not tensor[i]]
+        self.layout = [(args[i].shape, args[i].stride(), args[i].dtype, args[i].device) for i in self.copied]
+        self.inputs = [_static_copy(a) if tensor[i] and not static[i] else a for i, a in enumerate(args)]
+        self.addresses = [args[i].data_ptr() for i in self.in_place]
         capture_stream = torch.cuda.Stream(device)
         streams = [capture_stream] + [torch.cuda.Stream(device) for _ in range(program.partition.streams - 1)]
         # Warm-up on the same streams: Triton's autotuning, cuBLAS handles and workspaces per
@@ -152,14 +158,28 @@ class CapturedGraph:
         self.peak_bytes = torch.cuda.max_memory_allocated(device) - before
         self.device = device
 
-    def matches(self, args: Sequence[Any]) -> bool:
-        """Whether the in-place inputs (parameters, buffers) are still the captured tensors."""
-        return all(p is None or (isinstance(a, torch.Tensor) and a.data_ptr() == p) for a, p in zip(args, self.in_place))
+    def accepts(self, args: Sequence[Any]) -> bool:
+        """Whether ``args`` can replay this graph: the user's inputs of the captured shapes,
+        strides, dtypes and devices, the same scalars, and the parameters and buffers the very
+        tensors captured (by identity, else by address)."""
+        for i, (shape, stride, dtype, device) in zip(self.copied, self.layout):
+            a = args[i]
+            if a.shape != shape or a.dtype != dtype or a.stride() != stride or a.device != device:
+                return False
+        for i, value in self.scalars:
+            if args[i] != value:
+                return False
+        inputs = self.inputs
+        for k, i in enumerate(self.in_place):
+            a = args[i]
+            if a is not inputs[i] and a.data_ptr() != self.addresses[k]:
+                return False
+        return True
 
     def __call__(self, args: Sequence[Any]):
-        for buffer, a, keep in zip(self.inputs, args, self.static):
-            if not keep and isinstance(a, torch.Tensor):
-                buffer.copy_(a)
+        inputs = self.inputs
+        for i in self.copied:
+            inputs[i].copy_(args[i])
         self.graph.replay()
         return self.outputs
 
