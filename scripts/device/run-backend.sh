@@ -5,19 +5,27 @@
 # backend, for each "MODELS:DTYPE:BATCH" cell given. Builds nothing (.gpu/,
 # scripts/build-gpu-binaries.sh). Results are packed into $OUT/backend.tgz, the table printed last.
 #   usage: scripts/device/run-backend.sh SECONDS_PER_CELL CELL...   e.g. 200 inception-v3,googlenet:float32:1 llama:bfloat16:1
+#   TESTS_SECONDS=0 skips the tests; OVERHEAD_MODEL=llama first profiles a call's host time
+#   (experiments/python/backend_overhead.py).
 set -uo pipefail
 budget=${1:?seconds per cell}
 shift
 export PACK_RESULTS=1 RESULTS_NAME=backend
 . "$(dirname "$0")/setup.sh"
 install_nimble_rs
-NIMBLE_REQUIRE_GPU=1 timeout 300 python3 -m pytest -q -p no:cacheprovider nimble-py/tests 2>&1 | tee "$out/python-tests.log" | tail -15
-status=${PIPESTATUS[0]}
+[ -n "${OVERHEAD_MODEL:-}" ] && timeout 200 python3 experiments/python/backend_overhead.py --model "$OVERHEAD_MODEL" > "$out/overhead.txt" 2>&1
+status=0
+if [ "${TESTS_SECONDS:-300}" != 0 ]; then
+    NIMBLE_REQUIRE_GPU=1 timeout "${TESTS_SECONDS:-300}" python3 -m pytest -q -p no:cacheprovider nimble-py/tests 2>&1 | tee "$out/python-tests.log" | tail -15
+    status=${PIPESTATUS[0]}
+fi
 .gpu/nimble-bench models --json > "$out/models.json" || exit 1
 : > "$out/backend.txt"
+cells=0
 for cell in "$@"; do
+    cells=$((cells + 1))
     IFS=: read -r models dtype batch <<< "$cell"
-    name="same-process-backend-$dtype-b$batch"
+    name="same-process-backend-$cells-$dtype-b$batch"
     timeout "$budget" python3 experiments/python/same_process.py --models-json "$out/models.json" --out "$out/$name.json" \
         --models "$models" --systems eager,compile,nimble,backend --dtype "$dtype" --batch "$batch" \
         --commit "$(cat .gpu/COMMIT 2>/dev/null || echo unknown)" > "$out/$name.table" 2> "$out/$name.log"
@@ -25,5 +33,6 @@ for cell in "$@"; do
     [ "$cell_status" = 0 ] || status=$cell_status
     { echo "== $cell (status $cell_status)"; cat "$out/$name.table"; grep -E "failed|Error" "$out/$name.log" | tail -5; } >> "$out/backend.txt"
 done
-echo "python tests: $(tail -1 "$out/python-tests.log")" >> "$out/backend.txt"
+[ -f "$out/python-tests.log" ] && echo "python tests: $(tail -1 "$out/python-tests.log")" >> "$out/backend.txt"
+[ -f "$out/overhead.txt" ] && grep -E "call|entry|replay|accepts" "$out/overhead.txt" >> "$out/backend.txt"
 finish_packed backend "$status"

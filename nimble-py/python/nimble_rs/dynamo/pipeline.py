@@ -23,7 +23,7 @@ import torch.fx
 from .. import scheduling
 from ..errors import NimbleInputError
 from . import regions as regions_module
-from .runner import CapturedGraph, Program, seconds_since, shape_key, time_median_ms
+from .runner import CapturedGraph, Program, seconds_since, shape_key, time_quartiles_ms
 from .taskgraph import Tasks, op_name, tasks_of
 
 DEFAULTS: Dict[str, Any] = {
@@ -198,14 +198,18 @@ class NimbleCompiled:
         candidates = {}
         for name, program in (("streams", self.streams_program), ("single", self.single_program)):
             graph = CapturedGraph(program, args, self.static, self.options["warmups"])
-            candidates[name] = (time_median_ms(lambda: graph(args)), graph.peak_bytes)
+            candidates[name] = (time_quartiles_ms(lambda: graph(args)), graph.peak_bytes)
             del graph
-        (streams_ms, streams_bytes), (single_ms, single_bytes) = candidates["streams"], candidates["single"]
-        self.report["measured_ms"] = {"streams": streams_ms, "single": single_ms}
+        (streams_q, streams_bytes), (single_q, single_bytes) = candidates["streams"], candidates["single"]
+        self.report["measured_ms"] = {"streams": streams_q[1], "single": single_q[1]}
         self.report["measured_peak_bytes"] = {"streams": streams_bytes, "single": single_bytes}
-        if streams_ms < single_ms:
-            return "streams", f"measured {streams_ms:.3f} ms on {self.report['streams']} streams against {single_ms:.3f} ms as one region"
-        return "single", f"measured {single_ms:.3f} ms as one region against {streams_ms:.3f} ms on {self.report['streams']} streams"
+        streams = self.report["streams"]
+        # Streams only where they win beyond the timings' noise: their upper quartile below one
+        # region's lower quartile. Otherwise the compiler's own program, which is never slower
+        # than itself.
+        if streams_q[2] < single_q[0]:
+            return "streams", f"measured {streams_q[1]:.3f} ms on {streams} streams against {single_q[1]:.3f} ms as one region (quartiles apart)"
+        return "single", f"measured {single_q[1]:.3f} ms as one region against {streams_q[1]:.3f} ms on {streams} streams (streams not faster beyond noise)"
 
 
 def _admit_shape(signature: tuple, key: tuple, bound: int) -> bool:

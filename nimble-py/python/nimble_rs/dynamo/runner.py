@@ -184,20 +184,23 @@ class CapturedGraph:
         return self.outputs
 
 
-def time_median_ms(run: Callable[[], Any], repeats: int = 20) -> float:
-    """Median of ``repeats`` CUDA-event timings of ``run`` after two untimed calls."""
-    for _ in range(2):
+def time_quartiles_ms(run: Callable[[], Any], repeats: int = 30) -> Tuple[float, float, float]:
+    """Lower quartile, median and upper quartile of ``repeats`` CUDA-event timings of ``run``
+    after three untimed calls, each from an idle device (synchronized first), so that the host's
+    cost of launching (which grows with a graph's streams) counts as it does in a real call."""
+    for _ in range(3):
         run()
     times = []
     for _ in range(repeats):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
         start.record()
         run()
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))
     times.sort()
-    return times[len(times) // 2]
+    return times[len(times) // 4], times[len(times) // 2], times[(3 * len(times)) // 4]
 
 
 def shape_key(args: Sequence[Any]) -> Tuple:

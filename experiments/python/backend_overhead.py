@@ -1,0 +1,88 @@
+"""Where a call of torch.compile(backend="nimble") spends its host time, against reduce-overhead:
+the median of CUDA-event timings of the whole call, of the backend's own entry (the captured
+graph's input checks, copy and replay) and of the replay alone, then a cProfile of calls.
+
+    python3 experiments/python/backend_overhead.py [--model llama|inception-v3] [--calls 200]
+"""
+
+import argparse
+import cProfile
+import pstats
+import statistics
+import sys
+
+import torch
+
+
+def model_and_input(name):
+    if name == "llama":
+        import transformers
+
+        config = transformers.LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=4, vocab_size=32000, use_cache=False, return_dict=False)
+        return transformers.LlamaModel(config).cuda().eval().to(torch.bfloat16), torch.randint(0, 32000, (1, 128), device="cuda")
+    import torchvision
+
+    model = torchvision.models.inception_v3(weights=None, aux_logits=False, init_weights=False)
+    return model.cuda().eval(), torch.randn(1, 3, 299, 299, device="cuda")
+
+
+def median_ms(call, calls):
+    for _ in range(20):
+        call()
+    times = []
+    for _ in range(calls):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        call()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="llama")
+    parser.add_argument("--calls", type=int, default=200)
+    args = parser.parse_args()
+    import nimble_rs
+    from nimble_rs.dynamo import pipeline
+
+    torch.backends.cudnn.benchmark = True
+    model, x = model_and_input(args.model)
+    captured = []
+    original = pipeline.NimbleCompiled.__call__
+
+    def spy(self, *a):
+        if not captured:
+            captured.append((self, a))
+        return original(self, *a)
+
+    with torch.no_grad():
+        compiled = torch.compile(model, mode="reduce-overhead")
+        print(f"reduce-overhead call      {median_ms(lambda: compiled(x), args.calls):.3f} ms")
+        torch._dynamo.reset()
+        pipeline.NimbleCompiled.__call__ = spy
+        fast = torch.compile(model, backend="nimble")
+        for _ in range(3):
+            fast(x)
+        pipeline.NimbleCompiled.__call__ = original
+        print(f"backend call              {median_ms(lambda: fast(x), args.calls):.3f} ms")
+        entry, flat = captured[0]
+        print(f"backend entry (flat args) {median_ms(lambda: entry(*flat), args.calls):.3f} ms  ({len(flat)} args)")
+        graph = entry.last
+        print(f"accepts + copy + replay   {median_ms(lambda: graph(flat) if graph.accepts(flat) else None, args.calls):.3f} ms")
+        print(f"replay alone              {median_ms(graph.graph.replay, args.calls):.3f} ms")
+        print(f"report: {nimble_rs.dynamo.reports()[-1]}")
+        profile = cProfile.Profile()
+        profile.enable()
+        for _ in range(args.calls):
+            fast(x)
+        torch.cuda.synchronize()
+        profile.disable()
+        pstats.Stats(profile, stream=sys.stdout).sort_stats("tottime").print_stats(18)
+
+
+if __name__ == "__main__":
+    main()
