@@ -4,7 +4,6 @@
 //! Per node, `id` and `op` are required; `duration_us`, `shapes` (a list of integer lists) and
 //! `attrs` (an object) are optional; any other field is ignored, as is any other top-level field.
 
-use std::io::Read;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -69,42 +68,7 @@ impl TaskGraph {
     }
 }
 
-/// Reads a UTF-8 text file of at most [`MAX_GRAPH_FILE_BYTES`], with that bound: a larger file,
-/// or an endless one such as `/dev/zero`, is an error once the bound is passed. A name ending
-/// in `.gz` is decompressed, and the bound holds for the text it holds (so a small file that
-/// inflates without end is an error too).
-pub fn read_text(path: &Path) -> Result<String> {
-    let io = |error| GraphError::Io { path: path.display().to_string(), error };
-    let file = std::fs::File::open(path).map_err(io)?;
-    let mut bytes = Vec::new();
-    let reader: Box<dyn Read> = if path.extension().is_some_and(|e| e == "gz") { Box::new(flate2::read::GzDecoder::new(file)) } else { Box::new(file) };
-    reader.take(MAX_GRAPH_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::InvalidInput || e.kind() == std::io::ErrorKind::InvalidData {
-            io(std::io::Error::new(e.kind(), format!("{e}; expected a gzip-compressed JSON file (the name ends in .gz)")))
-        } else {
-            io(e)
-        }
-    })?;
-    if bytes.len() as u64 > MAX_GRAPH_FILE_BYTES {
-        return Err(GraphError::FileTooLarge { path: path.display().to_string(), limit_mib: MAX_GRAPH_FILE_BYTES >> 20 });
-    }
-    String::from_utf8(bytes).map_err(|e| {
-        let valid = e.utf8_error().valid_up_to();
-        io(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not UTF-8 text (byte {valid} is not valid UTF-8); expected JSON")))
-    })
-}
-
-/// Writes `bytes` to `path` through a temporary file in the same directory and a rename.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    let io = |error| GraphError::Io { path: path.display().to_string(), error };
-    let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let temporary = path.with_file_name(format!(".{file_name}.{}.tmp", std::process::id()));
-    std::fs::write(&temporary, bytes).map_err(io)?;
-    std::fs::rename(&temporary, path).map_err(|e| {
-        let _ = std::fs::remove_file(&temporary);
-        io(e)
-    })
-}
+pub use crate::files::{read_text, write_atomically};
 
 /// serde_json appends " at line L column C" to its messages; we report those separately.
 fn strip_position(message: &str) -> String {

@@ -23,6 +23,7 @@ pub mod analysis;
 pub mod bitset;
 pub mod dot;
 pub mod error;
+pub mod files;
 pub mod graph;
 pub mod json;
 pub mod matching;
