@@ -89,7 +89,9 @@ const COMPUTE_SHARE: f64 = 0.5;
 /// whole GPU).
 pub const MAX_COLLECTIVE_SLOWDOWN: f64 = 1.0 + COMPUTE_SHARE;
 
-fn simulate_step(step: &TrainingStep, assigner: &dyn nimble_sched::StreamAssigner, scale: f64, options: &ProjectionOptions, gpus: usize) -> (f64, usize) {
+/// The step's simulated makespan and streams; an error when a priced node would last longer than
+/// a task may (an optimizer speed or a measured step far out of range).
+fn simulate_step(step: &TrainingStep, assigner: &dyn nimble_sched::StreamAssigner, scale: f64, options: &ProjectionOptions, gpus: usize) -> Result<(f64, usize), String> {
     let mut collective_bytes = vec![None; step.graph.len()];
     for (&c, (_, bytes)) in step.collectives.iter().zip(&step.buckets) {
         collective_bytes[c] = Some(*bytes as f64);
@@ -114,10 +116,17 @@ fn simulate_step(step: &TrainingStep, assigner: &dyn nimble_sched::StreamAssigne
                 attrs.insert("sm_share".into(), serde_json::json!(share));
             }
         })
-        .expect("durations scaled from valid ones and shares in (0, 1] stay valid");
+        .map_err(|e| {
+            format!(
+                "the step cannot be priced on {gpus} GPU(s): {e} (an optimizer speed of {} GB/s, a collective slowdown of {}, compute scaled by {scale:.3e}); expected an optimizer speed and a measured step that keep every task under {} µs",
+                options.optimizer_bytes_per_us / 1e3,
+                options.collective_slowdown,
+                nimble_graph::MAX_DURATION_US
+            )
+        })?;
     let analysis = Analysis::new(&graph);
     let plan = assigner.assign(&analysis);
-    (simulate(&graph, &plan, &SimulatorConfig::for_graph(nimble_sched::LaunchMode::Graph, &graph)).makespan_us, plan.streams)
+    Ok((simulate(&graph, &plan, &SimulatorConfig::for_graph(nimble_sched::LaunchMode::Graph, &graph)).makespan_us, plan.streams))
 }
 
 /// Projects `forward`'s training step at per-GPU `batch` to each of `gpus` (see the module
@@ -146,7 +155,7 @@ pub fn project(forward: &TaskGraph, batch: i64, one_gpu_us: f64, gpus: &[usize],
     // fixed), so a few fixed-point steps settle it.
     let mut scale = 1.0;
     for _ in 0..20 {
-        let (simulated, _) = simulate_step(&single, assigner.as_ref(), scale, options, 1);
+        let (simulated, _) = simulate_step(&single, assigner.as_ref(), scale, options, 1)?;
         let next = scale * one_gpu_us / simulated;
         let settled = (next - scale).abs() <= 1e-9 * scale;
         scale = next;
@@ -154,20 +163,20 @@ pub fn project(forward: &TaskGraph, batch: i64, one_gpu_us: f64, gpus: &[usize],
             break;
         }
     }
-    let (base, base_streams) = simulate_step(&single, assigner.as_ref(), scale, options, 1);
+    let (base, base_streams) = simulate_step(&single, assigner.as_ref(), scale, options, 1)?;
     let steps = gpus
         .iter()
         .map(|&n| {
             let (step_us, streams, all_reduce_us, buckets) = if n == 1 {
                 (base, base_streams, 0.0, 0)
             } else {
-                let (us, streams) = simulate_step(&parallel, assigner.as_ref(), scale, options, n);
+                let (us, streams) = simulate_step(&parallel, assigner.as_ref(), scale, options, n)?;
                 let total = parallel.buckets.iter().map(|(_, bytes)| options.all_reduce.time_us(*bytes as f64, n)).sum();
                 (us, streams, total, parallel.buckets.len())
             };
-            ProjectedStep { gpus: n, step_us, samples_per_s: n as f64 * batch as f64 / step_us * 1e6, buckets, all_reduce_us, exposed_us: step_us - base, streams }
+            Ok(ProjectedStep { gpus: n, step_us, samples_per_s: n as f64 * batch as f64 / step_us * 1e6, buckets, all_reduce_us, exposed_us: step_us - base, streams })
         })
-        .collect();
+        .collect::<Result<Vec<_>, String>>()?;
     Ok(Projection { batch, algorithm: algorithm.into(), one_gpu_us, compute_scale: scale, steps })
 }
 
@@ -209,6 +218,15 @@ mod tests {
         let (a, b) = (free.at(2).unwrap(), priced.at(2).unwrap());
         assert!(a.exposed_us > 10.0, "{a:?}");
         assert!(b.exposed_us < a.exposed_us - 10.0, "the last all-reduce hides behind the earlier updates: {a:?} {b:?}");
+    }
+
+    /// An optimizer so slow that its update would outlast any task is an error naming the
+    /// speed, not a panic (`scaling --optimizer-gbs 0.00001` exited 101).
+    #[test]
+    fn an_optimizer_too_slow_to_price_is_an_error() {
+        let forward = chain(40, 1000);
+        let error = project(&forward, 32, 3000.0, &[1, 2], "nimble", &ProjectionOptions { optimizer_bytes_per_us: 1e-5, ..options(1e3) }).unwrap_err();
+        assert!(error.contains("cannot be priced") && error.contains("optimizer speed of 0.00000001 GB/s"), "{error}");
     }
 
     /// Compute beside an all-reduce slows down by the factor given: the one-GPU step stays the

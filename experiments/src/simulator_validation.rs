@@ -190,7 +190,29 @@ pub struct PreparedRuns {
 
 impl PreparedRuns {
     /// Regenerates every graph of `record` and recomputes every plan.
+    ///
+    /// # Errors
+    /// A record without runs, or with a run whose measured time is not a positive number (the
+    /// errors would be NaN or meaningless), or whose graph or algorithm is unknown.
     pub fn new(record: &ValidationRecord) -> Result<PreparedRuns, Box<dyn std::error::Error>> {
+        if record.runs.is_empty() {
+            return Err("the record has no runs; expected a validate-simulator record with at least one measured run".into());
+        }
+        if let Some(run) = record.runs.iter().find(|r| !(r.measured.median_us.is_finite() && r.measured.median_us > 0.0)) {
+            return Err(format!(
+                "run {} with {} in {} mode has a measured median of {} µs; expected a positive time",
+                run.graph,
+                run.algorithm,
+                run.mode.name(),
+                run.measured.median_us
+            )
+            .into());
+        }
+        for mode in [LaunchMode::Graph, LaunchMode::Eager] {
+            if !record.runs.iter().any(|r| r.mode == mode) {
+                return Err(format!("the record has no {}-mode runs; expected runs in both modes, as validate-simulator measures them", mode.name()).into());
+            }
+        }
         let mut graphs: Vec<TaskGraph> = Vec::new();
         let mut keys: Vec<(String, bool)> = Vec::new();
         let mut plans: Vec<((usize, String), StreamPlan)> = Vec::new();

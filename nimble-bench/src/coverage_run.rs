@@ -83,10 +83,10 @@ fn run_model(dir: &Path, entry: &ManifestEntry, args: &CoverageArgs<'_>, scratch
             Err(error) => return failed(Status::Other, format!("waiting for the model's process: {error}")),
         }
     };
-    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let text = nimble_graph::json::read_text(&log).unwrap_or_default();
     let last_error = text.lines().rev().find_map(|l| l.strip_prefix("error: ")).map(str::to_string);
     if status.success() {
-        let record = std::fs::read_to_string(&out).map_err(|e| e.to_string()).and_then(|t| serde_json::from_str::<serde_json::Value>(&t).map_err(|e| e.to_string()));
+        let record = nimble_graph::json::read_text(&out).map_err(|e| e.to_string()).and_then(|t| serde_json::from_str::<serde_json::Value>(&t).map_err(|e| e.to_string()));
         return match record.and_then(|r| ModelOutcome::from_infer_record(entry, 0, &r, started.elapsed().as_secs_f64())) {
             Ok(outcome) => outcome,
             Err(error) => failed(Status::Other, format!("the model's infer record: {error}")),

@@ -41,7 +41,7 @@ pub fn launch(gpus: usize, scratch: &Path, what: &str, command: impl Fn(&Path) -
         }
     }
     wait_all(ranks)?;
-    outs.iter().enumerate().map(|(rank, out)| std::fs::read_to_string(out).with_context(|| format!("reading rank {rank}'s result"))).collect()
+    outs.iter().enumerate().map(|(rank, out)| nimble_graph::json::read_text(out).with_context(|| format!("reading rank {rank}'s result"))).collect()
 }
 
 fn stop(ranks: &mut [Child]) {

@@ -33,7 +33,7 @@ pub struct SimulateArgs<'a> {
 
 /// Measured median latency per (model, algorithm name without arguments), µs.
 fn measured_latencies(path: &Path) -> Result<std::collections::BTreeMap<(String, String), f64>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = nimble_graph::json::read_text(path).with_context(|| format!("reading {}", path.display()))?;
     let record: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
     let mut out = std::collections::BTreeMap::new();
     for m in record["models"].as_array().with_context(|| format!("{}: no `models` array (expected a `schedulers` record)", path.display()))? {

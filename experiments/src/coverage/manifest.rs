@@ -45,9 +45,7 @@ pub struct ManifestEntry {
 impl Manifest {
     /// Reads and checks `path`.
     pub fn read(path: &Path) -> Result<Manifest, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            format!("{}: {e} (expected the manifest.json that experiments/python/export_torchscript.py DIR writes)", path.display())
-        })?;
+        let text = nimble_graph::json::read_text(path).map_err(|e| format!("{e} (expected the manifest.json that experiments/python/export_torchscript.py DIR writes)"))?;
         let manifest: Manifest = serde_json::from_str(&text).map_err(|e| format!("{}: not an exporter manifest: {e}", path.display()))?;
         for entry in &manifest.models {
             if entry.error.is_none() && entry.inputs.is_empty() {
