@@ -200,8 +200,9 @@ enum Command {
         models: String,
         /// Simulate each algorithm on the committed model task graphs (*.graph.json in
         /// --graphs) instead of measuring: streams, syncs, assignment time, simulated latency,
-        /// speedup over one stream and over the floor; writes
-        /// paper-figs/results/schedulers-simulated.json and <out-dir>/schedulers-simulated.svg
+        /// speedup over one stream and over the floor; draws <out-dir>/schedulers-simulated.svg
+        /// and, with --results FILE, writes the record there (the committed one is
+        /// paper-figs/results/schedulers-simulated.json; a re-render leaves it as it is)
         #[arg(long)]
         simulate: bool,
         /// With --simulate: comma-separated algorithms (default: every registered one)
@@ -378,7 +379,9 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
             algorithms: algos.as_deref(),
             graphs: &graphs,
             simulator: &simulator,
-            results: &figure.results.clone().unwrap_or_else(|| PathBuf::from("paper-figs/results/schedulers-simulated.json")),
+            // The record only where asked: its assignment times are this machine's, so a re-render
+            // with the defaults must not rewrite the committed one.
+            results: figure.results.as_deref(),
             out_dir: &figure.out_dir,
         }),
         Command::Schedulers { models, figure, kernel_graphs, .. } => {

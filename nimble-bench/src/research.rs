@@ -25,7 +25,8 @@ pub struct SimulateArgs<'a> {
     /// The directory of `*.graph.json` task graphs.
     pub graphs: &'a Path,
     pub simulator: &'a SimulatorArgs,
-    pub results: &'a Path,
+    /// Where to write the record, if anywhere.
+    pub results: Option<&'a Path>,
     pub out_dir: &'a Path,
     /// A measured `schedulers` record to validate against (models and algorithms it has).
     pub measured: Option<&'a Path>,
@@ -157,7 +158,9 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
         "validation": validation,
         "models": models,
     });
-    write_file(args.results, &serde_json::to_string_pretty(&record)?)?;
+    if let Some(path) = args.results {
+        write_file(path, &serde_json::to_string_pretty(&record)?)?;
+    }
     let mut lines = vec![format!(
         "{:<18} {:<14} {:>7} {:>6} {:>10} {:>11} {:>9} {:>8} {:>11} {:>7} {:>8}",
         "model", "algorithm", "streams", "syncs", "assign ms", "simulated", "x single", "x floor", "measured", "error", "x floor"
@@ -233,6 +236,7 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
             v["worst"].as_str().unwrap_or_default()
         ));
     }
-    lines.push(format!("record: {}\nfigure: {}", args.results.display(), svg.display()));
+    let record_line = args.results.map_or("record: not written (give --results FILE to write it)".to_string(), |p| format!("record: {}", p.display()));
+    lines.push(format!("{record_line}\nfigure: {}", svg.display()));
     emit(&lines.join("\n"))
 }
