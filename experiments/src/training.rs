@@ -39,8 +39,10 @@ use crate::models::{self, Dataset, Model};
 use crate::record::Provenance;
 
 /// Largest relative difference of a variable's change from eager training's that a measured
-/// mode may show (TF32 convolutions and cuDNN's non-deterministic reductions give about 1e-3).
-pub const CHECK_TOLERANCE: f64 = 5e-2;
+/// mode may show: about twice the largest the committed record shows (3.8e-3, ResNet-50's
+/// `bn1.bias` at batch 64 on the H200: TF32 convolutions and cuDNN's non-deterministic
+/// reductions), so a regression several times that fails instead of passing.
+pub const CHECK_TOLERANCE: f64 = 8e-3;
 
 /// How one training step is run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -1,7 +1,9 @@
 //! The committed GPU measurements keep checking the simulator: re-simulating every run of
 //! `paper-figs/results/simulator-validation.json` (the calibration runs) and
 //! `simulator-holdout.json` (held-out graphs) with today's default parameters must stay within
-//! the goals (median |error| ≤ 10% for graph launch, ≤ 15% for eager launch).
+//! twice the errors the README publishes for them (graph launch 0.6% and 0.4%, eager launch 4.7%
+//! and 3.2%), well inside the goals (10% and 15%): a regression several times the published
+//! error fails here.
 
 use std::path::PathBuf;
 
@@ -9,6 +11,8 @@ use experiments::simulator_validation::{evaluate, SuiteGraph, ValidationRecord, 
 use nimble_sched::SimulatorConfig;
 
 const RECORDS: [(&str, &[SuiteGraph]); 2] = [("simulator-validation.json", SUITE), ("simulator-holdout.json", HOLDOUT_SUITE)];
+/// Twice the published median |error| of each record: (graph mode, eager mode).
+const BOUNDS: [(f64, f64); 2] = [(0.012, 0.094), (0.008, 0.064)];
 
 fn committed_record(name: &str) -> ValidationRecord {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../paper-figs/results").join(name);
@@ -18,11 +22,11 @@ fn committed_record(name: &str) -> ValidationRecord {
 
 #[test]
 fn simulator_matches_the_committed_gpu_measurements() {
-    for (name, _) in RECORDS {
+    for ((name, _), (graph_bound, eager_bound)) in RECORDS.iter().zip(BOUNDS) {
         let record = committed_record(name);
         let evaluation = evaluate(&record, &SimulatorConfig::graph(), &SimulatorConfig::eager()).unwrap();
-        assert!(evaluation.median_abs_error_graph <= 0.10, "{name}, graph mode: median error {:.1}%", evaluation.median_abs_error_graph * 100.0);
-        assert!(evaluation.median_abs_error_eager <= 0.15, "{name}, eager mode: median error {:.1}%", evaluation.median_abs_error_eager * 100.0);
+        assert!(evaluation.median_abs_error_graph <= graph_bound, "{name}, graph mode: median error {:.2}%", evaluation.median_abs_error_graph * 100.0);
+        assert!(evaluation.median_abs_error_eager <= eager_bound, "{name}, eager mode: median error {:.2}%", evaluation.median_abs_error_eager * 100.0);
     }
 }
 

@@ -171,6 +171,13 @@ fn report(record: &ValidationRecord, svg: Option<&PathBuf>) -> Result<()> {
         evaluation.median_abs_error_graph * 100.0,
         evaluation.median_abs_error_eager * 100.0
     ))?;
+    for mode in [LaunchMode::Graph, LaunchMode::Eager] {
+        let mut errors: Vec<f64> = evaluation.runs.iter().filter(|r| r.mode == mode).map(|r| r.relative_error.abs() * 100.0).collect();
+        errors.sort_by(f64::total_cmp);
+        // The nearest-rank percentile, as schedulers --simulate computes it.
+        let at = |q: f64| errors[((errors.len() - 1) as f64 * q).round() as usize];
+        emit(&format!("{} mode over {} runs: |error| 90th percentile {:.1}%, worst {:.1}%", mode.name(), errors.len(), at(0.9), at(1.0)))?;
+    }
     if let Some(path) = svg {
         let png = crate::plots::save(&crate::plots::SimulatedVsMeasured::new(&evaluation, &record.provenance)?, path)?;
         emit(&format!("wrote {} and {}", path.display(), png.display()))?;

@@ -33,15 +33,18 @@ impl GraphSource {
     }
 
     pub fn load(&self) -> Result<TaskGraph> {
-        match (&self.graph, &self.synthetic) {
+        let graph = match (&self.graph, &self.synthetic) {
             (Some(path), _) => {
                 let context = || format!("reading {}", path.display());
                 let text = nimble_graph::json::read_text(path)?;
-                TaskGraph::from_json_str(&text).with_context(context)
+                let graph = TaskGraph::from_json_str(&text).with_context(context)?;
+                anyhow::ensure!(!graph.is_empty(), "{}: the task graph has no nodes; expected at least one task to schedule", path.display());
+                graph
             }
-            (None, Some(spec)) => Ok(spec.parse::<SyntheticSpec>()?.generate()),
+            (None, Some(spec)) => spec.parse::<SyntheticSpec>()?.generate(),
             (None, None) => unreachable!("clap requires one source"),
-        }
+        };
+        Ok(graph)
     }
 }
 
@@ -336,7 +339,9 @@ pub fn algorithm_names(names: Option<&str>) -> Vec<String> {
 /// timed and simulated in both launch modes.
 pub fn compare_rows(analysis: &Analysis<'_>, names: Option<&str>, simulator: &SimulatorArgs) -> Result<Vec<CompareRow>> {
     let graph = analysis.graph();
-    let assigners = algorithm_names(names).iter().map(|n| algorithms::by_name(n)).collect::<Result<Vec<_>, _>>()?;
+    let named = algorithm_names(names);
+    anyhow::ensure!(!named.is_empty(), "--algos {:?} names no algorithm; expected a comma-separated list of registered names (see `nimble-bench algos`)", names.unwrap_or_default());
+    let assigners = named.iter().map(|n| algorithms::by_name(n)).collect::<Result<Vec<_>, _>>()?;
     let (graph_config, eager_config) = (simulator.config_for(Mode::Graph, graph)?, simulator.config_for(Mode::Eager, graph)?);
     let critical_path_us = graph.critical_path().length_us;
     let mut rows = Vec::new();

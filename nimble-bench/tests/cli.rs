@@ -50,9 +50,18 @@ fn bad_input_gives_one_line_and_status_2() {
     let negative = write("negative.json", r#"{"nodes":[{"id":1,"op":"a","duration_us":2},{"id":9,"op":"b","duration_us":-5}],"edges":[[1,9]]}"#);
     let huge = write("huge.json", r#"{"nodes":[{"id":4,"op":"a","duration_us":1e308}]}"#);
     let share = write("share.json", r#"{"nodes":[{"id":7,"op":"a","attrs":{"sm_share":1.5}}]}"#);
+    let empty = write("empty.json", r#"{"nodes":[]}"#);
+    let scaling_out = scratch("scaling-slow").to_str().unwrap().to_string();
+    let sim = |name: &str, text: &str| write(name, text).to_str().unwrap().to_string();
+    let (min_share, negative_latency, huge_launch, no_kernels) = (
+        sim("min-share.json", r#"{"min_sm_share": 5}"#),
+        sim("negative-latency.json", r#"{"graph_dependency_latency_us": -1}"#),
+        sim("huge-launch.json", r#"{"graph_launch_us": -1e308}"#),
+        sim("no-kernels.json", r#"{"max_concurrent_kernels": 0}"#),
+    );
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["simulate", "--graph", negative.to_str().unwrap()], "node 9: duration_us is -5, expected a finite number"),
-        (vec!["simulate", "--graph", huge.to_str().unwrap()], "node 4: duration_us is 1000000000"),
+        (vec!["simulate", "--graph", huge.to_str().unwrap()], "node 4: duration_us is 1e308, expected"),
         (vec!["compare", "--graph", share.to_str().unwrap()], "node 7: sm_share is 1.5, expected a number in (0, 1]"),
         (vec!["assign", "--synthetic", "fan:1000000:1000"], "it has 1,000,000,002 nodes, more than 100000"),
         (vec!["assign", "--graph", "/dev/zero"], "larger than 64 MiB"),
@@ -65,6 +74,39 @@ fn bad_input_gives_one_line_and_status_2() {
         (vec!["assign", "--synthetic", "fan:2", "--algo", "round-robin:zero"], "invalid argument"),
         (vec!["compare", "--synthetic", "tree:3"], "unknown family"),
         (vec!["simulate", "--synthetic", "fan:2", "--sm-share", "1.5"], "--sm-share"),
+        // Simulator parameters outside their ranks: each named, with its range.
+        (vec!["simulate", "--synthetic", "fan:2", "--sim-config", &min_share], "`min_sm_share` is 5: expected a share of the GPU in [0, 1]"),
+        (vec!["compare", "--synthetic", "fan:2", "--sim-config", &negative_latency], "`graph_dependency_latency_us` is -1"),
+        (vec!["simulate", "--synthetic", "fan:2", "--sim-config", &huge_launch], "`graph_launch_us` is -1e308"),
+        (vec!["simulate", "--synthetic", "fan:2", "--sim-config", &no_kernels], "`max_concurrent_kernels` is 0"),
+        (vec!["simulate", "--synthetic", "fan:2", "--mode", "eager", "--launch-us", "1e308"], "`eager_launch_us` is 1e308"),
+        // Smaller ones: an empty graph, no algorithm, a size past u64.
+        (vec!["simulate", "--graph", empty.to_str().unwrap()], "the task graph has no nodes"),
+        (vec!["compare", "--synthetic", "fan:2", "--algos", ",,,"], "names no algorithm"),
+        (vec!["assign", "--synthetic", "dnn:18446744073709551616"], "is too large"),
+        // Every file a command reads is bounded.
+        (vec!["schedulers", "--simulate", "--measured", "/dev/zero"], "larger than 64 MiB"),
+        (vec!["calibrate-simulator", "--results", "/dev/zero"], "larger than 64 MiB"),
+        (vec!["same-process", "--results", "/dev/zero"], "larger than 64 MiB"),
+        // No panic: an optimizer too slow to price.
+        (
+            vec![
+                "scaling",
+                "--results",
+                "../paper-figs/results/scaling-283e232.json",
+                "--ddp",
+                "../paper-figs/results/pytorch-ddp-283e232.json",
+                "--graphs",
+                "../paper-figs/results/scaling-graphs-283e232",
+                "--allreduce",
+                "../paper-figs/results/allreduce-283e232.json",
+                "--optimizer-gbs",
+                "0.00001",
+                "--out-dir",
+                &scaling_out,
+            ],
+            "cannot be priced",
+        ),
     ];
     for (arguments, expected) in cases {
         let output = nimble_bench(&arguments);
@@ -434,15 +476,16 @@ fn schedulers_simulate_runs_every_algorithm_on_the_committed_model_graphs_withou
         }
     }
     assert!(figures.join("schedulers-simulated.svg").exists() && figures.join("schedulers-simulated.png").exists());
-    // The simulator on the kernel-timed graphs against the same run's measurements (issue 18's
-    // goal: median |error| within 10%, worst within 20%, over every zoo model and algorithm).
+    // The simulator on the kernel-timed graphs against the same run's measurements: within
+    // twice what the README publishes (median |error| 3.4%, worst -9.6%, over every zoo model
+    // and algorithm), so a regression several times that fails.
     assert_eq!(models.len(), 10, "{text}");
     for m in models {
         assert!(m["simulator"]["min_sm_share"].as_f64().unwrap() > 0.0, "kernel-timed graphs get their calibration: {}", m["simulator"]);
     }
     let v = &record["validation"];
     assert_eq!(v["runs"], 60, "{v}");
-    assert!(v["median_abs_error_pct"].as_f64().unwrap() <= 10.0 && v["worst_error_pct"].as_f64().unwrap().abs() <= 20.0, "{v}");
+    assert!(v["median_abs_error_pct"].as_f64().unwrap() <= 6.8 && v["worst_error_pct"].as_f64().unwrap().abs() <= 19.2, "{v}");
     assert!(text.contains("simulated against measured"), "{text}");
     // Chosen algorithms and models only.
     let chosen = stdout(&nimble_bench(&["schedulers", "--simulate", "--graphs", "../paper-figs/results/model-graphs", "--models", "resnet50", "--algos", "single,level", "--results", results.to_str().unwrap(), "--out-dir", figures.to_str().unwrap()]));
@@ -469,12 +512,13 @@ fn schedulers_simulate_covers_the_coverage_set_and_matches_its_measurements() {
             assert!(r["graph_makespan_us"].as_f64().unwrap() >= floor * 0.999, "{m}");
         }
     }
-    // One stream and Nimble measured per model; the simulator within 10% at the median. The
-    // worst (EfficientNet-V2-S, +21%) is a model whose profiled kernels ran slower than unprofiled
-    // ones (its floor exceeds its measured one-stream latency); the README says so.
+    // One stream and Nimble measured per model; the simulator within twice the published median
+    // (3.1%). The worst (EfficientNet-V2-S, +20.8%) is a model whose profiled kernels ran slower
+    // than unprofiled ones (its floor exceeds its measured one-stream latency; the README says
+    // so): bounded at 25%, 1.2 times it.
     let v = &record["validation"];
     assert_eq!(v["runs"], 172, "{v}");
-    assert!(v["median_abs_error_pct"].as_f64().unwrap() <= 10.0 && v["worst_error_pct"].as_f64().unwrap().abs() <= 25.0, "{v}");
+    assert!(v["median_abs_error_pct"].as_f64().unwrap() <= 6.2 && v["worst_error_pct"].as_f64().unwrap().abs() <= 25.0, "{v}");
     assert!(figures.join("schedulers-validation.svg").exists(), "{text}");
 }
 
@@ -518,7 +562,7 @@ fn scaling_renders_the_committed_records_with_the_simulators_projection_and_name
     };
     // Every model, batch and measured GPU count with DDP's numbers beside Nimble's; the
     // simulator's 2-GPU prediction beside the measurement, re-simulated from the committed graphs
-    // (median error within 10%, none beyond 15%); 4 and 8 GPUs simulated only.
+    // (within twice the published errors below); 4 and 8 GPUs simulated only.
     let mut errors = Vec::new();
     for model in ["resnet50", "mobilenet-v2"] {
         for batch in ["32", "64", "128"] {
@@ -526,7 +570,8 @@ fn scaling_renders_the_committed_records_with_the_simulators_projection_and_name
             let two = row(model, batch, "2");
             assert_ne!(two[8], "-");
             let error: f64 = two[7].trim_end_matches('%').parse().unwrap_or_else(|_| panic!("{two:?}"));
-            assert!(error.abs() <= 15.0, "{model} {batch}: {error}% off");
+            // Twice the largest published cell error (4.6%, ResNet-50 at batch 64).
+            assert!(error.abs() <= 9.2, "{model} {batch}: {error}% off");
             errors.push(error.abs());
             for gpus in ["4", "8"] {
                 let simulated = row(model, batch, gpus);
@@ -535,7 +580,8 @@ fn scaling_renders_the_committed_records_with_the_simulators_projection_and_name
         }
     }
     errors.sort_by(f64::total_cmp);
-    assert!((errors[2] + errors[3]) / 2.0 <= 10.0, "median error {errors:?}");
+    // Twice the published median (2.55%).
+    assert!((errors[2] + errors[3]) / 2.0 <= 5.1, "median error {errors:?}");
     assert!(figures.join("scaling.svg").exists());
     let output = nimble_bench(&["scaling", "--results", ddp, "--out-dir", figures.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(2));
@@ -622,4 +668,36 @@ fn re_rendering_every_figure_with_its_defaults_changes_nothing_committed() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// One answer per graph: `simulate`, `compare` and `schedulers --simulate` give the same makespan
+/// for the same committed graph, algorithm and mode (they decide the simulator's parameters the
+/// same way: the kernel-timed calibration here), and every output names the calibration. On
+/// NASNet-A mobile `simulate` gave 827.9 µs where `compare` gave 988.1.
+#[test]
+fn every_command_gives_one_simulated_answer_per_graph() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../paper-figs/results/model-graphs");
+    let results = scratch("one-answer.json");
+    let figures = scratch("one-answer-figures");
+    let algorithms = ["nimble", "greedy"];
+    stdout(&nimble_bench(&["schedulers", "--simulate", "--graphs", dir.to_str().unwrap(), "--algos", &algorithms.join(","), "--measured", "none", "--results", results.to_str().unwrap(), "--out-dir", figures.to_str().unwrap()]));
+    let record: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
+    let mut checked = 0;
+    for model in record["models"].as_array().unwrap() {
+        let graph = dir.join(model["file"].as_str().unwrap());
+        let graph = graph.to_str().unwrap();
+        let compared: serde_json::Value = serde_json::from_str(&stdout(&nimble_bench(&["compare", "--graph", graph, "--algos", &algorithms.join(","), "--json"]))).unwrap();
+        assert_eq!(compared["calibration"], "kernel-timed-h200", "{graph}");
+        for (k, algorithm) in algorithms.iter().enumerate() {
+            let simulated: serde_json::Value = serde_json::from_str(&stdout(&nimble_bench(&["simulate", "--graph", graph, "--algo", algorithm, "--json"]))).unwrap();
+            assert_eq!(simulated["calibration"], "kernel-timed-h200", "{graph}");
+            let from_simulate = simulated["makespan_us"].as_f64().unwrap();
+            let from_compare = compared["algorithms"][k]["graph_makespan_us"].as_f64().unwrap();
+            let from_schedulers = model["rows"][k]["graph_makespan_us"].as_f64().unwrap();
+            assert_eq!(model["rows"][k]["algorithm"], *algorithm);
+            assert!(from_simulate == from_compare && from_compare == from_schedulers, "{graph} {algorithm}: simulate {from_simulate}, compare {from_compare}, schedulers --simulate {from_schedulers}");
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 20);
 }

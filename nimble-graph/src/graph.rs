@@ -166,13 +166,22 @@ fn too_large() -> GraphError {
     GraphError::TooLarge { limit: MAX_NODES, limit_gb: (MAX_NODES as f64).powi(2) / 8.0 / 1e9 }
 }
 
+/// `value` as a reader takes it in: exponent notation beyond a million (1e308, not 309 digits).
+pub fn compact(value: f64) -> String {
+    if value.is_finite() && value.abs() >= 1e6 {
+        format!("{value:e}")
+    } else {
+        value.to_string()
+    }
+}
+
 /// A node's duration must be a finite number of µs in [0, MAX_DURATION_US], and its `sm_share`
 /// (the simulator's share of the GPU's SMs), when given, a number in (0, 1].
 fn check_fields(node: &Node) -> Result<()> {
     let invalid = |field, value: String, expected: &str| GraphError::InvalidField { id: node.id, field, value, expected: expected.into() };
     if let Some(d) = node.duration_us {
         if !(0.0..=MAX_DURATION_US).contains(&d) {
-            return Err(invalid("duration_us", d.to_string(), "a finite number of microseconds from 0 to 1e9"));
+            return Err(invalid("duration_us", compact(d), "a finite number of microseconds from 0 to 1e9"));
         }
     }
     if let Some(share) = node.attrs.get("sm_share") {

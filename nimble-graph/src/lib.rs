@@ -36,5 +36,5 @@ pub use analysis::CriticalPath;
 pub use reachability::Reachability;
 pub use dot::DotOptions;
 pub use error::{GraphError, Result};
-pub use graph::{Node, TaskGraph, TaskGraphBuilder, MAX_DURATION_US, MAX_NODES};
+pub use graph::{compact, Node, TaskGraph, TaskGraphBuilder, MAX_DURATION_US, MAX_NODES};
 pub use synth::SyntheticSpec;

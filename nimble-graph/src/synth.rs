@@ -42,7 +42,12 @@ impl FromStr for SyntheticSpec {
         let mut parts = spec.split(':');
         let family = parts.next().unwrap_or_default();
         let numbers: Vec<u64> = parts
-            .map(|p| p.parse::<u64>().map_err(|_| invalid(&format!("`{p}` is not a non-negative integer; {EXPECTED}"))))
+            .map(|p| {
+                p.parse::<u64>().map_err(|e| match e.kind() {
+                    std::num::IntErrorKind::PosOverflow => invalid(&format!("`{p}` is too large (the most a graph may have is {MAX_NODES} nodes); {EXPECTED}")),
+                    _ => invalid(&format!("`{p}` is not a non-negative integer; {EXPECTED}")),
+                })
+            })
             .collect::<Result<_>>()?;
         let size = |i: usize, default: Option<u64>| -> Result<usize> {
             match numbers.get(i).copied().or(default) {

@@ -19,7 +19,11 @@ pub fn algorithms_list() -> Vec<(&'static str, &'static str, &'static str)> {
 }
 
 fn graph(text: &str) -> PyResult<TaskGraph> {
-    TaskGraph::from_json_str(text).map_err(input_error)
+    let graph = TaskGraph::from_json_str(text).map_err(input_error)?;
+    if graph.is_empty() {
+        return Err(input_error("the task graph has no nodes; expected at least one task to schedule"));
+    }
+    Ok(graph)
 }
 
 /// Assigns `graph`'s tasks to streams with `algorithm` and checks the plan (every dependency

@@ -2,6 +2,7 @@
 every registered algorithm, outputs against eager through Inductor, keyword arguments, graph
 breaks, the shape bound and the fallback warning. (Capture on streams is in test_backend_gpu.py.)"""
 
+import copy
 import warnings
 
 import pytest
@@ -200,3 +201,30 @@ def test_ops_on_weights_alone_join_their_reader():
     folded = [n["attrs"]["folded"] for n in tasks.graph["nodes"] if "folded" in n.get("attrs", {})]
     assert folded == [["aten::t"]] * 3, folded
     assert partition(gm, tasks, "nimble").streams == 1
+
+
+@pytest.mark.parametrize("make, shape", [(lambda: Inception(channels=4), (2, 4, 8, 8)), (lambda: Attention(d=16), (2, 5, 16))])
+def test_training_through_the_backend_matches_eager(make, shape):
+    # AOTAutograd's forward and backward graphs are each planned and run as regions: gradients
+    # reach .grad, any optimizer steps them, BatchNorm's statistics move as eager's do.
+    torch._dynamo.reset()
+    eager = make().train()
+    fast_model = copy.deepcopy(eager)
+    fast = torch.compile(fast_model, backend="nimble")
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (eager, fast_model)]
+    before = len(nimble_rs.dynamo.reports())
+    output = lambda y: y["last_hidden_state"] if isinstance(y, dict) else y
+    for _ in range(3):
+        x = torch.randn(shape)
+        for run, optimizer in zip((eager, fast), optimizers):
+            optimizer.zero_grad()
+            output(run(x)).square().mean().backward()
+            optimizer.step()
+        for a, b in zip(eager.parameters(), fast_model.parameters()):
+            # Absolute floor: a convolution's bias before BatchNorm has a zero gradient, computed
+            # as rounding noise of 1e-8 by both.
+            assert torch.allclose(b.grad, a.grad, rtol=1e-4, atol=1e-6), (a.grad, b.grad)
+    for a, b in zip(eager.state_dict().values(), fast_model.state_dict().values()):
+        assert torch.allclose(b.float(), a.float(), rtol=1e-5, atol=1e-6)
+    kinds = [r["graph"] for r in nimble_rs.dynamo.reports()[before:]]
+    assert kinds == ["forward", "backward"], kinds

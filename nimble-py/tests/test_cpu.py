@@ -53,6 +53,22 @@ def test_simulated_latency_is_within_one_stream_and_the_critical_path():
     assert eager["mode"] == "eager" and eager["makespan_us"] > 0, eager
 
 
+def test_simulate_gives_the_clis_answer_on_the_committed_graphs():
+    # The same choice of simulator parameters as the CLI: the committed schedulers --simulate
+    # record (kernel-timed graphs, kernel-timed calibration) is what nimble_rs.simulate gives.
+    import json
+    from pathlib import Path
+
+    results = Path(__file__).resolve().parents[2] / "paper-figs" / "results"
+    record = json.loads((results / "schedulers-simulated.json").read_text())
+    for model in record["models"][:4]:
+        graph = json.loads((results / "model-graphs" / model["file"]).read_text())
+        nimble = next(r for r in model["rows"] if r["algorithm"] == "nimble")
+        result = nimble_rs.simulate(graph, "nimble", "graph")
+        assert result["calibration"] == "kernel-timed-h200", result
+        assert result["makespan_us"] == nimble["graph_makespan_us"], (model["model"], result, nimble)
+
+
 def test_the_rewritten_forward_matches_the_module():
     model, x = branches()
     nimble = nimble_rs.Nimble(model)

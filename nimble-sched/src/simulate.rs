@@ -191,15 +191,15 @@ impl SimulatorConfig {
         let bad = |parameter: &str, value: String, expected: &str| SchedError::InvalidSimulatorParameter { parameter: parameter.to_string(), value, expected: expected.to_string() };
         for (name, value) in microseconds {
             if !(0.0..=MAX_LATENCY_US).contains(&value) {
-                return Err(bad(name, value.to_string(), "a number of µs in [0, 1e6]"));
+                return Err(bad(name, nimble_graph::compact(value), "a number of µs in [0, 1e6]"));
             }
         }
         if !(0.0..=nimble_graph::MAX_DURATION_US).contains(&self.default_duration_us) {
-            return Err(bad("default_duration_us", self.default_duration_us.to_string(), "a number of µs in [0, 1e9]"));
+            return Err(bad("default_duration_us", nimble_graph::compact(self.default_duration_us), "a number of µs in [0, 1e9]"));
         }
         for (name, value) in [("default_sm_share", self.default_sm_share), ("min_sm_share", self.min_sm_share)] {
             if !(0.0..=1.0).contains(&value) {
-                return Err(bad(name, value.to_string(), "a share of the GPU in [0, 1]"));
+                return Err(bad(name, nimble_graph::compact(value), "a share of the GPU in [0, 1]"));
             }
         }
         if !(1..=MAX_CONCURRENT_KERNELS).contains(&self.max_concurrent_kernels) {

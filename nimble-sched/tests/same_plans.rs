@@ -162,5 +162,6 @@ fn every_algorithm_plans_every_family_as_before() {
             }
         }
     }
-    assert!(mismatches.is_empty() || print, "plans changed:\n{}", mismatches.join("\n"));
+    // Printing the digests (to pin a deliberate change) does not make a mismatch pass.
+    assert!(mismatches.is_empty(), "plans changed:\n{}", mismatches.join("\n"));
 }

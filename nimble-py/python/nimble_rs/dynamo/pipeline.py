@@ -127,7 +127,11 @@ def _compile_regions(gm: torch.fx.GraphModule, tasks: Tasks, algorithm: str) -> 
     compiled = []
     for region in partition.regions:
         examples = [v.meta.get("val") for v in region.inputs]
-        compiled.append(torch._inductor.compile(region.module, examples))
+        # Outside the enclosing graph's tracing context: each region's compile would report its
+        # own output strides there as the whole forward's, and AOTAutograd would restride the
+        # backward's inputs by the last region's. (Inductor keeps every output's eager strides.)
+        with torch._guards.tracing(None):
+            compiled.append(torch._inductor.compile(region.module, examples))
     return Program(gm, partition, compiled)
 
 
@@ -299,13 +303,16 @@ def nimble_backend(gm: torch.fx.GraphModule, example_inputs: List[Any], options:
     chosen = _options(options)
     from torch._dynamo.backends.common import aot_autograd
 
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    # AOTAutograd's calling convention: one list of the graph's inputs.
     def inference(graph, inputs):
-        return compile_graph(graph, inputs, chosen, "inference")
+        return make_boxed_func(compile_graph(graph, inputs, chosen, "inference"))
 
     def forward(graph, inputs):
-        return compile_graph(graph, inputs, chosen, "forward")
+        return make_boxed_func(compile_graph(graph, inputs, chosen, "forward"))
 
     def backward(graph, inputs):
-        return compile_graph(graph, inputs, chosen, "backward")
+        return make_boxed_func(compile_graph(graph, inputs, chosen, "backward"))
 
     return aot_autograd(fw_compiler=forward, bw_compiler=backward, inference_compiler=inference)(gm, example_inputs)
