@@ -50,9 +50,12 @@ impl StreamPlan {
     /// for S syncs with bit rows, or O(V + C·K) with vector clocks for C cross-stream MEG edges
     /// and K streams, whichever is less (`stream_clocks`).
     ///
-    /// # Panics
-    /// When `stream_of` or `order` does not cover the graph's nodes, or `order` is not
-    /// topological: assigners build these from the graph, so this is a bug in the assigner.
+    /// # Malformed assignments
+    /// When `stream_of` or `order` does not cover the graph's nodes, or `order` is not a
+    /// topological order (a bug in the assigner, a user's new one say), no syncs are chosen and
+    /// the plan keeps what it was given: [`crate::verified`], which every caller runs, then
+    /// returns [`crate::SchedError::InvalidPlan`] naming the algorithm and the problem, instead of
+    /// this function panicking.
     pub fn from_assignment(
         analysis: &Analysis<'_>,
         algorithm: impl Into<String>,
@@ -62,11 +65,17 @@ impl StreamPlan {
         let graph = analysis.graph();
         let n = graph.len();
         let order = order.unwrap_or_else(|| graph.topological_order().to_vec());
-        assert_eq!(stream_of.len(), n, "an assignment labels every node");
-        assert_eq!(order.len(), n, "an issue order lists every node");
         let mut position = vec![usize::MAX; n];
+        let mut covers = stream_of.len() == n && order.len() == n;
         for (p, &v) in order.iter().enumerate() {
-            position[v] = p;
+            match position.get_mut(v) {
+                Some(slot) if *slot == usize::MAX => *slot = p,
+                _ => covers = false,
+            }
+        }
+        if !covers || graph.edges().any(|(u, v)| position[u] > position[v]) {
+            let streams = stream_of.iter().max().map_or(0, |s| s + 1);
+            return StreamPlan { algorithm: algorithm.into(), streams, stream_of: stream_of.to_vec(), order, syncs: Vec::new() };
         }
         let (streams, stream_of) = renumber_by_first_use(stream_of, &order);
 
@@ -126,7 +135,6 @@ fn plan_syncs(
         }
         candidates.clear();
         for &u in &analysis.meg_predecessors()[v] {
-            assert!(position[u] < position[v], "issue order must be topological");
             if stream_of[u] != stream_of[v] {
                 candidates.push(u);
             }

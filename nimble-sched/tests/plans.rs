@@ -205,3 +205,36 @@ fn assignments_with_sparse_labels_are_renumbered() {
     let plan = StreamPlan::from_assignment(&analysis, "custom", &[17, 17, 5], None);
     assert_eq!((plan.streams, plan.stream_of.clone()), (2, vec![0, 0, 1]));
 }
+
+/// A badly written assigner (a researcher's first try) gets an error naming it from `verified`,
+/// which every caller runs, not a panic inside `StreamPlan::from_assignment`.
+#[test]
+fn a_broken_assigner_is_an_error_naming_it() {
+    struct Broken {
+        labels_short: bool,
+    }
+    use nimble_sched::StreamAssigner;
+    impl StreamAssigner for Broken {
+        fn name(&self) -> String {
+            if self.labels_short { "short-labels" } else { "reversed-order" }.to_string()
+        }
+        fn assign(&self, analysis: &Analysis<'_>) -> StreamPlan {
+            let n = analysis.graph().len();
+            if self.labels_short {
+                StreamPlan::from_assignment(analysis, self.name(), &vec![0; n - 1], None)
+            } else {
+                let mut order = analysis.graph().topological_order().to_vec();
+                order.reverse();
+                StreamPlan::from_assignment(analysis, self.name(), &vec![0; n], Some(order))
+            }
+        }
+    }
+    let graph = SyntheticSpec::Fan { branches: 3, depth: 2 }.generate();
+    let analysis = Analysis::new(&graph);
+    for (labels_short, expected) in [(true, "stream_of has 7 entries for 8 nodes"), (false, "issue order puts node")] {
+        let assigner = Broken { labels_short };
+        let error = verified(&analysis, &assigner.assign(&analysis)).unwrap_err();
+        let message = error.to_string();
+        assert!(message.contains(&assigner.name()) && message.contains(expected), "{message}");
+    }
+}

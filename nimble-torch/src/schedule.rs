@@ -51,6 +51,8 @@ pub(crate) fn plan_schedule(trace: &Trace, assigner: &dyn nimble_sched::StreamAs
     let assigned = assigner.assign(&analysis);
     // Syncs for the order in which the ops will really be issued: the traced one.
     let plan = StreamPlan::from_assignment(&analysis, assigned.algorithm.clone(), &assigned.stream_of, Some((0..graph.len()).collect()));
+    // A malformed assignment (a new algorithm's bug) is an error naming it, before the shim sees it.
+    nimble_sched::verified(&analysis, &plan)?;
     let schedule = planned_schedule(trace, &graph, &plan, device)?;
     Ok((graph, plan, schedule))
 }
