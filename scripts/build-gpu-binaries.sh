@@ -18,13 +18,15 @@ for line in sys.stdin:
         | while read -r executable name; do cp "$executable" ".gpu/tests/$package-$name"; done
 done
 strip .gpu/nimble-bench .gpu/tests/* 2>/dev/null || true
-# The Python package as a wheel (abi3: the GPU machine's Python 3.12 takes it), with pytest's
+# The Python package and its libtorch engine as wheels (abi3: the GPU machine's Python 3.12 takes it), with pytest's
 # wheels, for scripts/device/run-python-suite.sh; nothing is fetched there. No auditwheel repair:
 # the extension must use the torch libraries of the Python that imports it, not bundled copies.
 venv=.nimble-venv
 if [ ! -x "$venv/bin/maturin" ]; then "$venv/bin/pip" install --quiet --disable-pip-version-check "maturin==1.9.6" "pytest==8.4.2"; fi
 mkdir -p .gpu/wheels
-VIRTUAL_ENV="$PWD/$venv" PATH="$PWD/$venv/bin:$PATH" maturin build --release --locked --auditwheel skip --manifest-path nimble-py/Cargo.toml --out .gpu/wheels
+for manifest in nimble-py/Cargo.toml nimble-py/engine/Cargo.toml; do
+    VIRTUAL_ENV="$PWD/$venv" PATH="$PWD/$venv/bin:$PATH" maturin build --release --locked --auditwheel skip --manifest-path "$manifest" --out .gpu/wheels
+done
 "$venv/bin/pip" download --quiet --disable-pip-version-check --only-binary=:all: --python-version 3.12 --dest .gpu/wheels "pytest==8.4.2"
 # The commit the binaries were built from, for records made by scripts (the Python baselines).
 { git rev-parse HEAD | tr -d '\n'; git diff --quiet HEAD 2>/dev/null || printf -- '-dirty'; echo; } > .gpu/COMMIT

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the Python package nimble_rs (nimble-py/, maturin) into the cached torch 2.11.0 venv
+# Builds the Python package nimble_rs and its libtorch engine (nimble-py/ and nimble-py/engine/,
+# maturin) into the cached torch 2.11.0 venv
 # that scripts/setup-libtorch.sh makes (linked as .nimble-venv), then runs its pytest suite.
 # pytest's "no tests ran" (exit 5) fails like a failing test. Run setup-libtorch.sh first.
 set -euo pipefail
@@ -14,6 +15,9 @@ if [ ! -x "$venv/bin/maturin" ] || [ ! -x "$venv/bin/pytest" ]; then
     "$venv/bin/pip" install --quiet --disable-pip-version-check "maturin==1.9.6" "pytest==8.4.2"
 fi
 cd "$repo"
-# From the repo root, so that .cargo/config.toml (LIBTORCH) applies to the build.
-VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" maturin develop --locked --manifest-path nimble-py/Cargo.toml
+# From the repo root, so that .cargo/config.toml (LIBTORCH) applies to the build: the package
+# with its scheduling extension (no libtorch), then the libtorch engine behind nimble_rs.Nimble.
+for manifest in nimble-py/Cargo.toml nimble-py/engine/Cargo.toml; do
+    VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" maturin develop --locked --manifest-path "$manifest"
+done
 "$venv/bin/python3" -m pytest -q nimble-py/tests "$@"

@@ -1,158 +1,20 @@
-//! `nimble_rs._native`, the Rust half of the Python package `nimble_rs` (its Python half, in
-//! `python/nimble_rs`, traces `torch.nn.Module`s, checks the torch version and defines the
-//! exceptions). A `Native` holds a nimble-torch `Nimble` loaded from a TorchScript file; tensors
-//! cross as the same `at::Tensor` through pyo3-tch, without copies.
+//! `nimble_rs._sched`, the scheduling half of the Python package `nimble_rs`: the registry, plans,
+//! regions and simulations on task graphs given as JSON text. It links no libtorch (no tch), so
+//! it loads beside any torch: `import nimble_rs` and `torch.compile(backend="nimble")` work with
+//! the user's torch, and only `nimble_rs.Nimble` needs the libtorch engine (`nimble_rs_engine`,
+//! in `engine/`, built for torch 2.11.0 exactly). The engine uses this crate's errors and plan
+//! JSON as a library.
 
-mod convert;
-mod errors;
-mod nogil;
-mod scheduling;
+pub mod errors;
+pub mod scheduling;
 
-use errors::{input_error, torch_error};
-use nimble_torch::{Nimble, PrepareOptions};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
-use tch::Device;
-
-/// A model loaded from TorchScript, prepared by `prepare`. Not shared between threads (a
-/// prepared CUDA graph belongs to the thread that captured it).
-#[pyclass(unsendable, module = "nimble_rs._native")]
-struct Native {
-    inner: Nimble,
-}
-
-/// `cpu`, `cuda` or `cuda:N`, as torch writes a device.
-fn device(name: &str) -> PyResult<Device> {
-    match name {
-        "cpu" => Ok(Device::Cpu),
-        "cuda" => Ok(Device::Cuda(0)),
-        _ => name
-            .strip_prefix("cuda:")
-            .and_then(|i| i.parse().ok())
-            .map(Device::Cuda)
-            .ok_or_else(|| {
-                input_error(format!(
-                    "device `{name}` is not supported: expected cpu, cuda or cuda:N"
-                ))
-            }),
-    }
-}
-
-#[pymethods]
-impl Native {
-    /// Loads a `torch.jit.save`d module onto `device`.
-    #[staticmethod]
-    fn load(path: &str, device_name: &str) -> PyResult<Native> {
-        Ok(Native {
-            inner: Nimble::from_torchscript(path, device(device_name)?).map_err(torch_error)?,
-        })
-    }
-
-    /// Makes the module read the caller's tensors: `tensors[i]` becomes its parameter or
-    /// buffer `names[i]` (see `Nimble::bind_tensors`).
-    fn bind(&mut self, names: Vec<String>, tensors: &Bound<'_, PyTuple>) -> PyResult<()> {
-        let tensors = convert::tensors(tensors)?;
-        if names.len() != tensors.len() {
-            return Err(input_error(format!("{} names for {} tensors", names.len(), tensors.len())));
-        }
-        let named: Vec<(String, tch::Tensor)> = names.into_iter().zip(tensors).collect();
-        self.inner.bind_tensors(&named).map_err(torch_error)
-    }
-
-    /// The forward's arguments after `self`: `(name, type, has_default)` each.
-    fn arguments(&self) -> PyResult<Vec<(String, String, bool)>> {
-        Ok(self
-            .inner
-            .torchscript_arguments()
-            .map_err(torch_error)?
-            .unwrap_or_default())
-    }
-
-    /// Prepares the multi-stream CUDA graph; the report as JSON.
-    #[pyo3(signature = (inputs, algorithm, optimize, channels_last, training))]
-    fn prepare(
-        &mut self,
-        py: Python<'_>,
-        inputs: &Bound<'_, PyTuple>,
-        algorithm: &str,
-        optimize: bool,
-        channels_last: Option<bool>,
-        training: bool,
-    ) -> PyResult<String> {
-        let inputs = convert::tensors(inputs)?;
-        let base = if training {
-            PrepareOptions::training()
-        } else {
-            PrepareOptions::inference()
-        };
-        let options = base
-            .algorithm(algorithm)
-            .optimize(optimize)
-            .channels_last(channels_last);
-        // Training runs autograd's backward, which libtorch refuses under the GIL.
-        let inner = &mut self.inner;
-        let report = nogil::without_gil(py, move || inner.prepare(&inputs, options).map(|r| r.clone()))
-            .map_err(torch_error)?;
-        serde_json::to_string(&report)
-            .map_err(|e| errors::raise("NimbleError", format!("writing the report: {e}")))
-    }
-
-    /// Replays the prepared graph on `inputs`; the output in the module's structure, its
-    /// tensors the graph's own buffers (`copy`: copies of them).
-    #[pyo3(signature = (inputs, copy))]
-    fn forward(
-        &self,
-        py: Python<'_>,
-        inputs: &Bound<'_, PyTuple>,
-        copy: bool,
-    ) -> PyResult<PyObject> {
-        let inputs = convert::tensors(inputs)?;
-        let value = self.inner.forward_value(&inputs).map_err(torch_error)?;
-        convert::value(py, &value, copy)
-    }
-
-    /// The module's own forward (TorchScript, op by op), in its structure.
-    fn eager(&self, py: Python<'_>, inputs: &Bound<'_, PyTuple>) -> PyResult<PyObject> {
-        let inputs = convert::tensors(inputs)?;
-        let value = self.inner.eager_value(&inputs).map_err(torch_error)?;
-        convert::value(py, &value, false)
-    }
-
-    /// The forward after the inference rewrites, run once op by op (CPU too); its tensors, flat.
-    fn run_optimized(&self, py: Python<'_>, inputs: &Bound<'_, PyTuple>) -> PyResult<PyObject> {
-        let inputs = convert::tensors(inputs)?;
-        let outputs = self.inner.run_optimized(&inputs).map_err(torch_error)?;
-        convert::tensor_list(py, outputs)
-    }
-
-    /// The task graph of one forward on `inputs`, recorded without preparing (CPU too), as JSON.
-    fn trace_graph(&self, inputs: &Bound<'_, PyTuple>, optimize: bool) -> PyResult<String> {
-        let inputs = convert::tensors(inputs)?;
-        let trace = self.inner.trace(&inputs, optimize).map_err(torch_error)?;
-        Ok(trace.task_graph().map_err(torch_error)?.to_json_string())
-    }
-
-    /// The prepared task graph as JSON, or `None` before `prepare`.
-    fn task_graph(&self) -> Option<String> {
-        self.inner.task_graph().map(|g| g.to_json_string())
-    }
-
-    /// The prepared plan as JSON, or `None` before `prepare`.
-    fn plan(&self) -> Option<String> {
-        Some(scheduling::plan_json(
-            self.inner.task_graph()?,
-            self.inner.plan()?,
-        ))
-    }
-}
 
 #[pymodule]
-fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
-    module.add_class::<Native>()?;
+fn _sched(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(scheduling::algorithms_list, module)?)?;
     module.add_function(wrap_pyfunction!(scheduling::assign_json, module)?)?;
     module.add_function(wrap_pyfunction!(scheduling::simulate_json, module)?)?;
     module.add_function(wrap_pyfunction!(scheduling::regions_json, module)?)?;
-    module.add("LIBTORCH_VERSION", "2.11.0")?;
     Ok(())
 }

@@ -4,6 +4,7 @@ breaks, the shape bound and the fallback warning. (Capture on streams is in test
 
 import copy
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -228,3 +229,37 @@ def test_training_through_the_backend_matches_eager(make, shape):
         assert torch.allclose(b.float(), a.float(), rtol=1e-5, atol=1e-6)
     kinds = [r["graph"] for r in nimble_rs.dynamo.reports()[before:]]
     assert kinds == ["forward", "backward"], kinds
+
+
+ANOTHER_TORCH = r"""
+import sys, torch
+from torch.torch_version import TorchVersion
+torch.__version__ = TorchVersion("2.12.0")   # another torch, as the package sees it
+sys.modules["nimble_rs_engine"] = None        # and the libtorch engine unloadable
+import nimble_rs
+model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2)).eval()
+x = torch.randn(3, 4)
+with torch.no_grad():
+    assert torch.allclose(torch.compile(model, backend="nimble")(x), model(x), atol=1e-6)
+print("backend ok", nimble_rs.algorithms()[0][0])
+try:
+    nimble_rs.Nimble(model)
+except ImportError as e:
+    print("Nimble:", e)
+"""
+
+
+def test_the_backend_needs_no_particular_torch_and_nimble_names_both_versions():
+    import subprocess
+    import sys
+
+    # The scheduling extension links no libtorch (the engine does, for torch 2.11.0 only).
+    so = next(p for p in (Path(nimble_rs.__file__).parent).iterdir() if p.name.startswith("_sched") and p.suffix == ".so")
+    needed = subprocess.run(["readelf", "-d", str(so)], capture_output=True, text=True, check=True).stdout
+    assert "libtorch" not in needed and "libc10" not in needed, needed
+    # With another torch and no engine: import, the backend and the registry work; Nimble
+    # refuses with one error naming both versions.
+    done = subprocess.run([sys.executable, "-c", ANOTHER_TORCH], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "backend ok nimble" in done.stdout, done.stdout
+    assert "built for torch 2.11.0, but this Python has torch 2.12.0" in done.stdout, done.stdout

@@ -15,11 +15,9 @@ The scheduler is usable on its own, with task graphs as dicts: ``algorithms()``,
 ``assign(graph, "nimble")``, ``simulate(graph, "nimble", "graph")``.
 """
 
-import torch as _torch
-
-from ._version import REQUIRED_TORCH, check_torch_version
-
-check_torch_version(_torch.__version__)
+# The scheduling extension links no libtorch, so this works with any torch; nimble_rs.Nimble
+# checks for torch 2.11.0 (its engine's) when it is first used.
+from ._version import REQUIRED_TORCH
 
 from . import errors  # noqa: E402
 from .errors import (  # noqa: E402

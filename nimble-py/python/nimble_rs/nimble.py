@@ -8,8 +8,24 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from . import _native
+from ._version import REQUIRED_TORCH, check_torch_version
 from .errors import NimbleInputError, NotPreparedError
+
+
+def engine():
+    """The libtorch engine (`nimble_rs_engine`), imported on first use: only here, not at
+    ``import nimble_rs``, must torch be the version it was built for (2.11.0); any other is an
+    ImportError naming both, and a missing engine an ImportError saying how to install it."""
+    check_torch_version(torch.__version__)
+    try:
+        import nimble_rs_engine
+    except ImportError as e:
+        raise ImportError(
+            "nimble_rs.Nimble needs the libtorch engine, nimble-rs-engine, which is not installed "
+            f"({e}); build it with `maturin develop --release -m nimble-py/engine/Cargo.toml` in a Python "
+            f"with torch {REQUIRED_TORCH} (torch.compile(backend=\"nimble\") works without it)"
+        ) from e
+    return nimble_rs_engine
 
 
 def _tensors(inputs: tuple) -> tuple:
@@ -52,6 +68,8 @@ class Nimble:
             self._script = None
         else:
             raise TypeError(f"expected a torch.nn.Module or a torch.jit.ScriptModule, got {type(module).__name__}")
+        # The engine now, so that a torch other than its own fails here, naming both versions.
+        engine()
         self._module = module
         self._native: Optional[Any] = None
         self._prepared_native: Optional[Any] = None
@@ -70,7 +88,7 @@ class Nimble:
             with tempfile.TemporaryDirectory(prefix="nimble_rs-") as directory:
                 path = os.path.join(directory, "module.pt")
                 torch.jit.save(script, path)
-                native = _native.Native.load(path, str(device))
+                native = engine().Native.load(path, str(device))
             # The loaded module's tensors are copies from the file: it reads the module's own
             # instead (a trace shares them with the module it traced).
             names, tensors = _own_tensors(script)

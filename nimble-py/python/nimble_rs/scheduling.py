@@ -6,7 +6,7 @@
 import json
 from typing import Any, Dict, List, Tuple
 
-from . import _native
+from . import _sched
 
 Graph = Dict[str, Any]
 
@@ -14,18 +14,18 @@ Graph = Dict[str, Any]
 def algorithms() -> List[Tuple[str, str, str]]:
     """The registered algorithms: ``(name, usage, summary)`` each; ``usage`` shows an argument
     where the algorithm takes one (``round-robin:K``)."""
-    return _native.algorithms_list()
+    return _sched.algorithms_list()
 
 
 def assign(graph: Graph, algorithm: str = "nimble") -> Dict[str, Any]:
     """The plan of ``algorithm`` for ``graph``, checked: ``streams``, ``syncs``, ``stream_of``
     (node id as a string -> stream), ``order`` (ids in issue order), ``sync_edges`` and
     ``assign_ms``."""
-    return json.loads(_native.assign_json(json.dumps(graph), algorithm))
+    return json.loads(_sched.assign_json(json.dumps(graph), algorithm))
 
 
 def simulate(graph: Graph, algorithm: str = "nimble", mode: str = "graph") -> Dict[str, Any]:
     """The simulated latency (µs) of ``algorithm``'s plan for ``graph`` launched as one CUDA graph
     (``mode="graph"``) or kernel by kernel (``"eager"``), with one stream's and the critical
     path's (the floor no assignment beats)."""
-    return json.loads(_native.simulate_json(json.dumps(graph), algorithm, mode))
+    return json.loads(_sched.simulate_json(json.dumps(graph), algorithm, mode))

@@ -47,7 +47,7 @@ class Partition:
 
 def plan_regions(tasks: Tasks, algorithm: str) -> Tuple[dict, dict]:
     """The plan of ``algorithm`` for the task graph and its regions, from the Rust registry."""
-    answer = json.loads(scheduling._native.regions_json(json.dumps(tasks.graph), algorithm))
+    answer = json.loads(scheduling._sched.regions_json(json.dumps(tasks.graph), algorithm))
     return answer["plan"], answer["regions"]
 
 
