@@ -8,46 +8,10 @@
 //! assignment on an idle GPU with free synchronization.
 
 use nimble_graph::TaskGraph;
-use serde::Serialize;
 
 use crate::inference::{prepare_checked, InferConfig, InferMode, InferRow, Subject};
 
-/// A model's floor beside a measured latency.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Floor {
-    /// The critical path by kernel-derived durations, microseconds.
-    pub floor_us: f64,
-    /// The measured median latency over `floor_us`.
-    pub over_floor: f64,
-    /// Every op's kernel time added up: the one-stream replay's work, microseconds.
-    pub kernel_time_us: f64,
-    /// Tasks on the critical path, and in the graph.
-    pub path_tasks: usize,
-    pub tasks: usize,
-}
-
-impl Floor {
-    /// The floor of `graph` (kernel-timed) against `latency_us`.
-    ///
-    /// # Errors
-    /// When the graph has no durations (nothing to take a critical path of).
-    pub fn of(graph: &TaskGraph, latency_us: f64) -> nimble_torch::Result<Floor> {
-        let path = graph.critical_path();
-        if path.length_us <= 0.0 {
-            return Err(nimble_torch::NimbleError::InvalidInput(format!(
-                "the floor needs a kernel-timed task graph, but this one's {} tasks have no durations",
-                graph.len()
-            )));
-        }
-        Ok(Floor {
-            floor_us: path.length_us,
-            over_floor: latency_us / path.length_us,
-            kernel_time_us: graph.nodes().iter().filter_map(|n| n.duration_us).sum(),
-            path_tasks: path.nodes.len(),
-            tasks: graph.len(),
-        })
-    }
-}
+pub use crate::inference::Floor;
 
 /// The floor of the Nimble graph measured in `row`: `model` prepared again as that row was
 /// (its algorithm, rewrites and layout), its ops' kernels timed, and the critical path taken.

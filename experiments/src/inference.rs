@@ -19,7 +19,7 @@ pub use crate::tolerance::{LIBTORCH_VERSION, LOW_PRECISION_TOLERANCE, OPTIMIZED_
 use crate::record::Provenance;
 
 /// What the inference experiments measure: a zoo model, or any TorchScript file with its inputs
-/// (`crate::torchscript`).
+/// (the `torchscript` module).
 pub trait Subject {
     fn name(&self) -> &str;
     /// Fresh random inputs: a zoo model's at batch `batch`; a TorchScript file's as specified.
@@ -178,9 +178,9 @@ pub struct InferRow {
     pub fuse_kernels: bool,
     pub channels_last: bool,
     /// Nimble rows: the critical path of the graph by its kernels' own durations, which no
-    /// stream assignment can beat, and the latency over it ([`crate::floor`]).
+    /// stream assignment can beat, and the latency over it (measured by the `floor` module).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub floor: Option<crate::floor::Floor>,
+    pub floor: Option<Floor>,
 }
 
 /// A whole comparison, as committed under `paper-figs/results/`.
@@ -447,3 +447,39 @@ fn is_low_precision(kind: tch::Kind) -> bool {
     matches!(kind, tch::Kind::Half | tch::Kind::BFloat16)
 }
 
+/// A model's floor beside a measured latency.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Floor {
+    /// The critical path by kernel-derived durations, microseconds.
+    pub floor_us: f64,
+    /// The measured median latency over `floor_us`.
+    pub over_floor: f64,
+    /// Every op's kernel time added up: the one-stream replay's work, microseconds.
+    pub kernel_time_us: f64,
+    /// Tasks on the critical path, and in the graph.
+    pub path_tasks: usize,
+    pub tasks: usize,
+}
+
+impl Floor {
+    /// The floor of `graph` (kernel-timed) against `latency_us`.
+    ///
+    /// # Errors
+    /// When the graph has no durations (nothing to take a critical path of).
+    pub fn of(graph: &nimble_graph::TaskGraph, latency_us: f64) -> nimble_torch::Result<Floor> {
+        let path = graph.critical_path();
+        if path.length_us <= 0.0 {
+            return Err(nimble_torch::NimbleError::InvalidInput(format!(
+                "the floor needs a kernel-timed task graph, but this one's {} tasks have no durations",
+                graph.len()
+            )));
+        }
+        Ok(Floor {
+            floor_us: path.length_us,
+            over_floor: latency_us / path.length_us,
+            kernel_time_us: graph.nodes().iter().filter_map(|n| n.duration_us).sum(),
+            path_tasks: path.nodes.len(),
+            tasks: graph.len(),
+        })
+    }
+}

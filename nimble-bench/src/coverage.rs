@@ -2,27 +2,13 @@
 //! --torchscript` in a process of its own (a model that crashes, hangs or runs out of memory
 //! costs only itself), gathered into one record with the class of every failure, and drawn.
 
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
 use anyhow::{Context, Result};
 use experiments::coverage::CoverageRecord;
 
+use crate::command_args::CoverageArgs;
 use crate::output::{emit, write_file};
-
-/// What `coverage` does: measure the models of `dir`, merge records measured in parts, or (with
-/// neither) re-render from `results`.
-#[cfg_attr(not(feature = "torch"), allow(dead_code))] // read only when measuring, which needs libtorch
-pub struct CoverageArgs<'a> {
-    pub dir: Option<&'a Path>,
-    pub only: &'a [String],
-    pub timeout: Duration,
-    pub warmup: usize,
-    pub iterations: usize,
-    pub merge: &'a [PathBuf],
-    pub results: &'a Path,
-    pub out_dir: &'a Path,
-}
 
 pub fn coverage(args: &CoverageArgs<'_>) -> Result<()> {
     let record = match (args.dir, args.merge) {

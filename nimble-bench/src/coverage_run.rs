@@ -11,7 +11,7 @@ use experiments::coverage::{CoverageRecord, Manifest, ManifestEntry, ModelOutcom
 use experiments::inference::LIBTORCH_VERSION;
 use experiments::record::Provenance;
 
-use crate::coverage::CoverageArgs;
+use crate::command_args::CoverageArgs;
 use crate::output::write_file;
 
 /// Runs every selected model of `dir`'s manifest, writing the record after each one, so that a

@@ -13,6 +13,7 @@ use plotters::prelude::*;
 use serde_json::Value;
 
 use crate::bars::{draw_grouped, Group, PALETTE};
+pub use crate::command_args::{Measurement, Rendering};
 use crate::libtorch;
 use crate::output::emit;
 
@@ -92,17 +93,6 @@ pub fn list() -> Result<()> {
     emit(&lines.join("\n"))
 }
 
-/// How a figure command runs: the measuring method, and where its record and figure go.
-#[cfg_attr(not(feature = "torch"), allow(dead_code))] // read only when measuring, which needs libtorch
-pub struct Rendering {
-    pub warmup: usize,
-    pub iterations: usize,
-    /// Re-render from the record instead of measuring.
-    pub from_results: bool,
-    pub results: PathBuf,
-    pub out_dir: PathBuf,
-}
-
 impl Rendering {
     /// Says what `figure` shows; measures `what` (writing the record) when there is a GPU and
     /// libtorch and re-rendering was not asked for; then reads the record.
@@ -128,17 +118,6 @@ impl Rendering {
     }
 }
 
-/// What a figure command measures on a GPU.
-#[cfg_attr(not(feature = "torch"), allow(dead_code))] // read only when measuring, which needs libtorch
-pub enum Measurement<'a> {
-    /// The inference comparison of the zoo models in `models` at batch `batch`.
-    Inference { models: &'a str, batch: i64 },
-    /// The training comparison of `models` at `batches`.
-    Training { models: &'a str, batches: &'a [i64] },
-    /// The scheduler study of `models`; then, when given, each model's kernel-timed task graph
-    /// written to the directory.
-    Schedulers { models: &'a str, kernel_graphs: Option<&'a Path> },
-}
 
 #[cfg(feature = "torch")]
 fn measure(what: &Measurement<'_>, args: &Rendering) -> Result<()> {

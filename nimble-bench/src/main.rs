@@ -4,6 +4,7 @@
 //! results. Errors are printed as one line and exit with status 2.
 
 mod bars;
+mod command_args;
 mod coverage;
 mod coverage_figure;
 #[cfg(feature = "torch")]
@@ -18,8 +19,6 @@ mod example;
 mod figure_inference;
 mod figure_training;
 mod figures;
-#[cfg(feature = "torch")]
-mod floors;
 mod gpu;
 mod libtorch;
 mod output;
@@ -350,8 +349,8 @@ struct FigureArgs {
 }
 
 impl FigureArgs {
-    fn rendering(&self, figure: &str) -> figures::Rendering {
-        figures::Rendering {
+    fn rendering(&self, figure: &str) -> command_args::Rendering {
+        command_args::Rendering {
             warmup: self.warmup,
             iterations: self.iters,
             from_results: self.from_results,
@@ -404,7 +403,7 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
         Command::CalibrateSimulator { results, out } => gpu::calibrate_simulator(&results, out.as_ref()),
         #[cfg(feature = "torch")]
         Command::Torch(command) => torch_cli::run(command),
-        Command::Coverage { dir, only, timeout, warmup, iters, merge, results, out_dir } => coverage::coverage(&coverage::CoverageArgs {
+        Command::Coverage { dir, only, timeout, warmup, iters, merge, results, out_dir } => coverage::coverage(&command_args::CoverageArgs {
             dir: dir.as_deref(),
             only: &only,
             timeout: std::time::Duration::from_secs(timeout),

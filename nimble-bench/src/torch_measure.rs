@@ -9,13 +9,13 @@ use experiments::record::Provenance;
 use experiments::schedulers::{self, SchedulerRecord};
 use tch::Device;
 
+use crate::command_args::{Measurement, Rendering};
 use crate::output::{note, progress, write_file};
 use crate::torch::{build_model, for_each_model, infer, model_names, open_gpu, InferArgs, Models, Optimize, PRECISION};
 use crate::torch_train::{train, TrainArgs};
 
 /// Measures a figure's experiment, writing its record to `args.results`.
-pub fn measure_figure(what: &crate::figures::Measurement<'_>, args: &crate::figures::Rendering) -> Result<()> {
-    use crate::figures::Measurement;
+pub fn measure_figure(what: &Measurement<'_>, args: &Rendering) -> Result<()> {
     match *what {
         Measurement::Inference { models, batch } => infer(&InferArgs {
             models: Models::Zoo { list: models, weights: None, dtype: None },

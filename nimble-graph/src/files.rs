@@ -5,7 +5,10 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use crate::error::{GraphError, Result};
-use crate::json::MAX_GRAPH_FILE_BYTES;
+
+/// The largest file read, bytes (64 MiB). A task graph of [`crate::MAX_NODES`] nodes with shapes
+/// and durations takes about 15 MB.
+pub const MAX_GRAPH_FILE_BYTES: u64 = 64 << 20;
 
 /// Reads a UTF-8 text file of at most [`MAX_GRAPH_FILE_BYTES`], with that bound: a larger file,
 /// or an endless one such as `/dev/zero`, is an error once the bound is passed. A name ending

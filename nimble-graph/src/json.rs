@@ -11,9 +11,6 @@ use serde::{Deserialize, Serialize};
 use crate::error::{GraphError, Result};
 use crate::graph::{Node, TaskGraph, TaskGraphBuilder};
 
-/// The largest task-graph file read, bytes (64 MiB). A graph of [`crate::MAX_NODES`] nodes with
-/// shapes and durations takes about 15 MB.
-pub const MAX_GRAPH_FILE_BYTES: u64 = 64 << 20;
 
 #[derive(Serialize, Deserialize)]
 struct GraphFile {
@@ -68,7 +65,7 @@ impl TaskGraph {
     }
 }
 
-pub use crate::files::{read_text, write_atomically};
+pub use crate::files::{read_text, write_atomically, MAX_GRAPH_FILE_BYTES};
 
 /// serde_json appends " at line L column C" to its messages; we report those separately.
 fn strip_position(message: &str) -> String {

@@ -213,7 +213,7 @@ pub(crate) fn kernel_timed_graph(
         cuda_graph.replay()?;
     }
     ffi::cuda_synchronize()?;
-    let sm = ffi::sm_limits(device)?;
+    let sm = SmLimits::of_device(device)?;
     let ((), device_profile) = profile(None, || {
         for _ in 0..KERNEL_TIMING_REPLAYS {
             cuda_graph.replay()?;

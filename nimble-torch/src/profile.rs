@@ -120,6 +120,14 @@ pub struct SmLimits {
     pub shared_memory: u64,
 }
 
+impl SmLimits {
+    /// The limits of CUDA `device`.
+    pub(crate) fn of_device(device: usize) -> crate::Result<SmLimits> {
+        let [multiprocessors, max_threads, max_blocks, registers, shared_memory] = ffi::sm_limits(device)?;
+        Ok(SmLimits { multiprocessors, max_threads, max_blocks, registers, shared_memory })
+    }
+}
+
 impl Activity {
     pub fn end_ns(&self) -> u64 {
         self.start_ns + self.duration_ns

@@ -85,14 +85,13 @@ pub(crate) fn cuda_empty_cache() -> Result<()> {
     check("empty_cache", unsafe { ns_cuda_empty_cache() })
 }
 
-/// Starts libtorch's Kineto profiler with CUDA activities (CUPTI).
-/// What one multiprocessor of CUDA `device` holds, and how many it has.
-pub(crate) fn sm_limits(device: usize) -> Result<crate::profile::SmLimits> {
+/// What one multiprocessor of CUDA `device` holds, and how many it has: multiprocessors, threads,
+/// blocks, registers and shared memory bytes per multiprocessor (each at least 1).
+pub(crate) fn sm_limits(device: usize) -> Result<[u64; 5]> {
     let mut out = [0i64; 5];
     // SAFETY: the shim writes five integers.
     check("sm_limits", unsafe { ns_sm_limits(device as c_int, out.as_mut_ptr()) })?;
-    let [multiprocessors, max_threads, max_blocks, registers, shared_memory] = out.map(|v| v.max(1) as u64);
-    Ok(crate::profile::SmLimits { multiprocessors, max_threads, max_blocks, registers, shared_memory })
+    Ok(out.map(|v| v.max(1) as u64))
 }
 
 pub(crate) fn profile_begin() -> Result<()> {

@@ -1,0 +1,107 @@
+//! The code's layout keeps its promises: within every crate of the workspace, no file imports a
+//! module that imports it back, directly or around a longer circle (ARCHITECTURE.md). A module
+//! is a top-level file (`src/x.rs`) or directory (`src/x/`); it depends on `y` when its text
+//! names `crate::y`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn rust_files(dir: &Path, into: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, into);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            into.push(path);
+        }
+    }
+}
+
+/// Each top-level module of the crate at `src` and the modules it names through `crate::`.
+fn dependencies(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in files {
+        let relative = file.strip_prefix(src).unwrap();
+        let module = relative.components().next().unwrap().as_os_str().to_string_lossy().trim_end_matches(".rs").to_string();
+        if module == "lib" || module == "main" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        let entry = graph.entry(module.clone()).or_default();
+        for (at, _) in text.match_indices("crate::") {
+            // Not `nimble_crate::` or the like: the word starts here.
+            if at > 0 && text.as_bytes()[at - 1].is_ascii_alphanumeric() || at > 0 && text.as_bytes()[at - 1] == b'_' {
+                continue;
+            }
+            let name: String = text[at + 7..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            if !name.is_empty() && name != module {
+                entry.insert(name);
+            }
+        }
+    }
+    let modules: BTreeSet<String> = graph.keys().cloned().collect();
+    for targets in graph.values_mut() {
+        targets.retain(|t| modules.contains(t));
+    }
+    graph
+}
+
+/// A circle of modules, if the dependencies have one.
+fn circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(node: &str, graph: &BTreeMap<String, BTreeSet<String>>, state: &mut BTreeMap<String, u8>, stack: &mut Vec<String>) -> Option<Vec<String>> {
+        state.insert(node.to_string(), 1);
+        stack.push(node.to_string());
+        for next in &graph[node] {
+            match state.get(next).copied().unwrap_or(0) {
+                1 => {
+                    let from = stack.iter().position(|n| n == next).unwrap();
+                    let mut found = stack[from..].to_vec();
+                    found.push(next.clone());
+                    return Some(found);
+                }
+                0 => {
+                    if let Some(found) = visit(next, graph, state, stack) {
+                        return Some(found);
+                    }
+                }
+                _ => {}
+            }
+        }
+        stack.pop();
+        state.insert(node.to_string(), 2);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for node in graph.keys() {
+        if state.get(node).copied().unwrap_or(0) == 0 {
+            if let Some(found) = visit(node, graph, &mut state, &mut Vec::new()) {
+                return Some(found);
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn no_module_imports_one_that_imports_it_back() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let crates = ["nimble-graph", "nimble-sched", "nimble-cuda", "nimble-torch", "experiments", "nimble-bench", "nimble-py", "nimble-py/engine"];
+    let mut circles = Vec::new();
+    for name in crates {
+        let graph = dependencies(&root.join(name).join("src"));
+        assert!(!graph.is_empty(), "{name}: no modules found");
+        if let Some(found) = circle(&graph) {
+            circles.push(format!("{name}: {}", found.join(" -> ")));
+        }
+    }
+    assert!(circles.is_empty(), "import circles:\n{}", circles.join("\n"));
+}
+
+#[test]
+fn the_check_finds_a_circle() {
+    let graph: BTreeMap<String, BTreeSet<String>> =
+        [("a", vec!["b"]), ("b", vec!["c"]), ("c", vec!["a"]), ("d", vec![])].into_iter().map(|(k, v)| (k.to_string(), v.into_iter().map(String::from).collect())).collect();
+    assert_eq!(circle(&graph), Some(vec!["a".into(), "b".into(), "c".into(), "a".into()]));
+}
