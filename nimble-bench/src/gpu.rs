@@ -55,7 +55,7 @@ pub fn synth(source: &GraphSource, algorithm: &str, mode: Mode, measure: &Measur
     let executor = SyntheticExecutor::new(&gpu, &kernel, &graph, &plan, 0.0)?;
     let mode = LaunchMode::from(mode);
     let measured = executor.measure(mode, options.warmup, options.iterations)?;
-    let simulated = simulate(&graph, &plan, &SimulatorConfig::for_mode(mode)).makespan_us;
+    let simulated = simulate(&graph, &plan, &SimulatorConfig::for_graph(mode, &graph)).makespan_us;
     if as_json {
         return emit_json(&json!({
             "algorithm": plan.algorithm, "mode": mode, "nodes": graph.len(), "streams": plan.streams,
