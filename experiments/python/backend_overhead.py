@@ -8,7 +8,6 @@ graph's input checks, copy and replay) and of the replay alone, then a cProfile 
 import argparse
 import cProfile
 import pstats
-import statistics
 import sys
 
 import torch
@@ -27,18 +26,10 @@ def model_and_input(name):
 
 
 def median_ms(call, calls):
-    for _ in range(20):
-        call()
-    times = []
-    for _ in range(calls):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        start.record()
-        call()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    """The backend's own timing method: each call from an idle device, CUDA events, median."""
+    from nimble_rs.dynamo.runner import time_quartiles_ms
+
+    return time_quartiles_ms(call, calls)[1]
 
 
 def main():

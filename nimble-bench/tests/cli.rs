@@ -180,6 +180,21 @@ fn simulator_report_and_calibration_work_from_a_record() {
     let output = nimble_bench(&["simulate", "--synthetic", "fan:2", "--sim-config", unknown.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("unknown simulator parameter `warp_speed`"));
+
+    // An empty or unusable record is an error, not NaN% or 71251%.
+    let mut value: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap();
+    let mut empty = value.clone();
+    empty["runs"] = serde_json::json!([]);
+    value["runs"][0]["measured"]["median_us"] = serde_json::json!(-3.0);
+    let cases = [(write("no-runs.json", &empty.to_string()), "the record has no runs"), (write("negative-time.json", &value.to_string()), "expected a positive time")];
+    for (path, expected) in &cases {
+        for command in ["simulator-report", "calibrate-simulator"] {
+            let output = nimble_bench(&[command, "--results", path.to_str().unwrap()]);
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(output.status.code(), Some(2), "{command}: {stderr}");
+            assert!(stderr.contains(expected) && !String::from_utf8_lossy(&output.stdout).contains("NaN"), "{command}: {stderr}");
+        }
+    }
 }
 
 #[test]

@@ -3,7 +3,6 @@ graph, parameters read in place, one memory pool for every shape, buffers safe a
 the measured choice, and the fallback for a graph that cannot be captured. Skipped without CUDA;
 with NIMBLE_REQUIRE_GPU=1 a missing GPU fails instead."""
 
-import os
 import warnings
 
 import pytest
@@ -11,6 +10,7 @@ import torch
 
 import nimble_rs
 from nimble_rs.dynamo import runner
+from conftest import require_cuda
 from models import Attention, Inception, relative_error
 
 # TF32 off for eager and for Inductor's kernels: the graph must then compute what eager does
@@ -20,10 +20,7 @@ TOLERANCE = 1e-4
 
 @pytest.fixture(autouse=True)
 def gpu():
-    if not torch.cuda.is_available():
-        if os.environ.get("NIMBLE_REQUIRE_GPU") == "1":
-            pytest.fail("NIMBLE_REQUIRE_GPU=1, but torch sees no CUDA device")
-        pytest.skip("no CUDA device (NIMBLE_REQUIRE_GPU=1 makes this a failure)")
+    require_cuda()
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.manual_seed(0)

@@ -2,12 +2,12 @@
 Skipped without CUDA; with NIMBLE_REQUIRE_GPU=1 a missing GPU fails instead."""
 
 import json
-import os
 
 import pytest
 import torch
 
 import nimble_rs
+from conftest import require_cuda
 from models import Branches, HostRead, Structured, TwoInputs, relative_error
 
 # Inference rewrites and TF32 convolutions (libtorch's defaults): the CLI's tolerance for them.
@@ -17,10 +17,7 @@ RAW_TOLERANCE = 1e-5
 
 @pytest.fixture(autouse=True)
 def gpu():
-    if not torch.cuda.is_available():
-        if os.environ.get("NIMBLE_REQUIRE_GPU") == "1":
-            pytest.fail("NIMBLE_REQUIRE_GPU=1, but torch sees no CUDA device")
-        pytest.skip("no CUDA device (NIMBLE_REQUIRE_GPU=1 makes this a failure)")
+    require_cuda()
     torch.backends.cudnn.benchmark = True
     torch.manual_seed(0)
 

@@ -178,13 +178,18 @@ mod tests {
         }
     }
 
+    /// A synthetic graph, `algorithm`'s plan for it, and the plan's regions.
+    fn planned(spec: &str, algorithm: &str) -> (TaskGraph, StreamPlan, RegionPlan) {
+        let graph = spec.parse::<SyntheticSpec>().expect("a valid spec").generate();
+        let plan = algorithms::by_name(algorithm).expect("registered").assign(&Analysis::new(&graph));
+        let regions = RegionPlan::from_plan(&graph, &plan);
+        (graph, plan, regions)
+    }
+
     /// One stream, one region: the compiler's whole program.
     #[test]
     fn single_stream_is_one_region() {
-        let graph = "nasnet:3".parse::<SyntheticSpec>().expect("a valid spec").generate();
-        let analysis = Analysis::new(&graph);
-        let plan = algorithms::by_name("single").expect("registered").assign(&analysis);
-        let regions = RegionPlan::from_plan(&graph, &plan);
+        let (_, _, regions) = planned("nasnet:3", "single");
         assert_eq!(regions.regions.len(), 1);
         assert!(regions.edges.is_empty() && regions.syncs.is_empty());
     }
@@ -192,10 +197,7 @@ mod tests {
     /// A fan of three branches of two tasks under nimble: the source, one region per branch, the sink.
     #[test]
     fn fan_regions_are_the_branches() {
-        let graph = "fan:3:2".parse::<SyntheticSpec>().expect("a valid spec").generate();
-        let analysis = Analysis::new(&graph);
-        let plan = algorithms::by_name("nimble").expect("registered").assign(&analysis);
-        let regions = RegionPlan::from_plan(&graph, &plan);
+        let (graph, plan, regions) = planned("fan:3:2", "nimble");
         assert_eq!(plan.streams, 3);
         // The source records the event the side branches wait on, so it ends its region; each
         // branch is a region, and the sink waits on two of them: a region of its own.
@@ -204,14 +206,20 @@ mod tests {
         assert_eq!(regions.violation(&graph, &plan), None);
     }
 
+    /// `region_of` made to match `regions` again after a test edited them.
+    fn renumber(regions: &mut RegionPlan) {
+        for (index, region) in regions.regions.iter().enumerate() {
+            for &v in &region.nodes {
+                regions.region_of[v] = index;
+            }
+        }
+    }
+
     /// The check catches regions an executor could not run: a task in two regions, a sync
     /// inside a region, and a region that could have been longer.
     #[test]
     fn violation_catches_broken_regions() {
-        let graph = "fan:3:2".parse::<SyntheticSpec>().expect("a valid spec").generate();
-        let analysis = Analysis::new(&graph);
-        let plan = algorithms::by_name("nimble").expect("registered").assign(&analysis);
-        let good = RegionPlan::from_plan(&graph, &plan);
+        let (graph, plan, good) = planned("fan:3:2", "nimble");
 
         let mut twice = good.clone();
         let extra = twice.regions[1].nodes[0];
@@ -221,23 +229,14 @@ mod tests {
         let mut synced_inside = good.clone();
         let first = synced_inside.regions.remove(0);
         synced_inside.regions[0].nodes.splice(0..0, first.nodes);
-        synced_inside.region_of = vec![0; graph.len()];
-        for (index, region) in synced_inside.regions.iter().enumerate() {
-            for &v in &region.nodes {
-                synced_inside.region_of[v] = index;
-            }
-        }
+        renumber(&mut synced_inside);
         let message = synced_inside.violation(&graph, &plan).expect("a sync inside a region");
         assert!(message.contains("synchronizes inside"), "{message}");
 
         let mut split = good;
         let tail = split.regions[1].nodes.pop().expect("two tasks");
         split.regions.insert(2, Region { stream: split.regions[1].stream, nodes: vec![tail] });
-        for (index, region) in split.regions.iter().enumerate() {
-            for &v in &region.nodes {
-                split.region_of[v] = index;
-            }
-        }
+        renumber(&mut split);
         let message = split.violation(&graph, &plan).expect("a region split without a sync");
         assert!(message.contains("not split"), "{message}");
     }
