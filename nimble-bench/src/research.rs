@@ -200,7 +200,7 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
     let svg = args.out_dir.join("schedulers-simulated.svg");
     let notes = [
         format!("Simulated (nimble-sched's simulator, graph launch, calibrated H200 parameters) on the task graphs in {}; no GPU.", args.graphs.display()),
-        "Per-op times as exported: kernel-timed graphs carry each op's own kernel time (see the README's simulator section).".to_string(),
+        "Per-op times as exported: kernel-timed graphs carry each op's own kernel time (see docs/research.md, the simulator).".to_string(),
         "floor (bound): one stream's simulated latency over the critical path, which no assignment beats.".to_string(),
     ];
     draw_grouped(&svg, ("Stream-assignment algorithms, simulated: speedup over one stream", "simulated speedup over one stream (×)"), &groups, &series, &notes)?;

@@ -105,3 +105,78 @@ fn the_check_finds_a_circle() {
         [("a", vec!["b"]), ("b", vec!["c"]), ("c", vec!["a"]), ("d", vec![])].into_iter().map(|(k, v)| (k.to_string(), v.into_iter().map(String::from).collect())).collect();
     assert_eq!(circle(&graph), Some(vec!["a".into(), "b".into(), "c".into(), "a".into()]));
 }
+
+/// GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens.
+fn slug(heading: &str) -> String {
+    heading.trim().to_lowercase().chars().filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_')).map(|c| if c == ' ' { '-' } else { c }).collect()
+}
+
+/// The headings' anchors and the relative links (target, line) of a markdown file, outside code.
+fn anchors_and_links(text: &str) -> (BTreeSet<String>, Vec<(String, usize)>) {
+    let (mut anchors, mut links, mut fenced) = (BTreeSet::new(), Vec::new(), false);
+    for (number, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        if let Some(heading) = line.strip_prefix('#') {
+            anchors.insert(slug(heading.trim_start_matches('#')));
+        }
+        let mut rest = line;
+        while let Some(at) = rest.find("](") {
+            let after = &rest[at + 2..];
+            let Some(end) = after.find(')') else { break };
+            let target = &after[..end];
+            if !target.starts_with("http") && !target.starts_with("mailto:") && !target.contains(' ') {
+                links.push((target.to_string(), number + 1));
+            }
+            rest = &after[end..];
+        }
+    }
+    (anchors, links)
+}
+
+/// Every relative link of README.md, ARCHITECTURE.md and docs/ resolves: the file exists and,
+/// where the link names a heading, the heading does.
+#[test]
+fn every_relative_link_in_the_docs_resolves() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut pages = vec![root.join("README.md"), root.join("ARCHITECTURE.md")];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        pages.push(entry.unwrap().path());
+    }
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        let (own, links) = anchors_and_links(&text);
+        for (target, line) in links {
+            checked += 1;
+            let (path, anchor) = target.split_once('#').map_or((target.as_str(), None), |(p, a)| (p, Some(a)));
+            let file = if path.is_empty() { page.clone() } else { page.parent().unwrap().join(path) };
+            if !file.exists() {
+                broken.push(format!("{}:{line}: {target}: no such file", page.display()));
+                continue;
+            }
+            if let Some(anchor) = anchor {
+                let anchors = if path.is_empty() { own.clone() } else { anchors_and_links(&std::fs::read_to_string(&file).unwrap_or_default()).0 };
+                if !anchors.contains(anchor) {
+                    broken.push(format!("{}:{line}: {target}: no such heading", page.display()));
+                }
+            }
+        }
+    }
+    assert!(checked > 40, "only {checked} links found");
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn the_link_check_knows_githubs_anchors() {
+    assert_eq!(slug(" `torch.compile(model, backend=\"nimble\")`: the compiler's fused kernels"), "torchcompilemodel-backendnimble-the-compilers-fused-kernels");
+    let (anchors, links) = anchors_and_links("# A title\n```\n[x](not-a-link.md)\n```\nsee [b](b.md#a-title) and [w](https://x.org)\n");
+    assert!(anchors.contains("a-title"));
+    assert_eq!(links, vec![("b.md#a-title".to_string(), 5)]);
+}

@@ -1,4 +1,4 @@
-//! The scheduler from Python on graphs given as the README's task-graph JSON (the Python side
+//! The scheduler from Python on graphs given as the task-graph JSON of docs/cli.md (the Python side
 //! turns dicts into that text and back): the registered algorithms, a plan, a simulation.
 
 use crate::errors::input_error;

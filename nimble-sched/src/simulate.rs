@@ -172,7 +172,7 @@ impl SimulatorConfig {
         }
     }
 
-    /// Checks every parameter against its range (documented in the README's simulator table):
+    /// Checks every parameter against its range (documented in docs/cli.md, Limits):
     /// latencies and host costs finite in [0, 1e6] µs, `default_duration_us` in [0, 1e9] µs
     /// (a task's own limit), shares in [0, 1], `max_concurrent_kernels` in [1, 1e6]. Parameters
     /// outside them would give infinite or meaningless makespans.

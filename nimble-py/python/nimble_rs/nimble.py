@@ -186,7 +186,7 @@ class Nimble:
 
     def trace_graph(self, *inputs: torch.Tensor, optimize: bool = True) -> Dict[str, Any]:
         """The task graph of one forward on ``inputs``, recorded without preparing (on the CPU
-        too), as a dict in the README's JSON schema, for ``assign`` and ``simulate``."""
+        too), as a dict in the JSON schema of docs/cli.md, for ``assign`` and ``simulate``."""
         inputs = _tensors(inputs)
         return json.loads(self._load(inputs, False).trace_graph(inputs, optimize))
 

@@ -1,4 +1,4 @@
-"""The stream-assignment algorithms on task graphs given as dicts, in the README's JSON schema:
+"""The stream-assignment algorithms on task graphs given as dicts, in the JSON schema of docs/cli.md:
 ``{"nodes": [{"id": 0, "op": "aten::conv2d", "duration_us": 12.0}, ...], "edges": [[0, 1], ...]}``
 (a networkx DiGraph converts with ``{"nodes": [{"id": n, **d} for n, d in g.nodes(data=True)],
 "edges": list(g.edges())}``)."""
