@@ -36,7 +36,9 @@ pub(crate) fn scheduled_run(
 /// A recorded forward must not sync with the host and must run on the GPU.
 pub(crate) fn check_capturable(trace: &Trace) -> Result<()> {
     if let Some((index, op)) = trace.first_host_sync() {
-        return Err(NimbleError::HostSync { index, op: op.name.clone(), via: op.host_sync.clone().unwrap_or_default() });
+        let via = op.host_sync.clone().unwrap_or_default();
+        let reason = crate::error::host_sync_reason(&op.name, &via);
+        return Err(NimbleError::HostSync { index, op: op.name.clone(), via, reason });
     }
     if !trace.is_cuda() {
         return Err(NimbleError::InvalidInput("the forward ran no op on a CUDA tensor: move the model's parameters to the inputs' CUDA device".into()));
