@@ -15,7 +15,7 @@ kept, and the report says which and why.
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 import torch.fx
@@ -80,7 +80,7 @@ def _options(options: Optional[dict]) -> Dict[str, Any]:
     return chosen
 
 
-def _static_indices(count: int) -> set:
+def _static_indices() -> set:
     """The graph inputs that are parameters and buffers (their addresses are fixed): read in
     place, never copied."""
     context = torch._guards.TracingContext.try_get()
@@ -202,7 +202,7 @@ class NimbleCompiled:
         candidates = {}
         for name, program in (("streams", self.streams_program), ("single", self.single_program)):
             graph = CapturedGraph(program, args, self.static, self.options["warmups"])
-            candidates[name] = (time_quartiles_ms(lambda: graph(args)), graph.peak_bytes)
+            candidates[name] = (time_quartiles_ms(lambda graph=graph: graph(args)), graph.peak_bytes)
             del graph
         (streams_q, streams_bytes), (single_q, single_bytes) = candidates["streams"], candidates["single"]
         self.report["measured_ms"] = {"streams": streams_q[1], "single": single_q[1]}
@@ -249,7 +249,7 @@ def shape_key_summary(args) -> List:
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Dict[str, Any], kind: str) -> NimbleCompiled:
     """Plans, partitions and compiles one ATen graph (``kind``: forward, backward or inference)."""
     started = time.perf_counter()
-    static_indices = _static_indices(len(example_inputs))
+    static_indices = _static_indices()
     tasks = tasks_of(gm, sorted(static_indices))
     signature = (kind, tuple(op_name(n) for n in tasks.nodes))
     on_cuda = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs)

@@ -13,8 +13,7 @@ them (as with ``torch.compile(mode="reduce-overhead")``); clone what you keep.
 """
 
 import time
-import warnings
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import torch
 import torch.fx
@@ -43,9 +42,9 @@ class Program:
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.slot: Dict[torch.fx.Node, int] = {n: i for i, n in enumerate(placeholders)}
         regions = partition.regions
-        # The values each region produces, and where every value is read for the last time.
+        # A slot for every value a region hands on, after the graph's inputs.
         for region in regions:
-            for k, value in enumerate(region.outputs):
+            for value in region.outputs:
                 self.slot[value] = len(self.slot)
         output_node = next(n for n in gm.graph.nodes if n.op == "output")
         self.output_spec = output_node.args[0]
