@@ -127,5 +127,18 @@ class Counter(nn.Module):
         return self.fc(x) * self.seen
 
 
+class ScalesItsInput(nn.Module):
+    """Writes the user's input in place (through a view) before reading it: AOTAutograd copies the
+    new value back into the input at the graph's end."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        x[:, :2].mul_(2.0)
+        return self.fc(x)
+
+
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-12))

@@ -16,8 +16,8 @@ import nimble_rs
 from nimble_rs.dynamo import pipeline
 from nimble_rs.dynamo.regions import partition
 from nimble_rs.dynamo.runner import Program
-from nimble_rs.dynamo.taskgraph import tasks_of
-from models import Attention, Branches, Branchy, Counter, Inception, relative_error
+from nimble_rs.dynamo.taskgraph import mutated_inputs, tasks_of
+from models import Attention, Branches, Branchy, Counter, Inception, ScalesItsInput, relative_error
 
 torch.manual_seed(0)
 
@@ -141,6 +141,33 @@ def test_buffers_mutated_in_place_match_eager():
             x = torch.randn(3, 4)
             assert torch.allclose(fast(x), eager(x), atol=1e-6)
     assert torch.allclose(fast_model.seen, eager.seen)
+
+
+def test_inputs_written_in_place_are_found_through_views():
+    def counts(seen, weight, x):
+        seen.add_(x.sum(0))
+        return x @ weight * seen
+
+    def scales(weight, x):
+        x[:, :2].mul_(2.0)
+        return x @ weight
+
+    four = lambda *shape: torch.randn(*shape)
+    with torch.no_grad():
+        assert mutated_inputs(make_fx(counts)(four(4), four(4, 4), four(3, 4))) == [0]
+        assert mutated_inputs(make_fx(scales)(four(4, 4), four(3, 4))) == [1]
+        assert mutated_inputs(aten_graph(Branches().eval(), four(1, 3, 8, 8))) == []
+
+
+def test_a_user_input_written_in_place_is_written_as_eager_writes_it():
+    model = ScalesItsInput()
+    fast = compiled(model)
+    x = torch.randn(3, 4)
+    expected_input = x.clone()
+    with torch.no_grad():
+        expected = model(expected_input)
+        assert torch.allclose(fast(x), expected, atol=1e-6)
+    assert torch.equal(x, expected_input)
 
 
 def test_the_shape_bound_warns_once_and_keeps_running():

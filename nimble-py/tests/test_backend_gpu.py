@@ -11,7 +11,7 @@ import torch
 import nimble_rs
 from nimble_rs.dynamo import runner
 from conftest import require_cuda
-from models import Attention, Inception, relative_error
+from models import Attention, Counter, Inception, ScalesItsInput, relative_error
 
 # TF32 off for eager and for Inductor's kernels: the graph must then compute what eager does
 # up to reassociation inside fused kernels.
@@ -100,6 +100,35 @@ def test_auto_measures_both_and_says_why():
     report = last_report()
     assert report["choice"] in ("streams", "single"), report
     assert set(report["measured_ms"]) == {"streams", "single"} and "measured" in report["reason"], report
+    # Both programs' outputs against the ATen graph run eagerly on the capture's input.
+    assert set(report["measured_error"]) == {"streams", "single"}, report
+    assert all(0 <= e < TOLERANCE for e in report["measured_error"].values()), report
+
+
+@pytest.mark.parametrize("choose", ["streams", "auto"])
+def test_buffers_written_in_place_are_written_once_per_call(choose):
+    # Warm-ups, the choice's timings and its accuracy check run the graph many times: a
+    # buffer it writes must end as if only the user's calls had run.
+    eager, model = Counter().cuda(), Counter().cuda()
+    model.load_state_dict(eager.state_dict())
+    fast = compiled(model, choose=choose)
+    with torch.no_grad():
+        for _ in range(4):
+            x = torch.randn(3, 4, device="cuda")
+            assert relative_error(fast(x), eager(x)) < TOLERANCE
+    assert torch.allclose(model.seen, eager.seen, atol=1e-5), (model.seen, eager.seen)
+
+
+def test_a_user_input_written_in_place_is_copied_back():
+    model = ScalesItsInput().cuda()
+    fast = compiled(model)
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(3, 4, device="cuda")
+            mine = x.clone()
+            expected = model(mine)
+            assert relative_error(fast(x), expected) < TOLERANCE
+            assert torch.equal(x, mine)
 
 
 def test_a_graph_that_cannot_be_captured_runs_uncaptured_with_a_warning():

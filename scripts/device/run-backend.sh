@@ -6,7 +6,8 @@
 # scripts/build-gpu-binaries.sh). Results are packed into $OUT/backend.tgz, the table printed last.
 #   usage: scripts/device/run-backend.sh SECONDS_PER_CELL CELL...   e.g. 200 inception-v3,googlenet:float32:1 llama:bfloat16:1
 #   TESTS_SECONDS=0 skips the tests; OVERHEAD_MODEL=llama first profiles a call's host time
-#   (experiments/python/backend_overhead.py).
+#   (experiments/python/backend_overhead.py); COMPILE_PROFILE_MODEL=inception-v3 the compile
+#   time's phases (experiments/python/backend_compile_profile.py).
 set -uo pipefail
 budget=${1:?seconds per cell}
 shift
@@ -14,6 +15,7 @@ export PACK_RESULTS=1 RESULTS_NAME=backend
 . "$(dirname "$0")/setup.sh"
 install_nimble_rs
 [ -n "${OVERHEAD_MODEL:-}" ] && timeout 200 python3 experiments/python/backend_overhead.py --model "$OVERHEAD_MODEL" > "$out/overhead.txt" 2>&1
+[ -n "${COMPILE_PROFILE_MODEL:-}" ] && timeout 300 python3 experiments/python/backend_compile_profile.py --model "$COMPILE_PROFILE_MODEL" > "$out/compile-profile.txt" 2>&1
 status=0
 if [ "${TESTS_SECONDS:-300}" != 0 ]; then
     NIMBLE_REQUIRE_GPU=1 timeout "${TESTS_SECONDS:-300}" python3 -m pytest -q -p no:cacheprovider nimble-py/tests 2>&1 | tee "$out/python-tests.log" | tail -15
@@ -34,5 +36,6 @@ for cell in "$@"; do
     { echo "== $cell (status $cell_status)"; cat "$out/$name.table"; grep -E "failed|Error" "$out/$name.log" | tail -5; } >> "$out/backend.txt"
 done
 [ -f "$out/python-tests.log" ] && echo "python tests: $(tail -1 "$out/python-tests.log")" >> "$out/backend.txt"
+[ -f "$out/compile-profile.txt" ] && grep -E "first 3 calls|calls .* s$|report:" "$out/compile-profile.txt" >> "$out/backend.txt"
 [ -f "$out/overhead.txt" ] && grep -E "call|entry|replay|accepts" "$out/overhead.txt" >> "$out/backend.txt"
 finish_packed backend "$status"

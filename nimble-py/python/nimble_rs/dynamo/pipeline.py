@@ -24,7 +24,7 @@ from .. import scheduling
 from ..errors import NimbleInputError
 from . import regions as regions_module
 from .runner import CapturedGraph, Program, seconds_since, shape_key, time_quartiles_ms
-from .taskgraph import Tasks, op_name, tasks_of
+from .taskgraph import Tasks, mutated_inputs, op_name, tasks_of
 
 DEFAULTS: Dict[str, Any] = {
     # Any registered algorithm, with its argument (`nimble_rs.algorithms()`).
@@ -143,6 +143,8 @@ class NimbleCompiled:
     single_program: Optional[Program]
     options: Dict[str, Any]
     static: List[bool]
+    mutated: List[int]
+    gm: torch.fx.GraphModule
     signature: tuple
     report: dict
     uncapturable: Optional[str]
@@ -186,34 +188,77 @@ class NimbleCompiled:
 
     def _capture(self, args) -> CapturedGraph:
         started = time.perf_counter()
-        if self.chosen is None:
-            self.chosen, self.report["reason"] = self._choose(args)
-            self.report["choice"] = self.chosen
-        graph = CapturedGraph(self._program(), args, self.static, self.options["warmups"])
+        # Warm-ups, the choice's timings and its accuracy check all run the graph: the inputs it
+        # writes in place (a buffer's running statistics, a counter) are put back afterwards, so
+        # that the user's call writes them once, as eager would.
+        saved = [(args[i], args[i].clone()) for i in self.mutated if isinstance(args[i], torch.Tensor)]
+        try:
+            graph = None
+            if self.chosen is None:
+                self.chosen, self.report["reason"], graph = self._choose(args, saved)
+                self.report["choice"] = self.chosen
+            if graph is None:
+                graph = CapturedGraph(self._program(), args, self.static, self.options["warmups"], self.mutated)
+        finally:
+            _restore(saved)
         self.report.setdefault("peak_bytes", {})[str(shape_key_summary(args))] = graph.peak_bytes
         self.report["capture_seconds"] = self.report.get("capture_seconds", 0.0) + seconds_since(started)
         return graph
 
-    def _choose(self, args):
+    def _choose(self, args, saved):
+        """The program to keep (``streams`` or ``single``), why, and its captured graph when the
+        choice captured it last (else None: captured again, so that only one graph's memory is
+        held at a time)."""
         if self.streams_program is None:
-            return "single", self.report.get("reason", "one stream: the whole graph is one region")
+            return "single", self.report.get("reason", "one stream: the whole graph is one region"), None
         if self.single_program is None:
-            return "streams", "option choose=\"streams\""
-        candidates = {}
-        for name, program in (("streams", self.streams_program), ("single", self.single_program)):
-            graph = CapturedGraph(program, args, self.static, self.options["warmups"])
-            candidates[name] = (time_quartiles_ms(lambda graph=graph: graph(args)), graph.peak_bytes)
-            del graph
-        (streams_q, streams_bytes), (single_q, single_bytes) = candidates["streams"], candidates["single"]
+            return "streams", "option choose=\"streams\"", None
+        _restore(saved)
+        with torch.no_grad():
+            expected = _float_outputs(self.gm(*args))
+        quartiles, errors, graph = {}, {}, None
+        # One region first: if the streams, timed second, win, their graph is kept as it is.
+        for name, program in (("single", self.single_program), ("streams", self.streams_program)):
+            graph = CapturedGraph(program, args, self.static, self.options["warmups"], self.mutated)
+            quartiles[name] = time_quartiles_ms(lambda graph=graph: graph(args))
+            _restore(saved)
+            errors[name] = _distance(_float_outputs(graph(args)), expected)
+            self.report.setdefault("measured_peak_bytes", {})[name] = graph.peak_bytes
+            if name == "single":
+                del graph
+                graph = None
+        streams_q, single_q = quartiles["streams"], quartiles["single"]
         self.report["measured_ms"] = {"streams": streams_q[1], "single": single_q[1]}
-        self.report["measured_peak_bytes"] = {"streams": streams_bytes, "single": single_bytes}
+        # Max-abs error over max-abs value of the outputs, against the ATen graph run eagerly on
+        # the same input.
+        self.report["measured_error"] = errors
         streams = self.report["streams"]
         # Streams only where they win beyond the timings' noise: their upper quartile below one
         # region's lower quartile. Otherwise the compiler's own program, which is never slower
         # than itself.
         if streams_q[2] < single_q[0]:
-            return "streams", f"measured {streams_q[1]:.3f} ms on {streams} streams against {single_q[1]:.3f} ms as one region (quartiles apart)"
-        return "single", f"measured {single_q[1]:.3f} ms as one region against {streams_q[1]:.3f} ms on {streams} streams (streams not faster beyond noise)"
+            return "streams", f"measured {streams_q[1]:.3f} ms on {streams} streams against {single_q[1]:.3f} ms as one region (quartiles apart)", graph
+        return "single", f"measured {single_q[1]:.3f} ms as one region against {streams_q[1]:.3f} ms on {streams} streams (streams not faster beyond noise)", None
+
+
+def _restore(saved) -> None:
+    for tensor, value in saved:
+        tensor.copy_(value)
+
+
+def _float_outputs(outputs) -> List[torch.Tensor]:
+    found: List[torch.Tensor] = []
+    torch.utils._pytree.tree_map(lambda x: found.append(x.detach().float().clone()) if isinstance(x, torch.Tensor) and x.is_floating_point() else None, outputs)
+    return found
+
+
+def _distance(got: List[torch.Tensor], expected: List[torch.Tensor]) -> float:
+    """The largest output difference over the largest output value (0 with no float output)."""
+    if not expected:
+        return 0.0
+    difference = max(float((a - b).abs().max()) if a.numel() else 0.0 for a, b in zip(got, expected))
+    scale = max(float(b.abs().max()) if b.numel() else 0.0 for b in expected)
+    return difference / max(scale, 1e-30)
 
 
 def _admit_shape(signature: tuple, key: tuple, bound: int) -> bool:
@@ -284,6 +329,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], optio
         single_program=single_program,
         options=options,
         static=[i in static_indices for i in range(len(example_inputs))],
+        mutated=mutated_inputs(gm),
+        gm=gm,
         signature=signature,
         report=report,
         uncapturable=uncapturable,

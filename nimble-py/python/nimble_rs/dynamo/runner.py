@@ -8,8 +8,9 @@ Every value a region hands to another stays alive until the capture ends, so the
 allocator never gives its memory to another op while a region on another stream may still
 read it (Inductor reuses buffers only inside a region, on its own stream). Graph inputs that
 are parameters or buffers are read in place; only the user's inputs are copied into static
-buffers before each replay. Outputs are the graph's static tensors: the next call overwrites
-them (as with ``torch.compile(mode="reduce-overhead")``); clone what you keep.
+buffers before each replay, and those the graph writes in place are copied back after it.
+Outputs are the graph's static tensors: the next call overwrites them (as with
+``torch.compile(mode="reduce-overhead")``); clone what you keep.
 """
 
 import time
@@ -128,7 +129,7 @@ def _static_copy(x: torch.Tensor) -> torch.Tensor:
 class CapturedGraph:
     """One input shape's CUDA graph of a program: static inputs, the graph, its outputs."""
 
-    def __init__(self, program: Program, args: Sequence[Any], static: Sequence[bool], warmups: int):
+    def __init__(self, program: Program, args: Sequence[Any], static: Sequence[bool], warmups: int, mutated: Sequence[int] = ()):
         device = next(a.device for a in args if isinstance(a, torch.Tensor) and a.is_cuda)
         tensor = [isinstance(a, torch.Tensor) for a in args]
         # Per call only the user's inputs are looked at and copied: a model's hundreds of
@@ -136,6 +137,8 @@ class CapturedGraph:
         self.copied = [i for i, a in enumerate(args) if tensor[i] and not static[i]]
         self.in_place = [i for i, a in enumerate(args) if tensor[i] and static[i]]
         self.scalars = [(i, a) for i, a in enumerate(args) if not tensor[i]]
+        # User inputs the graph writes in place: it writes their static copies, copied back.
+        self.written_back = [i for i in self.copied if i in set(mutated)]
         self.layout = [(args[i].shape, args[i].stride(), args[i].dtype, args[i].device) for i in self.copied]
         self.inputs = [_static_copy(a) if tensor[i] and not static[i] else a for i, a in enumerate(args)]
         self.addresses = [args[i].data_ptr() for i in self.in_place]
@@ -180,6 +183,8 @@ class CapturedGraph:
         for i in self.copied:
             inputs[i].copy_(args[i])
         self.graph.replay()
+        for i in self.written_back:
+            args[i].copy_(inputs[i])
         return self.outputs
 
 

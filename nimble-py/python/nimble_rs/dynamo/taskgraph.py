@@ -78,6 +78,22 @@ def _aliased_argument(node: torch.fx.Node) -> Optional[torch.fx.Node]:
     return None
 
 
+def mutated_inputs(gm: torch.fx.GraphModule) -> List[int]:
+    """The indices of the graph's inputs that an op writes in place, directly or through a view
+    (AOTAutograd's ``copy_`` back into a mutated buffer or user input, for example)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    root: Dict[torch.fx.Node, torch.fx.Node] = {}
+    written: Set[torch.fx.Node] = set()
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        source = _aliased_argument(node)
+        if source is not None:
+            root[node] = root.get(source, source)
+        written.update(root.get(a, a) for a in _written_args(node))
+    return [i for i, p in enumerate(placeholders) if p in written]
+
+
 def _weight_only_anchors(gm: torch.fx.GraphModule, static_inputs: Set[torch.fx.Node]) -> Dict[torch.fx.Node, torch.fx.Node]:
     """Ops computed from parameters and constants alone (``aten.t`` of a linear layer's weight,
     ``arange`` for positions), each with the first op that reads it and is not such an op
