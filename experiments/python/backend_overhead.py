@@ -2,7 +2,7 @@
 the median of CUDA-event timings of the whole call, of the backend's own entry (the captured
 graph's input checks, copy and replay) and of the replay alone, then a cProfile of calls.
 
-    python3 experiments/python/backend_overhead.py [--model llama|inception-v3] [--calls 200]
+    python3 experiments/python/backend_overhead.py [--model llama|qwen2|mistral|inception-v3] [--calls 200]
 """
 
 import argparse
@@ -14,11 +14,11 @@ import torch
 
 
 def model_and_input(name):
-    if name == "llama":
-        import transformers
+    if name in ("llama", "qwen2", "mistral"):
+        from same_process import decoder
 
-        config = transformers.LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=4, vocab_size=32000, use_cache=False, return_dict=False)
-        return transformers.LlamaModel(config).cuda().eval().to(torch.bfloat16), torch.randint(0, 32000, (1, 128), device="cuda")
+        model, make_input = decoder(name, 1)
+        return model.cuda().eval().to(torch.bfloat16), make_input()
     import torchvision
 
     model = torchvision.models.inception_v3(weights=None, aux_logits=False, init_weights=False)

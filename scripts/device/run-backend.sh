@@ -5,7 +5,7 @@
 # backend, for each "MODELS:DTYPE:BATCH" cell given. Builds nothing (.gpu/,
 # scripts/build-gpu-binaries.sh). Results are packed into $OUT/backend.tgz, the table printed last.
 #   usage: scripts/device/run-backend.sh SECONDS_PER_CELL CELL...   e.g. 200 inception-v3,googlenet:float32:1 llama:bfloat16:1
-#   TESTS_SECONDS=0 skips the tests; OVERHEAD_MODEL=llama first profiles a call's host time
+#   TESTS_SECONDS=0 skips the tests (PYTEST_ARGS picks them; a test past 120 s dumps its stack); OVERHEAD_MODEL=llama first profiles a call's host time
 #   (experiments/python/backend_overhead.py); COMPILE_PROFILE_MODEL=inception-v3 the compile
 #   time's phases (experiments/python/backend_compile_profile.py).
 set -uo pipefail
@@ -18,7 +18,7 @@ install_nimble_rs
 [ -n "${COMPILE_PROFILE_MODEL:-}" ] && timeout 300 python3 experiments/python/backend_compile_profile.py --model "$COMPILE_PROFILE_MODEL" > "$out/compile-profile.txt" 2>&1
 status=0
 if [ "${TESTS_SECONDS:-300}" != 0 ]; then
-    NIMBLE_REQUIRE_GPU=1 timeout "${TESTS_SECONDS:-300}" python3 -m pytest -q -p no:cacheprovider nimble-py/tests 2>&1 | tee "$out/python-tests.log" | tail -15
+    NIMBLE_REQUIRE_GPU=1 timeout "${TESTS_SECONDS:-300}" python3 -m pytest -q -p no:cacheprovider -o faulthandler_timeout=120 ${PYTEST_ARGS:-nimble-py/tests} 2>&1 | tee "$out/python-tests.log" | tail -15
     status=${PIPESTATUS[0]}
 fi
 .gpu/nimble-bench models --json > "$out/models.json" || exit 1
