@@ -7,7 +7,9 @@
 #   usage: scripts/device/run-backend.sh SECONDS_PER_CELL CELL...   e.g. 200 inception-v3,googlenet:float32:1 llama:bfloat16:1
 #   TESTS_SECONDS=0 skips the tests (PYTEST_ARGS picks them; a test past 120 s dumps its stack); OVERHEAD_MODEL=llama first profiles a call's host time
 #   (experiments/python/backend_overhead.py); COMPILE_PROFILE_MODEL=inception-v3 the compile
-#   time's phases (experiments/python/backend_compile_profile.py).
+#   time's phases (experiments/python/backend_compile_profile.py); KERNEL_GRAPHS="inception-v3:float32
+#   llama,qwen2:bfloat16" writes the fused-kernel graphs of those models (experiments/python/kernel_graphs.py)
+#   into kernel-graphs/.
 set -uo pipefail
 budget=${1:?seconds per cell}
 shift
@@ -16,6 +18,11 @@ export PACK_RESULTS=1 RESULTS_NAME=backend
 install_nimble_rs
 [ -n "${OVERHEAD_MODEL:-}" ] && timeout 200 python3 experiments/python/backend_overhead.py --model "$OVERHEAD_MODEL" > "$out/overhead.txt" 2>&1
 [ -n "${COMPILE_PROFILE_MODEL:-}" ] && timeout 300 python3 experiments/python/backend_compile_profile.py --model "$COMPILE_PROFILE_MODEL" > "$out/compile-profile.txt" 2>&1
+for group in ${KERNEL_GRAPHS:-}; do
+    IFS=: read -r models dtype <<< "$group"
+    timeout 250 python3 experiments/python/kernel_graphs.py --models-json <(.gpu/nimble-bench models --json) --out-dir "$out/kernel-graphs" \
+        --models "$models" --dtype "$dtype" --commit "$(cat .gpu/COMMIT 2>/dev/null || echo unknown)" >> "$out/kernel-graphs.txt" 2>&1
+done
 status=0
 if [ "${TESTS_SECONDS:-300}" != 0 ]; then
     NIMBLE_REQUIRE_GPU=1 timeout "${TESTS_SECONDS:-300}" python3 -m pytest -q -p no:cacheprovider -o faulthandler_timeout=120 ${PYTEST_ARGS:-nimble-py/tests} 2>&1 | tee "$out/python-tests.log" | tail -15
@@ -37,5 +44,6 @@ for cell in "$@"; do
 done
 [ -f "$out/python-tests.log" ] && echo "python tests: $(tail -1 "$out/python-tests.log")" >> "$out/backend.txt"
 [ -f "$out/compile-profile.txt" ] && grep -E "first 3 calls|calls .* s$|report:" "$out/compile-profile.txt" >> "$out/backend.txt"
+[ -f "$out/kernel-graphs.txt" ] && grep -E "kernels|failed|Error" "$out/kernel-graphs.txt" >> "$out/backend.txt"
 [ -f "$out/overhead.txt" ] && grep -E "call|entry|replay|accepts" "$out/overhead.txt" >> "$out/backend.txt"
 finish_packed backend "$status"

@@ -1,0 +1,110 @@
+"""Fused-kernel task graphs of the same-process models: each model compiled by Inductor
+(torch.compile's default backend), one task per kernel Inductor generates, each with its
+measured time on this GPU (nimble_rs.dynamo.kernel_graphs), written as DIR/MODEL-DTYPE.graph.json
+with DIR/provenance.json, for `nimble-bench schedulers --simulate --graphs DIR` without a GPU.
+
+    python3 experiments/python/kernel_graphs.py --models-json MODELS.json --out-dir DIR \
+        [--models inception-v3,llama] [--dtype float32|bfloat16] [--batch 1] [--repeats 20] [--commit SHA]
+"""
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from baselines import build, driver_version, load_reference_module
+from same_process import COVERAGE_MODELS, DECODERS, batched, coverage_model, decoder
+
+METHOD = (
+    "the model in eval mode under no_grad, cast to the dtype, batch as given; compiled by torch.compile (Inductor, "
+    "default mode) with the FX graph cache off; tasks: Inductor's kernels in launch order (Triton kernels by name, "
+    "extern calls by their ATen op), edges from the buffers each kernel reads and writes (views contracted); after "
+    "three untimed calls, the Kineto profiler over --repeats calls: duration_us = a Triton kernel's total device time "
+    "over the calls and its launches, an extern call's = the device time of its ATen op's kernels, k-th call matched "
+    "to the k-th extern of that op; cuDNN benchmark on"
+)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models-json", required=True, help="nimble-bench models --json output")
+    parser.add_argument("--out-dir", required=True)
+    parser.add_argument("--models", required=True)
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--commit", default="unknown")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("error: no CUDA device: kernel durations are measured on a GPU")
+    from nimble_rs.dynamo.kernels import kernel_graphs, write_kernel_graphs
+
+    torch.backends.cudnn.benchmark = True
+    dtype = getattr(torch, args.dtype)
+    zoo = {m["name"]: m for m in json.loads(Path(args.models_json).read_text())}
+    reference = load_reference_module()
+    out = Path(args.out_dir)
+    written, skipped = [], []
+    for name in [n.strip() for n in args.models.split(",")]:
+        if name in zoo:
+            model = build(name, reference, skipped)
+            if model is None:
+                continue
+            x = torch.randn([args.batch] + zoo[name]["input_shape"], device="cuda", dtype=dtype)
+        elif name in DECODERS:
+            model, make_input = decoder(name, args.batch)
+            x = make_input()
+        elif name in COVERAGE_MODELS:
+            model, one = coverage_model(name)
+            x = batched(one(), args.batch, dtype)
+        else:
+            raise SystemExit(f"error: unknown model {name!r}")
+        model = model.cuda().eval().to(dtype)
+        try:
+            with torch.no_grad():
+                graphs = kernel_graphs(model, x, repeats=args.repeats)
+            paths = write_kernel_graphs(graphs, str(out), f"{name}-{args.dtype}" + (f"-b{args.batch}" if args.batch != 1 else ""))
+        except Exception as e:  # one model failing must not lose the others
+            skipped.append({"model": name, "reason": f"{type(e).__name__}: {e}"})
+            print(f"{name}: failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            continue
+        for graph, path in zip(graphs, paths):
+            timed = sum(1 for n in graph["nodes"] if "duration_us" in n)
+            total = sum(n.get("duration_us", 0.0) for n in graph["nodes"])
+            missing = graph.get("attrs", {}).get("durations_missing", "")
+            written.append({"file": Path(path).name, "kernels": len(graph["nodes"]), "timed": timed, "busy_us": total})
+            print(f"{Path(path).name:<40} {len(graph['nodes']):5d} kernels, {timed:5d} timed, {total:9.1f} us busy {missing}", flush=True)
+        del model
+        torch.cuda.empty_cache()
+    provenance = {
+        "experiment": "fused-kernel model graphs",
+        "method": METHOD,
+        "provenance": {
+            "gpu": torch.cuda.get_device_name(0),
+            "driver_version": driver_version(),
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "commit": args.commit,
+            "dtype": args.dtype,
+            "batch": args.batch,
+            "repeats": args.repeats,
+        },
+        "graphs": written,
+        "skipped": skipped,
+    }
+    path = out / "provenance.json"
+    if path.exists():  # several runs into one directory: their graphs listed together
+        earlier = json.loads(path.read_text())
+        provenance["graphs"] = earlier.get("graphs", []) + written
+        provenance["skipped"] = earlier.get("skipped", []) + skipped
+        provenance["runs"] = earlier.get("runs", [earlier["provenance"]]) + [provenance["provenance"]]
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(provenance, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
