@@ -49,6 +49,7 @@ def _recording(found: List[_Recorded]):
     from torch._inductor import scheduler as scheduler_module
     from torch._inductor.codegen.cpp import CppScheduling
     from torch._inductor.codegen.simd import SIMDScheduling
+    from torch._inductor.codegen.triton import TritonScheduling
 
     by_scheduler: Dict[int, _Recorded] = {}
     original_codegen = scheduler_module.Scheduler._codegen
@@ -76,9 +77,11 @@ def _recording(found: List[_Recorded]):
 
     patched = [(scheduler_module.Scheduler, "_codegen", original_codegen)]
     scheduler_module.Scheduler._codegen = codegen
-    for owner in (SIMDScheduling, CppScheduling):
-        patched.append((owner, "define_kernel", owner.define_kernel))
-        owner.define_kernel = remember(owner.define_kernel)
+    # Each backend's own definition (Triton's overrides SIMD's; C++ has its own).
+    for owner in (SIMDScheduling, TritonScheduling, CppScheduling):
+        if "define_kernel" in owner.__dict__:
+            patched.append((owner, "define_kernel", owner.__dict__["define_kernel"]))
+            owner.define_kernel = remember(owner.__dict__["define_kernel"])
     try:
         with torch._inductor.config.patch(fx_graph_cache=False):
             yield
