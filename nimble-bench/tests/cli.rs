@@ -537,6 +537,39 @@ fn schedulers_simulate_covers_the_coverage_set_and_matches_its_measurements() {
     assert!(figures.join("schedulers-validation.svg").exists(), "{text}");
 }
 
+/// The research loop on compiled models: Inductor's fused kernels of the same-process models
+/// (torch.compile's kernels, each timed on an H100), committed with their provenance and
+/// planned by every registered algorithm here without a GPU.
+#[test]
+fn schedulers_simulate_plans_the_committed_fused_kernel_graphs_with_every_algorithm() {
+    let results = scratch("fused-simulated.json");
+    let figures = scratch("fused-figures");
+    let dir = "../paper-figs/results/fused-kernel-graphs";
+    let output = nimble_bench(&["schedulers", "--simulate", "--graphs", dir, "--results", results.to_str().unwrap(), "--out-dir", figures.to_str().unwrap()]);
+    let text = stdout(&output);
+    let record: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
+    let models = record["models"].as_array().unwrap();
+    let provenance: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(format!("{dir}/provenance.json")).unwrap()).unwrap();
+    assert_eq!(models.len(), provenance["graphs"].as_array().unwrap().len(), "{text}");
+    assert_eq!(models.len(), 10, "{text}");
+    let algorithms = nimble_sched::algorithms::ALGORITHMS.len();
+    for m in models {
+        let rows = m["rows"].as_array().unwrap();
+        assert_eq!(rows.len(), algorithms, "{m}");
+        let floor = m["floor_us"].as_f64().unwrap();
+        let single = rows.iter().find(|r| r["algorithm"] == "single").unwrap()["graph_makespan_us"].as_f64().unwrap();
+        for r in rows {
+            let makespan = r["graph_makespan_us"].as_f64().unwrap();
+            assert!(makespan >= floor * 0.999 && makespan <= single * 1.001, "{m}");
+        }
+    }
+    // Inception-v3's branches stay branches after fusion: Nimble's plan at least 1.5x one stream.
+    let inception = models.iter().find(|m| m["model"] == "inception-v3-float32").unwrap();
+    let rows = inception["rows"].as_array().unwrap();
+    let time = |name: &str| rows.iter().find(|r| r["algorithm"] == name).unwrap()["graph_makespan_us"].as_f64().unwrap();
+    assert!(time("single") / time("nimble") >= 1.5, "{inception}");
+}
+
 #[test]
 fn schedulers_simulate_says_what_is_missing() {
     let empty = scratch("no-graphs");
