@@ -211,6 +211,7 @@ def test_uncapturable_graphs_are_announced_with_the_reason():
         ({"algorithm": "no-such"}, "registered algorithm"),
         ({"streams": 2}, "unknown option `streams`"),
         ({"choose": "fastest"}, "choose='fastest'"),
+        ({"accuracy": "best"}, "accuracy='best'"),
         ({"max_shapes": 0}, "max_shapes=0"),
     ],
 )

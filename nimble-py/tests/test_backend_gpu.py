@@ -105,6 +105,30 @@ def test_auto_measures_both_and_says_why():
     assert all(0 <= e < TOLERANCE for e in report["measured_error"].values()), report
 
 
+@pytest.mark.parametrize("accuracy", ["compiler", "any"])
+def test_streams_further_from_eager_than_one_region_are_not_kept(accuracy, monkeypatch):
+    # The decision alone, on real captures: the timings say the streams win, the distances that
+    # they are further from eager (one region's five inputs are measured first, then theirs).
+    # accuracy="compiler" keeps one region, "any" the streams.
+    from nimble_rs.dynamo import pipeline
+
+    timings = iter([(1.0, 1.0, 1.0), (0.5, 0.5, 0.5)])
+    distances = iter([0.1] * pipeline.ACCURACY_INPUTS + [0.2] * pipeline.ACCURACY_INPUTS)
+    monkeypatch.setattr(pipeline, "time_quartiles_ms", lambda run, repeats=30: next(timings))
+    monkeypatch.setattr(pipeline, "_distance", lambda got, expected: next(distances))
+    model = Inception(channels=16).cuda().eval()
+    fast = compiled(model, accuracy=accuracy)
+    with torch.no_grad():
+        x = torch.randn(1, 16, 24, 24, device="cuda")
+        assert relative_error(fast(x), model(x)) < TOLERANCE
+    report = last_report()
+    assert report["measured_error"] == {"single": 0.1, "streams": 0.2}, report
+    if accuracy == "compiler":
+        assert report["choice"] == "single" and "further from eager" in report["reason"], report
+    else:
+        assert report["choice"] == "streams", report
+
+
 @pytest.mark.parametrize("choose", ["streams", "auto"])
 def test_buffers_written_in_place_are_written_once_per_call(choose):
     # Warm-ups, the choice's timings and its accuracy check run the graph many times: a
