@@ -163,10 +163,17 @@ def relative_error(got, expected):
     return ((got - expected).abs().max() / expected.abs().max().clamp_min(1e-30)).item()
 
 
+def rms_error(got, expected):
+    """Root-mean-square difference over root-mean-square value: every element's drift, where the
+    max-abs error rests on one element (in bfloat16, a unit of the last place or two)."""
+    got, expected = first_output(got).float(), first_output(expected).float()
+    return (((got - expected) ** 2).mean().sqrt() / (expected**2).mean().sqrt().clamp_min(1e-30)).item()
+
+
 METHOD = (
     "one Python process, the same module object for every system; the record's batch and dtype for every system "
     "(float32 with PyTorch's defaults, TF32 for cuDNN convolutions; or the module and float inputs cast to bfloat16), cuDNN benchmark on, fresh random inputs, CUDA events around each "
-    "call on the current stream, median; relative_error: max-abs difference from eager's output over eager's max-abs value, the median over --checks fresh inputs (all in relative_errors; matches: the largest within the dtype's tolerance); cuda-graph: torch.cuda.graph of the whole forward after three warm-ups on a "
+    "call on the current stream, median; relative_error: max-abs difference from eager's output over eager's max-abs value, the median over --checks fresh inputs (all in relative_errors; matches: the largest within the dtype's tolerance); rms_error: root-mean-square difference over eager's root-mean-square value, the median over the same inputs (all in rms_errors); cuda-graph: torch.cuda.graph of the whole forward after three warm-ups on a "
     "side stream; compile: torch.compile(mode='reduce-overhead'); nimble: nimble_rs.Nimble(model).prepare(x) "
     "(algorithm nimble, the inference rewrites on, layout chosen by measuring); backend: torch.compile(model, "
     "backend='nimble') with its defaults (algorithm nimble, streams or one region chosen by measuring); peak_bytes: "
@@ -235,16 +242,22 @@ def main():
             for system in systems:
                 try:
                     run, seconds, notes = prepared(system, model, make_input, save.get(name))
-                    errors = sorted(relative_error(run(x), expected) for x, expected in checks)
+                    errors, rms = [], []
+                    for x, expected in checks:
+                        got = run(x)
+                        errors.append(relative_error(got, expected))
+                        rms.append(rms_error(got, expected))
+                    errors.sort()
+                    rms.sort()
                     error = errors[len(errors) // 2]
                     samples = measure(run, lambda: (make_input(),), args.warmup, args.iters, "cuda")
                 except Exception as e:  # one system failing must not lose the others
                     rows.append({"model": name, "system": system, "dtype": args.dtype, "batch": args.batch, "error": f"{type(e).__name__}: {e}"})
                     print(f"  {name:<16} {system:<11} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
                     continue
-                row = {"model": name, "system": system, "dtype": args.dtype, "batch": args.batch, "latency": summary(samples), "prepare_seconds": seconds, "relative_error": error, "relative_errors": errors, "matches": errors[-1] <= TOLERANCE[args.dtype], **notes}
+                row = {"model": name, "system": system, "dtype": args.dtype, "batch": args.batch, "latency": summary(samples), "prepare_seconds": seconds, "relative_error": error, "relative_errors": errors, "rms_error": rms[len(rms) // 2], "rms_errors": rms, "matches": errors[-1] <= TOLERANCE[args.dtype], **notes}
                 rows.append(row)
-                print(f"  {name:<16} {system:<11} {row['latency']['median_us'] / 1000:8.3f} ms  (prepare {seconds:.1f} s, rel.err {error:.1e} median of {len(errors)}, max {errors[-1]:.1e}, peak {notes['peak_bytes'] / 2**20:.0f} MiB)", file=sys.stderr, flush=True)
+                print(f"  {name:<16} {system:<11} {row['latency']['median_us'] / 1000:8.3f} ms  (prepare {seconds:.1f} s, rel.err {error:.1e} median of {len(errors)}, max {errors[-1]:.1e}, rms {rms[len(rms) // 2]:.2e}, peak {notes['peak_bytes'] / 2**20:.0f} MiB)", file=sys.stderr, flush=True)
                 del run
                 torch._dynamo.reset()
                 torch.cuda.synchronize()
@@ -254,7 +267,7 @@ def main():
 
     write_record(args, "same-process", rows, skipped, METHOD)
     print(f"{args.dtype}, batch {args.batch}")
-    print(f"{'model':<16} " + " ".join(f"{s:>11}" for s in systems) + "   (ms, median)   nimble, backend vs compile: latency, error, prepare")
+    print(f"{'model':<16} " + " ".join(f"{s:>11}" for s in systems) + "   (ms, median)   nimble, backend vs compile: latency, error, rms error, prepare")
     for name in names:
         cells, by_system = [], {}
         for system in systems:
@@ -270,10 +283,10 @@ def main():
             return "-"
 
         ratios = [
-            "/".join(ratio(s, key) for key in (lambda r: r["latency"]["median_us"], lambda r: r["relative_error"], lambda r: r["prepare_seconds"]))
+            "/".join(ratio(s, key) for key in (lambda r: r["latency"]["median_us"], lambda r: r["relative_error"], lambda r: r["rms_error"], lambda r: r["prepare_seconds"]))
             for s in ("nimble", "backend")
         ]
-        print(f"{name:<16} " + " ".join(cells) + f"   {ratios[0]:>18} {ratios[1]:>18}")
+        print(f"{name:<16} " + " ".join(cells) + f"   {ratios[0]:>24} {ratios[1]:>24}")
 
 
 if __name__ == "__main__":

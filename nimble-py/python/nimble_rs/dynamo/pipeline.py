@@ -246,8 +246,8 @@ class NimbleCompiled:
                 graph = None
         streams_q, single_q = quartiles["streams"], quartiles["single"]
         self.report["measured_ms"] = {"streams": streams_q[1], "single": single_q[1]}
-        # Max-abs error over max-abs value of the outputs against the ATen graph run eagerly, the
-        # median over the check's inputs.
+        # Root-mean-square error over root-mean-square value of the outputs against the ATen
+        # graph run eagerly, the median over the check's inputs.
         self.report["measured_error"] = errors
         streams = self.report["streams"]
         # Streams only where they win beyond the timings' noise: their upper quartile below one
@@ -287,12 +287,14 @@ def _float_outputs(outputs) -> List[torch.Tensor]:
 
 
 def _distance(got: List[torch.Tensor], expected: List[torch.Tensor]) -> float:
-    """The largest output difference over the largest output value (0 with no float output)."""
+    """The outputs' root-mean-square difference over their root-mean-square value (0 with no
+    float output). Over every element, so that two programs a rounding apart compare by their
+    drift, not by the one element the largest difference happens to land on."""
     if not expected:
         return 0.0
-    difference = max(float((a - b).abs().max()) if a.numel() else 0.0 for a, b in zip(got, expected))
-    scale = max(float(b.abs().max()) if b.numel() else 0.0 for b in expected)
-    return difference / max(scale, 1e-30)
+    squared = sum(float(((a - b) ** 2).sum()) for a, b in zip(got, expected))
+    scale = sum(float((b**2).sum()) for b in expected)
+    return (squared / max(scale, 1e-60)) ** 0.5
 
 
 def _admit_shape(signature: tuple, key: tuple, bound: int) -> bool:
