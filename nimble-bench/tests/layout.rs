@@ -180,3 +180,71 @@ fn the_link_check_knows_githubs_anchors() {
     assert!(anchors.contains("a-title"));
     assert_eq!(links, vec![("b.md#a-title".to_string(), 5)]);
 }
+
+/// The sections of a Markdown page (split at its headings, fenced code left out) that state a
+/// measurement (a number in ms, µs or ×) without a link into `paper-figs/results/`: each
+/// section's first line.
+fn unlinked_measurements(text: &str) -> Vec<String> {
+    let mut sections: Vec<Vec<&str>> = vec![Vec::new()];
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        if line.starts_with('#') {
+            sections.push(Vec::new());
+        }
+        sections.last_mut().unwrap().push(line);
+    }
+    let measured = |text: &str| {
+        ["ms", "µs", "×"].iter().any(|unit| {
+            text.match_indices(unit).any(|(at, _)| {
+                let before = text[..at].trim_end_matches(' ');
+                let after = text[at + unit.len()..].chars().next();
+                before.ends_with(|c: char| c.is_ascii_digit()) && !after.is_some_and(|c| c.is_alphanumeric())
+            })
+        })
+    };
+    sections
+        .into_iter()
+        .filter(|lines| {
+            let section = lines.join("\n");
+            measured(&section) && !section.split("](").skip(1).any(|target| target.split(')').next().unwrap_or("").contains("paper-figs/results/"))
+        })
+        .map(|lines| lines.first().copied().unwrap_or("").to_string())
+        .collect()
+}
+
+/// Every number the README and docs/ state as measured comes with a link to its committed
+/// record: each section (between headings) that gives a time or a speedup links into
+/// paper-figs/results/, where the record holds the machine, the date and the commit.
+#[test]
+fn every_measured_number_in_the_docs_links_its_record() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut pages = vec![root.join("README.md")];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        pages.push(entry.unwrap().path());
+    }
+    // Sections whose numbers are not measurements: the schema's limits.
+    let exempt = [("cli.md", "### The task-graph JSON schema")];
+    let mut missing = Vec::new();
+    for page in &pages {
+        let name = page.file_name().unwrap().to_string_lossy().to_string();
+        for heading in unlinked_measurements(&std::fs::read_to_string(page).unwrap()) {
+            if !exempt.iter().any(|(file, title)| *file == name && heading == *title) {
+                missing.push(format!("{name}: {heading}"));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "sections stating measured numbers without a link into paper-figs/results/:\n{}", missing.join("\n"));
+}
+
+#[test]
+fn the_record_check_finds_an_unlinked_measurement() {
+    let page = "# A\nran 1.5 ms ([record](../paper-figs/results/x.json))\n## B\n1.2× faster\n## C\nin 2 seconds, 3 msgs\n```\n4 ms\n```\n";
+    assert_eq!(unlinked_measurements(page), vec!["## B".to_string()]);
+}
