@@ -23,7 +23,7 @@ import torch.fx
 from .. import scheduling
 from ..errors import NimbleInputError
 from . import regions as regions_module
-from .runner import CapturedGraph, Program, seconds_since, shape_key, time_quartiles_ms
+from .runner import CapturedGraph, Program, forward_outputs, seconds_since, shape_key, time_quartiles_ms
 from .taskgraph import Tasks, mutated_inputs, op_name, tasks_of
 
 DEFAULTS: Dict[str, Any] = {
@@ -154,6 +154,7 @@ class NimbleCompiled:
     static: List[bool]
     mutated: List[int]
     gm: torch.fx.GraphModule
+    kind: str
     signature: tuple
     report: dict
     uncapturable: Optional[str]
@@ -171,7 +172,7 @@ class NimbleCompiled:
         # The common case first, with as little Python as possible: the last graph replayed.
         last = self.last
         if last is not None and last.accepts(args):
-            return last(args)
+            return last(args) if self.kind == "inference" else self._training_replay(last, args)
         cuda = any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
         if not cuda or self.uncapturable is not None:
             if self.chosen is None:
@@ -182,7 +183,11 @@ class NimbleCompiled:
         graph = self.captures.get(key)
         if graph is not None and graph.accepts(args):
             self.last = graph
-            return graph(args)
+            return graph(args) if self.kind == "inference" else self._training_replay(graph, args)
+        if graph is not None and self.kind == "backward":
+            # The values saved by a forward that ran uncaptured (see _training_replay): not the
+            # captured forward's outputs this graph reads in place.
+            return self._uncaptured(args)
         if graph is not None:
             # Same shapes, but a parameter or buffer is another tensor now: the old graph reads
             # the old one. Capture again in its place.
@@ -193,7 +198,27 @@ class NimbleCompiled:
         self.last = self.captures[key] = None  # the old graph's memory goes before the new capture
         graph = self.captures[key] = self.last = self._capture(args)
         self.report["captured_shapes"] = len(self.captures)
-        return graph(args)
+        return graph(args) if self.kind == "inference" else self._training_replay(graph, args)
+
+    def _training_replay(self, graph: CapturedGraph, args):
+        """A training forward's or backward's replay. A forward whose last outputs its backward
+        has not read yet (a second forward before one backward, as in gradient accumulation)
+        runs uncaptured, so that the graph does not overwrite them."""
+        if self.kind == "forward":
+            if graph.pending and not graph.outputs_released():
+                _warn_once(("pending", self.signature), "nimble backend: a forward ran again before the backward of its last call; it runs uncaptured until that backward has run")
+                return self._uncaptured(args)
+            outputs = graph(args)
+            graph.pending = True
+            return outputs
+        outputs = graph(args)
+        for forward in graph.consumes:
+            forward.pending = False
+        return outputs
+
+    def _uncaptured(self, args):
+        self.report["uncaptured_calls"] = self.report.get("uncaptured_calls", 0) + 1
+        return self._program().run(args)
 
     def _capture(self, args) -> CapturedGraph:
         started = time.perf_counter()
@@ -201,20 +226,28 @@ class NimbleCompiled:
         # writes in place (a buffer's running statistics, a counter) are put back afterwards, so
         # that the user's call writes them once, as eager would.
         saved = [(args[i], args[i].clone()) for i in self.mutated if isinstance(args[i], torch.Tensor)]
+        static, consumes = list(self.static), []
+        if self.kind == "backward":
+            # The values the forward saved are its captured graph's outputs: read in place.
+            from_forward, consumes = forward_outputs(args)
+            static = [a or b for a, b in zip(static, from_forward)]
         try:
             graph = None
             if self.chosen is None:
-                self.chosen, self.report["reason"], graph = self._choose(args, saved)
+                self.chosen, self.report["reason"], graph = self._choose(args, saved, static)
                 self.report["choice"] = self.chosen
             if graph is None:
-                graph = CapturedGraph(self._program(), args, self.static, self.options["warmups"], self.mutated)
+                graph = CapturedGraph(self._program(), args, static, self.options["warmups"], self.mutated)
         finally:
             _restore(saved)
+        graph.consumes = tuple(consumes)
+        if self.kind == "forward":
+            graph.register_as_forward()
         self.report.setdefault("peak_bytes", {})[str(shape_key_summary(args))] = graph.peak_bytes
         self.report["capture_seconds"] = self.report.get("capture_seconds", 0.0) + seconds_since(started)
         return graph
 
-    def _choose(self, args, saved):
+    def _choose(self, args, saved, static):
         """The program to keep (``streams`` or ``single``), why, and its captured graph when the
         choice captured it last (else None: captured again, so that only one graph's memory is
         held at a time)."""
@@ -233,7 +266,7 @@ class NimbleCompiled:
         quartiles, errors, graph = {}, {}, None
         # One region first: if the streams, timed second, win, their graph is kept as it is.
         for name, program in (("single", self.single_program), ("streams", self.streams_program)):
-            graph = CapturedGraph(program, args, self.static, self.options["warmups"], self.mutated)
+            graph = CapturedGraph(program, args, static, self.options["warmups"], self.mutated)
             quartiles[name] = time_quartiles_ms(lambda graph=graph: graph(args))
             distances = []
             for inputs, reference in zip(checks, expected):
@@ -330,7 +363,9 @@ def shape_key_summary(args) -> List:
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Dict[str, Any], kind: str) -> NimbleCompiled:
     """Plans, partitions and compiles one ATen graph (``kind``: forward, backward or inference)."""
     started = time.perf_counter()
-    static_indices = _static_indices()
+    # AOTAutograd's static inputs are the forward's (parameters and buffers); a backward's
+    # inputs are the forward's saved values and the gradients, found when it is captured.
+    static_indices = _static_indices() if kind != "backward" else set()
     tasks = tasks_of(gm, sorted(static_indices))
     signature = (kind, tuple(op_name(n) for n in tasks.nodes))
     on_cuda = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs)
@@ -340,10 +375,6 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], optio
     report: Dict[str, Any] = {"graph": kind, "ops": len(tasks.nodes), "algorithm": options["algorithm"]}
     uncapturable = announce_uncapturable(gm, example_inputs)
     if uncapturable is not None:
-        report["uncapturable"] = uncapturable
-    if kind != "inference" and on_cuda and uncapturable is None:
-        uncapturable = "training graphs are not captured yet; they run as compiled regions on one stream"
-        _warn_once(("training",), f"nimble backend: {uncapturable}")
         report["uncapturable"] = uncapturable
 
     streams_program = single_program = None
@@ -367,6 +398,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], optio
         static=[i in static_indices for i in range(len(example_inputs))],
         mutated=mutated_inputs(gm),
         gm=gm,
+        kind=kind,
         signature=signature,
         report=report,
         uncapturable=uncapturable,

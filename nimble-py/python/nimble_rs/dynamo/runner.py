@@ -14,6 +14,7 @@ Outputs are the graph's static tensors: the next call overwrites them (as with
 """
 
 import time
+import weakref
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import torch
@@ -126,8 +127,35 @@ def _static_copy(x: torch.Tensor) -> torch.Tensor:
     return buffer
 
 
+# The captured training forwards by the address of each output: their backward reads those
+# outputs (the values saved for it) in place.
+_FORWARD_OUTPUTS: "weakref.WeakValueDictionary[int, CapturedGraph]" = weakref.WeakValueDictionary()
+
+
+def forward_outputs(args: Sequence[Any]) -> Tuple[List[bool], List["CapturedGraph"]]:
+    """Which of a backward's ``args`` are a captured forward's outputs, and those forwards."""
+    found, graphs = [], []
+    for a in args:
+        graph = _FORWARD_OUTPUTS.get(a.data_ptr()) if isinstance(a, torch.Tensor) and a.is_cuda else None
+        found.append(graph is not None)
+        if graph is not None and all(graph is not g for g in graphs):
+            graphs.append(graph)
+    return found, graphs
+
+
+def _use_count(tensor: torch.Tensor) -> int:
+    return torch._C._storage_Use_Count(tensor.untyped_storage()._cdata)
+
+
 class CapturedGraph:
-    """One input shape's CUDA graph of a program: static inputs, the graph, its outputs."""
+    """One input shape's CUDA graph of a program: static inputs, the graph, its outputs.
+
+    A training forward's graph is ``pending`` from its replay until its backward's graph has
+    read the outputs (or nobody holds them any more): replaying it again before that would
+    overwrite the values the backward still needs."""
+
+    pending = False
+    consumes: Tuple["CapturedGraph", ...] = ()
 
     def __init__(self, program: Program, args: Sequence[Any], static: Sequence[bool], warmups: int, mutated: Sequence[int] = ()):
         device = next(a.device for a in args if isinstance(a, torch.Tensor) and a.is_cuda)
@@ -160,6 +188,17 @@ class CapturedGraph:
         self.peak_bytes = torch.cuda.max_memory_allocated(device) - before
         self.device = device
 
+    def register_as_forward(self) -> None:
+        """Marks the outputs as a training forward's, for its backward to read in place."""
+        self._flat_outputs = [t for t in _flatten(self.outputs) if isinstance(t, torch.Tensor)]
+        self._held = [_use_count(t) for t in self._flat_outputs]
+        for t in self._flat_outputs:
+            _FORWARD_OUTPUTS[t.data_ptr()] = self
+
+    def outputs_released(self) -> bool:
+        """Whether nobody but this graph holds its outputs' memory any more."""
+        return all(_use_count(t) <= held for t, held in zip(self._flat_outputs, self._held))
+
     def accepts(self, args: Sequence[Any]) -> bool:
         """Whether ``args`` can replay this graph: the user's inputs of the captured shapes,
         strides, dtypes and devices, the same scalars, and the parameters and buffers the very
@@ -186,6 +225,12 @@ class CapturedGraph:
         for i in self.written_back:
             args[i].copy_(inputs[i])
         return self.outputs
+
+
+def _flatten(outputs) -> List[Any]:
+    found: List[Any] = []
+    torch.utils._pytree.tree_map(found.append, outputs)
+    return found
 
 
 def time_quartiles_ms(run: Callable[[], Any], repeats: int = 30) -> Tuple[float, float, float]:
