@@ -212,6 +212,7 @@ def test_uncapturable_graphs_are_announced_with_the_reason():
         ({"streams": 2}, "unknown option `streams`"),
         ({"choose": "fastest"}, "choose='fastest'"),
         ({"accuracy": "best"}, "accuracy='best'"),
+        ({"capture_training": "yes"}, "capture_training='yes'"),
         ({"max_shapes": 0}, "max_shapes=0"),
     ],
 )

@@ -184,7 +184,7 @@ def test_training_steps_are_captured_and_match_eager(make, shape):
 
     eager = make().cuda().train()
     model = copy.deepcopy(eager)
-    fast = compiled(model)
+    fast = compiled(model, capture_training=True)
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (eager, model)]
     before = len(nimble_rs.dynamo.reports())
     for _ in range(4):
@@ -205,12 +205,13 @@ def test_training_steps_are_captured_and_match_eager(make, shape):
 
 def test_a_second_forward_before_the_backward_does_not_overwrite_the_first():
     # Gradient accumulation over two forwards and one backward: the second forward must not
-    # replay over the values the first one saved; it runs uncaptured, with one warning.
+    # replay over the values the first one saved, nor a backward over the gradients autograd
+    # still holds to sum with the next; each runs uncaptured then, with one warning.
     import copy
 
     eager = Inception(channels=8).cuda().train()
     model = copy.deepcopy(eager)
-    fast = compiled(model)
+    fast = compiled(model, capture_training=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(3):

@@ -41,6 +41,10 @@ DEFAULTS: Dict[str, Any] = {
     # "compiler": streams are kept only if their outputs are no further from eager than the
     # compiler's own program (the whole graph as one region); "any": speed alone decides.
     "accuracy": "compiler",
+    # Training graphs (AOTAutograd's forward and backward) captured as CUDA graphs. Off until
+    # the gradient-accumulation case has run on a GPU; off, they run as compiled regions on one
+    # stream, announced once.
+    "capture_training": False,
 }
 # The inputs the choice's accuracy check runs (the capture's and shuffles of it), and how much
 # further from eager streams may be than one region: float32's reassociation noise.
@@ -78,6 +82,8 @@ def _options(options: Optional[dict]) -> Dict[str, Any]:
         raise NimbleInputError(f"option choose={chosen['choose']!r}: expected \"auto\", \"streams\" or \"single\"")
     if not isinstance(chosen["max_shapes"], int) or chosen["max_shapes"] < 1:
         raise NimbleInputError(f"option max_shapes={chosen['max_shapes']!r}: expected a positive integer")
+    if not isinstance(chosen["capture_training"], bool):
+        raise NimbleInputError(f"option capture_training={chosen['capture_training']!r}: expected True or False")
     if chosen["accuracy"] not in ("compiler", "any"):
         raise NimbleInputError(f"option accuracy={chosen['accuracy']!r}: expected \"compiler\" or \"any\"")
     if not isinstance(chosen["warmups"], int) or chosen["warmups"] < 1:
@@ -211,6 +217,11 @@ class NimbleCompiled:
             outputs = graph(args)
             graph.pending = True
             return outputs
+        if not graph.outputs_released():
+            # Autograd still holds the last call's gradients (it sums several backward calls'
+            # before accumulating them): this call's must be new tensors.
+            _warn_once(("held", self.signature), "nimble backend: a backward ran while autograd still held the gradients of its last call; it runs uncaptured")
+            return self._uncaptured(args)
         outputs = graph(args)
         for forward in graph.consumes:
             forward.pending = False
@@ -241,8 +252,8 @@ class NimbleCompiled:
         finally:
             _restore(saved)
         graph.consumes = tuple(consumes)
-        if self.kind == "forward":
-            graph.register_as_forward()
+        if self.kind != "inference":
+            graph.track_outputs(forward=self.kind == "forward")
         self.report.setdefault("peak_bytes", {})[str(shape_key_summary(args))] = graph.peak_bytes
         self.report["capture_seconds"] = self.report.get("capture_seconds", 0.0) + seconds_since(started)
         return graph
@@ -257,7 +268,7 @@ class NimbleCompiled:
             return "streams", "option choose=\"streams\"", None
         # The accuracy check's inputs: the capture's own and shuffles of its values (the same
         # distribution: token ids stay token ids), user inputs only.
-        checks = [list(args)] + [self._shuffled(args, seed) for seed in range(ACCURACY_INPUTS - 1)]
+        checks = [list(args)] + [self._shuffled(args, static, seed) for seed in range(ACCURACY_INPUTS - 1)]
         expected = []
         for inputs in checks:
             _restore(saved)
@@ -297,12 +308,12 @@ class NimbleCompiled:
             ), None
         return "streams", f"measured {streams_q[1]:.3f} ms on {streams} streams against {single_q[1]:.3f} ms as one region (quartiles apart)", graph
 
-    def _shuffled(self, args, seed: int) -> List[Any]:
+    def _shuffled(self, args, static: List[bool], seed: int) -> List[Any]:
         """``args`` with each user input's values permuted (a fixed permutation per seed)."""
         generator = torch.Generator().manual_seed(seed)
         shuffled = list(args)
         for i, a in enumerate(args):
-            if isinstance(a, torch.Tensor) and not self.static[i] and a.numel() > 1 and i not in self.mutated:
+            if isinstance(a, torch.Tensor) and not static[i] and a.numel() > 1 and i not in self.mutated:
                 order = torch.randperm(a.numel(), generator=generator).to(a.device)
                 shuffled[i] = a.flatten()[order].view(a.shape)
         return shuffled
@@ -375,6 +386,11 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], optio
     report: Dict[str, Any] = {"graph": kind, "ops": len(tasks.nodes), "algorithm": options["algorithm"]}
     uncapturable = announce_uncapturable(gm, example_inputs)
     if uncapturable is not None:
+        report["uncapturable"] = uncapturable
+
+    if kind != "inference" and on_cuda and uncapturable is None and not options["capture_training"]:
+        uncapturable = "training graphs are captured only with option capture_training=True; they run as compiled regions on one stream"
+        _warn_once(("training",), f"nimble backend: {uncapturable}")
         report["uncapturable"] = uncapturable
 
     streams_program = single_program = None

@@ -152,7 +152,9 @@ class CapturedGraph:
 
     A training forward's graph is ``pending`` from its replay until its backward's graph has
     read the outputs (or nobody holds them any more): replaying it again before that would
-    overwrite the values the backward still needs."""
+    overwrite the values the backward still needs. A backward's outputs (the gradients) may
+    still be held by autograd, which sums the gradients of several backward calls before it
+    accumulates them: replaying over them then would be wrong too (``outputs_released``)."""
 
     pending = False
     consumes: Tuple["CapturedGraph", ...] = ()
@@ -188,12 +190,14 @@ class CapturedGraph:
         self.peak_bytes = torch.cuda.max_memory_allocated(device) - before
         self.device = device
 
-    def register_as_forward(self) -> None:
-        """Marks the outputs as a training forward's, for its backward to read in place."""
+    def track_outputs(self, forward: bool) -> None:
+        """Counts who holds the outputs now (this graph alone), for ``outputs_released``; a
+        training forward's outputs are also registered for its backward to read in place."""
         self._flat_outputs = [t for t in _flatten(self.outputs) if isinstance(t, torch.Tensor)]
         self._held = [_use_count(t) for t in self._flat_outputs]
-        for t in self._flat_outputs:
-            _FORWARD_OUTPUTS[t.data_ptr()] = self
+        if forward:
+            for t in self._flat_outputs:
+                _FORWARD_OUTPUTS[t.data_ptr()] = self
 
     def outputs_released(self) -> bool:
         """Whether nobody but this graph holds its outputs' memory any more."""
