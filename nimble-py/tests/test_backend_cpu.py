@@ -293,3 +293,24 @@ def test_the_backend_needs_no_particular_torch_and_nimble_names_both_versions():
     assert done.returncode == 0, done.stderr[-3000:]
     assert "backend ok nimble" in done.stdout, done.stdout
     assert "built for torch 2.11.0, but this Python has torch 2.12.0" in done.stdout, done.stdout
+
+
+def test_a_graphs_outputs_count_as_held_while_autograd_or_the_user_holds_them():
+    # What training capture rests on (runner.CapturedGraph.outputs_released): a storage's use
+    # count sees autograd's saved tensors and any alias, and falls back once they are gone.
+    from nimble_rs.dynamo.runner import CapturedGraph
+
+    graph = object.__new__(CapturedGraph)
+    graph.outputs = (torch.randn(4, 4), [torch.randn(3)])
+    graph.track_outputs(forward=False)
+    assert graph.outputs_released()
+    weight = torch.randn(4, 4, requires_grad=True)
+    loss = (graph.outputs[0] * weight).sum()  # autograd saves the output for weight's gradient
+    assert not graph.outputs_released()
+    loss.backward()
+    del loss
+    assert graph.outputs_released()
+    alias = graph.outputs[1][0].detach()
+    assert not graph.outputs_released()
+    del alias
+    assert graph.outputs_released()

@@ -143,8 +143,10 @@ def forward_outputs(args: Sequence[Any]) -> Tuple[List[bool], List["CapturedGrap
     return found, graphs
 
 
-def _use_count(tensor: torch.Tensor) -> int:
-    return torch._C._storage_Use_Count(tensor.untyped_storage()._cdata)
+def _use_count(tensor: torch.Tensor) -> Tuple[int, int]:
+    """Who holds a tensor: references to its TensorImpl (autograd's saved tensors among them)
+    and to its storage (aliases: views, ``detach()``)."""
+    return tensor._use_count(), torch._C._storage_Use_Count(tensor.untyped_storage()._cdata)
 
 
 class CapturedGraph:
@@ -201,7 +203,11 @@ class CapturedGraph:
 
     def outputs_released(self) -> bool:
         """Whether nobody but this graph holds its outputs' memory any more."""
-        return all(_use_count(t) <= held for t, held in zip(self._flat_outputs, self._held))
+        for t, (impl, storage) in zip(self._flat_outputs, self._held):
+            now_impl, now_storage = _use_count(t)
+            if now_impl > impl or now_storage > storage:
+                return False
+        return True
 
     def accepts(self, args: Sequence[Any]) -> bool:
         """Whether ``args`` can replay this graph: the user's inputs of the captured shapes,
