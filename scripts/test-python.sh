@@ -14,6 +14,10 @@ fi
 if [ ! -x "$venv/bin/maturin" ] || [ ! -x "$venv/bin/pytest" ]; then
     "$venv/bin/pip" install --quiet --disable-pip-version-check "maturin==1.9.6" "pytest==8.4.2"
 fi
+# transformers for the backend's tokenizer test (the lent GPU machine's version).
+if ! "$venv/bin/python3" -c "import transformers" 2>/dev/null; then
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "transformers==5.17.0"
+fi
 cd "$repo"
 # From the repo root, so that .cargo/config.toml (LIBTORCH) applies to the build: the package
 # with its scheduling extension (no libtorch), then the libtorch engine behind nimble_rs.Nimble.
