@@ -140,5 +140,24 @@ class ScalesItsInput(nn.Module):
         return self.fc(x)
 
 
+def train_beside_eager(eager, fast, fast_model, make_input, steps=3, state_rtol=1e-5):
+    """Steps ``eager`` and ``fast`` (compiled from ``fast_model``, a copy of it) by SGD with
+    momentum on the same inputs: after each step every gradient matches eager's (an absolute
+    floor for zero gradients computed as rounding noise, such as a convolution's bias before
+    BatchNorm), and at the end the state (parameters, BatchNorm statistics)."""
+    output = lambda y: y["last_hidden_state"] if isinstance(y, dict) else y
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (eager, fast_model)]
+    for _ in range(steps):
+        x = make_input()
+        for run, optimizer in zip((eager, fast), optimizers):
+            optimizer.zero_grad()
+            output(run(x)).square().mean().backward()
+            optimizer.step()
+        for a, b in zip(eager.parameters(), fast_model.parameters()):
+            assert torch.allclose(b.grad, a.grad, rtol=1e-4, atol=1e-6), (a.grad, b.grad)
+    for a, b in zip(eager.state_dict().values(), fast_model.state_dict().values()):
+        assert torch.allclose(b.float(), a.float(), rtol=state_rtol, atol=1e-6)
+
+
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-12))

@@ -17,7 +17,7 @@ from nimble_rs.dynamo import pipeline
 from nimble_rs.dynamo.regions import partition
 from nimble_rs.dynamo.runner import Program
 from nimble_rs.dynamo.taskgraph import mutated_inputs, tasks_of
-from models import Attention, Branches, Branchy, Counter, Inception, ScalesItsInput, relative_error
+from models import Attention, Branches, Branchy, Counter, Inception, ScalesItsInput, relative_error, train_beside_eager
 
 torch.manual_seed(0)
 
@@ -242,21 +242,8 @@ def test_training_through_the_backend_matches_eager(make, shape):
     eager = make().train()
     fast_model = copy.deepcopy(eager)
     fast = torch.compile(fast_model, backend="nimble")
-    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (eager, fast_model)]
     before = len(nimble_rs.dynamo.reports())
-    output = lambda y: y["last_hidden_state"] if isinstance(y, dict) else y
-    for _ in range(3):
-        x = torch.randn(shape)
-        for run, optimizer in zip((eager, fast), optimizers):
-            optimizer.zero_grad()
-            output(run(x)).square().mean().backward()
-            optimizer.step()
-        for a, b in zip(eager.parameters(), fast_model.parameters()):
-            # Absolute floor: a convolution's bias before BatchNorm has a zero gradient, computed
-            # as rounding noise of 1e-8 by both.
-            assert torch.allclose(b.grad, a.grad, rtol=1e-4, atol=1e-6), (a.grad, b.grad)
-    for a, b in zip(eager.state_dict().values(), fast_model.state_dict().values()):
-        assert torch.allclose(b.float(), a.float(), rtol=1e-5, atol=1e-6)
+    train_beside_eager(eager, fast, fast_model, lambda: torch.randn(shape))
     kinds = [r["graph"] for r in nimble_rs.dynamo.reports()[before:]]
     assert kinds == ["forward", "backward"], kinds
 

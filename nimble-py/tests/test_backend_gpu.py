@@ -11,7 +11,7 @@ import torch
 import nimble_rs
 from nimble_rs.dynamo import runner
 from conftest import require_cuda
-from models import Attention, Counter, Inception, ScalesItsInput, relative_error
+from models import Attention, Counter, Inception, ScalesItsInput, relative_error, train_beside_eager
 
 # TF32 off for eager and for Inductor's kernels: the graph must then compute what eager does
 # up to reassociation inside fused kernels.
@@ -172,10 +172,6 @@ def test_a_graph_that_cannot_be_captured_runs_uncaptured_with_a_warning():
 TRAINING_MODELS = [(lambda: Inception(channels=8), (4, 8, 16, 16)), (lambda: Attention(d=32), (2, 7, 32))]
 
 
-def _output(y):
-    return y["last_hidden_state"] if isinstance(y, dict) else y
-
-
 @pytest.mark.parametrize("make, shape", TRAINING_MODELS)
 def test_training_steps_are_captured_and_match_eager(make, shape):
     # Forward and backward each one CUDA graph: the backward reads the values the forward saved
@@ -185,18 +181,8 @@ def test_training_steps_are_captured_and_match_eager(make, shape):
     eager = make().cuda().train()
     model = copy.deepcopy(eager)
     fast = compiled(model, capture_training=True)
-    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (eager, model)]
     before = len(nimble_rs.dynamo.reports())
-    for _ in range(4):
-        x = torch.randn(shape, device="cuda")
-        for run, optimizer in zip((eager, fast), optimizers):
-            optimizer.zero_grad()
-            _output(run(x)).square().mean().backward()
-            optimizer.step()
-        for a, b in zip(eager.parameters(), model.parameters()):
-            assert torch.allclose(b.grad, a.grad, rtol=1e-4, atol=1e-6), (a.grad, b.grad)
-    for a, b in zip(eager.state_dict().values(), model.state_dict().values()):
-        assert torch.allclose(b.float(), a.float(), rtol=1e-4, atol=1e-6)
+    train_beside_eager(eager, fast, model, lambda: torch.randn(shape, device="cuda"), steps=4, state_rtol=1e-4)
     reports = nimble_rs.dynamo.reports()[before:]
     assert [r["graph"] for r in reports] == ["forward", "backward"], reports
     for r in reports:
