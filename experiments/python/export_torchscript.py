@@ -10,7 +10,11 @@ Writes DIR/<name>.pt and DIR/manifest.json: one entry per model with its file, t
 specifications of its forward arguments, where it comes from, and the error when it could not be
 exported (the file is then missing).
 
-usage: python export_torchscript.py DIR [--set torchvision|transformers|timm|all] [--only a,b,...]
+`--set transformers-families` (not in `all`) exports transformers' decoder-only LMs (at a stated
+small size), audio and speech encoders, vision-language vision towers and encoder-decoders with
+decoder inputs, each manifest entry with its `family`.
+
+usage: python export_torchscript.py DIR [--set torchvision|transformers|timm|all|transformers-families] [--only a,b,...]
                                         [--device cpu|cuda] [--batch N]
 """
 
@@ -32,6 +36,28 @@ TRANSFORMERS = [
     ("t5-encoder", "T5EncoderModel", "T5Config", "ids", "transformers T5EncoderModel, T5Config() (t5-small)"),
 ]
 SEQUENCE = 128
+# transformers' families beyond classification and encoders (`--set transformers-families`, not
+# part of `all`): (name, family, model class, config class, config arguments, forward's keyword
+# arguments in order, each "ids:LENGTH" (token ids) or a float tensor's shape without the batch).
+# Default configurations where they are a model's base size; decoders at a stated small size.
+DECODER = dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=4, vocab_size=32000)
+FAMILIES = [
+    ("llama", "decoder", "LlamaModel", "LlamaConfig", DECODER, [("input_ids", "ids:128")]),
+    ("qwen2", "decoder", "Qwen2Model", "Qwen2Config", DECODER, [("input_ids", "ids:128")]),
+    ("mistral", "decoder", "MistralModel", "MistralConfig", DECODER, [("input_ids", "ids:128")]),
+    ("phi3", "decoder", "Phi3Model", "Phi3Config", {**DECODER, "pad_token_id": 0}, [("input_ids", "ids:128")]),
+    ("gemma", "decoder", "GemmaModel", "GemmaConfig", {**DECODER, "head_dim": 64}, [("input_ids", "ids:128")]),
+    ("wav2vec2", "audio", "Wav2Vec2Model", "Wav2Vec2Config", {}, [("input_values", [16000])]),
+    ("hubert", "audio", "HubertModel", "HubertConfig", {}, [("input_values", [16000])]),
+    ("wavlm", "audio", "WavLMModel", "WavLMConfig", {}, [("input_values", [16000])]),
+    ("whisper-encoder", "speech", "WhisperModel", "WhisperConfig", {}, [("input_features", [80, 3000])]),
+    ("clip-vision", "vision-tower", "CLIPVisionModel", "CLIPVisionConfig", {}, [("pixel_values", [3, 224, 224])]),
+    ("siglip-vision", "vision-tower", "SiglipVisionModel", "SiglipVisionConfig", {}, [("pixel_values", [3, 224, 224])]),
+    ("dinov2", "vision-tower", "Dinov2Model", "Dinov2Config", {}, [("pixel_values", [3, 224, 224])]),
+    ("t5", "encoder-decoder", "T5Model", "T5Config", {}, [("input_ids", "ids:128"), ("decoder_input_ids", "ids:32")]),
+    ("bart", "encoder-decoder", "BartModel", "BartConfig", {}, [("input_ids", "ids:128"), ("decoder_input_ids", "ids:32")]),
+    ("whisper", "encoder-decoder", "WhisperModel", "WhisperConfig", {}, [("input_features", [80, 3000]), ("decoder_input_ids", "ids:32")]),
+]
 # timm's models: one per family that torchvision and transformers do not already cover, chosen
 # for the shapes of their graphs (split-attention, multi-resolution branches, dual paths, mixed
 # kernels, MLP mixers, hybrid convolution-attention, relative position biases, two-branch
@@ -101,6 +127,44 @@ def transformers_models(batch):
         yield name, build, source
 
 
+class Keywords(torch.nn.Module):
+    """A model called with keyword arguments, as a module of positional tensors (what the tracer
+    and `infer --torchscript` pass), returning its first output (the last hidden state)."""
+
+    def __init__(self, model, names, part=None):
+        super().__init__()
+        self.model = model if part is None else getattr(model, part)
+        self.names = list(names)
+
+    def forward(self, *tensors):
+        return self.model(**dict(zip(self.names, tensors)))[0]
+
+
+def family_models(batch):
+    import transformers
+
+    for name, family, model_class, config_class, arguments, inputs in FAMILIES:
+        def build(model_class=model_class, config_class=config_class, arguments=arguments, inputs=inputs, name=name):
+            config = getattr(transformers, config_class)(**arguments)
+            if hasattr(config, "use_cache"):
+                config.use_cache = False  # no key-value cache object, which the tracer cannot return
+            model = getattr(transformers, model_class)(config)
+            tensors, specs = [], []
+            for _, kind in inputs:
+                if isinstance(kind, str):
+                    length = int(kind.split(":")[1])
+                    tensors.append(torch.randint(0, config.vocab_size, (batch, length)))
+                    specs.append(spec([batch, length], "int64", 0, config.vocab_size))
+                else:
+                    tensors.append(torch.randn(batch, *kind))
+                    specs.append(spec([batch, *kind]))
+            part = "encoder" if name == "whisper-encoder" else None
+            return Keywords(model, [n for n, _ in inputs], part), tensors, specs
+
+        stated = ", ".join(f"{k}={v}" for k, v in arguments.items()) or "defaults"
+        yield name, build, f"transformers {model_class}({config_class}({stated})), family {family}"
+
+
 def timm_models(batch):
     for name in TIMM:
         def build(name=name):
@@ -161,7 +225,7 @@ def versions():
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dir")
-    parser.add_argument("--set", choices=["torchvision", "transformers", "timm", "all"], default="all")
+    parser.add_argument("--set", choices=["torchvision", "transformers", "timm", "all", "transformers-families"], default="all")
     parser.add_argument("--only", default="", help="comma-separated model names")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--batch", type=int, default=1)
@@ -175,6 +239,9 @@ def main():
         sources.append(transformers_models(args.batch))
     if args.set in ("timm", "all"):
         sources.append(timm_models(args.batch))
+    if args.set == "transformers-families":
+        sources.append(family_models(args.batch))
+    families = {name: family for name, family, *_ in FAMILIES}
     manifest_path = os.path.join(args.dir, "manifest.json")
     libraries = versions()
     manifest = []
@@ -183,6 +250,8 @@ def main():
             if only and name not in only:
                 continue
             entry = {"name": name, "file": f"{name}.pt", "source": source}
+            if args.set == "transformers-families":
+                entry["family"] = families[name]
             started = time.time()
             try:
                 torch.manual_seed(0)
