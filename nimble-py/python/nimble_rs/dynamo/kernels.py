@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from ..errors import NimbleInputError
+from .taskgraph import Accesses, target_name
 
 
 @dataclass
@@ -109,7 +110,7 @@ def _extern_name(node) -> str:
     ir_node = node.node
     overload = getattr(ir_node, "op_overload", None)
     if overload is not None and hasattr(overload, "_schema"):
-        return overload._schema.name
+        return target_name(overload)
     name = getattr(ir_node, "python_kernel_name", None) or type(ir_node).__name__
     # Inductor's out-variant wrappers call the ATen op of the same name (extern_kernels.mm).
     if name.startswith("extern_kernels."):
@@ -123,9 +124,7 @@ def _aten_ops(node) -> List[str]:
         for origin in getattr(base.node, "origins", ()) if base.node is not None else ():
             if origin.op != "call_function":
                 continue
-            target = origin.meta.get("original_aten") or origin.target
-            schema = getattr(target, "_schema", None)
-            ops.add(schema.name if schema is not None else getattr(target, "__name__", str(target)))
+            ops.add(target_name(origin.meta.get("original_aten") or origin.target))
     return sorted(ops)
 
 
@@ -178,24 +177,14 @@ def _graph_of(record: _Recorded) -> dict:
         task_of_node.append(task)
 
     # Dependencies between nodes, by buffer: read-after-write, write-after-read and -write.
-    predecessors: List[set] = [set() for _ in record.nodes]
-    last_writer: Dict[str, int] = {}
-    readers: Dict[str, List[int]] = {}
+    predecessors: List[set] = []
+    accesses = Accesses()
     for i, node in enumerate(record.nodes):
         reads = {real(d.name) for d in node.read_writes.reads}
         writes = {real(d.name) for d in node.read_writes.writes} | {real(n) for n in node.get_buffer_names()}
-        for buffer in reads - writes:
-            if buffer in last_writer:
-                predecessors[i].add(last_writer[buffer])
-            readers.setdefault(buffer, []).append(i)
-        for buffer in writes:
-            if buffer in last_writer:
-                predecessors[i].add(last_writer[buffer])
-            predecessors[i].update(readers.pop(buffer, []))
-            last_writer[buffer] = i
-        predecessors[i].discard(i)
+        after = accesses.access(i, reads, writes)
         # Views launch nothing: a reader of a view waits on what the view waits on.
-        predecessors[i] = {q for p in predecessors[i] for q in (predecessors[p] if task_of_node[p] is None else {p})}
+        predecessors.append({q for p in after for q in (predecessors[p] if task_of_node[p] is None else {p})})
     edges = set()
     for i, task in enumerate(task_of_node):
         if task is None:

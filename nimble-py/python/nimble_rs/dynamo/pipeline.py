@@ -199,8 +199,7 @@ class NimbleCompiled:
             # the old one. Capture again in its place.
             _warn_once(("moved", self.signature), "nimble backend: a parameter or buffer of a captured graph was replaced by another tensor; capturing again")
         elif not _admit_shape(self.signature, key, self.options["max_shapes"]):
-            self.report["uncaptured_calls"] = self.report.get("uncaptured_calls", 0) + 1
-            return self._program().run(args)
+            return self._uncaptured(args)
         self.last = self.captures[key] = None  # the old graph's memory goes before the new capture
         graph = self.captures[key] = self.last = self._capture(args)
         self.report["captured_shapes"] = len(self.captures)
@@ -325,9 +324,7 @@ def _restore(saved) -> None:
 
 
 def _float_outputs(outputs) -> List[torch.Tensor]:
-    found: List[torch.Tensor] = []
-    torch.utils._pytree.tree_map(lambda x: found.append(x.detach().float().clone()) if isinstance(x, torch.Tensor) and x.is_floating_point() else None, outputs)
-    return found
+    return [x.detach().float().clone() for x in torch.utils._pytree.tree_leaves(outputs) if isinstance(x, torch.Tensor) and x.is_floating_point()]
 
 
 def _distance(got: List[torch.Tensor], expected: List[torch.Tensor]) -> float:

@@ -195,7 +195,7 @@ class CapturedGraph:
     def track_outputs(self, forward: bool) -> None:
         """Counts who holds the outputs now (this graph alone), for ``outputs_released``; a
         training forward's outputs are also registered for its backward to read in place."""
-        self._flat_outputs = [t for t in _flatten(self.outputs) if isinstance(t, torch.Tensor)]
+        self._flat_outputs = [t for t in torch.utils._pytree.tree_leaves(self.outputs) if isinstance(t, torch.Tensor)]
         self._held = [_use_count(t) for t in self._flat_outputs]
         if forward:
             for t in self._flat_outputs:
@@ -235,12 +235,6 @@ class CapturedGraph:
         for i in self.written_back:
             args[i].copy_(inputs[i])
         return self.outputs
-
-
-def _flatten(outputs) -> List[Any]:
-    found: List[Any] = []
-    torch.utils._pytree.tree_map(found.append, outputs)
-    return found
 
 
 def time_quartiles_ms(run: Callable[[], Any], repeats: int = 30) -> Tuple[float, float, float]:

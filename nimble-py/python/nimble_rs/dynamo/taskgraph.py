@@ -10,7 +10,7 @@ writes back a mutated input) comes after every earlier op that read or wrote the
 
 import operator
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Set
+from typing import Any, Dict, List, Optional, Sequence, Set
 
 import torch
 import torch.fx
@@ -26,13 +26,41 @@ class Tasks:
     graph: dict = field(default_factory=dict)
 
 
-def op_name(node: torch.fx.Node) -> str:
+def target_name(target) -> str:
     """``aten::addmm`` for an ATen overload, the Python name for anything else."""
-    target = node.target
     schema = getattr(target, "_schema", None)
     if schema is not None:
         return schema.name
     return getattr(target, "__name__", str(target))
+
+
+def op_name(node: torch.fx.Node) -> str:
+    """The name of a node's op (``target_name``)."""
+    return target_name(node.target)
+
+
+class Accesses:
+    """The order that reads and writes of shared storage need, access by access in program
+    order: a read waits for the last write; a write for the last write and every read since."""
+
+    def __init__(self):
+        self.last_writer: Dict[Any, int] = {}
+        self.readers: Dict[Any, List[int]] = {}
+
+    def access(self, task: int, reads: Set[Any], writes: Set[Any]) -> Set[int]:
+        """Records ``task``'s accesses; returns the earlier tasks it must follow."""
+        after: Set[int] = set()
+        for storage in reads - writes:
+            if storage in self.last_writer:
+                after.add(self.last_writer[storage])
+            self.readers.setdefault(storage, []).append(task)
+        for storage in writes:
+            if storage in self.last_writer:
+                after.add(self.last_writer[storage])
+            after.update(self.readers.pop(storage, []))
+            self.last_writer[storage] = task
+        after.discard(task)
+        return after
 
 
 def _schema(node: torch.fx.Node):
@@ -153,8 +181,7 @@ def tasks_of(gm: torch.fx.GraphModule, static_inputs: Sequence[int] = (), durati
     def root_of(value: torch.fx.Node) -> torch.fx.Node:
         return root.get(value, value)
 
-    last_writer: Dict[torch.fx.Node, int] = {}
-    readers: Dict[torch.fx.Node, List[int]] = {}
+    accesses = Accesses()
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
@@ -167,15 +194,8 @@ def tasks_of(gm: torch.fx.GraphModule, static_inputs: Sequence[int] = (), durati
         source = _aliased_argument(node)
         if source is not None:
             root[node] = root_of(source)
-        written = {root_of(a) for a in _written_args(node)}
-        for storage in {root_of(a) for a in read} - written:
-            depend(last_writer.get(storage), task)
-            readers.setdefault(storage, []).append(task)
-        for storage in written:
-            depend(last_writer.get(storage), task)
-            for reader in readers.pop(storage, []):
-                depend(reader, task)
-            last_writer[storage] = task
+        for earlier in accesses.access(task, {root_of(a) for a in read}, {root_of(a) for a in _written_args(node)}):
+            depend(earlier, task)
 
     graph_nodes = []
     for i, node in enumerate(nodes):
