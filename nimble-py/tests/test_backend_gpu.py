@@ -180,7 +180,7 @@ def test_training_steps_are_captured_and_match_eager(make, shape):
 
     eager = make().cuda().train()
     model = copy.deepcopy(eager)
-    fast = compiled(model, capture_training=True)
+    fast = compiled(model)
     before = len(nimble_rs.dynamo.reports())
     train_beside_eager(eager, fast, model, lambda: torch.randn(shape, device="cuda"), steps=4, state_rtol=1e-4)
     reports = nimble_rs.dynamo.reports()[before:]
@@ -197,7 +197,7 @@ def test_a_second_forward_before_the_backward_does_not_overwrite_the_first():
 
     eager = Inception(channels=8).cuda().train()
     model = copy.deepcopy(eager)
-    fast = compiled(model, capture_training=True)
+    fast = compiled(model)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(3):

@@ -41,10 +41,9 @@ DEFAULTS: Dict[str, Any] = {
     # "compiler": streams are kept only if their outputs are no further from eager than the
     # compiler's own program (the whole graph as one region); "any": speed alone decides.
     "accuracy": "compiler",
-    # Training graphs (AOTAutograd's forward and backward) captured as CUDA graphs. Off until
-    # the gradient-accumulation case has run on a GPU; off, they run as compiled regions on one
-    # stream, announced once.
-    "capture_training": False,
+    # Training graphs (AOTAutograd's forward and backward) captured as CUDA graphs; off, they
+    # run as compiled regions on one stream, announced once.
+    "capture_training": True,
 }
 # The inputs the choice's accuracy check runs (the capture's and shuffles of it), and how much
 # further from eager streams may be than one region: float32's reassociation noise.
