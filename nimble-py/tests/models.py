@@ -159,5 +159,27 @@ def train_beside_eager(eager, fast, fast_model, make_input, steps=3, state_rtol=
         assert torch.allclose(b.float(), a.float(), rtol=state_rtol, atol=1e-6)
 
 
+def inductor_programs(model, *inputs):
+    """Inductor's compiled graphs for ``model`` (through ``compile_fx``, as the backend gets
+    them), each with its static input indices."""
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
+    found = []
+
+    def inner(gm, example_inputs, **kwargs):
+        compiled = compile_fx_inner(gm, example_inputs, **kwargs)
+        found.append((compiled, kwargs.get("static_input_idxs") or []))
+        return compiled
+
+    def backend(gm, example_inputs):
+        with torch._functorch.config.patch(enable_autograd_cache=False):
+            return compile_fx(gm, example_inputs, inner_compile=inner)
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(model, backend=backend)(*inputs)
+    return found
+
+
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-12))

@@ -11,7 +11,7 @@ import torch
 import nimble_rs
 from nimble_rs.dynamo import runner
 from conftest import require_cuda
-from models import Attention, Counter, Inception, ScalesItsInput, relative_error, train_beside_eager
+from models import Attention, Counter, Inception, ScalesItsInput, inductor_programs, relative_error, train_beside_eager
 
 # TF32 off for eager and for Inductor's kernels: the graph must then compute what eager does
 # up to reassociation inside fused kernels.
@@ -48,6 +48,27 @@ def test_regions_on_streams_are_one_graph_that_matches_eager():
     assert report["choice"] == "streams" and report["captured_shapes"] == 1, report
 
 
+def test_inductors_cuda_program_is_read_kernel_by_kernel():
+    # Triton kernels' parameters read from their source (inputs named in_ptr*), extern kernels'
+    # outputs from out=: a kernel read as writing everything would serialize every reader.
+    from nimble_rs.dynamo import kernels_plan
+    from nimble_rs.dynamo.emit import Schedule
+    from nimble_rs.dynamo.wrapper import WrapperProgram
+
+    model = Inception(channels=16).cuda().eval()
+    (program, static), = inductor_programs(model, torch.randn(2, 16, 24, 24, device="cuda"))
+    wrapper = WrapperProgram(kernels_plan.inductor_module(program), static)
+    triton = [s for s in wrapper.statements if s.kind == "kernel" and s.name.startswith("triton_")]
+    assert triton and all(wrapper.signatures.writes(s.name) is not None for s in triton), [s.name for s in triton]
+    assert wrapper.stream_variables, "no get_raw_stream in Inductor's call"
+    plan, cut = kernels_plan.plan(wrapper, "nimble")
+    assert plan["streams"] >= 3, plan
+    schedule = Schedule(wrapper, cut["regions"], cut["syncs"])
+    schedule.check()
+    schedule.function(streams=True)
+    assert "_nimble_raw[1]" in schedule.source
+
+
 def test_parameters_are_read_in_place():
     model = Inception(channels=8).cuda().eval()
     fast = compiled(model, choose="streams")
@@ -78,11 +99,13 @@ def test_shapes_share_one_pool_and_are_bounded():
     assert len(bounded) == 1, bounded
 
 
-def test_values_read_on_other_streams_are_not_reused_while_read():
-    # Wide branches of unequal length: a value made on one stream is read by a region on
-    # another while its own stream goes on allocating. A reuse race shows as wrong numbers.
+@pytest.mark.parametrize("granularity", ["kernels", "regions"])
+def test_values_read_on_other_streams_are_not_reused_while_read(granularity):
+    # Wide branches of unequal length: a value made on one stream is read by a kernel on
+    # another while its own stream goes on allocating (and, with granularity "kernels",
+    # Inductor reuses buffers planned for one stream). A race shows as wrong numbers.
     model = Inception(channels=32).cuda().eval()
-    fast = compiled(model, choose="streams")
+    fast = compiled(model, choose="streams", granularity=granularity)
     with torch.no_grad():
         for _ in range(20):
             x = torch.randn(4, 32, 32, 32, device="cuda")
@@ -110,12 +133,12 @@ def test_streams_further_from_eager_than_one_region_are_not_kept(accuracy, monke
     # The decision alone, on real captures: the timings say the streams win, the distances that
     # they are further from eager (one region's five inputs are measured first, then theirs).
     # accuracy="compiler" keeps one region, "any" the streams.
-    from nimble_rs.dynamo import pipeline
+    from nimble_rs.dynamo import compiled as choice
 
     timings = iter([(1.0, 1.0, 1.0), (0.5, 0.5, 0.5)])
-    distances = iter([0.1] * pipeline.ACCURACY_INPUTS + [0.2] * pipeline.ACCURACY_INPUTS)
-    monkeypatch.setattr(pipeline, "time_quartiles_ms", lambda run, repeats=30: next(timings))
-    monkeypatch.setattr(pipeline, "_distance", lambda got, expected: next(distances))
+    distances = iter([0.1] * choice.ACCURACY_INPUTS + [0.2] * choice.ACCURACY_INPUTS)
+    monkeypatch.setattr(choice, "time_quartiles_ms", lambda run, repeats=30: next(timings))
+    monkeypatch.setattr(choice, "_distance", lambda got, expected: next(distances))
     model = Inception(channels=16).cuda().eval()
     fast = compiled(model, accuracy=accuracy)
     with torch.no_grad():

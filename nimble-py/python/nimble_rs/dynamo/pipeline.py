@@ -1,20 +1,24 @@
 """``torch.compile(model, backend="nimble")``: Inductor's fused kernels on Nimble's streams.
 
-For each graph Dynamo hands over, AOTAutograd gives the ATen-level graph (a forward and a
-backward when training); its ops become a task graph, the Rust registry plans it with the
-chosen algorithm, the plan is cut into regions (maximal one-stream runs with no sync inside),
-and Inductor compiles each region through its public entry, ``torch._inductor.compile``. On a
-GPU the regions are captured on their streams into one CUDA graph per input shape (see
-``runner``); on the CPU they run in plan order.
+Granularity ``"kernels"`` (the default): Inductor compiles each graph Dynamo hands over once,
+as ``torch.compile`` would (``compile_fx``, our step in place of its inner compile: AOTAutograd,
+a forward and a backward when training, Inductor's passes, fusion, code generation); the kernels
+of its program become the task graph, the Rust registry plans it with the chosen algorithm, and
+the program's statements are emitted again with every kernel on its plan stream
+(``kernels_plan``, ``wrapper``).
 
-Never slower than the compiler: where the plan has more than one stream, the whole graph is
-also compiled as one region (Inductor's own program) and both captures are timed; the faster is
-kept, and the report says which and why.
+Granularity ``"regions"``: AOTAutograd's ATen graph is planned op by op, cut into regions
+(maximal one-stream runs with no sync inside) and Inductor compiles each region on its own; the
+whole graph is compiled a second time as one region to compare against.
+
+On a GPU the chosen program is captured on its streams into one CUDA graph per input shape
+(``runner``); on the CPU it runs in plan order. Never slower than the compiler: where the plan
+has more than one stream, both programs are captured and timed; the faster is kept, and the
+report says which and why.
 """
 
 import time
 import warnings
-from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
@@ -22,9 +26,12 @@ import torch.fx
 
 from .. import scheduling
 from ..errors import NimbleInputError
+from . import kernels_plan
 from . import regions as regions_module
-from .runner import CapturedGraph, Program, forward_outputs, seconds_since, shape_key, time_quartiles_ms
+from .compiled import NimbleCompiled, admit_shape, warn_once
+from .runner import Program, seconds_since, shape_key
 from .taskgraph import Tasks, mutated_inputs, op_name, tasks_of
+from .wrapper import WrapperError, WrapperProgram
 
 DEFAULTS: Dict[str, Any] = {
     # Any registered algorithm, with its argument (`nimble_rs.algorithms()`).
@@ -44,31 +51,21 @@ DEFAULTS: Dict[str, Any] = {
     # Training graphs (AOTAutograd's forward and backward) captured as CUDA graphs; off, they
     # run as compiled regions on one stream, announced once.
     "capture_training": True,
+    # "kernels": Inductor compiles the whole graph once and its kernels are planned; "regions":
+    # the ATen ops are planned and Inductor compiles each region of the plan.
+    "granularity": "kernels",
 }
-# The inputs the choice's accuracy check runs (the capture's and shuffles of it), and how much
-# further from eager streams may be than one region: float32's reassociation noise.
-ACCURACY_INPUTS = 5
-ACCURACY_SLACK = 0.02
 
 # Ops that make the host wait for the device: a CUDA graph cannot contain them.
 HOST_SYNC_OPS = {"aten::_local_scalar_dense", "aten::nonzero", "aten::item", "aten::masked_select", "aten::unique", "aten::_unique2", "aten::repeat_interleave", "aten::_assert_async"}
 
 _REPORTS: List[dict] = []
-# The input shapes seen so far per subgraph (its op sequence), across Dynamo's recompilations.
-_SHAPES: Dict[tuple, set] = {}
-_WARNED: set = set()
 
 
 def reports() -> List[dict]:
     """One report per graph the backend compiled, oldest first: algorithm, streams, syncs,
     regions, the choice made and why, compile seconds, captured shapes and their memory."""
     return _REPORTS
-
-
-def _warn_once(key: Any, message: str) -> None:
-    if key not in _WARNED:
-        _WARNED.add(key)
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def _options(options: Optional[dict]) -> Dict[str, Any]:
@@ -83,6 +80,8 @@ def _options(options: Optional[dict]) -> Dict[str, Any]:
         raise NimbleInputError(f"option max_shapes={chosen['max_shapes']!r}: expected a positive integer")
     if not isinstance(chosen["capture_training"], bool):
         raise NimbleInputError(f"option capture_training={chosen['capture_training']!r}: expected True or False")
+    if chosen["granularity"] not in ("kernels", "regions"):
+        raise NimbleInputError(f"option granularity={chosen['granularity']!r}: expected \"kernels\" or \"regions\"")
     if chosen["accuracy"] not in ("compiler", "any"):
         raise NimbleInputError(f"option accuracy={chosen['accuracy']!r}: expected \"compiler\" or \"any\"")
     if not isinstance(chosen["warmups"], int) or chosen["warmups"] < 1:
@@ -149,211 +148,6 @@ def _compile_regions(gm: torch.fx.GraphModule, tasks: Tasks, algorithm: str) -> 
     return Program(gm, partition, compiled)
 
 
-@dataclass
-class NimbleCompiled:
-    """What the backend returns for one ATen graph: the compiled programs and their captures."""
-
-    streams_program: Optional[Program]
-    single_program: Optional[Program]
-    options: Dict[str, Any]
-    static: List[bool]
-    mutated: List[int]
-    gm: torch.fx.GraphModule
-    kind: str
-    signature: tuple
-    report: dict
-    uncapturable: Optional[str]
-    captures: Dict[tuple, Optional[CapturedGraph]] = field(default_factory=dict)
-    last: Optional[CapturedGraph] = None
-    chosen: Optional[str] = None
-
-    def _program(self) -> Program:
-        if self.chosen == "single" or self.streams_program is None:
-            assert self.single_program is not None
-            return self.single_program
-        return self.streams_program
-
-    def __call__(self, *args):
-        # The common case first, with as little Python as possible: the last graph replayed.
-        last = self.last
-        if last is not None and last.accepts(args):
-            return last(args) if self.kind == "inference" else self._training_replay(last, args)
-        cuda = any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
-        if not cuda or self.uncapturable is not None:
-            if self.chosen is None:
-                self.chosen = "streams" if self.streams_program is not None else "single"
-                self.report["choice"] = self.chosen
-            return self._program().run(args)
-        key = shape_key(args)
-        graph = self.captures.get(key)
-        if graph is not None and graph.accepts(args):
-            self.last = graph
-            return graph(args) if self.kind == "inference" else self._training_replay(graph, args)
-        if graph is not None and self.kind == "backward":
-            # The values saved by a forward that ran uncaptured (see _training_replay): not the
-            # captured forward's outputs this graph reads in place.
-            return self._uncaptured(args)
-        if graph is not None:
-            # Same shapes, but a parameter or buffer is another tensor now: the old graph reads
-            # the old one. Capture again in its place.
-            _warn_once(("moved", self.signature), "nimble backend: a parameter or buffer of a captured graph was replaced by another tensor; capturing again")
-        elif not _admit_shape(self.signature, key, self.options["max_shapes"]):
-            return self._uncaptured(args)
-        self.last = self.captures[key] = None  # the old graph's memory goes before the new capture
-        graph = self.captures[key] = self.last = self._capture(args)
-        self.report["captured_shapes"] = len(self.captures)
-        return graph(args) if self.kind == "inference" else self._training_replay(graph, args)
-
-    def _training_replay(self, graph: CapturedGraph, args):
-        """A training forward's or backward's replay. A forward whose last outputs its backward
-        has not read yet (a second forward before one backward, as in gradient accumulation)
-        runs uncaptured, so that the graph does not overwrite them."""
-        if self.kind == "forward":
-            if graph.pending and not graph.outputs_released():
-                _warn_once(("pending", self.signature), "nimble backend: a forward ran again before the backward of its last call; it runs uncaptured until that backward has run")
-                return self._uncaptured(args)
-            outputs = graph(args)
-            graph.pending = True
-            return outputs
-        if not graph.outputs_released():
-            # Autograd still holds the last call's gradients (it sums several backward calls'
-            # before accumulating them): this call's must be new tensors.
-            _warn_once(("held", self.signature), "nimble backend: a backward ran while autograd still held the gradients of its last call; it runs uncaptured")
-            return self._uncaptured(args)
-        outputs = graph(args)
-        for forward in graph.consumes:
-            forward.pending = False
-        return outputs
-
-    def _uncaptured(self, args):
-        self.report["uncaptured_calls"] = self.report.get("uncaptured_calls", 0) + 1
-        return self._program().run(args)
-
-    def _capture(self, args) -> CapturedGraph:
-        started = time.perf_counter()
-        # Warm-ups, the choice's timings and its accuracy check all run the graph: the inputs it
-        # writes in place (a buffer's running statistics, a counter) are put back afterwards, so
-        # that the user's call writes them once, as eager would.
-        saved = [(args[i], args[i].clone()) for i in self.mutated if isinstance(args[i], torch.Tensor)]
-        static, consumes = list(self.static), []
-        if self.kind == "backward":
-            # The values the forward saved are its captured graph's outputs: read in place.
-            from_forward, consumes = forward_outputs(args)
-            static = [a or b for a, b in zip(static, from_forward)]
-        try:
-            graph = None
-            if self.chosen is None:
-                self.chosen, self.report["reason"], graph = self._choose(args, saved, static)
-                self.report["choice"] = self.chosen
-            if graph is None:
-                graph = CapturedGraph(self._program(), args, static, self.options["warmups"], self.mutated)
-        finally:
-            _restore(saved)
-        graph.consumes = tuple(consumes)
-        if self.kind != "inference":
-            graph.track_outputs(forward=self.kind == "forward")
-        self.report.setdefault("peak_bytes", {})[str(shape_key_summary(args))] = graph.peak_bytes
-        self.report["capture_seconds"] = self.report.get("capture_seconds", 0.0) + seconds_since(started)
-        return graph
-
-    def _choose(self, args, saved, static):
-        """The program to keep (``streams`` or ``single``), why, and its captured graph when the
-        choice captured it last (else None: captured again, so that only one graph's memory is
-        held at a time)."""
-        if self.streams_program is None:
-            return "single", self.report.get("reason", "one stream: the whole graph is one region"), None
-        if self.single_program is None:
-            return "streams", "option choose=\"streams\"", None
-        # The accuracy check's inputs: the capture's own and shuffles of its values (the same
-        # distribution: token ids stay token ids), user inputs only.
-        checks = [list(args)] + [self._shuffled(args, static, seed) for seed in range(ACCURACY_INPUTS - 1)]
-        expected = []
-        for inputs in checks:
-            _restore(saved)
-            with torch.no_grad():
-                expected.append(_float_outputs(self.gm(*inputs)))
-        quartiles, errors, graph = {}, {}, None
-        # One region first: if the streams, timed second, win, their graph is kept as it is.
-        for name, program in (("single", self.single_program), ("streams", self.streams_program)):
-            graph = CapturedGraph(program, args, static, self.options["warmups"], self.mutated)
-            quartiles[name] = time_quartiles_ms(lambda graph=graph: graph(args))
-            distances = []
-            for inputs, reference in zip(checks, expected):
-                _restore(saved)
-                distances.append(_distance(_float_outputs(graph(inputs)), reference))
-            errors[name] = sorted(distances)[len(distances) // 2]
-            self.report.setdefault("measured_peak_bytes", {})[name] = graph.peak_bytes
-            if name == "single":
-                del graph
-                graph = None
-        streams_q, single_q = quartiles["streams"], quartiles["single"]
-        self.report["measured_ms"] = {"streams": streams_q[1], "single": single_q[1]}
-        # Root-mean-square error over root-mean-square value of the outputs against the ATen
-        # graph run eagerly, the median over the check's inputs.
-        self.report["measured_error"] = errors
-        streams = self.report["streams"]
-        # Streams only where they win beyond the timings' noise: their upper quartile below one
-        # region's lower quartile. Otherwise the compiler's own program, which is never slower
-        # than itself.
-        if streams_q[2] >= single_q[0]:
-            return "single", f"measured {single_q[1]:.3f} ms as one region against {streams_q[1]:.3f} ms on {streams} streams (streams not faster beyond noise)", None
-        # And, unless accuracy="any", only where they are no further from eager than the
-        # compiler's own program (within 2%: float32's reassociation noise).
-        if self.options["accuracy"] == "compiler" and errors["streams"] > errors["single"] * (1 + ACCURACY_SLACK):
-            return "single", (
-                f"streams measured {streams_q[1]:.3f} ms against {single_q[1]:.3f} ms as one region but further from eager "
-                f"({errors['streams']:.2e} against {errors['single']:.2e}; option accuracy=\"any\" keeps them)"
-            ), None
-        return "streams", f"measured {streams_q[1]:.3f} ms on {streams} streams against {single_q[1]:.3f} ms as one region (quartiles apart)", graph
-
-    def _shuffled(self, args, static: List[bool], seed: int) -> List[Any]:
-        """``args`` with each user input's values permuted (a fixed permutation per seed)."""
-        generator = torch.Generator().manual_seed(seed)
-        shuffled = list(args)
-        for i, a in enumerate(args):
-            if isinstance(a, torch.Tensor) and not static[i] and a.numel() > 1 and i not in self.mutated:
-                order = torch.randperm(a.numel(), generator=generator).to(a.device)
-                shuffled[i] = a.flatten()[order].view(a.shape)
-        return shuffled
-
-
-def _restore(saved) -> None:
-    for tensor, value in saved:
-        tensor.copy_(value)
-
-
-def _float_outputs(outputs) -> List[torch.Tensor]:
-    return [x.detach().float().clone() for x in torch.utils._pytree.tree_leaves(outputs) if isinstance(x, torch.Tensor) and x.is_floating_point()]
-
-
-def _distance(got: List[torch.Tensor], expected: List[torch.Tensor]) -> float:
-    """The outputs' root-mean-square difference over their root-mean-square value (0 with no
-    float output). Over every element, so that two programs a rounding apart compare by their
-    drift, not by the one element the largest difference happens to land on."""
-    if not expected:
-        return 0.0
-    squared = sum(float(((a - b) ** 2).sum()) for a, b in zip(got, expected))
-    scale = sum(float((b**2).sum()) for b in expected)
-    return (squared / max(scale, 1e-60)) ** 0.5
-
-
-def _admit_shape(signature: tuple, key: tuple, bound: int) -> bool:
-    """Counts ``key`` among the shapes of the subgraph ``signature``; False (with one warning)
-    when it would be one more than ``bound``."""
-    seen = _SHAPES.setdefault(signature, set())
-    if key in seen:
-        return True
-    if len(seen) >= bound:
-        _warn_once(
-            ("shapes", signature),
-            f"nimble backend: a graph of {len(signature[1])} ops has met {bound} input shapes (option max_shapes); "
-            "further shapes run without Nimble (uncaptured on a GPU, as Dynamo traced them on the CPU)",
-        )
-        return False
-    seen.add(key)
-    return True
-
-
 def _static_shape_key(example_inputs: Sequence[Any]) -> Optional[tuple]:
     """The shape key of example inputs whose sizes are all concrete (None with dynamic sizes:
     such a graph counts its shapes as it captures them)."""
@@ -363,12 +157,43 @@ def _static_shape_key(example_inputs: Sequence[Any]) -> Optional[tuple]:
     return shape_key(example_inputs)
 
 
-def shape_key_summary(args) -> List:
-    return [list(a.shape) for a in args if isinstance(a, torch.Tensor)]
+def _graph_report(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Dict[str, Any], kind: str, on_cuda: bool):
+    """The report's start and why the graph cannot be captured, if it cannot (announced)."""
+    report: Dict[str, Any] = {"graph": kind, "granularity": options["granularity"], "algorithm": options["algorithm"]}
+    uncapturable = announce_uncapturable(gm, example_inputs)
+    if uncapturable is not None:
+        report["uncapturable"] = uncapturable
+    if kind != "inference" and on_cuda and uncapturable is None and not options["capture_training"]:
+        uncapturable = "training graphs are captured only with option capture_training=True; they run as compiled without a CUDA graph"
+        warn_once(("training",), f"nimble backend: {uncapturable}")
+        report["uncapturable"] = uncapturable
+    return report, uncapturable
+
+
+def _assemble(streams_program, single_program, gm, example_inputs, static_indices, mutated, kind, signature, report, uncapturable, options, started) -> NimbleCompiled:
+    report["compile_seconds"] = seconds_since(started)
+    compiled = NimbleCompiled(
+        streams_program=streams_program,
+        single_program=single_program,
+        options=options,
+        static=[i in static_indices for i in range(len(example_inputs))],
+        mutated=mutated,
+        gm=gm,
+        kind=kind,
+        signature=signature,
+        report=report,
+        uncapturable=uncapturable,
+    )
+    if options["choose"] == "single":
+        compiled.chosen = "single"
+        report["choice"], report["reason"] = "single", "option choose=\"single\""
+    _REPORTS.append(report)
+    return compiled
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Dict[str, Any], kind: str) -> NimbleCompiled:
-    """Plans, partitions and compiles one ATen graph (``kind``: forward, backward or inference)."""
+    """Granularity "regions": plans, partitions and compiles one ATen graph (``kind``: forward,
+    backward or inference)."""
     started = time.perf_counter()
     # AOTAutograd's static inputs are the forward's (parameters and buffers); a backward's
     # inputs are the forward's saved values and the gradients, found when it is captured.
@@ -377,17 +202,10 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], optio
     signature = (kind, tuple(op_name(n) for n in tasks.nodes))
     on_cuda = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs)
     key = _static_shape_key(example_inputs)
-    if not on_cuda and key is not None and not _admit_shape(signature, key, options["max_shapes"]):
+    if not on_cuda and key is not None and not admit_shape(signature, key, options["max_shapes"]):
         return gm.forward
-    report: Dict[str, Any] = {"graph": kind, "ops": len(tasks.nodes), "algorithm": options["algorithm"]}
-    uncapturable = announce_uncapturable(gm, example_inputs)
-    if uncapturable is not None:
-        report["uncapturable"] = uncapturable
-
-    if kind != "inference" and on_cuda and uncapturable is None and not options["capture_training"]:
-        uncapturable = "training graphs are captured only with option capture_training=True; they run as compiled regions on one stream"
-        _warn_once(("training",), f"nimble backend: {uncapturable}")
-        report["uncapturable"] = uncapturable
+    report, uncapturable = _graph_report(gm, example_inputs, options, kind, on_cuda)
+    report["ops"] = len(tasks.nodes)
 
     streams_program = single_program = None
     if options["choose"] != "single" and tasks.nodes:
@@ -402,24 +220,76 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], optio
     if need_single or (streams_program is None and single_program is None):
         single_program = _compile_regions(gm, tasks, "single")
         report.setdefault("streams", 1)
-    report["compile_seconds"] = seconds_since(started)
-    compiled = NimbleCompiled(
-        streams_program=streams_program,
-        single_program=single_program,
-        options=options,
-        static=[i in static_indices for i in range(len(example_inputs))],
-        mutated=mutated_inputs(gm),
-        gm=gm,
-        kind=kind,
-        signature=signature,
-        report=report,
-        uncapturable=uncapturable,
-    )
-    if options["choose"] == "single":
-        compiled.chosen = "single"
-        report["choice"], report["reason"] = "single", "option choose=\"single\""
-    _REPORTS.append(report)
+    return _assemble(streams_program, single_program, gm, example_inputs, static_indices, mutated_inputs(gm), kind, signature, report, uncapturable, options, started)
+
+
+def _copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of ``gm``'s graph over the same attributes (Inductor's passes rewrite the graph
+    it is given in place; the accuracy check runs the graph as AOTAutograd gave it)."""
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    return torch.fx.GraphModule(gm, graph)
+
+
+def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Dict[str, Any], inner_kwargs: Dict[str, Any]):
+    """Granularity "kernels", Inductor's inner compile step: Inductor compiles the graph once;
+    its kernels are planned; the compiled graph is returned with its call replaced by Nimble's
+    (``NimbleCompiled``), which runs the plan's program or Inductor's own."""
+    from torch._inductor.compile_fx import compile_fx_inner
+
+    started = time.perf_counter()
+    kind = "backward" if inner_kwargs.get("is_backward") else "inference" if inner_kwargs.get("is_inference") else "forward"
+    on_cuda = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs)
+    # The forward's static inputs are its parameters and buffers; a backward's saved values are
+    # found when it is captured (the captured forward's outputs).
+    static_indices = set(inner_kwargs.get("static_input_idxs") or ()) if kind != "backward" else set()
+    mutated = mutated_inputs(gm)
+    reference = _copy(gm)
+    report, uncapturable = _graph_report(gm, example_inputs, options, kind, on_cuda)
+    compiled = compile_fx_inner(gm, example_inputs, **inner_kwargs)
+    mutated = sorted(set(mutated) | set(getattr(compiled, "mutated_input_idxs", None) or ()))
+    try:
+        wrapper = WrapperProgram(kernels_plan.inductor_module(compiled), sorted(static_indices))
+    except (WrapperError, LookupError, SyntaxError, OSError) as error:
+        wrapper = _unplanned(report, kind, error)
+    kernels = len(wrapper.tasks) if wrapper is not None else 0
+    signature = (kind, tuple(t.name for t in wrapper.tasks) if wrapper is not None else id(compiled))
+    key = _static_shape_key(example_inputs)
+    if not on_cuda and key is not None and not admit_shape(signature, key, options["max_shapes"]):
+        return compiled
+    report["kernels"] = kernels
+    single_program = kernels_plan.InductorProgram(compiled, kernels)
+    streams_program = None
+    if options["choose"] != "single" and wrapper is not None and wrapper.tasks:
+        plan, cut = kernels_plan.plan(wrapper, options["algorithm"])
+        report.update(streams=plan["streams"], syncs=plan["syncs"], regions=len(cut["regions"]))
+        if plan["streams"] == 1:
+            report["reason"] = f"{options['algorithm']} plans one stream: Inductor's program as it is"
+        else:
+            try:
+                streams_program = kernels_plan.PlannedProgram(compiled, wrapper, plan, cut)
+                report["shared_buffers"] = streams_program.shared_buffers
+            except WrapperError as error:
+                _unplanned(report, kind, error)
+    report.setdefault("streams", 1)
+    if streams_program is not None and options["choose"] == "streams":
+        single_program = None
+    nimble = _assemble(streams_program, single_program, reference, example_inputs, static_indices, mutated, kind, signature, report, uncapturable, options, started)
+
+    def call(args):
+        values = list(args)
+        args.clear()
+        return nimble(*values)
+
+    compiled.current_callable = call
     return compiled
+
+
+def _unplanned(report: Dict[str, Any], kind: str, error: Exception) -> None:
+    """Announces that Inductor's program runs as it is, and why."""
+    warnings.warn(f"nimble backend: Inductor's program for a {kind} graph could not be planned ({error}); it runs on one stream as Inductor compiled it", RuntimeWarning, stacklevel=3)
+    report["unplanned"] = str(error)
+    return None
 
 
 def nimble_backend(gm: torch.fx.GraphModule, example_inputs: List[Any], options: Optional[dict] = None, **extra):
@@ -428,6 +298,14 @@ def nimble_backend(gm: torch.fx.GraphModule, example_inputs: List[Any], options:
     if extra:
         raise NimbleInputError(f"unexpected arguments for backend=\"nimble\": {', '.join(extra)}; pass options={{...}}")
     chosen = _options(options)
+    if chosen["granularity"] == "kernels":
+        import functools
+
+        from torch._inductor.compile_fx import compile_fx
+
+        # AOTAutograd's cache would hand back a graph compiled before without our step.
+        with torch._functorch.config.patch(enable_autograd_cache=False):
+            return compile_fx(gm, example_inputs, inner_compile=functools.partial(_inner, options=chosen))
     from torch._dynamo.backends.common import aot_autograd
 
     from torch._functorch.aot_autograd import make_boxed_func
@@ -443,3 +321,7 @@ def nimble_backend(gm: torch.fx.GraphModule, example_inputs: List[Any], options:
         return make_boxed_func(compile_graph(graph, inputs, chosen, "backward"))
 
     return aot_autograd(fw_compiler=forward, bw_compiler=backward, inference_compiler=inference)(gm, example_inputs)
+
+
+def _inner(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Dict[str, Any], **inner_kwargs):
+    return compile_kernels(gm, example_inputs, options, inner_kwargs)

@@ -1,0 +1,239 @@
+"""What the backend returns for one graph: its programs (the plan's streams, and the compiler's
+own program as one stream), the choice between them measured on the first capture, and one CUDA
+graph per input shape, replayed; training forwards and backwards replayed without overwriting
+values autograd still holds."""
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from .runner import CapturedGraph, Program, forward_outputs, seconds_since, shape_key, time_quartiles_ms
+
+# The inputs the choice's accuracy check runs (the capture's and shuffles of it), and how much
+# further from eager streams may be than one region: float32's reassociation noise.
+ACCURACY_INPUTS = 5
+ACCURACY_SLACK = 0.02
+
+# The input shapes seen so far per subgraph (its op sequence), across Dynamo's recompilations.
+_SHAPES: Dict[tuple, set] = {}
+_WARNED: set = set()
+
+
+def warn_once(key: Any, message: str) -> None:
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+@dataclass
+class NimbleCompiled:
+    """What the backend returns for one ATen graph: the compiled programs and their captures."""
+
+    streams_program: Optional[Program]
+    single_program: Optional[Program]
+    options: Dict[str, Any]
+    static: List[bool]
+    mutated: List[int]
+    gm: torch.fx.GraphModule
+    kind: str
+    signature: tuple
+    report: dict
+    uncapturable: Optional[str]
+    captures: Dict[tuple, Optional[CapturedGraph]] = field(default_factory=dict)
+    last: Optional[CapturedGraph] = None
+    chosen: Optional[str] = None
+
+    def _program(self) -> Program:
+        if self.chosen == "single" or self.streams_program is None:
+            assert self.single_program is not None
+            return self.single_program
+        return self.streams_program
+
+    def __call__(self, *args):
+        # The common case first, with as little Python as possible: the last graph replayed.
+        last = self.last
+        if last is not None and last.accepts(args):
+            return last(args) if self.kind == "inference" else self._training_replay(last, args)
+        cuda = any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
+        if not cuda or self.uncapturable is not None:
+            if self.chosen is None:
+                self.chosen = "streams" if self.streams_program is not None else "single"
+                self.report["choice"] = self.chosen
+            return self._program().run(args)
+        key = shape_key(args)
+        graph = self.captures.get(key)
+        if graph is not None and graph.accepts(args):
+            self.last = graph
+            return graph(args) if self.kind == "inference" else self._training_replay(graph, args)
+        if graph is not None and self.kind == "backward":
+            # The values saved by a forward that ran uncaptured (see _training_replay): not the
+            # captured forward's outputs this graph reads in place.
+            return self._uncaptured(args)
+        if graph is not None:
+            # Same shapes, but a parameter or buffer is another tensor now: the old graph reads
+            # the old one. Capture again in its place.
+            warn_once(("moved", self.signature), "nimble backend: a parameter or buffer of a captured graph was replaced by another tensor; capturing again")
+        elif not admit_shape(self.signature, key, self.options["max_shapes"]):
+            return self._uncaptured(args)
+        self.last = self.captures[key] = None  # the old graph's memory goes before the new capture
+        graph = self.captures[key] = self.last = self._capture(args)
+        self.report["captured_shapes"] = len(self.captures)
+        return graph(args) if self.kind == "inference" else self._training_replay(graph, args)
+
+    def _training_replay(self, graph: CapturedGraph, args):
+        """A training forward's or backward's replay. A forward whose last outputs its backward
+        has not read yet (a second forward before one backward, as in gradient accumulation)
+        runs uncaptured, so that the graph does not overwrite them."""
+        if self.kind == "forward":
+            if graph.pending and not graph.outputs_released():
+                warn_once(("pending", self.signature), "nimble backend: a forward ran again before the backward of its last call; it runs uncaptured until that backward has run")
+                return self._uncaptured(args)
+            outputs = graph(args)
+            graph.pending = True
+            return outputs
+        if not graph.outputs_released():
+            # Autograd still holds the last call's gradients (it sums several backward calls'
+            # before accumulating them): this call's must be new tensors.
+            warn_once(("held", self.signature), "nimble backend: a backward ran while autograd still held the gradients of its last call; it runs uncaptured")
+            return self._uncaptured(args)
+        outputs = graph(args)
+        for forward in graph.consumes:
+            forward.pending = False
+        return outputs
+
+    def _uncaptured(self, args):
+        self.report["uncaptured_calls"] = self.report.get("uncaptured_calls", 0) + 1
+        return self._program().run(args)
+
+    def _capture(self, args) -> CapturedGraph:
+        started = time.perf_counter()
+        # Warm-ups, the choice's timings and its accuracy check all run the graph: the inputs it
+        # writes in place (a buffer's running statistics, a counter) are put back afterwards, so
+        # that the user's call writes them once, as eager would.
+        saved = [(args[i], args[i].clone()) for i in self.mutated if isinstance(args[i], torch.Tensor)]
+        static, consumes = list(self.static), []
+        if self.kind == "backward":
+            # The values the forward saved are its captured graph's outputs: read in place.
+            from_forward, consumes = forward_outputs(args)
+            static = [a or b for a, b in zip(static, from_forward)]
+        try:
+            graph = None
+            if self.chosen is None:
+                self.chosen, self.report["reason"], graph = self._choose(args, saved, static)
+                self.report["choice"] = self.chosen
+            if graph is None:
+                graph = CapturedGraph(self._program(), args, static, self.options["warmups"], self.mutated)
+        finally:
+            _restore(saved)
+        graph.consumes = tuple(consumes)
+        if self.kind != "inference":
+            graph.track_outputs(forward=self.kind == "forward")
+        self.report.setdefault("peak_bytes", {})[str(shape_key_summary(args))] = graph.peak_bytes
+        self.report["capture_seconds"] = self.report.get("capture_seconds", 0.0) + seconds_since(started)
+        return graph
+
+    def _choose(self, args, saved, static):
+        """The program to keep (``streams`` or ``single``), why, and its captured graph when the
+        choice captured it last (else None: captured again, so that only one graph's memory is
+        held at a time)."""
+        if self.streams_program is None:
+            return "single", self.report.get("reason", "one stream: the whole graph is one region"), None
+        if self.single_program is None:
+            return "streams", "option choose=\"streams\"", None
+        # The accuracy check's inputs: the capture's own and shuffles of its values (the same
+        # distribution: token ids stay token ids), user inputs only.
+        checks = [list(args)] + [self._shuffled(args, static, seed) for seed in range(ACCURACY_INPUTS - 1)]
+        expected = []
+        for inputs in checks:
+            _restore(saved)
+            with torch.no_grad():
+                expected.append(_float_outputs(self.gm(*inputs)))
+        quartiles, errors, graph = {}, {}, None
+        # One region first: if the streams, timed second, win, their graph is kept as it is.
+        for name, program in (("single", self.single_program), ("streams", self.streams_program)):
+            graph = CapturedGraph(program, args, static, self.options["warmups"], self.mutated)
+            quartiles[name] = time_quartiles_ms(lambda graph=graph: graph(args))
+            distances = []
+            for inputs, reference in zip(checks, expected):
+                _restore(saved)
+                distances.append(_distance(_float_outputs(graph(inputs)), reference))
+            errors[name] = sorted(distances)[len(distances) // 2]
+            self.report.setdefault("measured_peak_bytes", {})[name] = graph.peak_bytes
+            if name == "single":
+                del graph
+                graph = None
+        streams_q, single_q = quartiles["streams"], quartiles["single"]
+        self.report["measured_ms"] = {"streams": streams_q[1], "single": single_q[1]}
+        # Root-mean-square error over root-mean-square value of the outputs against the ATen
+        # graph run eagerly, the median over the check's inputs.
+        self.report["measured_error"] = errors
+        streams = self.report["streams"]
+        # Streams only where they win beyond the timings' noise: their upper quartile below one
+        # region's lower quartile. Otherwise the compiler's own program, which is never slower
+        # than itself.
+        if streams_q[2] >= single_q[0]:
+            return "single", f"measured {single_q[1]:.3f} ms as one region against {streams_q[1]:.3f} ms on {streams} streams (streams not faster beyond noise)", None
+        # And, unless accuracy="any", only where they are no further from eager than the
+        # compiler's own program (within 2%: float32's reassociation noise).
+        if self.options["accuracy"] == "compiler" and errors["streams"] > errors["single"] * (1 + ACCURACY_SLACK):
+            return "single", (
+                f"streams measured {streams_q[1]:.3f} ms against {single_q[1]:.3f} ms as one region but further from eager "
+                f"({errors['streams']:.2e} against {errors['single']:.2e}; option accuracy=\"any\" keeps them)"
+            ), None
+        return "streams", f"measured {streams_q[1]:.3f} ms on {streams} streams against {single_q[1]:.3f} ms as one region (quartiles apart)", graph
+
+    def _shuffled(self, args, static: List[bool], seed: int) -> List[Any]:
+        """``args`` with each user input's values permuted (a fixed permutation per seed)."""
+        generator = torch.Generator().manual_seed(seed)
+        shuffled = list(args)
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor) and not static[i] and a.numel() > 1 and i not in self.mutated:
+                order = torch.randperm(a.numel(), generator=generator).to(a.device)
+                shuffled[i] = a.flatten()[order].view(a.shape)
+        return shuffled
+
+
+def _restore(saved) -> None:
+    for tensor, value in saved:
+        tensor.copy_(value)
+
+
+def _float_outputs(outputs) -> List[torch.Tensor]:
+    return [x.detach().float().clone() for x in torch.utils._pytree.tree_leaves(outputs) if isinstance(x, torch.Tensor) and x.is_floating_point()]
+
+
+def _distance(got: List[torch.Tensor], expected: List[torch.Tensor]) -> float:
+    """The outputs' root-mean-square difference over their root-mean-square value (0 with no
+    float output). Over every element, so that two programs a rounding apart compare by their
+    drift, not by the one element the largest difference happens to land on."""
+    if not expected:
+        return 0.0
+    squared = sum(float(((a - b) ** 2).sum()) for a, b in zip(got, expected))
+    scale = sum(float((b**2).sum()) for b in expected)
+    return (squared / max(scale, 1e-60)) ** 0.5
+
+
+def admit_shape(signature: tuple, key: tuple, bound: int) -> bool:
+    """Counts ``key`` among the shapes of the subgraph ``signature``; False (with one warning)
+    when it would be one more than ``bound``."""
+    seen = _SHAPES.setdefault(signature, set())
+    if key in seen:
+        return True
+    if len(seen) >= bound:
+        warn_once(
+            ("shapes", signature),
+            f"nimble backend: a graph of {len(signature[1])} ops has met {bound} input shapes (option max_shapes); "
+            "further shapes run without Nimble (uncaptured on a GPU, as Dynamo traced them on the CPU)",
+        )
+        return False
+    seen.add(key)
+    return True
+
+
+
+
+def shape_key_summary(args) -> List:
+    return [list(a.shape) for a in args if isinstance(a, torch.Tensor)]

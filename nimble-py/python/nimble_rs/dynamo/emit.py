@@ -1,0 +1,231 @@
+"""Inductor's statements (``wrapper.WrapperProgram``) written again as a plan says: region after
+region in the plan's issue order, each kernel on its region's stream, the plan's syncs as
+events.
+
+First a schedule (``Schedule.steps``): the statements in order, each kernel or allocation with
+its stream, and the fork, waits, records and join between them; ``check()`` proves from it that
+every kernel happens after every kernel it depends on. Then code: ``function(streams=True)`` is
+``call(args, streams, raw)`` for a CUDA capture (``streams[0]`` the current stream, ``raw``
+their handles for Triton's launches); ``function(streams=False)`` is ``call(args)``, the same
+order on the current stream (the CPU).
+
+Memory: an allocation is made on the stream of the first kernel that touches its storage. A
+storage touched on one stream only is freed where Inductor frees it (its memory goes back to
+that stream, reused in stream order); one touched on several streams is kept until the call
+returns (while a CUDA graph is captured the allocator does not reuse it before the capture
+ends, so no stream can race on it). ``shared`` counts those.
+"""
+
+import ast
+import copy
+import sys
+from typing import Any, Dict, List, Sequence, Set, Tuple
+
+from .wrapper import WrapperError, WrapperProgram
+
+
+class Schedule:
+    def __init__(self, program: WrapperProgram, regions: Sequence[dict], syncs: Sequence[Sequence[int]]):
+        self.program = program
+        self.regions = regions
+        self.syncs = [tuple(s) for s in syncs]
+        self.order = self._order()
+        self.steps = self._steps()
+
+    def _order(self) -> List[int]:
+        """The statements in issue order: each region's kernels in Inductor's order; an
+        allocation or a view just before the first statement that needs it; a ``del``, a check
+        or a host statement as soon as everything it follows is out."""
+        p = self.program
+        self.region_of: Dict[int, int] = {}
+        kernels: List[int] = []
+        for r, region in enumerate(self.regions):
+            members = sorted(i for task in region["nodes"] for i in p.tasks[task].statements)
+            for i in members:
+                self.region_of[i] = r
+            kernels.extend(members)
+        emitted: List[int] = []
+        done: Set[int] = set()
+        unmet = [len(n) for n in p.needs]
+        dependents: List[List[int]] = [[] for _ in p.statements]
+        for i, needs in enumerate(p.needs):
+            for j in needs:
+                dependents[j].append(i)
+        eager = {"del", "check", "host"}
+
+        def emit(first: int) -> None:
+            pending = [first]
+            while pending:
+                i = pending.pop()
+                if i in done:
+                    continue
+                done.add(i)
+                emitted.append(i)
+                for d in dependents[i]:
+                    unmet[d] -= 1
+                    if unmet[d] == 0 and d not in done and p.statements[d].kind in eager:
+                        pending.append(d)
+
+        def ensure(i: int) -> None:
+            if i in done:
+                return
+            for j in sorted(p.needs[i]):
+                if j not in done:
+                    if p.statements[j].kind == "kernel":
+                        raise WrapperError(f"the plan issues {p.statements[i].name} before {p.statements[j].name}, which it needs")
+                    ensure(j)
+            emit(i)
+
+        for i, s in enumerate(p.statements):
+            if unmet[i] == 0 and s.kind in eager:
+                emit(i)
+        for i in kernels:
+            ensure(i)
+        for i in range(len(p.statements)):
+            ensure(i)
+        return emitted
+
+    def _steps(self) -> List[Tuple]:
+        """("fork",), ("stmt", i, stream or None), ("del", i, kept names), ("wait", stream,
+        region), ("record", region, stream), ("join",)."""
+        p = self.program
+        stream_of = {i: self.regions[r]["stream"] for i, r in self.region_of.items()}
+        waits: Dict[int, List[int]] = {}
+        records: Set[int] = set()
+        for a, b in self.syncs:
+            waits.setdefault(b, []).append(a)
+            records.add(a)
+        first_stream: Dict[int, int] = {}
+        streams_of_storage: Dict[int, Set[int]] = {}
+        for i in self.order:
+            s = p.statements[i]
+            if s.kind == "kernel":
+                for st in s.reads | s.writes:
+                    first_stream.setdefault(st, stream_of[i])
+                    streams_of_storage.setdefault(st, set()).add(stream_of[i])
+        for i in self.order:
+            s = p.statements[i]
+            if s.kind == "alloc":
+                storages = p.storage_of_statement(s)
+                stream_of[i] = min((first_stream[st] for st in storages if st in first_stream), default=0)
+                for st in storages:
+                    streams_of_storage.setdefault(st, set()).add(stream_of[i])
+        shared = {st for st, used in streams_of_storage.items() if len(used) > 1}
+        self.shared = len(shared)
+        last_of_region: Dict[int, int] = {}
+        for i in self.order:
+            if i in self.region_of:
+                last_of_region[self.region_of[i]] = i
+        steps: List[Tuple] = [("fork",)]
+        started: Set[int] = set()
+        for i in self.order:
+            s = p.statements[i]
+            if s.kind == "del":
+                names = [t.id for t in s.node.targets if isinstance(t, ast.Name)]
+                kept = [n for n in names if not (p.storage.get(n, set()) & shared)]
+                if kept:
+                    steps.append(("del", i, kept))
+                continue
+            if s.kind not in ("kernel", "alloc"):
+                steps.append(("stmt", i, None))
+                continue
+            region = self.region_of.get(i)
+            if region is not None and region not in started:
+                started.add(region)
+                for source in sorted(waits.get(region, [])):
+                    steps.append(("wait", stream_of[i], source))
+            steps.append(("stmt", i, stream_of[i]))
+            if region is not None and last_of_region[region] == i and region in records:
+                steps.append(("record", region, stream_of[i]))
+        steps.append(("join",))
+        return steps
+
+    def check(self) -> None:
+        """Raises ``WrapperError`` unless every kernel is issued after, and happens after, every
+        kernel it depends on: the steps replayed with, per stream, the kernels known complete
+        before its next op (stream order, events recorded and waited, fork and join)."""
+        p = self.program
+        needs = p.kernel_needs()
+        streams = 1 + max((r["stream"] for r in self.regions), default=0)
+        before: List[Set[int]] = [set() for _ in range(streams)]
+        events: Dict[int, Set[int]] = {}
+        for step in self.steps:
+            if step[0] == "stmt" and step[2] is not None and p.statements[step[1]].kind == "kernel":
+                i, k = step[1], step[2]
+                missing = needs[i] - before[k]
+                if missing:
+                    j = min(missing)
+                    raise WrapperError(f"{p.statements[i].name} (statement {i}) on stream {k} may run before {p.statements[j].name} (statement {j})")
+                before[k].add(i)
+            elif step[0] == "record":
+                events[step[1]] = set(before[step[2]])
+            elif step[0] == "wait":
+                if step[2] not in events:
+                    raise WrapperError(f"stream {step[1]} waits on region {step[2]}'s event before it is recorded")
+                before[step[1]] |= events[step[2]]
+            elif step[0] == "fork":
+                for k in range(1, streams):
+                    before[k] |= before[0]
+            elif step[0] == "join":
+                for k in range(1, streams):
+                    before[0] |= before[k]
+
+    def function(self, streams: bool):
+        """The plan's ``call`` (see the module's documentation), compiled in a copy of the
+        namespace of Inductor's module; ``self.source`` is its code."""
+        p = self.program
+        body: List[ast.stmt] = []
+        for step in self.steps:
+            kind = step[0]
+            if kind == "stmt":
+                node = copy.deepcopy(p.statements[step[1]].node)
+                if streams and step[2] is not None:
+                    block = _parsed(f"with torch.cuda.stream(_nimble_streams[{step[2]}]):\n    pass")[0]
+                    block.body = [_RawStream(p.stream_variables, step[2]).visit(node)]
+                    node = block
+                body.append(node)
+            elif kind == "del":
+                original = p.statements[step[1]].node
+                body.append(copy.deepcopy(original) if not streams else ast.Delete(targets=[ast.Name(id=n, ctx=ast.Del()) for n in step[2]]))
+            elif not streams:
+                continue
+            elif kind == "fork":
+                body += _parsed("_nimble_events = {}\n_nimble_fork = torch.cuda.Event()\n_nimble_fork.record(_nimble_streams[0])\nfor _s in _nimble_streams[1:]:\n    _s.wait_event(_nimble_fork)")
+            elif kind == "wait":
+                body += _parsed(f"_nimble_streams[{step[1]}].wait_event(_nimble_events[{step[2]}])")
+            elif kind == "record":
+                body += _parsed(f"_nimble_events[{step[1]}] = torch.cuda.Event()\n_nimble_events[{step[1]}].record(_nimble_streams[{step[2]}])")
+            elif kind == "join":
+                body += _parsed("for _s in _nimble_streams[1:]:\n    _nimble_streams[0].wait_stream(_s)")
+        if p.guard is not None:
+            guard = copy.deepcopy(p.guard)
+            guard.body = body
+            body = [guard]
+        body.append(copy.deepcopy(p.returned))
+        arguments = "args, _nimble_streams, _nimble_raw" if streams else "args"
+        function = _parsed(f"def nimble_call({arguments}):\n    pass")[0]
+        function.body = body
+        tree = ast.fix_missing_locations(ast.Module(body=[function], type_ignores=[]))
+        namespace = dict(vars(p.module))
+        namespace.setdefault("torch", sys.modules["torch"])
+        exec(compile(tree, f"<nimble plan of {p.module.__name__}>", "exec"), namespace)
+        self.source = ast.unparse(tree)
+        return namespace["nimble_call"]
+
+
+def _parsed(text: str) -> List[ast.stmt]:
+    return ast.parse(text).body
+
+
+class _RawStream(ast.NodeTransformer):
+    """Triton launches name the raw stream Inductor got (``stream=stream0``): the plan's
+    stream's handle instead."""
+
+    def __init__(self, variables: Set[str], stream: int):
+        self.variables = variables
+        self.stream = stream
+
+    def visit_Name(self, node: ast.Name) -> Any:
+        if node.id in self.variables and isinstance(node.ctx, ast.Load):
+            return ast.Subscript(value=ast.Name(id="_nimble_raw", ctx=ast.Load()), slice=ast.Constant(self.stream), ctx=ast.Load())
+        return node

@@ -1,0 +1,102 @@
+"""Inductor's compiled program for a whole graph, planned kernel by kernel (granularity
+``"kernels"``, the default): Inductor compiles the graph once, as it would for
+``torch.compile``; its kernels (``wrapper.WrapperProgram``) become the task graph the Rust
+registry plans; the plan's regions (maximal one-stream runs with no sync inside) give every
+kernel its stream.
+
+Two programs come of one compile, with ``run(args)`` (on the current stream, or the CPU) and
+``launch(args, streams)`` (inside a capture) as ``runner.Program`` has them:
+``InductorProgram``, Inductor's own ``call``, and ``PlannedProgram``, its statements emitted again
+in the plan's order, each kernel on its stream (on the CPU, in plan order on one stream).
+"""
+
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any, List, Sequence
+
+from .. import scheduling
+from .emit import Schedule
+from .wrapper import WrapperProgram
+
+
+@dataclass
+class PlanSummary:
+    """What ``CapturedGraph`` and the report need of a plan."""
+
+    algorithm: str
+    streams: int
+    syncs: int
+    regions: int
+    kernels: int
+
+
+def inductor_module(compiled) -> Any:
+    """The Python module Inductor generated for ``compiled`` (a ``CompiledFxGraph``)."""
+    from torch._inductor.codecache import PyCodeCache
+
+    key = getattr(compiled, "cache_key", None)
+    if key:
+        for module in reversed(PyCodeCache.modules):
+            if module.__name__.endswith(key):
+                return module
+    runner = getattr(getattr(compiled, "current_callable", None), "__self__", None)
+    if runner is not None:
+        return sys.modules[type(runner).__module__]
+    raise LookupError("Inductor's module for a compiled graph was not found")
+
+
+def _aligned(function, compiled):
+    """``function`` behind Inductor's own check that inputs it assumed aligned are (a copy of
+    the misaligned ones otherwise), as Inductor wraps its ``call``."""
+    check = list(getattr(compiled, "inputs_to_check", None) or ())
+    if not check:
+        return function
+    from torch._inductor.utils import align_inputs_from_check_idxs
+    from torch.utils._ordered_set import OrderedSet
+
+    return align_inputs_from_check_idxs(function, check, OrderedSet(getattr(compiled, "mutated_input_idxs", None) or ()))
+
+
+class InductorProgram:
+    """Inductor's program as it compiled it: every kernel on the current stream."""
+
+    def __init__(self, compiled, kernels: int):
+        self.call = compiled.current_callable
+        self.partition = PlanSummary(algorithm="single", streams=1, syncs=0, regions=1, kernels=kernels)
+
+    def run(self, args: Sequence[Any]):
+        return self.call(list(args))
+
+    def launch(self, args: Sequence[Any], streams: List[Any]):
+        return self.call(list(args))
+
+
+class PlannedProgram:
+    """Inductor's kernels on the plan's streams."""
+
+    def __init__(self, compiled, wrapper: WrapperProgram, plan: dict, cut: dict):
+        self.partition = PlanSummary(
+            algorithm=plan["algorithm"], streams=plan["streams"], syncs=plan["syncs"], regions=len(cut["regions"]), kernels=len(wrapper.tasks)
+        )
+        self.wrapper = wrapper
+        self.schedule = Schedule(wrapper, cut["regions"], cut["syncs"])
+        # Proven before it runs: every kernel after every kernel it depends on.
+        self.schedule.check()
+        self._in_order = _aligned(self.schedule.function(streams=False), compiled)
+        self._on_streams = self.schedule.function(streams=True)
+        self._compiled = compiled
+        self.shared_buffers = self.schedule.shared
+
+    def run(self, args: Sequence[Any]):
+        return self._in_order(list(args))
+
+    def launch(self, args: Sequence[Any], streams: List[Any]):
+        raw = [s.cuda_stream for s in streams]
+        return _aligned(lambda values: self._on_streams(values, streams, raw), self._compiled)(list(args))
+
+
+def plan(wrapper: WrapperProgram, algorithm: str):
+    """``algorithm``'s plan for the kernels and its regions, from the Rust registry."""
+    answer = json.loads(scheduling._sched.regions_json(json.dumps(wrapper.task_graph()), algorithm))
+    return answer["plan"], answer["regions"]

@@ -1,0 +1,369 @@
+"""Inductor's own program, read back: the ``call`` function of the Python module Inductor
+generates for a whole graph, as statements with the storages each one reads and writes and the
+statements each must follow, and its kernels as a task graph in the project's JSON schema
+(``emit`` writes the statements again in a plan's order, each kernel on its stream).
+
+Inductor compiles the graph once, fusing and reusing buffers as it would for one stream; Nimble
+then schedules those kernels. What each statement touches is read from the code itself:
+a Triton kernel writes the parameters its source does not name ``in_ptr*``; a C++ kernel the
+pointers its binding does not declare ``const``; an extern kernel its ``out=``; an in-place op
+(a name ending in ``_``) its first argument; anything else every tensor it names (a safe
+over-approximation). Names map to storages: an allocation makes one, ``buf5 = buf0`` (Inductor's
+reuse) and ``reinterpret_tensor(buf0, ...)`` share one, an op's result is new (and, unless it is
+an extern kernel's, may alias its arguments). Reads and writes of a storage are ordered as
+written (``taskgraph.Accesses``), so Inductor's buffer reuse becomes ordinary dependencies the
+plan keeps."""
+
+import ast
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+from .taskgraph import Accesses
+
+# Calls that allocate a new, uninitialised tensor.
+ALLOCATORS = {"empty_strided_cuda", "empty_strided_cpu", "empty_strided_xpu", "empty_strided", "empty_strided_cpu_pinned", "empty", "zeros", "full"}
+# Calls that return a view of their first argument.
+VIEWS = {"reinterpret_tensor", "as_strided", "view"}
+# Calls that only look at a tensor's metadata.
+CHECKS = {"assert_size_stride", "assert_alignment"}
+
+
+class WrapperError(Exception):
+    """Inductor's ``call`` has a shape this module does not read."""
+
+
+@dataclass
+class Statement:
+    index: int
+    node: ast.stmt
+    kind: str  # kernel, alloc, alias, del, check, host
+    defines: List[str] = field(default_factory=list)
+    uses: Set[str] = field(default_factory=set)
+    reads: Set[int] = field(default_factory=set)
+    writes: Set[int] = field(default_factory=set)
+    name: str = ""
+
+
+@dataclass
+class Task:
+    """Kernel statements planned as one task (a kernel on weights alone joins its reader)."""
+
+    id: int
+    statements: List[int]
+    name: str
+
+
+def _dotted(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return ""
+
+
+def _names(node: ast.AST) -> Set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+class KernelSignatures:
+    """Which arguments each kernel of the module writes, from its source: Triton kernels'
+    parameter names, C++ kernels' pointer types. ``writes(kernel)`` is a list of booleans per
+    positional argument, or None when unknown."""
+
+    def __init__(self, module_source: str):
+        self.by_kernel: Dict[str, List[bool]] = {}
+        for statement in ast.parse(module_source).body:
+            if not (isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call) and len(statement.targets) == 1):
+                continue
+            target, call = statement.targets[0], statement.value
+            if not isinstance(target, ast.Name):
+                continue
+            how = _dotted(call.func)
+            if how == "async_compile.triton" and len(call.args) >= 2:
+                self._triton(target.id, call.args[1])
+            elif how == "async_compile.cpp_pybinding" and call.args and isinstance(call.args[0], ast.List):
+                types = [e.value for e in call.args[0].elts if isinstance(e, ast.Constant)]
+                self.by_kernel[target.id] = ["*" in t and not t.startswith("const") for t in types]
+
+    def _triton(self, name: str, source: ast.AST) -> None:
+        if not isinstance(source, ast.Constant) or not isinstance(source.value, str):
+            return
+        try:
+            tree = ast.parse(source.value)
+        except SyntaxError:
+            return
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef):
+                params = [a for a in node.args.args if "constexpr" not in ast.unparse(a.annotation or ast.Constant(""))]
+                # Only pointers named as inputs are read alone; outputs, in-place and workspace
+                # pointers, and names a template chose, are taken as written.
+                self.by_kernel[name] = [not a.arg.startswith("in_ptr") for a in params]
+                return
+
+    def writes(self, kernel: str) -> Optional[List[bool]]:
+        return self.by_kernel.get(kernel)
+
+
+def _call_function(module) -> ast.FunctionDef:
+    source = module.__loader__.get_source(module.__name__) if getattr(module, "__loader__", None) else None
+    if source is None:
+        with open(module.__file__) as f:
+            source = f.read()
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == "call":
+            return node, source
+    raise WrapperError("no call function in Inductor's module")
+
+
+class WrapperProgram:
+    """The statements of Inductor's ``call`` for one graph, their storages and dependencies."""
+
+    def __init__(self, module, static_inputs: Sequence[int] = ()):
+        self.module = module
+        function, source = _call_function(module)
+        self.signatures = KernelSignatures(source)
+        if "self" in {n.id for n in ast.walk(ast.Module(body=function.body, type_ignores=[])) if isinstance(n, ast.Name)}:
+            raise WrapperError("Inductor's call uses its runner (graph partitions)")
+        body = list(function.body)
+        if not body or not isinstance(body[-1], ast.Return):
+            raise WrapperError("Inductor's call does not end in a return")
+        self.returned = body.pop()
+        # The device guard (`with torch.cuda._DeviceGuard(0):`) holds most of the body: its
+        # statements are read in line, the guard is kept around the whole emitted body.
+        self.guard: Optional[ast.With] = None
+        flat: List[ast.stmt] = []
+        for statement in body:
+            if isinstance(statement, ast.With) and _dotted(statement.items[0].context_expr.func if isinstance(statement.items[0].context_expr, ast.Call) else statement.items[0].context_expr).endswith("DeviceGuard") and self.guard is None:
+                self.guard = statement
+                flat.extend(statement.body)
+            else:
+                flat.append(statement)
+        self.statements: List[Statement] = []
+        self.storage: Dict[str, Set[int]] = {}
+        self.stream_variables: Set[str] = set()
+        self._storages = 0
+        self.inputs: List[str] = []
+        for index, statement in enumerate(flat):
+            self.statements.append(self._read(index, statement))
+        self.static_storages = {s for i in static_inputs if i < len(self.inputs) for s in self.storage.get(self.inputs[i], ())}
+        self._dependencies()
+        self.tasks = self._tasks()
+
+    # -- reading ---------------------------------------------------------------------------
+    def _new_storage(self) -> Set[int]:
+        self._storages += 1
+        return {self._storages}
+
+    def _tensors(self, node: ast.AST) -> Set[int]:
+        found: Set[int] = set()
+        for name in _names(node):
+            found |= self.storage.get(name, set())
+        return found
+
+    def _read(self, index: int, node: ast.stmt) -> Statement:
+        uses = _names(node)
+        if isinstance(node, ast.Delete):
+            return Statement(index, node, "del", uses=uses)
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+            targets = [target.id] if isinstance(target, ast.Name) else [e.id for e in target.elts if isinstance(e, ast.Name)] if isinstance(target, ast.Tuple) else []
+            if isinstance(target, ast.Tuple) and isinstance(value, ast.Name) and value.id == "args":
+                # The graph's inputs: a storage each.
+                self.inputs = targets
+                for name in targets:
+                    self.storage[name] = self._new_storage()
+                return Statement(index, node, "host", defines=targets, uses=uses - set(targets))
+            uses -= set(targets)
+            if isinstance(value, ast.Call) and _dotted(value.func).endswith("get_raw_stream"):
+                self.stream_variables.update(targets)
+                return Statement(index, node, "host", defines=targets, uses=uses)
+            if isinstance(value, ast.Name) or isinstance(value, ast.Subscript) or (isinstance(value, ast.Call) and _dotted(value.func).split(".")[-1] in VIEWS and value.args):
+                source = value if not isinstance(value, ast.Call) else value.args[0]
+                shared = self._tensors(source)
+                if shared:
+                    for name in targets:
+                        self.storage[name] = set(shared)
+                    return Statement(index, node, "alias", defines=targets, uses=uses)
+            if isinstance(value, ast.Call) and _dotted(value.func).split(".")[-1] in ALLOCATORS and not self._tensors(value):
+                for name in targets:
+                    self.storage[name] = self._new_storage()
+                return Statement(index, node, "alloc", defines=targets, uses=uses)
+            if isinstance(value, ast.Call):
+                reads, writes = self._accesses(value)
+                if not reads and not writes:
+                    return Statement(index, node, "host", defines=targets, uses=uses)
+                fresh = self._new_storage()
+                # An extern kernel returns a new tensor; any other op might return a view of
+                # what it was given.
+                result = fresh if _dotted(value.func).startswith("extern_kernels.") else fresh | reads | writes
+                for name in targets:
+                    self.storage[name] = set(result)
+                return Statement(index, node, "kernel", defines=targets, uses=uses, reads=reads, writes=writes | fresh, name=self._kernel_name(value))
+            if self._tensors(value):
+                raise WrapperError(f"an assignment of an unknown form: {ast.unparse(node)[:120]}")
+            return Statement(index, node, "host", defines=targets, uses=uses)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            call = node.value
+            if _dotted(call.func) in CHECKS:
+                return Statement(index, node, "check", uses=uses)
+            reads, writes = self._accesses(call)
+            if reads or writes:
+                return Statement(index, node, "kernel", uses=uses - self.stream_variables, reads=reads, writes=writes, name=self._kernel_name(call))
+            return Statement(index, node, "host", uses=uses)
+        if self._tensors(node):
+            # Control flow or anything else over tensors: one task that reads and writes them all.
+            touched = self._tensors(node)
+            defined = [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+            for name in defined:
+                self.storage[name] = self._new_storage() | touched
+            return Statement(index, node, "kernel", defines=defined, uses=uses, reads=touched, writes=touched, name=type(node).__name__.lower())
+        return Statement(index, node, "host", uses=uses)
+
+    def _kernel_name(self, call: ast.Call) -> str:
+        name = _dotted(call.func)
+        return name[: -len(".run")] if name.endswith(".run") else name
+
+    def _accesses(self, call: ast.Call) -> Tuple[Set[int], Set[int]]:
+        """The storages a call reads and writes."""
+        reads: Set[int] = set()
+        writes: Set[int] = set()
+        function = _dotted(call.func)
+        kernel = function[: -len(".run")] if function.endswith(".run") else function
+        known = self.signatures.writes(kernel)
+        keywords = [k for k in call.keywords if k.arg not in ("stream",)]
+        if known is not None and len(known) == len(call.args):
+            for argument, written in zip(call.args, known):
+                (writes if written else reads).update(self._tensors(argument))
+            for k in keywords:
+                writes.update(self._tensors(k.value))
+            return reads - writes, writes
+        out = [k for k in keywords if k.arg == "out"]
+        if out:
+            writes = self._tensors(out[0].value)
+            for argument in list(call.args) + [k.value for k in keywords if k.arg != "out"]:
+                reads |= self._tensors(argument)
+            return reads - writes, writes
+        parts = function.split(".")
+        in_place = any(p.endswith("_") and not p.startswith("_") for p in parts[-2:])
+        if isinstance(call.func, ast.Attribute) and in_place and self._tensors(call.func.value) and not isinstance(call.func.value, ast.Attribute):
+            # tensor.copy_(...), tensor.zero_(): the tensor is written.
+            writes = self._tensors(call.func.value)
+            for argument in list(call.args) + [k.value for k in keywords]:
+                reads |= self._tensors(argument)
+            return reads - writes, writes
+        if in_place and call.args:
+            writes = self._tensors(call.args[0])
+            for argument in list(call.args[1:]) + [k.value for k in keywords]:
+                reads |= self._tensors(argument)
+            return reads - writes, writes
+        if known is None and function.endswith(".run") or not function.startswith(("extern_kernels.", "aten.", "torch.ops.")):
+            # A kernel whose parameters are not known: everything it names may be written.
+            touched = self._tensors(call)
+            return set(), touched
+        for argument in list(call.args) + [k.value for k in keywords]:
+            reads |= self._tensors(argument)
+        return reads, set()
+
+    # -- dependencies ----------------------------------------------------------------------
+    def _dependencies(self) -> None:
+        """``needs[i]``: the statements ``i`` must follow: the definitions of the names it uses,
+        for a redefinition or a ``del`` every earlier use of the name, the kernels whose
+        storage accesses it must follow, and for host statements the host statement before."""
+        self.needs: List[Set[int]] = [set() for _ in self.statements]
+        definition: Dict[str, int] = {}
+        users: Dict[str, List[int]] = {}
+        accesses = Accesses()
+        last_host: Optional[int] = None
+        for s in self.statements:
+            needs = self.needs[s.index]
+            for name in s.uses:
+                if name in definition:
+                    needs.add(definition[name])
+                users.setdefault(name, []).append(s.index)
+            if s.kind == "del":
+                for name in s.uses:
+                    needs.update(users.get(name, []))
+            for name in s.defines:
+                needs.update(users.get(name, []))
+                definition[name] = s.index
+                users[name] = []
+            if s.kind == "kernel":
+                needs.update(accesses.access(s.index, s.reads, s.writes))
+            if s.kind == "host":
+                if last_host is not None:
+                    needs.add(last_host)
+                last_host = s.index
+            needs.discard(s.index)
+
+    def _tasks(self) -> List[Task]:
+        """Kernel statements as tasks. A kernel that reads only parameters and buffers (a
+        weight's layout, for example) and writes only new storage joins its first reader's
+        task: as a task of its own it would be a source independent of everything and maximum
+        logical concurrency would give it a stream."""
+        kernels = [s for s in self.statements if s.kind == "kernel"]
+        weight_only: Set[int] = set()
+        derived = set(self.static_storages)
+        inputs = {st for name in self.inputs for st in self.storage.get(name, ())}
+        for s in kernels:
+            if s.reads and s.reads <= derived and not (s.writes & inputs):
+                weight_only.add(s.index)
+                derived |= s.writes
+        anchor: Dict[int, int] = {}
+        for s in reversed(kernels):
+            if s.index not in weight_only:
+                continue
+            readers = [t for t in kernels if t.index > s.index and (t.reads | t.writes) & s.writes]
+            readers = [anchor.get(t.index, t.index) if t.index in weight_only else t.index for t in readers]
+            readers = [r for r in readers if r not in weight_only]
+            if readers:
+                anchor[s.index] = min(readers)
+        tasks: List[Task] = []
+        self.task_of: Dict[int, int] = {}
+        for s in kernels:
+            if s.index in anchor:
+                continue
+            self.task_of[s.index] = len(tasks)
+            tasks.append(Task(len(tasks), [s.index], s.name))
+        for index, reader in anchor.items():
+            task = tasks[self.task_of[reader]]
+            task.statements.append(index)
+            task.statements.sort()
+            self.task_of[index] = task.id
+        return tasks
+
+    def task_graph(self) -> dict:
+        """The tasks in the project's JSON schema: ops are kernel names, edges the storage and
+        name dependencies between tasks."""
+        edges = set()
+        kernel_needs = self.kernel_needs()
+        for s in self.statements:
+            if s.kind != "kernel":
+                continue
+            v = self.task_of[s.index]
+            for k in kernel_needs[s.index]:
+                u = self.task_of[k]
+                if u != v:
+                    edges.add((u, v))
+        nodes = [{"id": t.id, "op": t.name, **({"attrs": {"kernels": len(t.statements)}} if len(t.statements) > 1 else {})} for t in self.tasks]
+        return {"nodes": nodes, "edges": sorted([u, v] for u, v in edges)}
+
+    def kernel_needs(self) -> Dict[int, Set[int]]:
+        """For each kernel statement, the kernel statements it must follow (through any
+        non-kernel statements between them)."""
+        closure: Dict[int, Set[int]] = {}
+        for s in self.statements:
+            found: Set[int] = set()
+            for j in self.needs[s.index]:
+                if self.statements[j].kind == "kernel":
+                    found.add(j)
+                else:
+                    found |= closure[j]
+            closure[s.index] = found
+        return {i: v for i, v in closure.items() if self.statements[i].kind == "kernel"}
+
+    def storage_of_statement(self, s: Statement) -> Set[int]:
+        found: Set[int] = set()
+        for name in s.defines:
+            found |= self.storage.get(name, set())
+        return found

@@ -1,0 +1,131 @@
+"""Granularity "kernels" on the CPU: Inductor's own program for a whole graph read back
+(``wrapper``), its kernels planned by every registered algorithm, the statements emitted again in
+the plan's order (``emit``), the schedule's proof that every kernel follows what it depends on,
+and outputs against eager when the plan's order is not Inductor's."""
+
+import copy
+
+import pytest
+import torch
+
+import nimble_rs
+from nimble_rs.dynamo import kernels_plan
+from nimble_rs.dynamo.emit import Schedule
+from nimble_rs.dynamo.wrapper import WrapperError, WrapperProgram
+from models import Attention, Counter, Inception, inductor_programs, relative_error
+
+torch.manual_seed(0)
+
+
+def every_algorithm():
+    return [usage.replace(":K", ":3") for _, usage, _ in nimble_rs.algorithms()]
+
+
+@pytest.fixture(scope="module")
+def inception():
+    model, x = Inception(channels=8).eval(), torch.randn(2, 8, 12, 12)
+    (compiled, static), = inductor_programs(model, x)
+    return model, x, compiled, static
+
+
+@pytest.mark.parametrize("algorithm", every_algorithm())
+def test_every_algorithm_plans_inductors_kernels_and_the_plan_order_matches_eager(algorithm, inception):
+    model, x, compiled, static = inception
+    wrapper = WrapperProgram(kernels_plan.inductor_module(compiled), static)
+    assert len(wrapper.tasks) >= 10
+    plan, cut = kernels_plan.plan(wrapper, algorithm)
+    schedule = Schedule(wrapper, cut["regions"], cut["syncs"])
+    schedule.check()
+    kernels = [i for i in schedule.order if wrapper.statements[i].kind == "kernel"]
+    assert sorted(kernels) == [s.index for s in wrapper.statements if s.kind == "kernel"]
+    if plan["streams"] > 1:
+        # The plan's order is not Inductor's: what makes this test able to fail when a
+        # dependency (a reused buffer, a view) was missed.
+        assert kernels != sorted(kernels), algorithm
+        # The capture's program is made too (it runs on a GPU only).
+        schedule.function(streams=True)
+        assert "wait_event" in schedule.source and "torch.cuda.stream(_nimble_streams[1])" in schedule.source
+    # On the CPU the backend runs the planned program, in this order.
+    with torch.no_grad():
+        expected = model(x)
+        torch._dynamo.reset()
+        got = torch.compile(model, backend="nimble", options={"algorithm": algorithm})(x)
+    assert relative_error(got, expected) < 1e-5
+
+
+def test_the_schedule_check_finds_a_missing_wait(inception):
+    model, x, compiled, static = inception
+    wrapper = WrapperProgram(kernels_plan.inductor_module(compiled), static)
+    plan, cut = kernels_plan.plan(wrapper, "nimble")
+    assert plan["streams"] > 1 and cut["syncs"]
+    schedule = Schedule(wrapper, cut["regions"], cut["syncs"])
+    schedule.check()
+    broken = copy.copy(schedule)
+    first_wait = next(i for i, step in enumerate(schedule.steps) if step[0] == "wait")
+    broken.steps = schedule.steps[:first_wait] + schedule.steps[first_wait + 1 :]
+    with pytest.raises(WrapperError, match="may run before"):
+        broken.check()
+
+
+def test_buffers_inductor_reuses_become_dependencies(inception):
+    # Inductor gives a dead buffer's memory to a later one (`buf7 = buf6; del buf6  # reuse`,
+    # or a reinterpret_tensor of it): the later writer must follow the earlier readers.
+    model, x, compiled, static = inception
+    wrapper = WrapperProgram(kernels_plan.inductor_module(compiled), static)
+    needs = wrapper.kernel_needs()
+    checked = 0
+    for s in wrapper.statements:
+        if s.kind != "kernel":
+            continue
+        for t in wrapper.statements[: s.index]:
+            if t.kind == "kernel" and (t.reads & s.writes or t.writes & (s.reads | s.writes)):
+                assert t.index in needs[s.index] or any(t.index in needs[m] for m in needs[s.index]) or _reaches(needs, t.index, s.index)
+                checked += 1
+    assert checked > 0
+    reused = [s for s in wrapper.statements if s.kind == "alias"]
+    assert reused, "Inductor reused no buffer in this model: the test no longer covers reuse"
+
+
+def _reaches(needs, a, b):
+    stack, seen = [b], set()
+    while stack:
+        n = stack.pop()
+        if n == a:
+            return True
+        for m in needs.get(n, ()):
+            if m not in seen:
+                seen.add(m)
+                stack.append(m)
+    return False
+
+
+def test_the_backend_plans_kernels_by_default_and_reports_them():
+    model, x = Inception(channels=8).eval(), torch.randn(2, 8, 12, 12)
+    before = len(nimble_rs.dynamo.reports())
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got = torch.compile(model, backend="nimble")(x)
+    assert relative_error(got, model(x)) < 1e-5
+    report = nimble_rs.dynamo.reports()[before]
+    assert report["granularity"] == "kernels" and report["kernels"] >= 10 and report["streams"] > 1, report
+    assert report["choice"] == "streams" and "shared_buffers" in report, report
+
+
+@pytest.mark.parametrize("granularity", ["kernels", "regions"])
+def test_both_granularities_train_and_mutate_like_eager(granularity):
+    from models import train_beside_eager
+
+    eager = Attention(d=16).train()
+    model = copy.deepcopy(eager)
+    torch._dynamo.reset()
+    fast = torch.compile(model, backend="nimble", options={"granularity": granularity})
+    train_beside_eager(eager, fast, model, lambda: torch.randn(2, 5, 16), steps=2)
+    counter = Counter()
+    twin = copy.deepcopy(counter)
+    torch._dynamo.reset()
+    counted = torch.compile(twin, backend="nimble", options={"granularity": granularity})
+    for _ in range(3):
+        x = torch.randn(3, 4)
+        with torch.no_grad():
+            assert relative_error(counted(x), counter(x)) < 1e-5
+    assert torch.allclose(twin.seen, counter.seen)
