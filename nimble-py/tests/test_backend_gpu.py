@@ -3,6 +3,7 @@ graph, parameters read in place, one memory pool for every shape, buffers safe a
 the measured choice, and the fallback for a graph that cannot be captured. Skipped without CUDA;
 with NIMBLE_REQUIRE_GPU=1 a missing GPU fails instead."""
 
+import re
 import warnings
 
 import pytest
@@ -66,7 +67,8 @@ def test_inductors_cuda_program_is_read_kernel_by_kernel():
     schedule = Schedule(wrapper, cut["regions"], cut["syncs"])
     schedule.check()
     schedule.function(streams=True)
-    assert "_nimble_raw[1]" in schedule.source
+    # Triton launches on side streams take those streams' handles.
+    assert re.search(r"stream=_nimble_raw\[[1-9]\]", schedule.source), schedule.source
 
 
 def test_parameters_are_read_in_place():

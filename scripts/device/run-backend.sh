@@ -9,7 +9,8 @@
 #   (experiments/python/backend_overhead.py); COMPILE_PROFILE_MODEL=inception-v3 the compile
 #   time's phases (experiments/python/backend_compile_profile.py); KERNEL_GRAPHS="inception-v3:float32
 #   llama,qwen2:bfloat16" writes the fused-kernel graphs of those models (experiments/python/kernel_graphs.py)
-#   into kernel-graphs/.
+#   into kernel-graphs/. TRAINING="resnet50,mobilenet-v2,encoder:32,64" runs the training comparison
+#   (experiments/python/training_backend.py) for those models and batches, within TRAINING_SECONDS (default 400).
 set -uo pipefail
 budget=${1:?seconds per cell}
 shift
@@ -28,6 +29,13 @@ if [ "${TESTS_SECONDS:-300}" != 0 ]; then
     NIMBLE_REQUIRE_GPU=1 timeout "${TESTS_SECONDS:-300}" python3 -m pytest -q -p no:cacheprovider -o faulthandler_timeout=120 ${PYTEST_ARGS:-nimble-py/tests} 2>&1 | tee "$out/python-tests.log" | tail -15
     status=${PIPESTATUS[0]}
 fi
+if [ -n "${TRAINING:-}" ]; then
+    IFS=: read -r models batches <<< "$TRAINING"
+    timeout "${TRAINING_SECONDS:-400}" python3 experiments/python/training_backend.py --out "$out/training-backend.json" --models "$models" --batches "$batches" \
+        --commit "$(cat .gpu/COMMIT 2>/dev/null || echo unknown)" > "$out/training-backend.table" 2> "$out/training-backend.log"
+    training_status=$?
+    [ "$training_status" = 0 ] || status=$training_status
+fi
 .gpu/nimble-bench models --json > "$out/models.json" || exit 1
 : > "$out/backend.txt"
 cells=0
@@ -42,6 +50,7 @@ for cell in "$@"; do
     [ "$cell_status" = 0 ] || status=$cell_status
     { echo "== $cell (status $cell_status)"; cat "$out/$name.table"; grep -E "failed|Error" "$out/$name.log" | tail -5; } >> "$out/backend.txt"
 done
+[ -f "$out/training-backend.table" ] && { echo "== training (status $training_status)"; cat "$out/training-backend.table"; grep -E "failed|Error" "$out/training-backend.log" | tail -5; } >> "$out/backend.txt"
 [ -f "$out/python-tests.log" ] && echo "python tests: $(tail -1 "$out/python-tests.log")" >> "$out/backend.txt"
 [ -f "$out/compile-profile.txt" ] && grep -E "first 3 calls|calls .* s$|report:" "$out/compile-profile.txt" >> "$out/backend.txt"
 [ -f "$out/kernel-graphs.txt" ] && grep -E "kernels|failed|Error" "$out/kernel-graphs.txt" >> "$out/backend.txt"

@@ -131,7 +131,7 @@ class NimbleCompiled:
         graph.consumes = tuple(consumes)
         if self.kind != "inference":
             graph.track_outputs(forward=self.kind == "forward")
-        self.report.setdefault("peak_bytes", {})[str(shape_key_summary(args))] = graph.peak_bytes
+        self.report.setdefault("peak_bytes", {})[str(shape_key_summary([args[i] for i in graph.copied]))] = graph.peak_bytes
         self.report["capture_seconds"] = self.report.get("capture_seconds", 0.0) + seconds_since(started)
         return graph
 
