@@ -129,3 +129,15 @@ def test_both_granularities_train_and_mutate_like_eager(granularity):
         with torch.no_grad():
             assert relative_error(counted(x), counter(x)) < 1e-5
     assert torch.allclose(twin.seen, counter.seen)
+
+
+def test_a_backward_that_reuses_its_saved_values_is_found():
+    # AOTAutograd donates the forward's saved values to the backward and Inductor reuses their
+    # memory as scratch: replaying such a backward (warm-ups, the choice's timings) over the
+    # same saved values would read what it wrote. Those inputs are found, to be put back.
+    model = Inception(channels=8).train()
+    torch._dynamo.reset()
+    before = len(nimble_rs.dynamo.reports())
+    torch.compile(model, backend="nimble")(torch.randn(4, 8, 16, 16)).square().mean().backward()
+    backward = [r for r in nimble_rs.dynamo.reports()[before:] if r["graph"] == "backward"]
+    assert backward and backward[0].get("clobbered_inputs", 0) > 0, backward

@@ -42,6 +42,10 @@ class NimbleCompiled:
     signature: tuple
     report: dict
     uncapturable: Optional[str]
+    # Inputs the program writes though the graph does not (Inductor reusing a backward's saved
+    # values, "donated buffers", as scratch): put back around warm-ups and the choice, as the
+    # mutated ones are, never copied back to the caller.
+    clobbered: List[int] = field(default_factory=list)
     captures: Dict[tuple, Optional[CapturedGraph]] = field(default_factory=dict)
     last: Optional[CapturedGraph] = None
     chosen: Optional[str] = None
@@ -113,7 +117,7 @@ class NimbleCompiled:
         # Warm-ups, the choice's timings and its accuracy check all run the graph: the inputs it
         # writes in place (a buffer's running statistics, a counter) are put back afterwards, so
         # that the user's call writes them once, as eager would.
-        saved = [(args[i], args[i].clone()) for i in self.mutated if isinstance(args[i], torch.Tensor)]
+        saved = [(args[i], args[i].clone()) for i in sorted(set(self.mutated) | set(self.clobbered)) if isinstance(args[i], torch.Tensor)]
         static, consumes = list(self.static), []
         if self.kind == "backward":
             # The values the forward saved are its captured graph's outputs: read in place.
@@ -190,7 +194,7 @@ class NimbleCompiled:
         generator = torch.Generator().manual_seed(seed)
         shuffled = list(args)
         for i, a in enumerate(args):
-            if isinstance(a, torch.Tensor) and not static[i] and a.numel() > 1 and i not in self.mutated:
+            if isinstance(a, torch.Tensor) and not static[i] and a.numel() > 1 and i not in self.mutated and i not in self.clobbered:
                 order = torch.randperm(a.numel(), generator=generator).to(a.device)
                 shuffled[i] = a.flatten()[order].view(a.shape)
         return shuffled

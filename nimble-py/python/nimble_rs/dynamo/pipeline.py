@@ -275,6 +275,10 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
     if streams_program is not None and options["choose"] == "streams":
         single_program = None
     nimble = _assemble(streams_program, single_program, reference, example_inputs, static_indices, mutated, kind, signature, report, uncapturable, options, started)
+    if wrapper is not None:
+        nimble.clobbered = [i for i in wrapper.written_inputs() if i not in mutated]
+        if nimble.clobbered:
+            report["clobbered_inputs"] = len(nimble.clobbered)
 
     def call(args):
         values = list(args)

@@ -362,6 +362,14 @@ class WrapperProgram:
             closure[s.index] = found
         return {i: v for i, v in closure.items() if self.statements[i].kind == "kernel"}
 
+    def written_inputs(self) -> List[int]:
+        """The indices of the inputs some kernel writes (through any name sharing their storage)."""
+        written: Set[int] = set()
+        for s in self.statements:
+            if s.kind == "kernel":
+                written |= s.writes
+        return [i for i, name in enumerate(self.inputs) if self.storage.get(name, set()) & written]
+
     def storage_of_statement(self, s: Statement) -> Set[int]:
         found: Set[int] = set()
         for name in s.defines:
