@@ -159,9 +159,10 @@ def train_beside_eager(eager, fast, fast_model, make_input, steps=3, state_rtol=
         assert torch.allclose(b.float(), a.float(), rtol=state_rtol, atol=1e-6)
 
 
-def inductor_programs(model, *inputs):
+def inductor_programs(model, *inputs, train=False):
     """Inductor's compiled graphs for ``model`` (through ``compile_fx``, as the backend gets
-    them), each with its static input indices."""
+    them), each with its static input indices; with ``train``, a forward and a backward (of a
+    loss made from the output)."""
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
     found = []
@@ -176,6 +177,10 @@ def inductor_programs(model, *inputs):
             return compile_fx(gm, example_inputs, inner_compile=inner)
 
     torch._dynamo.reset()
+    if train:
+        out = torch.compile(model, backend=backend)(*inputs)
+        out.square().mean().backward()
+        return found
     with torch.no_grad():
         torch.compile(model, backend=backend)(*inputs)
     return found

@@ -141,3 +141,16 @@ def test_a_backward_that_reuses_its_saved_values_is_found():
     torch.compile(model, backend="nimble")(torch.randn(4, 8, 16, 16)).square().mean().backward()
     backward = [r for r in nimble_rs.dynamo.reports()[before:] if r["graph"] == "backward"]
     assert backward and backward[0].get("clobbered_inputs", 0) > 0, backward
+
+
+def test_an_aten_fallback_writes_only_what_its_schema_says():
+    # A backward's ATen fallbacks (convolution_backward) read the weights they are given: the
+    # parameters are never taken as written (putting them back would bump their version under
+    # autograd), only the saved values Inductor reuses.
+    model = Inception(channels=8).train()
+    (_, _), (backward, _) = inductor_programs(model, torch.randn(4, 8, 16, 16), train=True)
+    wrapper = WrapperProgram(kernels_plan.inductor_module(backward), [])
+    assert any(s.kind == "kernel" and "convolution_backward" in s.name for s in wrapper.statements)
+    weights = {name for name in wrapper.inputs if name.startswith("primals_")}
+    written = {wrapper.inputs[i] for i in wrapper.written_inputs()}
+    assert weights and written and not (written & weights), (written, weights)

@@ -201,8 +201,10 @@ class NimbleCompiled:
 
 
 def _restore(saved) -> None:
+    """Puts back the values ``saved`` held, through ``.data``: a tensor's version (autograd's
+    check that a value it saved was not changed since) stays what the user's program made it."""
     for tensor, value in saved:
-        tensor.copy_(value)
+        tensor.data.copy_(value)
 
 
 def _float_outputs(outputs) -> List[torch.Tensor]:

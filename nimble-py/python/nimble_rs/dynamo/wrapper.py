@@ -121,6 +121,7 @@ class WrapperProgram:
 
     def __init__(self, module, static_inputs: Sequence[int] = ()):
         self.module = module
+        self.namespace = vars(module)
         function, source = _call_function(module)
         self.signatures = KernelSignatures(source)
         if "self" in {n.id for n in ast.walk(ast.Module(body=function.body, type_ignores=[])) if isinstance(n, ast.Name)}:
@@ -194,9 +195,15 @@ class WrapperProgram:
                 if not reads and not writes:
                     return Statement(index, node, "host", defines=targets, uses=uses)
                 fresh = self._new_storage()
-                # An extern kernel returns a new tensor; any other op might return a view of
-                # what it was given.
-                result = fresh if _dotted(value.func).startswith("extern_kernels.") else fresh | reads | writes
+                # An extern kernel returns a new tensor, an ATen op what its schema says; any
+                # other call might return a view of what it was given.
+                schema = self._schema(value)
+                if _dotted(value.func).startswith("extern_kernels."):
+                    result = fresh
+                elif schema is not None:
+                    result = fresh | self._schema_aliases(value, schema)
+                else:
+                    result = fresh | reads | writes
                 for name in targets:
                     self.storage[name] = set(result)
                 return Statement(index, node, "kernel", defines=targets, uses=uses, reads=reads, writes=writes | fresh, name=self._kernel_name(value))
@@ -238,6 +245,13 @@ class WrapperProgram:
             for k in keywords:
                 writes.update(self._tensors(k.value))
             return reads - writes, writes
+        schema = self._schema(call)
+        if schema is not None:
+            # An ATen op (Inductor's fallback): its schema marks the arguments it writes.
+            for argument, value in self._schema_arguments(call, schema):
+                info = argument.alias_info
+                (writes if info is not None and info.is_write else reads).update(self._tensors(value))
+            return reads - writes, writes
         out = [k for k in keywords if k.arg == "out"]
         if out:
             writes = self._tensors(out[0].value)
@@ -264,6 +278,41 @@ class WrapperProgram:
         for argument in list(call.args) + [k.value for k in keywords]:
             reads |= self._tensors(argument)
         return reads, set()
+
+    def _schema(self, call: ast.Call):
+        """The schema of the ATen overload a call names (``aten.x.default``,
+        ``torch.ops.aten.x.default``), if it names one."""
+        parts = _dotted(call.func).split(".")
+        if not parts[0] or not (parts[0] in ("aten", "torch") and len(parts) >= 3):
+            return None
+        value = self.namespace.get(parts[0])
+        for part in parts[1:]:
+            value = getattr(value, part, None)
+            if value is None:
+                return None
+        return getattr(value, "_schema", None)
+
+    def _schema_arguments(self, call: ast.Call, schema):
+        """(schema argument, the call's value for it) for every argument the call passes."""
+        by_name = {k.arg: k.value for k in call.keywords}
+        for i, argument in enumerate(schema.arguments):
+            if i < len(call.args) and not argument.kwarg_only:
+                yield argument, call.args[i]
+            elif argument.name in by_name:
+                yield argument, by_name[argument.name]
+
+    def _schema_aliases(self, call: ast.Call, schema) -> Set[int]:
+        """The storages of the arguments the op's results may share (a view, an in-place op's
+        result)."""
+        sets = set()
+        for returned in schema.returns:
+            if returned.alias_info is not None:
+                sets |= set(returned.alias_info.before_set)
+        shared: Set[int] = set()
+        for argument, value in self._schema_arguments(call, schema):
+            if argument.alias_info is not None and set(argument.alias_info.before_set) & sets:
+                shared |= self._tensors(value)
+        return shared
 
     # -- dependencies ----------------------------------------------------------------------
     def _dependencies(self) -> None:
