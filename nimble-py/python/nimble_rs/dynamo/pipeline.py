@@ -36,9 +36,9 @@ from .wrapper import WrapperError, WrapperProgram
 DEFAULTS: Dict[str, Any] = {
     # Any registered algorithm, with its argument (`nimble_rs.algorithms()`).
     "algorithm": "nimble",
-    # "auto": measure the regions on streams against the whole graph as one region and keep
-    # the faster (on a GPU; on the CPU regions run in plan order); "streams": always the plan's
-    # regions; "single": the whole graph as one region (Inductor's program, captured).
+    # "auto": measure the plan's streams against Inductor's program on one stream and keep the
+    # faster (on a GPU; on the CPU the plan runs in its order); "streams": always the plan;
+    # "single": Inductor's program for the whole graph, captured.
     "choose": "auto",
     # Input shapes per subgraph (a CUDA graph each on a GPU); beyond it, a new shape runs without
     # Nimble: uncaptured on a GPU, Dynamo's graph as it is on the CPU (one warning).
