@@ -4,6 +4,8 @@ the plan's order (``emit``), the schedule's proof that every kernel follows what
 and outputs against eager when the plan's order is not Inductor's."""
 
 import copy
+import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -154,3 +156,25 @@ def test_an_aten_fallback_writes_only_what_its_schema_says():
     weights = {name for name in wrapper.inputs if name.startswith("primals_")}
     written = {wrapper.inputs[i] for i in wrapper.written_inputs()}
     assert weights and written and not (written & weights), (written, weights)
+
+
+def test_the_planned_kernel_graphs_are_written_for_the_research_loop(tmp_path):
+    # What the backend planned, kernel by kernel, in the project's schema: every registered
+    # algorithm plans and simulates it without a GPU, as `schedulers --simulate --graphs` does.
+    model = Inception(channels=8).train()
+    torch._dynamo.reset()
+    before = len(nimble_rs.dynamo.reports())
+    fast = torch.compile(model, backend="nimble", options={"graphs": str(tmp_path)})
+    fast(torch.randn(4, 8, 16, 16)).square().mean().backward()
+    reports = nimble_rs.dynamo.reports()[before:]
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == ["backward-1.graph.json", "forward-1.graph.json"], files
+    assert sorted(Path(r["graph_file"]).name for r in reports) == files
+    for path in tmp_path.iterdir():
+        graph = json.loads(path.read_text())
+        assert len(graph["nodes"]) >= 10 and graph["edges"]
+        for algorithm in every_algorithm():
+            assert nimble_rs.scheduling.simulate(graph, algorithm)["makespan_us"] > 0
+    with pytest.raises(Exception, match="graphs="):
+        torch._dynamo.reset()
+        torch.compile(model, backend="nimble", options={"graphs": str(path)})(torch.randn(4, 8, 16, 16))

@@ -17,6 +17,8 @@ has more than one stream, both programs are captured and timed; the faster is ke
 report says which and why.
 """
 
+import json
+import os
 import time
 import warnings
 from typing import Any, Dict, List, Optional, Sequence
@@ -54,6 +56,11 @@ DEFAULTS: Dict[str, Any] = {
     # "kernels": Inductor compiles the whole graph once and its kernels are planned; "regions":
     # the ATen ops are planned and Inductor compiles each region of the plan.
     "granularity": "kernels",
+    # A directory: each graph's kernels, as the backend planned them, are written there in the
+    # project's JSON schema (KIND-N.graph.json, never over an existing file), for
+    # `nimble-bench schedulers --simulate --graphs DIR` and nimble_rs.scheduling (granularity
+    # "kernels").
+    "graphs": None,
 }
 
 # Ops that make the host wait for the device: a CUDA graph cannot contain them.
@@ -82,6 +89,8 @@ def _options(options: Optional[dict]) -> Dict[str, Any]:
         raise NimbleInputError(f"option capture_training={chosen['capture_training']!r}: expected True or False")
     if chosen["granularity"] not in ("kernels", "regions"):
         raise NimbleInputError(f"option granularity={chosen['granularity']!r}: expected \"kernels\" or \"regions\"")
+    if chosen["graphs"] is not None and (not isinstance(chosen["graphs"], (str, os.PathLike)) or os.path.isfile(chosen["graphs"])):
+        raise NimbleInputError(f"option graphs={chosen['graphs']!r}: expected a directory to write the planned kernel graphs to")
     if chosen["accuracy"] not in ("compiler", "any"):
         raise NimbleInputError(f"option accuracy={chosen['accuracy']!r}: expected \"compiler\" or \"any\"")
     if not isinstance(chosen["warmups"], int) or chosen["warmups"] < 1:
@@ -253,11 +262,13 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
     except (WrapperError, LookupError, SyntaxError, OSError) as error:
         wrapper = _unplanned(report, kind, error)
     kernels = len(wrapper.tasks) if wrapper is not None else 0
-    signature = (kind, tuple(t.name for t in wrapper.tasks) if wrapper is not None else id(compiled))
+    signature = (kind, tuple(t.name for t in wrapper.tasks) if wrapper is not None else (f"unplanned {id(compiled)}",))
     key = _static_shape_key(example_inputs)
     if not on_cuda and key is not None and not admit_shape(signature, key, options["max_shapes"]):
         return compiled
     report["kernels"] = kernels
+    if options["graphs"] is not None and wrapper is not None:
+        report["graph_file"] = _write_graph(wrapper.task_graph(), options["graphs"], kind)
     single_program = kernels_plan.InductorProgram(compiled, kernels)
     streams_program = None
     if options["choose"] != "single" and wrapper is not None and wrapper.tasks:
@@ -287,6 +298,20 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
 
     compiled.current_callable = call
     return compiled
+
+
+def _write_graph(graph: dict, directory, kind: str) -> str:
+    """``graph`` as ``DIRECTORY/KIND-N.graph.json``, N the first number free."""
+    from pathlib import Path
+
+    os.makedirs(directory, exist_ok=True)
+    n = 1
+    while (Path(directory) / f"{kind}-{n}.graph.json").exists():
+        n += 1
+    path = Path(directory) / f"{kind}-{n}.graph.json"
+    with open(path, "x") as f:
+        f.write(json.dumps(graph, indent=1) + "\n")
+    return str(path)
 
 
 def _unplanned(report: Dict[str, Any], kind: str, error: Exception) -> None:
