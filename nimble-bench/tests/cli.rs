@@ -660,6 +660,21 @@ fn same_process_renders_the_committed_records_and_names_a_bad_one() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("not a same-process record"), "{output:?}");
 }
 
+#[test]
+fn same_process_labels_each_setting_and_judges_errors_by_dtype() {
+    // Records at batch 1 and 16 in float32 and at batch 1 in bfloat16: each row says its
+    // setting, and bfloat16's drift of 1.5e-2 from eager is within its tolerance.
+    let figures = scratch("same-process-settings");
+    let records = "../paper-figs/results/same-process-backend-771d13a-float32-b1-inception-v3.json,../paper-figs/results/same-process-backend-e4b9e0e-float32-b16-inception-v3.json,../paper-figs/results/same-process-backend-e4b9e0e-bfloat16-b1-decoders.json";
+    let output = nimble_bench(&["same-process", "--results", records, "--out-dir", figures.to_str().unwrap()]);
+    let text = stdout(&output);
+    assert!(output.status.success(), "{text}");
+    for label in ["inception-v3 (float32, b1)", "inception-v3 (float32, b16)", "llama (bfloat16, b1)", "mistral (bfloat16, b1)"] {
+        assert!(text.lines().any(|l| l.starts_with(label)), "{label}: {text}");
+    }
+    assert!(!text.contains("differs from eager"), "{text}");
+}
+
 /// Every file under `dir`, with its bytes.
 fn snapshot(dir: &std::path::Path, into: &mut std::collections::BTreeMap<PathBuf, Vec<u8>>) {
     for entry in std::fs::read_dir(dir).unwrap() {
