@@ -14,9 +14,13 @@ fi
 if [ ! -x "$venv/bin/maturin" ] || [ ! -x "$venv/bin/pytest" ]; then
     "$venv/bin/pip" install --quiet --disable-pip-version-check "maturin==1.9.6" "pytest==8.4.2"
 fi
-# transformers for the backend's tokenizer test (the lent GPU machine's version).
+# transformers for the backend's tokenizer test, torchvision for the exporter's families (the
+# lent GPU machine's versions; torchvision without its dependencies: torch is the venv's own).
 if ! "$venv/bin/python3" -c "import transformers" 2>/dev/null; then
     "$venv/bin/pip" install --quiet --disable-pip-version-check "transformers==5.17.0"
+fi
+if ! "$venv/bin/python3" -c "import torchvision" 2>/dev/null; then
+    "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps "torchvision==0.26.0"
 fi
 cd "$repo"
 # From the repo root, so that .cargo/config.toml (LIBTORCH) applies to the build: the package

@@ -12,9 +12,15 @@ exported (the file is then missing).
 
 `--set transformers-families` (not in `all`) exports transformers' decoder-only LMs (at a stated
 small size), audio and speech encoders, vision-language vision towers and encoder-decoders with
-decoder inputs, each manifest entry with its `family`.
+decoder inputs, each manifest entry with its `family`. `--set torchvision-families` (not in
+`all`) exports torchvision's segmentation, video, optical-flow and detection models
+(`torchvision.models.list_models(module=...)`), each at the input size its weights' transforms
+use (segmentation 520x520; video their crop, 16 frames or the weights' minimum) or a stated one
+(optical flow: two 368x496 frames, FlyingChairs' crop; detection: one 320x320 image), the
+segmentation models returning their "out" map, RAFT its last flow estimate and the detectors
+their first image's boxes, scores and labels.
 
-usage: python export_torchscript.py DIR [--set torchvision|transformers|timm|all|transformers-families] [--only a,b,...]
+usage: python export_torchscript.py DIR [--set torchvision|transformers|timm|all|transformers-families|torchvision-families] [--only a,b,...]
                                         [--device cpu|cuda] [--batch N]
 """
 
@@ -104,6 +110,78 @@ def torchvision_models(batch):
             return model, [torch.randn(batch, 3, size, size)], [spec([batch, 3, size, size])]
 
         yield name, build, f"torchvision.models.{name}(weights=None), default input size"
+
+
+# torchvision's families beyond classification (`--set torchvision-families`): the module each
+# lists its models in, by family.
+TORCHVISION_FAMILIES = {"segmentation": "segmentation", "video": "video", "optical-flow": "optical_flow", "detection": "detection"}
+VIDEO_FRAMES = 16
+FLOW_SIZE = (368, 496)
+DETECTION_SIZE = 320
+
+
+class Segmentation(torch.nn.Module):
+    """A segmentation model's "out" map (its auxiliary head, when built, is for training)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x)["out"]
+
+
+class Flow(torch.nn.Module):
+    """RAFT's last (finest) flow estimate between two frames."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, first, second):
+        return self.model(first, second)[-1]
+
+
+class Detector(torch.nn.Module):
+    """A detector on a batch of images as one tensor: the first image's boxes, scores and labels
+    (their number depends on the image: non-maximum suppression decides it)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, images):
+        found = self.model(list(images))[0]
+        return found["boxes"], found["scores"], found["labels"]
+
+
+def torchvision_family_models(batch):
+    import torchvision
+
+    for family, module in TORCHVISION_FAMILIES.items():
+        for name in torchvision.models.list_models(module=getattr(torchvision.models, module)):
+            def build(name=name, family=family):
+                weights = torchvision.models.get_model_weights(name).DEFAULT
+                if family == "detection":
+                    model = torchvision.models.get_model(name, weights=None, weights_backbone=None)
+                    shape = [batch, 3, DETECTION_SIZE, DETECTION_SIZE]
+                    return Detector(model), [torch.randn(shape)], [spec(shape)]
+                if family == "optical-flow":
+                    model = torchvision.models.get_model(name, weights=None)
+                    shape = [batch, 3, *FLOW_SIZE]
+                    return Flow(model), [torch.randn(shape), torch.randn(shape)], [spec(shape), spec(shape)]
+                transforms = weights.transforms()
+                if family == "segmentation":
+                    model = Segmentation(torchvision.models.get_model(name, weights=None, weights_backbone=None))
+                    size = transforms.resize_size[0]
+                    shape = [batch, 3, size, size]
+                else:
+                    model = torchvision.models.get_model(name, weights=None)
+                    frames = max(VIDEO_FRAMES, weights.meta.get("min_temporal_size", 1))
+                    shape = [batch, 3, frames, *transforms.crop_size]
+                return model, [torch.randn(shape)], [spec(shape)]
+
+            yield name, build, f"torchvision.models.get_model('{name}', weights=None), family {family}"
 
 
 def transformers_models(batch):
@@ -202,12 +280,17 @@ def informative_weights(model, example_inputs):
                 m.reset_running_stats()
                 m.momentum = None
             model.train()
-            for _ in range(CALIBRATION_BATCHES):
-                model(*[torch.randn(CALIBRATION_BATCH, *x.shape[1:], device=x.device, dtype=x.dtype) for x in example_inputs])
+            try:
+                for _ in range(CALIBRATION_BATCHES):
+                    model(*[torch.randn(CALIBRATION_BATCH, *x.shape[1:], device=x.device, dtype=x.dtype) for x in example_inputs])
+                notes.append(f"running statistics of {len(norms)} BatchNorm layers measured on {CALIBRATION_BATCHES} random batches of {CALIBRATION_BATCH}")
+            except Exception as e:  # a detector in training mode wants targets
+                for m in norms:
+                    m.reset_running_stats()
+                notes.append(f"running statistics of {len(norms)} BatchNorm layers left as initialized: in training mode the model failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
             model.eval()
             for m, momentum in zip(norms, momenta):
                 m.momentum = momentum
-            notes.append(f"running statistics of {len(norms)} BatchNorm layers measured on {CALIBRATION_BATCHES} random batches of {CALIBRATION_BATCH}")
     return notes
 
 
@@ -225,7 +308,7 @@ def versions():
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dir")
-    parser.add_argument("--set", choices=["torchvision", "transformers", "timm", "all", "transformers-families"], default="all")
+    parser.add_argument("--set", choices=["torchvision", "transformers", "timm", "all", "transformers-families", "torchvision-families"], default="all")
     parser.add_argument("--only", default="", help="comma-separated model names")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--batch", type=int, default=1)
@@ -241,7 +324,14 @@ def main():
         sources.append(timm_models(args.batch))
     if args.set == "transformers-families":
         sources.append(family_models(args.batch))
+    if args.set == "torchvision-families":
+        sources.append(torchvision_family_models(args.batch))
     families = {name: family for name, family, *_ in FAMILIES}
+    if args.set == "torchvision-families":
+        import torchvision
+
+        for family, module in TORCHVISION_FAMILIES.items():
+            families.update({name: family for name in torchvision.models.list_models(module=getattr(torchvision.models, module))})
     manifest_path = os.path.join(args.dir, "manifest.json")
     libraries = versions()
     manifest = []
@@ -250,7 +340,7 @@ def main():
             if only and name not in only:
                 continue
             entry = {"name": name, "file": f"{name}.pt", "source": source}
-            if args.set == "transformers-families":
+            if args.set in ("transformers-families", "torchvision-families"):
                 entry["family"] = families[name]
             started = time.time()
             try:

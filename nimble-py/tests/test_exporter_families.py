@@ -1,7 +1,8 @@
-"""The TorchScript exporter's transformers families (experiments/python/export_torchscript.py
---set transformers-families): decoder-only LMs, audio and speech encoders, vision towers and
-encoder-decoders with decoder inputs, each manifest entry with its family and the `--input`
-specifications `nimble-bench coverage` passes on; exported and run on the CPU."""
+"""The TorchScript exporter's families beyond classification (experiments/python/export_torchscript.py
+--set transformers-families: decoder-only LMs, audio and speech encoders, vision towers and
+encoder-decoders with decoder inputs; --set torchvision-families: segmentation, video, optical
+flow and detection), each manifest entry with its family and the `--input` specifications
+`nimble-bench coverage` passes on; exported and run on the CPU."""
 
 import importlib.util
 import json
@@ -56,3 +57,37 @@ def test_a_speech_encoder_and_an_encoder_decoder_export_with_their_family_and_in
         with torch.no_grad():
             first, second = module(*inputs), module(*inputs)
         assert first.dim() == 3 and torch.isfinite(first).all() and torch.equal(first, second), entry
+
+
+def test_torchvision_families_are_listed_from_torchvision_itself():
+    import torchvision
+
+    families = exporter().TORCHVISION_FAMILIES
+    assert set(families) == {"segmentation", "video", "optical-flow", "detection"}, families
+    for family, module in families.items():
+        assert torchvision.models.list_models(module=getattr(torchvision.models, module)), family
+
+
+def test_one_model_of_each_torchvision_family_exports_and_runs_from_its_manifest(tmp_path):
+    # The video model is MViT-v2-S, the one whose forward builds index tensors on the host.
+    names = {"lraspp_mobilenet_v3_large": "segmentation", "mvit_v2_s": "video", "raft_small": "optical-flow", "ssdlite320_mobilenet_v3_large": "detection"}
+    done = subprocess.run(
+        [sys.executable, str(EXPORTER), str(tmp_path), "--set", "torchvision-families", "--only", ",".join(names), "--device", "cpu"],
+        capture_output=True, text=True, timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    entries = {m["name"]: m for m in manifest["models"]}
+    assert {name: entry.get("family") for name, entry in entries.items()} == names, entries
+    assert entries["mvit_v2_s"]["inputs"] == ["1x3x16x224x224:float32"], entries["mvit_v2_s"]
+    assert len(entries["raft_small"]["inputs"]) == 2, entries["raft_small"]
+    for entry in entries.values():
+        assert "error" not in entry, entry
+        module = torch.jit.load(str(tmp_path / entry["file"]))
+        inputs = [tensor_of(text) for text in entry["inputs"]]
+        with torch.no_grad():
+            first, second = module(*inputs), module(*inputs)
+        first, second = (first, second) if isinstance(first, tuple) else ((first,), (second,))
+        assert all(torch.isfinite(a).all() and torch.equal(a, b) for a, b in zip(first, second)), entry["name"]
+    boxes, scores, labels = torch.jit.load(str(tmp_path / "ssdlite320_mobilenet_v3_large.pt"))(tensor_of(entries["ssdlite320_mobilenet_v3_large"]["inputs"][0]))
+    assert boxes.shape[1:] == (4,) and scores.shape == labels.shape
