@@ -31,6 +31,30 @@ def tensor_of(text):
     return torch.randn(shape)
 
 
+def exported(directory, which, names):
+    """Runs the exporter on the CPU for ``names`` of set ``which``; its manifest's entries by name."""
+    done = subprocess.run(
+        [sys.executable, str(EXPORTER), str(directory), "--set", which, "--only", ",".join(names), "--device", "cpu"],
+        capture_output=True, text=True, timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    manifest = json.loads((directory / "manifest.json").read_text())
+    return {m["name"]: m for m in manifest["models"]}
+
+
+def run_twice(directory, entry):
+    """The exported model run twice on inputs made from its manifest's specifications: its
+    outputs (a tuple), finite and the same both times."""
+    assert "error" not in entry, entry
+    module = torch.jit.load(str(directory / entry["file"]))
+    inputs = [tensor_of(text) for text in entry["inputs"]]
+    with torch.no_grad():
+        first, second = module(*inputs), module(*inputs)
+    first, second = (first, second) if isinstance(first, tuple) else ((first,), (second,))
+    assert all(torch.isfinite(a).all() and torch.equal(a, b) for a, b in zip(first, second)), entry["name"]
+    return first
+
+
 def test_every_family_the_issue_names_has_models():
     families = {}
     for name, family, *_ in exporter().FAMILIES:
@@ -40,23 +64,13 @@ def test_every_family_the_issue_names_has_models():
 
 
 def test_a_speech_encoder_and_an_encoder_decoder_export_with_their_family_and_inputs(tmp_path):
-    done = subprocess.run(
-        [sys.executable, str(EXPORTER), str(tmp_path), "--set", "transformers-families", "--only", "whisper-encoder,whisper", "--device", "cpu"],
-        capture_output=True, text=True, timeout=900,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    manifest = json.loads((tmp_path / "manifest.json").read_text())
-    entries = {m["name"]: m for m in manifest["models"]}
+    entries = exported(tmp_path, "transformers-families", ["whisper-encoder", "whisper"])
     assert set(entries) == {"whisper-encoder", "whisper"}, entries
     assert entries["whisper-encoder"]["family"] == "speech" and entries["whisper"]["family"] == "encoder-decoder"
     assert len(entries["whisper-encoder"]["inputs"]) == 1 and len(entries["whisper"]["inputs"]) == 2, entries
     for entry in entries.values():
-        assert "error" not in entry, entry
-        module = torch.jit.load(str(tmp_path / entry["file"]))
-        inputs = [tensor_of(text) for text in entry["inputs"]]
-        with torch.no_grad():
-            first, second = module(*inputs), module(*inputs)
-        assert first.dim() == 3 and torch.isfinite(first).all() and torch.equal(first, second), entry
+        first, = run_twice(tmp_path, entry)
+        assert first.dim() == 3, entry
 
 
 def test_torchvision_families_are_listed_from_torchvision_itself():
@@ -71,23 +85,10 @@ def test_torchvision_families_are_listed_from_torchvision_itself():
 def test_one_model_of_each_torchvision_family_exports_and_runs_from_its_manifest(tmp_path):
     # The video model is MViT-v2-S, the one whose forward builds index tensors on the host.
     names = {"lraspp_mobilenet_v3_large": "segmentation", "mvit_v2_s": "video", "raft_small": "optical-flow", "ssdlite320_mobilenet_v3_large": "detection"}
-    done = subprocess.run(
-        [sys.executable, str(EXPORTER), str(tmp_path), "--set", "torchvision-families", "--only", ",".join(names), "--device", "cpu"],
-        capture_output=True, text=True, timeout=900,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    manifest = json.loads((tmp_path / "manifest.json").read_text())
-    entries = {m["name"]: m for m in manifest["models"]}
+    entries = exported(tmp_path, "torchvision-families", list(names))
     assert {name: entry.get("family") for name, entry in entries.items()} == names, entries
     assert entries["mvit_v2_s"]["inputs"] == ["1x3x16x224x224:float32"], entries["mvit_v2_s"]
     assert len(entries["raft_small"]["inputs"]) == 2, entries["raft_small"]
-    for entry in entries.values():
-        assert "error" not in entry, entry
-        module = torch.jit.load(str(tmp_path / entry["file"]))
-        inputs = [tensor_of(text) for text in entry["inputs"]]
-        with torch.no_grad():
-            first, second = module(*inputs), module(*inputs)
-        first, second = (first, second) if isinstance(first, tuple) else ((first,), (second,))
-        assert all(torch.isfinite(a).all() and torch.equal(a, b) for a, b in zip(first, second)), entry["name"]
-    boxes, scores, labels = torch.jit.load(str(tmp_path / "ssdlite320_mobilenet_v3_large.pt"))(tensor_of(entries["ssdlite320_mobilenet_v3_large"]["inputs"][0]))
+    outputs = {name: run_twice(tmp_path, entry) for name, entry in entries.items()}
+    boxes, scores, labels = outputs["ssdlite320_mobilenet_v3_large"]
     assert boxes.shape[1:] == (4,) and scores.shape == labels.shape
