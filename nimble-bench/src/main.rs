@@ -25,6 +25,7 @@ mod output;
 mod plots;
 mod research;
 mod same_process;
+mod training_backend;
 mod scaling_figure;
 mod scheduling;
 #[cfg(feature = "torch")]
@@ -304,6 +305,17 @@ enum Command {
         #[arg(long, default_value = "paper-figs")]
         out_dir: PathBuf,
     },
+    /// Figure: a full SGD step through torch.compile(backend="nimble") against reduce-overhead
+    /// and eager, rendered from the records experiments/python/training_backend.py wrote on the
+    /// GPU machine; no GPU needed
+    TrainingBackend {
+        /// The records (comma-separated)
+        #[arg(long, value_delimiter = ',', value_name = "FILES", default_value = "paper-figs/results/training-backend-93c4aa5-b32.json")]
+        results: Vec<PathBuf>,
+        /// Where the figure goes (<out-dir>/training-backend.svg)
+        #[arg(long, default_value = "paper-figs")]
+        out_dir: PathBuf,
+    },
     /// Figure: a small DAG through the steps of Nimble's stream assignment (graph, MEG,
     /// bipartite matching, chains, streams and syncs), from nimble-sched's own output
     AlgorithmExample {
@@ -420,6 +432,7 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
             scaling_figure::scaling(&results, ddp.as_ref(), simulated.as_ref(), &out_dir)
         }
         Command::SameProcess { results, out_dir } => same_process::same_process(&results, &out_dir),
+        Command::TrainingBackend { results, out_dir } => training_backend::training_backend(&results, &out_dir),
         Command::Gen { synthetic, out } => scheduling::generate(&synthetic, out.as_ref()),
     }
 }

@@ -18,12 +18,21 @@ struct Record {
 }
 
 #[derive(Deserialize)]
-struct Provenance {
+pub(crate) struct Provenance {
     gpu: String,
     driver_version: Option<String>,
     torch: String,
     date_utc: String,
     commit: String,
+}
+
+impl Provenance {
+    /// "FILE: GPU (driver D), torch T, DATE, commit C, SETTING": a figure's note for one record.
+    pub(crate) fn note(&self, path: &Path, setting: &str) -> String {
+        let file = path.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
+        let (date, commit) = (&self.date_utc[..self.date_utc.len().min(10)], &self.commit[..self.commit.len().min(7)]);
+        format!("{file}: {} (driver {}), torch {}, {date}, commit {commit}, {setting}", self.gpu, self.driver_version.as_deref().unwrap_or("?"), self.torch)
+    }
 }
 
 #[derive(Deserialize)]
@@ -99,7 +108,7 @@ pub fn same_process(records: &[PathBuf], out_dir: &Path) -> Result<()> {
     for (path, record) in &parsed {
         let p = &record.provenance;
         let setting = setting_of(record);
-        notes.push(format!("{}: {} (driver {}), torch {}, {}, commit {}, {setting}", path.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned()), p.gpu, p.driver_version.as_deref().unwrap_or("?"), p.torch, &p.date_utc[..p.date_utc.len().min(10)], &p.commit[..p.commit.len().min(7)]));
+        notes.push(p.note(path, &setting));
         settings.push(setting);
         let mut names: Vec<&str> = Vec::new();
         for row in &record.rows {

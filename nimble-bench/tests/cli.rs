@@ -675,6 +675,22 @@ fn same_process_labels_each_setting_and_judges_errors_by_dtype() {
     assert!(!text.contains("differs from eager"), "{text}");
 }
 
+#[test]
+fn training_backend_renders_the_committed_record_and_refuses_another_kind() {
+    let figures = scratch("training-backend-figures");
+    let output = nimble_bench(&["training-backend", "--results", "../paper-figs/results/training-backend-93c4aa5-b32.json", "--out-dir", figures.to_str().unwrap()]);
+    let text = stdout(&output);
+    assert!(output.status.success(), "{text}");
+    // The published ratios: ResNet-50 slower, MobileNetV2 and the encoder faster.
+    for (model, ratio) in [("resnet50", "1.46"), ("mobilenet-v2", "0.91"), ("encoder", "0.97")] {
+        assert!(text.lines().any(|l| l.starts_with(model) && l.split_whitespace().nth(5) == Some(ratio)), "{model}: {text}");
+    }
+    assert!(figures.join("training-backend.svg").exists());
+    let output = nimble_bench(&["training-backend", "--results", "../paper-figs/results/same-process-backend-e4b9e0e-float32-b16-inception-v3.json", "--out-dir", figures.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("expected training-backend"), "{output:?}");
+}
+
 /// Every file under `dir`, with its bytes.
 fn snapshot(dir: &std::path::Path, into: &mut std::collections::BTreeMap<PathBuf, Vec<u8>>) {
     for entry in std::fs::read_dir(dir).unwrap() {
