@@ -214,6 +214,9 @@ def test_uncapturable_graphs_are_announced_with_the_reason():
         ({"accuracy": "best"}, "accuracy='best'"),
         ({"capture_training": "yes"}, "capture_training='yes'"),
         ({"max_shapes": 0}, "max_shapes=0"),
+        ({"algorithm": "round-robin:0"}, "stream count of at least 1"),
+        ({"granularity": "ops"}, "granularity='ops'"),
+        ({"graphs": 3}, "graphs=3"),
     ],
 )
 def test_bad_options_are_input_errors(options, message):

@@ -99,6 +99,8 @@ def _options(options: Optional[dict]) -> Dict[str, Any]:
     if not isinstance(name, str) or name.split(":")[0] not in {n for n, _, _ in scheduling.algorithms()}:
         known = ", ".join(usage for _, usage, _ in scheduling.algorithms())
         raise NimbleInputError(f"option algorithm={name!r}: expected a registered algorithm ({known})")
+    # Its argument too (round-robin:K), by the registry itself, before anything is compiled.
+    scheduling.assign({"nodes": [{"id": 0, "op": "probe"}], "edges": []}, name)
     return chosen
 
 
@@ -272,16 +274,18 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
     single_program = kernels_plan.InductorProgram(compiled, kernels)
     streams_program = None
     if options["choose"] != "single" and wrapper is not None and wrapper.tasks:
-        plan, cut = kernels_plan.plan(wrapper, options["algorithm"])
-        report.update(streams=plan["streams"], syncs=plan["syncs"], regions=len(cut["regions"]))
-        if plan["streams"] == 1:
-            report["reason"] = f"{options['algorithm']} plans one stream: Inductor's program as it is"
-        else:
-            try:
+        try:
+            plan, cut = kernels_plan.plan(wrapper, options["algorithm"])
+            report.update(streams=plan["streams"], syncs=plan["syncs"], regions=len(cut["regions"]))
+            if plan["streams"] == 1:
+                report["reason"] = f"{options['algorithm']} plans one stream: Inductor's program as it is"
+            else:
                 streams_program = kernels_plan.PlannedProgram(compiled, wrapper, plan, cut)
                 report["shared_buffers"] = streams_program.shared_buffers
-            except WrapperError as error:
-                _unplanned(report, kind, error)
+        except Exception as error:  # noqa: BLE001 - Inductor's own program is always there to run
+            # A plan the checker refuses, or code that does not compile: Inductor's program runs,
+            # announced with the reason.
+            _unplanned(report, kind, error)
     report.setdefault("streams", 1)
     if streams_program is not None and options["choose"] == "streams":
         single_program = None
