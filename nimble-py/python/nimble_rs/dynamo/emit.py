@@ -185,8 +185,7 @@ class Schedule:
                     node = block
                 body.append(node)
             elif kind == "del":
-                original = p.statements[step[1]].node
-                body.append(copy.deepcopy(original) if not streams else ast.Delete(targets=[ast.Name(id=n, ctx=ast.Del()) for n in step[2]]))
+                body.append(ast.Delete(targets=[ast.Name(id=n, ctx=ast.Del()) for n in step[2]]))
             elif not streams:
                 continue
             elif kind == "fork":

@@ -104,7 +104,8 @@ class KernelSignatures:
         return self.by_kernel.get(kernel)
 
 
-def _call_function(module) -> ast.FunctionDef:
+def _call_function(module) -> Tuple[ast.FunctionDef, str]:
+    """Inductor's ``call`` in ``module`` and the module's source."""
     source = module.__loader__.get_source(module.__name__) if getattr(module, "__loader__", None) else None
     if source is None:
         with open(module.__file__) as f:
@@ -233,51 +234,46 @@ class WrapperProgram:
 
     def _accesses(self, call: ast.Call) -> Tuple[Set[int], Set[int]]:
         """The storages a call reads and writes."""
-        reads: Set[int] = set()
-        writes: Set[int] = set()
         function = _dotted(call.func)
         kernel = function[: -len(".run")] if function.endswith(".run") else function
         known = self.signatures.writes(kernel)
-        keywords = [k for k in call.keywords if k.arg not in ("stream",)]
+        keywords = [k for k in call.keywords if k.arg != "stream"]
         if known is not None and len(known) == len(call.args):
-            for argument, written in zip(call.args, known):
-                (writes if written else reads).update(self._tensors(argument))
-            for k in keywords:
-                writes.update(self._tensors(k.value))
-            return reads - writes, writes
+            # A Triton or C++ kernel of the module: its parameters say which it writes.
+            written = [a for a, w in zip(call.args, known) if w] + [k.value for k in keywords]
+            return self._written_and_read(written, [a for a, w in zip(call.args, known) if not w])
         schema = self._schema(call)
         if schema is not None:
             # An ATen op (Inductor's fallback): its schema marks the arguments it writes.
-            for argument, value in self._schema_arguments(call, schema):
-                info = argument.alias_info
-                (writes if info is not None and info.is_write else reads).update(self._tensors(value))
-            return reads - writes, writes
-        out = [k for k in keywords if k.arg == "out"]
+            pairs = list(self._schema_arguments(call, schema))
+            is_written = lambda argument: argument.alias_info is not None and argument.alias_info.is_write
+            return self._written_and_read([v for a, v in pairs if is_written(a)], [v for a, v in pairs if not is_written(a)])
+        out = [k.value for k in keywords if k.arg == "out"]
+        others = list(call.args) + [k.value for k in keywords if k.arg != "out"]
         if out:
-            writes = self._tensors(out[0].value)
-            for argument in list(call.args) + [k.value for k in keywords if k.arg != "out"]:
-                reads |= self._tensors(argument)
-            return reads - writes, writes
-        parts = function.split(".")
-        in_place = any(p.endswith("_") and not p.startswith("_") for p in parts[-2:])
-        if isinstance(call.func, ast.Attribute) and in_place and self._tensors(call.func.value) and not isinstance(call.func.value, ast.Attribute):
+            return self._written_and_read(out, others)
+        in_place = any(p.endswith("_") and not p.startswith("_") for p in function.split(".")[-2:])
+        if in_place and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and self._tensors(call.func.value):
             # tensor.copy_(...), tensor.zero_(): the tensor is written.
-            writes = self._tensors(call.func.value)
-            for argument in list(call.args) + [k.value for k in keywords]:
-                reads |= self._tensors(argument)
-            return reads - writes, writes
+            return self._written_and_read([call.func.value], others)
         if in_place and call.args:
-            writes = self._tensors(call.args[0])
-            for argument in list(call.args[1:]) + [k.value for k in keywords]:
-                reads |= self._tensors(argument)
-            return reads - writes, writes
-        if known is None and function.endswith(".run") or not function.startswith(("extern_kernels.", "aten.", "torch.ops.")):
+            return self._written_and_read([call.args[0]], others[1:])
+        unknown_kernel = known is None and function.endswith(".run")
+        if unknown_kernel or not function.startswith(("extern_kernels.", "aten.", "torch.ops.")):
             # A kernel whose parameters are not known: everything it names may be written.
-            touched = self._tensors(call)
-            return set(), touched
-        for argument in list(call.args) + [k.value for k in keywords]:
-            reads |= self._tensors(argument)
-        return reads, set()
+            return set(), self._tensors(call)
+        return self._written_and_read([], others)
+
+    def _written_and_read(self, written: Sequence[ast.AST], read: Sequence[ast.AST]) -> Tuple[Set[int], Set[int]]:
+        """(storages read, storages written) by a call that writes ``written`` and reads
+        ``read``; a storage both read and written counts as written."""
+        writes: Set[int] = set()
+        for node in written:
+            writes |= self._tensors(node)
+        reads: Set[int] = set()
+        for node in read:
+            reads |= self._tensors(node)
+        return reads - writes, writes
 
     def _schema(self, call: ast.Call):
         """The schema of the ATen overload a call names (``aten.x.default``,
