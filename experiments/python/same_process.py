@@ -3,7 +3,9 @@
 "reduce-overhead")`, Nimble through the `nimble_rs` package and `torch.compile(backend="nimble")`
 (Inductor's kernels on Nimble's streams), each measured the paper's way
 (cuDNN benchmark on, 50 warm-ups, 100 timed calls on fresh random inputs, CUDA events around
-each call on the current stream, median), in float32 (PyTorch's defaults) or bfloat16 (the
+each call on the current stream, median; every system prepared first and then timed in rounds,
+each round every system in turn, so that the spread of its round medians measures the run's
+noise and a drift of the machine falls on every system alike), in float32 (PyTorch's defaults) or bfloat16 (the
 module and its float inputs cast), at batch 1 or more, the same for every system. Each system's
 output is checked against eager's on a fresh input first; its peak memory (allocated during its
 preparation and first calls, above what the module holds) is recorded.
@@ -17,7 +19,7 @@ renders its figure.
 
     python3 experiments/python/same_process.py --models-json MODELS.json --out OUT.json \
         [--models a,b|all] [--systems eager,cuda-graph,compile,nimble,backend] [--warmup 50] [--iters 100] \
-        [--dtype float32|bfloat16] [--batch 1] [--checks 5] [--save-torchscript NAME=FILE] [--commit SHA]
+        [--rounds 3] [--dtype float32|bfloat16] [--batch 1] [--checks 5] [--save-torchscript NAME=FILE] [--commit SHA]
 
 `--save-torchscript inception-v3=FILE` also writes the module Nimble traced as a TorchScript
 file, for the Rust CLI to measure the very same model (`nimble-bench infer --torchscript`).
@@ -25,6 +27,7 @@ file, for the Rust CLI to measure the very same model (`nimble-bench infer --tor
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -175,10 +178,31 @@ def rms_error(got, expected):
     return (((got - expected) ** 2).mean().sqrt() / (expected**2).mean().sqrt().clamp_min(1e-30)).item()
 
 
+def timed_rounds(runs, make_input, warmup, iterations, rounds):
+    """Per system, its latency samples (µs) over every round and each round's median, or the
+    exception it raised: in each round every system is warmed up and timed in turn, the order
+    rotated by one each round."""
+    names = list(runs)
+    results = {name: ([], []) for name in names}
+    for index in range(rounds):
+        turn = index % max(len(names), 1)
+        for name in names[turn:] + names[:turn]:
+            if isinstance(results[name], Exception):
+                continue
+            try:
+                samples = measure(runs[name], lambda: (make_input(),), warmup, iterations, "cuda")
+            except Exception as e:  # noqa: BLE001 - recorded as the system's failure
+                results[name] = e
+                continue
+            results[name][0].extend(samples)
+            results[name][1].append(statistics.median(samples))
+    return results
+
+
 METHOD = (
     "one Python process, the same module object for every system; the record's batch and dtype for every system "
     "(float32 with PyTorch's defaults, TF32 for cuDNN convolutions; or the module and float inputs cast to bfloat16), cuDNN benchmark on, fresh random inputs, CUDA events around each "
-    "call on the current stream, median; relative_error: max-abs difference from eager's output over eager's max-abs value, the median over --checks fresh inputs (all in relative_errors; matches: the largest within the dtype's tolerance); rms_error: root-mean-square difference over eager's root-mean-square value, the median over the same inputs (all in rms_errors); cuda-graph: torch.cuda.graph of the whole forward after three warm-ups on a "
+    "call on the current stream, from an idle device; every system prepared and kept, then timed in --rounds rounds, each round every system in turn (50 warm-ups, 100 timed calls; the order rotated by one each round): latency over all rounds' samples, median, and round_medians_us each round's median (their spread is the run's noise); relative_error: max-abs difference from eager's output over eager's max-abs value, the median over --checks fresh inputs (all in relative_errors; matches: the largest within the dtype's tolerance); rms_error: root-mean-square difference over eager's root-mean-square value, the median over the same inputs (all in rms_errors); cuda-graph: torch.cuda.graph of the whole forward after three warm-ups on a "
     "side stream; compile: torch.compile(mode='reduce-overhead'); nimble: nimble_rs.Nimble(model).prepare(x) "
     "(algorithm nimble, the inference rewrites on, layout chosen by measuring); backend: torch.compile(model, "
     "backend='nimble') with its defaults (granularity kernels: Inductor compiles the graph once and its kernels are planned; algorithm nimble; streams or Inductor's own program chosen by measuring); torch.compile and the backend each compile from empty caches (torch._inductor.utils.fresh_cache); peak_bytes: "
@@ -197,12 +221,15 @@ def main():
     parser.add_argument("--dtype", choices=sorted(TOLERANCE), default="float32")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--checks", type=int, default=5, help="fresh inputs each system's output is checked on")
+    parser.add_argument("--rounds", type=int, default=3, help="timing rounds, every system timed in each (the spread of their medians is the run's noise)")
     parser.add_argument("--save-torchscript", action="append", default=[], metavar="NAME=FILE")
     parser.add_argument("--commit", default="unknown")
     args = parser.parse_args()
     args.device = "cuda"  # baselines.write_record's provenance reads it
     if not torch.cuda.is_available():
         raise SystemExit("error: no CUDA device: the same-process comparison runs on a GPU")
+    if args.rounds < 1:
+        raise SystemExit(f"error: --rounds {args.rounds}: expected at least 1 timing round")
     if args.checks < 1:
         raise SystemExit(f"error: --checks {args.checks}: expected at least 1 input to check outputs on")
     systems = [s.strip() for s in args.systems.split(",")]
@@ -244,6 +271,11 @@ def main():
                 skipped.append({"model": name, "reason": f"eager failed: {type(e).__name__}: {e}"})
                 print(f"{name}: skipped (eager failed: {type(e).__name__}: {e})", file=sys.stderr, flush=True)
                 continue
+            # Every system is prepared and checked first and kept, then timed in rounds, each
+            # round every system in turn (the order rotating), so that a drift of the machine
+            # (clocks, another tenant, the host) falls on every system alike, and the spread of a
+            # system's round medians is the run's measured noise.
+            ready = {}
             for system in systems:
                 try:
                     run, seconds, notes = prepared(system, model, make_input, save.get(name))
@@ -254,18 +286,29 @@ def main():
                         rms.append(rms_error(got, expected))
                     errors.sort()
                     rms.sort()
-                    error = errors[len(errors) // 2]
-                    samples = measure(run, lambda: (make_input(),), args.warmup, args.iters, "cuda")
                 except Exception as e:  # one system failing must not lose the others
                     rows.append({"model": name, "system": system, "dtype": args.dtype, "batch": args.batch, "error": f"{type(e).__name__}: {e}"})
                     print(f"  {name:<16} {system:<11} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
                     continue
-                row = {"model": name, "system": system, "dtype": args.dtype, "batch": args.batch, "latency": summary(samples), "prepare_seconds": seconds, "relative_error": error, "relative_errors": errors, "rms_error": rms[len(rms) // 2], "rms_errors": rms, "matches": errors[-1] <= TOLERANCE[args.dtype], **notes}
+                ready[system] = (run, seconds, notes, errors, rms)
+            timings = timed_rounds({system: entry[0] for system, entry in ready.items()}, make_input, args.warmup, args.iters, args.rounds)
+            for system, (run, seconds, notes, errors, rms) in ready.items():
+                if isinstance(timings[system], Exception):
+                    e = timings[system]
+                    rows.append({"model": name, "system": system, "dtype": args.dtype, "batch": args.batch, "error": f"{type(e).__name__}: {e}"})
+                    print(f"  {name:<16} {system:<11} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+                    continue
+                samples, round_medians = timings[system]
+                error = errors[len(errors) // 2]
+                latency = summary(samples)
+                latency["round_medians_us"] = round_medians
+                row = {"model": name, "system": system, "dtype": args.dtype, "batch": args.batch, "latency": latency, "prepare_seconds": seconds, "relative_error": error, "relative_errors": errors, "rms_error": rms[len(rms) // 2], "rms_errors": rms, "matches": errors[-1] <= TOLERANCE[args.dtype], **notes}
                 rows.append(row)
-                print(f"  {name:<16} {system:<11} {row['latency']['median_us'] / 1000:8.3f} ms  (prepare {seconds:.1f} s, rel.err {error:.1e} median of {len(errors)}, max {errors[-1]:.1e}, rms {rms[len(rms) // 2]:.2e}, peak {notes['peak_bytes'] / 2**20:.0f} MiB)", file=sys.stderr, flush=True)
-                del run
-                torch._dynamo.reset()
-                torch.cuda.synchronize()
+                spread = (max(round_medians) - min(round_medians)) / 1000
+                print(f"  {name:<16} {system:<11} {latency['median_us'] / 1000:8.3f} ms  (rounds {spread:.3f} ms apart; prepare {seconds:.1f} s, rel.err {error:.1e} median of {len(errors)}, max {errors[-1]:.1e}, rms {rms[len(rms) // 2]:.2e}, peak {notes['peak_bytes'] / 2**20:.0f} MiB)", file=sys.stderr, flush=True)
+            del ready, timings
+            torch._dynamo.reset()
+            torch.cuda.synchronize()
         del model
         torch.cuda.empty_cache()
         write_record(args, "same-process", rows, skipped, METHOD)
@@ -291,7 +334,17 @@ def main():
             "/".join(ratio(s, key) for key in (lambda r: r["latency"]["median_us"], lambda r: r["relative_error"], lambda r: r["rms_error"], lambda r: r["prepare_seconds"]))
             for s in ("nimble", "backend")
         ]
-        print(f"{name:<16} " + " ".join(cells) + f"   {ratios[0]:>24} {ratios[1]:>24}")
+        print(f"{name:<16} " + " ".join(cells) + f"   {ratios[0]:>24} {ratios[1]:>24}   backend/compile by round: {round_ratios(by_system)}")
+
+
+def round_ratios(by_system):
+    """The backend's latency over reduce-overhead's in each timing round (both were timed in
+    every round), lowest to highest: the noise of the verdict."""
+    if not {"backend", "compile"} <= set(by_system):
+        return "-"
+    pairs = zip(by_system["backend"]["latency"].get("round_medians_us", []), by_system["compile"]["latency"].get("round_medians_us", []))
+    ratios = sorted(b / c for b, c in pairs if c > 0)
+    return " ".join(f"{r:.2f}" for r in ratios) or "-"
 
 
 if __name__ == "__main__":

@@ -59,6 +59,23 @@ fn one() -> u32 {
 #[derive(Deserialize)]
 struct Latency {
     median_us: f64,
+    /// Each timing round's median, in records whose systems were timed in rounds (every system
+    /// in each round): their spread is the run's noise.
+    #[serde(default)]
+    round_medians_us: Vec<f64>,
+}
+
+/// "lo–hi": the lowest and highest of `system`'s latency over `base`'s, round by round (rounds
+/// timed both), or "-" for records without rounds.
+fn round_ratio_range(system: &Latency, base: &Latency) -> String {
+    let ratios: Vec<f64> = system.round_medians_us.iter().zip(&base.round_medians_us).filter(|(_, b)| **b > 0.0).map(|(s, b)| s / b).collect();
+    let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if ratios.is_empty() {
+        "-".to_string()
+    } else {
+        format!("{low:.2}–{high:.2}")
+    }
 }
 
 /// The systems after eager, each drawn as its speedup over eager; the backend's bars only where
@@ -103,7 +120,7 @@ pub fn same_process(records: &[PathBuf], out_dir: &Path) -> Result<()> {
     let mut all_settings: Vec<String> = parsed.iter().map(|(_, r)| setting_of(r)).collect();
     all_settings.dedup();
     let label_settings = all_settings.len() > 1;
-    let backend_header = if with_backend { format!(" {:>9} {:>15}", "backend", "backend/compile") } else { String::new() };
+    let backend_header = if with_backend { format!(" {:>9} {:>15} {:>10}", "backend", "backend/compile", "by round") } else { String::new() };
     println!("{:<16} {:>9} {:>11} {:>9} {:>9} {:>14}{backend_header}   (ms, median; nimble / compile)", "model", "eager", "cuda-graph", "compile", "nimble", "nimble/compile");
     for (path, record) in &parsed {
         let p = &record.provenance;
@@ -122,7 +139,8 @@ pub fn same_process(records: &[PathBuf], out_dir: &Path) -> Result<()> {
                 Some(r) if label_settings => format!("{name} ({}, b{})", r.dtype, r.batch),
                 _ => name.to_string(),
             };
-            let median = |system: &str| record.rows.iter().find(|r| r.model == name && r.system == system).and_then(|r| r.latency.as_ref()).map(|l| l.median_us / 1000.0);
+            let latency = |system: &str| record.rows.iter().find(|r| r.model == name && r.system == system).and_then(|r| r.latency.as_ref());
+            let median = |system: &str| latency(system).map(|l| l.median_us / 1000.0);
             for row in record.rows.iter().filter(|r| r.model == name) {
                 if let Some(error) = &row.error {
                     println!("{label}: {} failed: {error}", row.system);
@@ -132,7 +150,8 @@ pub fn same_process(records: &[PathBuf], out_dir: &Path) -> Result<()> {
             }
             let cell = |v: Option<f64>| v.map_or(format!("{:>9}", "-"), |v| format!("{v:>9.3}"));
             let ratio = |system: &str| median(system).zip(median("compile")).map_or("-".to_string(), |(n, c)| format!("{:.2}", n / c));
-            let backend = if with_backend { format!(" {} {:>15}", cell(median("backend")), ratio("backend")) } else { String::new() };
+            let by_round = latency("backend").zip(latency("compile")).map_or("-".to_string(), |(b, c)| round_ratio_range(b, c));
+            let backend = if with_backend { format!(" {} {:>15} {by_round:>10}", cell(median("backend")), ratio("backend")) } else { String::new() };
             println!("{label:<16} {} {:>11} {} {} {:>14}{backend}", cell(median("eager")), cell(median("cuda-graph")).trim_start(), cell(median("compile")), cell(median("nimble")), ratio("nimble"));
             let eager = median("eager");
             models.push((label, systems.iter().map(|s| eager.zip(median(s)).map(|(e, v)| e / v)).collect()));
@@ -148,4 +167,25 @@ pub fn same_process(records: &[PathBuf], out_dir: &Path) -> Result<()> {
     draw_grouped(&svg, ("Same process: speedup over PyTorch eager", "speedup over eager (×)"), &groups, &series, &notes)?;
     println!("figure: {}", svg.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn latency(rounds: &[f64]) -> Latency {
+        Latency { median_us: 0.0, round_medians_us: rounds.to_vec() }
+    }
+
+    #[test]
+    fn round_ratios_pair_rounds_and_span_lowest_to_highest() {
+        let cases: [(&[f64], &[f64], &str); 3] = [
+            (&[90.0, 110.0, 100.0], &[100.0, 100.0, 125.0], "0.80–1.10"),
+            (&[90.0], &[], "-"),
+            (&[], &[], "-"),
+        ];
+        for (system, base, expected) in cases {
+            assert_eq!(round_ratio_range(&latency(system), &latency(base)), expected, "{system:?} over {base:?}");
+        }
+    }
 }

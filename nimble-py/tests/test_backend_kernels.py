@@ -88,6 +88,37 @@ def test_buffers_inductor_reuses_become_dependencies(inception):
     assert reused, "Inductor reused no buffer in this model: the test no longer covers reuse"
 
 
+def test_buffers_shared_by_streams_are_freed_once_safe_and_the_check_finds_an_early_free(inception):
+    # A storage touched on several streams is freed once every kernel touching it is known
+    # complete on the stream that allocated it (not kept to the graph's end); a free moved
+    # before that is caught by the schedule check.
+    model, x, compiled, static = inception
+    wrapper = WrapperProgram(kernels_plan.inductor_module(compiled), static)
+    plan, cut = kernels_plan.plan(wrapper, "nimble")
+    schedule = Schedule(wrapper, cut["regions"], cut["syncs"])
+    schedule.check()
+    assert schedule.shared > 0 and schedule.kept_to_end < schedule.shared, (schedule.shared, schedule.kept_to_end)
+    touched = {}
+    for i, s in enumerate(wrapper.statements):
+        if s.kind == "kernel":
+            for st in s.reads | s.writes:
+                touched.setdefault(st, set()).add(schedule.region_of[i])
+    streams = {i: r["stream"] for i, r in enumerate(schedule.regions)}
+    crossing = {st for st, regions in touched.items() if len({streams[r] for r in regions}) > 1}
+    frees = [k for k, step in enumerate(schedule.steps) if step[0] == "del" and any(wrapper.storage[n] & crossing for n in step[2])]
+    assert frees, "no storage shared by streams is freed before the join"
+    # The same free issued right after the fork, before any kernel ran: unsafe.
+    broken = copy.copy(schedule)
+    early = schedule.steps[frees[0]]
+    broken.steps = [schedule.steps[0], early] + [step for k, step in enumerate(schedule.steps[1:], 1) if k != frees[0]]
+    with pytest.raises(WrapperError, match="frees memory stream"):
+        broken.check()
+    # On the CPU the program with its frees still gives eager's outputs.
+    with torch.no_grad():
+        torch._dynamo.reset()
+        assert relative_error(torch.compile(model, backend="nimble")(x), model(x)) < 1e-5
+
+
 def _reaches(needs, a, b):
     stack, seen = [b], set()
     while stack:

@@ -11,6 +11,8 @@
 #   llama,qwen2:bfloat16" writes the fused-kernel graphs of those models (experiments/python/kernel_graphs.py)
 #   into kernel-graphs/. TRAINING="resnet50,mobilenet-v2,encoder:32,64" runs the training comparison
 #   (experiments/python/training_backend.py) for those models and batches, within TRAINING_SECONDS (default 400).
+#   TRAINING_OVERHEAD=resnet50:32 first profiles a training step's host time against reduce-overhead
+#   (experiments/python/training_overhead.py, within TRAINING_OVERHEAD_SECONDS, default 240).
 set -uo pipefail
 budget=${1:?seconds per cell}
 shift
@@ -18,6 +20,10 @@ export PACK_RESULTS=1 RESULTS_NAME=backend
 . "$(dirname "$0")/setup.sh"
 install_nimble_rs
 [ -n "${OVERHEAD_MODEL:-}" ] && timeout 200 python3 experiments/python/backend_overhead.py --model "$OVERHEAD_MODEL" > "$out/overhead.txt" 2>&1
+if [ -n "${TRAINING_OVERHEAD:-}" ]; then
+    IFS=: read -r model batch <<< "$TRAINING_OVERHEAD"
+    timeout "${TRAINING_OVERHEAD_SECONDS:-240}" python3 experiments/python/training_overhead.py --model "$model" --batch "${batch:-32}" > "$out/training-overhead.txt" 2>&1
+fi
 [ -n "${COMPILE_PROFILE_MODEL:-}" ] && timeout 300 python3 experiments/python/backend_compile_profile.py --model "$COMPILE_PROFILE_MODEL" > "$out/compile-profile.txt" 2>&1
 for group in ${KERNEL_GRAPHS:-}; do
     IFS=: read -r models dtype <<< "$group"
@@ -54,5 +60,6 @@ done
 [ -f "$out/python-tests.log" ] && echo "python tests: $(tail -1 "$out/python-tests.log")" >> "$out/backend.txt"
 [ -f "$out/compile-profile.txt" ] && grep -E "first 3 calls|calls .* s$|report:" "$out/compile-profile.txt" >> "$out/backend.txt"
 [ -f "$out/kernel-graphs.txt" ] && grep -E "kernels|failed|Error" "$out/kernel-graphs.txt" >> "$out/backend.txt"
+[ -f "$out/training-overhead.txt" ] && grep -E "^== |host ms|report:" "$out/training-overhead.txt" >> "$out/backend.txt"
 [ -f "$out/overhead.txt" ] && grep -E "call|entry|replay|accepts" "$out/overhead.txt" >> "$out/backend.txt"
 finish_packed backend "$status"

@@ -9,11 +9,14 @@ every kernel happens after every kernel it depends on. Then code: ``function(str
 their handles for Triton's launches); ``function(streams=False)`` is ``call(args)``, the same
 order on the current stream (the CPU).
 
-Memory: an allocation is made on the stream of the first kernel that touches its storage. A
-storage touched on one stream only is freed where Inductor frees it (its memory goes back to
-that stream, reused in stream order); one touched on several streams is kept until the call
-returns (while a CUDA graph is captured the allocator does not reuse it before the capture
-ends, so no stream can race on it). ``shared`` counts those.
+Memory: an allocation is made on the stream of the first kernel that touches its storage, and
+the caching allocator gives freed memory back to the stream it was allocated on, to be reused
+in that stream's order. A storage touched on one stream only is freed where Inductor frees it.
+One touched on several streams (``shared`` counts those) is freed once every kernel that touches
+it is known complete on its allocation stream (stream order, events waited, the fork): whatever
+that stream allocates next follows them all, so no stream can race on the reused memory; until
+then (at worst until the call returns) its ``del`` is deferred. ``kept_to_end`` counts the
+storages that no point before the join makes safe. ``check()`` proves both, kernels and frees.
 """
 
 import ast
@@ -116,7 +119,24 @@ class Schedule:
         for i in self.order:
             if i in self.region_of:
                 last_of_region[self.region_of[i]] = i
-        steps: List[Tuple] = [("fork",)]
+        steps: List[Tuple] = []
+        # What each stream's next op is known to follow, for the deferred frees of shared
+        # storages; `deferred` holds (del statement, its names, their shared storages).
+        known = _Completion(p, streams=1 + max((r["stream"] for r in self.regions), default=0))
+        users, allocated_on = _users_and_allocation_streams(p, self.order, stream_of)
+        deferred: List[Tuple[int, List[str], Set[int]]] = []
+
+        def add(step: Tuple) -> None:
+            steps.append(step)
+            known.step(step)
+            if not deferred or step[0] not in ("stmt", "wait", "fork", "deferred"):
+                return
+            for entry in list(deferred):
+                if all(users.get(st, set()) <= known.before[allocated_on[st]] for st in entry[2]):
+                    deferred.remove(entry)
+                    steps.append(("del", entry[0], entry[1]))
+
+        add(("fork",))
         started: Set[int] = set()
         for i in self.order:
             s = p.statements[i]
@@ -124,51 +144,62 @@ class Schedule:
                 names = [t.id for t in s.node.targets if isinstance(t, ast.Name)]
                 kept = [n for n in names if not (p.storage.get(n, set()) & shared)]
                 if kept:
-                    steps.append(("del", i, kept))
+                    add(("del", i, kept))
+                later = [n for n in names if n not in kept]
+                if later:
+                    deferred.append((i, later, {st for n in later for st in p.storage.get(n, set()) & shared if st in allocated_on}))
+                    add(("deferred", i))
                 continue
             if s.kind not in ("kernel", "alloc"):
-                steps.append(("stmt", i, None))
+                add(("stmt", i, None))
                 continue
             region = self.region_of.get(i)
             if region is not None and region not in started:
                 started.add(region)
                 for source in sorted(waits.get(region, [])):
-                    steps.append(("wait", stream_of[i], source))
-            steps.append(("stmt", i, stream_of[i]))
+                    add(("wait", stream_of[i], source))
+            add(("stmt", i, stream_of[i]))
             if region is not None and last_of_region[region] == i and region in records:
-                steps.append(("record", region, stream_of[i]))
+                add(("record", region, stream_of[i]))
+        self.kept_to_end = len({st for entry in deferred for st in entry[2]})
+        steps = [step for step in steps if step[0] != "deferred"]
         steps.append(("join",))
         return steps
 
     def check(self) -> None:
         """Raises ``WrapperError`` unless every kernel is issued after, and happens after, every
-        kernel it depends on: the steps replayed with, per stream, the kernels known complete
-        before its next op (stream order, events recorded and waited, fork and join)."""
+        kernel it depends on, and every ``del`` of a storage touched on several streams comes
+        once every kernel touching it is known complete on the stream that allocated it: the
+        steps replayed with, per stream, the kernels known complete before its next op (stream
+        order, events recorded and waited, fork and join)."""
         p = self.program
         needs = p.kernel_needs()
         streams = 1 + max((r["stream"] for r in self.regions), default=0)
-        before: List[Set[int]] = [set() for _ in range(streams)]
-        events: Dict[int, Set[int]] = {}
+        known = _Completion(p, streams)
+        stream_of = {step[1]: step[2] for step in self.steps if step[0] == "stmt" and step[2] is not None}
+        users, allocated_on = _users_and_allocation_streams(p, [i for i in self.order if i in stream_of], stream_of)
+        touched_by: Dict[int, Set[int]] = {}
+        for st, kernels in users.items():
+            touched_by[st] = {stream_of[i] for i in kernels}
         for step in self.steps:
             if step[0] == "stmt" and step[2] is not None and p.statements[step[1]].kind == "kernel":
                 i, k = step[1], step[2]
-                missing = needs[i] - before[k]
+                missing = needs[i] - known.before[k]
                 if missing:
                     j = min(missing)
                     raise WrapperError(f"{p.statements[i].name} (statement {i}) on stream {k} may run before {p.statements[j].name} (statement {j})")
-                before[k].add(i)
-            elif step[0] == "record":
-                events[step[1]] = set(before[step[2]])
-            elif step[0] == "wait":
-                if step[2] not in events:
-                    raise WrapperError(f"stream {step[1]} waits on region {step[2]}'s event before it is recorded")
-                before[step[1]] |= events[step[2]]
-            elif step[0] == "fork":
-                for k in range(1, streams):
-                    before[k] |= before[0]
-            elif step[0] == "join":
-                for k in range(1, streams):
-                    before[0] |= before[k]
+            elif step[0] == "wait" and step[2] not in known.events:
+                raise WrapperError(f"stream {step[1]} waits on region {step[2]}'s event before it is recorded")
+            elif step[0] == "del":
+                for name in step[2]:
+                    for st in p.storage.get(name, set()):
+                        if len(touched_by.get(st, ())) > 1 and st in allocated_on:
+                            early = users[st] - known.before[allocated_on[st]]
+                            if early:
+                                j = min(early)
+                                raise WrapperError(f"del {name} (statement {step[1]}) frees memory stream {allocated_on[st]} may reuse while {p.statements[j].name} (statement {j}) may still touch it")
+            known.step(step)
+
 
     def function(self, streams: bool):
         """The plan's ``call`` (see the module's documentation), compiled in a copy of the
@@ -210,6 +241,51 @@ class Schedule:
         exec(compile(tree, f"<nimble plan of {p.module.__name__}>", "exec"), namespace)
         self.source = ast.unparse(tree)
         return namespace["nimble_call"]
+
+
+class _Completion:
+    """The kernels known complete before each stream's next op, as a schedule's steps are
+    issued: stream order, events recorded and waited, the fork and the join."""
+
+    def __init__(self, program: WrapperProgram, streams: int):
+        self.program = program
+        self.streams = streams
+        self.before: List[Set[int]] = [set() for _ in range(streams)]
+        self.events: Dict[int, Set[int]] = {}
+
+    def step(self, step: Tuple) -> None:
+        kind = step[0]
+        if kind == "stmt" and step[2] is not None and self.program.statements[step[1]].kind == "kernel":
+            self.before[step[2]].add(step[1])
+        elif kind == "record":
+            self.events[step[1]] = set(self.before[step[2]])
+        elif kind == "wait" and step[2] in self.events:
+            self.before[step[1]] |= self.events[step[2]]
+        elif kind == "fork":
+            for k in range(1, self.streams):
+                self.before[k] |= self.before[0]
+        elif kind == "join":
+            for k in range(1, self.streams):
+                self.before[0] |= self.before[k]
+
+
+def _users_and_allocation_streams(program: WrapperProgram, order: Sequence[int], stream_of: Dict[int, int]):
+    """Per storage the kernel statements that touch it, and the stream its memory is allocated
+    on: that of its allocation, or of the kernel that returns it new (storages the program does
+    not allocate, its inputs, have none)."""
+    users: Dict[int, Set[int]] = {}
+    allocated_on: Dict[int, int] = {}
+    inputs = {st for name in program.inputs for st in program.storage.get(name, ())}
+    for i in order:
+        s = program.statements[i]
+        if s.kind == "kernel":
+            for st in s.reads | s.writes:
+                users.setdefault(st, set()).add(i)
+        if s.kind in ("alloc", "kernel") and i in stream_of:
+            created = program.storage_of_statement(s) if s.kind == "alloc" else s.writes - s.reads
+            for st in created - inputs:
+                allocated_on.setdefault(st, stream_of[i])
+    return users, allocated_on
 
 
 def _parsed(text: str) -> List[ast.stmt]:

@@ -87,6 +87,7 @@ class PlannedProgram:
         self._on_streams = self.schedule.function(streams=True)
         self._compiled = compiled
         self.shared_buffers = self.schedule.shared
+        self.kept_to_end = self.schedule.kept_to_end
 
     def run(self, args: Sequence[Any]):
         return self._in_order(list(args))

@@ -282,6 +282,7 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
             else:
                 streams_program = kernels_plan.PlannedProgram(compiled, wrapper, plan, cut)
                 report["shared_buffers"] = streams_program.shared_buffers
+                report["shared_kept_to_end"] = streams_program.kept_to_end
         except Exception as error:  # noqa: BLE001 - Inductor's own program is always there to run
             # A plan the checker refuses, or code that does not compile: Inductor's program runs,
             # announced with the reason.
