@@ -106,6 +106,28 @@ def measure(run, make_inputs, warmup, iterations, device):
     return samples
 
 
+def timed_rounds(runs, make_inputs, warmup, iterations, rounds):
+    """Per system, its latency samples (µs) over every round and each round's median, or the
+    exception it raised: in each round every system is warmed up and timed in turn (`measure`,
+    on fresh inputs from `make_inputs`), the order rotated by one each round, so that a drift of
+    the machine falls on every system alike and the spread of the round medians is the noise."""
+    names = list(runs)
+    results = {name: ([], []) for name in names}
+    for index in range(rounds):
+        turn = index % max(len(names), 1)
+        for name in names[turn:] + names[:turn]:
+            if isinstance(results[name], Exception):
+                continue
+            try:
+                samples = measure(runs[name], make_inputs, warmup, iterations, "cuda")
+            except Exception as e:  # noqa: BLE001 - recorded as the system's failure
+                results[name] = e
+                continue
+            results[name][0].extend(samples)
+            results[name][1].append(statistics.median(samples))
+    return results
+
+
 def prepared(system, model, shape, device):
     """A function of the input for `system`, and the seconds it took to make it."""
     started = time.time()

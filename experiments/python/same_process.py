@@ -27,7 +27,6 @@ file, for the Rust CLI to measure the very same model (`nimble-bench infer --tor
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -35,7 +34,7 @@ from pathlib import Path
 import torch
 from torch._inductor.utils import fresh_cache
 
-from baselines import build, first_output, load_reference_module, measure, summary, write_record
+from baselines import build, first_output, load_reference_module, summary, timed_rounds, write_record
 
 COVERAGE_MODELS = ["googlenet", "inception-v4", "bert-base"]
 DECODERS = ["llama", "qwen2", "mistral"]
@@ -178,27 +177,6 @@ def rms_error(got, expected):
     return (((got - expected) ** 2).mean().sqrt() / (expected**2).mean().sqrt().clamp_min(1e-30)).item()
 
 
-def timed_rounds(runs, make_input, warmup, iterations, rounds):
-    """Per system, its latency samples (µs) over every round and each round's median, or the
-    exception it raised: in each round every system is warmed up and timed in turn, the order
-    rotated by one each round."""
-    names = list(runs)
-    results = {name: ([], []) for name in names}
-    for index in range(rounds):
-        turn = index % max(len(names), 1)
-        for name in names[turn:] + names[:turn]:
-            if isinstance(results[name], Exception):
-                continue
-            try:
-                samples = measure(runs[name], lambda: (make_input(),), warmup, iterations, "cuda")
-            except Exception as e:  # noqa: BLE001 - recorded as the system's failure
-                results[name] = e
-                continue
-            results[name][0].extend(samples)
-            results[name][1].append(statistics.median(samples))
-    return results
-
-
 METHOD = (
     "one Python process, the same module object for every system; the record's batch and dtype for every system "
     "(float32 with PyTorch's defaults, TF32 for cuDNN convolutions; or the module and float inputs cast to bfloat16), cuDNN benchmark on, fresh random inputs, CUDA events around each "
@@ -291,7 +269,7 @@ def main():
                     print(f"  {name:<16} {system:<11} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
                     continue
                 ready[system] = (run, seconds, notes, errors, rms)
-            timings = timed_rounds({system: entry[0] for system, entry in ready.items()}, make_input, args.warmup, args.iters, args.rounds)
+            timings = timed_rounds({system: entry[0] for system, entry in ready.items()}, lambda: (make_input(),), args.warmup, args.iters, args.rounds)
             for system, (run, seconds, notes, errors, rms) in ready.items():
                 if isinstance(timings[system], Exception):
                     e = timings[system]

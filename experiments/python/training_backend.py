@@ -12,11 +12,13 @@ together; `grad_error` the first step's, the one taken from the very same weight
 BatchNorm networks at initialization amplify the 1e-9 weight differences that one step of
 rounding leaves into visibly different later gradients, eager against eager included, so later
 steps show that sensitivity, not a system's accuracy). Then the paper's method: 50 warm-up steps, 100 timed
-steps on fresh random inputs and labels, CUDA events around each step, median. Dropout is off
+steps on fresh random inputs and labels, CUDA events around each step, median; in rounds, every
+system timed in each round (the order rotating), so that the spread of the round medians is the
+run's noise. Dropout is off
 (p = 0) in every model, so that eager and the compiled steps compute the same function.
 
     python3 experiments/python/training_backend.py --out OUT.json [--models resnet50,mobilenet-v2,encoder]
-        [--batches 32,64,128] [--systems eager,compile,backend] [--warmup 50] [--iters 100] [--commit SHA]
+        [--batches 32,64,128] [--systems eager,compile,backend] [--warmup 50] [--iters 100] [--rounds 3] [--commit SHA]
 """
 
 import argparse
@@ -29,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch._inductor.utils import fresh_cache
 
-from baselines import CIFAR_MODELS, measure, summary, write_record
+from baselines import CIFAR_MODELS, summary, timed_rounds, write_record
 
 SYSTEMS = ["eager", "compile", "backend"]
 MODELS = ["resnet50", "mobilenet-v2", "encoder"]
@@ -142,7 +144,7 @@ METHOD = (
     "float32 with PyTorch's defaults (TF32 for cuDNN convolutions), cuDNN benchmark on; each system on its own copy of the same initial weights; "
     "prepare_seconds: the first three steps' wall time (compiling and capturing), each compiler from empty caches (torch._inductor.utils.fresh_cache); "
     "grad_errors: per prepared step, the norm of (gradients - eager's gradients on an own copy stepped on the same batch) over the norm of eager's, all parameters together; grad_error: the first step's (from identical weights; later steps start from weights a step's rounding apart, which deep BatchNorm networks at initialization amplify: see the eager row, eager against eager); "
-    "step: 50 warm-up steps, 100 timed steps on fresh random inputs and labels, CUDA events around each step, median; "
+    "step: every system prepared and kept, then timed in --rounds rounds, each round every system in turn (the order rotated by one each round): 50 warm-up steps, 100 timed steps on fresh random inputs and labels, CUDA events around each step from an idle device; median over all rounds' samples, round_medians_us each round's median (their spread is the run's noise); "
     "compile: torch.compile(mode='reduce-overhead') of the model (the optimizer eager, as for every system); backend: torch.compile(model, backend='nimble') with its defaults; "
     "peak_bytes: torch.cuda.max_memory_allocated during the three prepared steps, above what was allocated before"
 )
@@ -156,6 +158,7 @@ def main():
     parser.add_argument("--systems", default=",".join(SYSTEMS))
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--iters", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=3, help="timing rounds, every system timed in each (the spread of their medians is the run's noise)")
     parser.add_argument("--commit", default=os.environ.get("NIMBLE_COMMIT", "unknown"))
     args = parser.parse_args()
     args.device = "cuda"
@@ -178,20 +181,31 @@ def main():
             torch.manual_seed(0)
             initial, make_batch = build(name)
             initial = no_dropout(initial).cuda().train()
+            # Every system prepared and kept, then timed in rounds (every system in each, the
+            # order rotating): the spread of a system's round medians is the run's noise.
+            ready = {}
             for system in systems:
                 try:
-                    step, seconds, errors, notes = prepared(system, initial, make_batch, batch)
-                    samples = measure(step, lambda: make_batch(batch), args.warmup, args.iters, "cuda")
+                    ready[system] = prepared(system, initial, make_batch, batch)
                 except Exception as e:  # one system failing must not lose the others
                     rows.append({"model": name, "batch": batch, "system": system, "error": f"{type(e).__name__}: {e}"})
                     print(f"  {name:<14} b{batch:<4} {system:<8} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            timings = timed_rounds({system: entry[0] for system, entry in ready.items()}, lambda: make_batch(batch), args.warmup, args.iters, args.rounds)
+            for system, (step, seconds, errors, notes) in ready.items():
+                if isinstance(timings[system], Exception):
+                    e = timings[system]
+                    rows.append({"model": name, "batch": batch, "system": system, "error": f"{type(e).__name__}: {e}"})
+                    print(f"  {name:<14} b{batch:<4} {system:<8} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
                     continue
-                row = {"model": name, "batch": batch, "system": system, "step": summary(samples), "prepare_seconds": seconds, "grad_errors": errors, "grad_error": errors[0], **notes}
+                samples, round_medians = timings[system]
+                latency = summary(samples)
+                latency["round_medians_us"] = round_medians
+                row = {"model": name, "batch": batch, "system": system, "step": latency, "prepare_seconds": seconds, "grad_errors": errors, "grad_error": errors[0], **notes}
                 rows.append(row)
-                print(f"  {name:<14} b{batch:<4} {system:<8} {row['step']['median_us'] / 1000:8.3f} ms  (prepare {seconds:.1f} s, grad error {errors[0]:.1e}, peak {notes['peak_bytes'] / 2**20:.0f} MiB)", file=sys.stderr, flush=True)
-                del step
-                torch._dynamo.reset()
-                torch.cuda.empty_cache()
+                print(f"  {name:<14} b{batch:<4} {system:<8} {row['step']['median_us'] / 1000:8.3f} ms  (rounds {(max(round_medians) - min(round_medians)) / 1000:.3f} ms apart; prepare {seconds:.1f} s, grad error {errors[0]:.1e}, peak {notes['peak_bytes'] / 2**20:.0f} MiB)", file=sys.stderr, flush=True)
+            del ready, timings
+            torch._dynamo.reset()
+            torch.cuda.empty_cache()
             write_record(args, "training-backend", rows, [], METHOD)
     write_record(args, "training-backend", rows, [], METHOD)
     print(f"{'model':<14} {'batch':>5} " + " ".join(f"{s:>10}" for s in systems) + "   (step ms, median)   backend vs compile: step, grad error, prepare")
@@ -204,7 +218,8 @@ def main():
             ratio = "-"
             if {"backend", "compile"} <= set(hit):
                 b, c = hit["backend"], hit["compile"]
-                ratio = f"{b['step']['median_us'] / c['step']['median_us']:.2f}x / {b['grad_error']:.1e} vs {c['grad_error']:.1e} / {b['prepare_seconds'] / c['prepare_seconds']:.2f}x"
+                by_round = " ".join(f"{x / y:.2f}" for x, y in sorted(zip(b["step"].get("round_medians_us", []), c["step"].get("round_medians_us", [])), key=lambda p: p[0] / p[1]))
+                ratio = f"{b['step']['median_us'] / c['step']['median_us']:.2f}x (by round {by_round}) / {b['grad_error']:.1e} vs {c['grad_error']:.1e} / {b['prepare_seconds'] / c['prepare_seconds']:.2f}x"
             print(f"{name:<14} {batch:>5} " + " ".join(cells) + f"   {ratio}")
 
 

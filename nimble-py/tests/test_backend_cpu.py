@@ -304,3 +304,38 @@ def test_a_graphs_outputs_count_as_held_while_autograd_or_the_user_holds_them():
     assert not graph.outputs_released()
     del alias
     assert graph.outputs_released()
+
+
+def test_gradients_a_graph_lends_are_taken_over_by_autograd_and_count_as_held():
+    # A captured backward lends its gradients (new tensors over its memory): autograd takes such
+    # a gradient over as .grad instead of copying it, and the graph sees it held until the
+    # .grad is gone (zero_grad), so that its next replay never writes a live .grad. Gradients
+    # the graph keeps for itself are copied.
+    from nimble_rs.dynamo.runner import CapturedGraph
+
+    graph = object.__new__(CapturedGraph)
+    graph.outputs = [torch.randn(4, 4), None]
+    graph.track_outputs(forward=False)
+    weight = torch.zeros(4, 4, requires_grad=True)
+
+    def through(gradient):
+        class Backward(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, w):
+                return w.clone()
+
+            @staticmethod
+            def backward(ctx, grad):
+                return gradient()
+
+        Backward.apply(weight).sum().backward()
+
+    through(lambda: graph.lent()[0])
+    assert weight.grad.data_ptr() == graph.outputs[0].data_ptr(), "autograd copied a lent gradient"
+    assert not graph.outputs_released()
+    weight.grad = None
+    assert graph.outputs_released()
+    through(lambda: graph.outputs[0])
+    assert weight.grad.data_ptr() != graph.outputs[0].data_ptr() and torch.equal(weight.grad, graph.outputs[0])
+    assert graph.outputs_released()
+

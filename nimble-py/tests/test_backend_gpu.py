@@ -214,6 +214,37 @@ def test_training_steps_are_captured_and_match_eager(make, shape):
         assert r.get("captured_shapes") == 1 and "uncaptured_calls" not in r and "uncapturable" not in r, r
 
 
+def test_gradients_are_lent_to_autograd_and_gradients_kept_across_calls_stay_right():
+    # The usual loop (zero_grad() sets gradients to None): autograd takes the backward graph's
+    # gradients over instead of copying each. Gradients kept from one backward call to the next
+    # (zero_grad(set_to_none=False) and accumulation over micro-batches, a forward between the
+    # backward calls): the graph is captured again once, its gradients then copied, and every
+    # gradient is still eager's.
+    import copy
+
+    eager = Inception(channels=8).cuda().train()
+    model = copy.deepcopy(eager)
+    fast = compiled(model)
+    before = len(nimble_rs.dynamo.reports())
+    make = lambda: torch.randn(4, 8, 16, 16, device="cuda")
+    train_beside_eager(eager, fast, model, make, steps=3, state_rtol=1e-4)
+    backward = [r for r in nimble_rs.dynamo.reports()[before:] if r["graph"] == "backward"][-1]
+    assert backward["gradients"] == "lent" and backward.get("captured_shapes") == 1, backward
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            for m in (eager, model):
+                m.zero_grad(set_to_none=False)
+            for _ in range(2):
+                x = make()
+                for run in (eager, fast):
+                    run(x).square().mean().backward()
+            for a, b in zip(eager.parameters(), model.parameters()):
+                assert torch.allclose(b.grad, a.grad, rtol=1e-4, atol=1e-6), (a.grad, b.grad)
+    assert backward["gradients"] == "copied" and "uncaptured_calls" not in backward, backward
+    assert sum("captured again" in str(w.message) for w in caught) == 1, [str(w.message) for w in caught]
+
+
 def test_a_second_forward_before_the_backward_does_not_overwrite_the_first():
     # Gradient accumulation over two forwards and one backward: the second forward must not
     # replay over the values the first one saved, nor a backward over the gradients autograd

@@ -49,6 +49,9 @@ class NimbleCompiled:
     captures: Dict[tuple, Optional[CapturedGraph]] = field(default_factory=dict)
     last: Optional[CapturedGraph] = None
     chosen: Optional[str] = None
+    # Whether a backward's captures lend their gradients (``CapturedGraph.lends_outputs``);
+    # off for good once lent gradients were found held at the next call.
+    lend_gradients: bool = True
 
     def _program(self) -> Program:
         if self.chosen == "single" or self.streams_program is None:
@@ -99,10 +102,21 @@ class NimbleCompiled:
             graph.pending = True
             return outputs
         if not graph.outputs_released():
-            # Autograd still holds the last call's gradients (it sums several backward calls'
-            # before accumulating them): this call's must be new tensors.
-            warn_once(("held", self.signature), "nimble backend: a backward ran while autograd still held the gradients of its last call; it runs uncaptured")
-            return self._uncaptured(args)
+            if graph.lends_outputs:
+                # Gradients kept from one backward to the next (zero_grad(set_to_none=False),
+                # accumulation over several backward calls): lent memory is theirs now. Captured
+                # again once, into new memory, with gradients autograd copies.
+                warn_once(("kept", self.signature), "nimble backend: the gradients a captured backward lent were still held at its next call (kept across backward calls); captured again, with gradients autograd copies")
+                self.lend_gradients = False
+                key = shape_key(args)
+                self.last = self.captures[key] = None
+                graph = self.captures[key] = self.last = self._capture(args)
+                self.report["gradients"] = "copied"
+            else:
+                # Autograd still holds the last call's gradients (it sums several backward
+                # calls' before accumulating them): this call's must be new tensors.
+                warn_once(("held", self.signature), "nimble backend: a backward ran while autograd still held the gradients of its last call; it runs uncaptured")
+                return self._uncaptured(args)
         outputs = graph(args)
         for forward in graph.consumes:
             forward.pending = False
@@ -129,15 +143,23 @@ class NimbleCompiled:
                 self.chosen, self.report["reason"], graph = self._choose(args, saved, static)
                 self.report["choice"] = self.chosen
             if graph is None:
-                graph = CapturedGraph(self._program(), args, static, self.options["warmups"], self.mutated)
+                graph = CapturedGraph(self._program(), args, static, self.options["warmups"], self.mutated, self._pool())
         finally:
             _restore(saved)
         graph.consumes = tuple(consumes)
         if self.kind != "inference":
             graph.track_outputs(forward=self.kind == "forward")
+        if self.kind == "backward" and self.lend_gradients:
+            graph.lends_outputs = True
+            self.report["gradients"] = "lent"
         self.report.setdefault("peak_bytes", {})[str(shape_key_summary([args[i] for i in graph.copied]))] = graph.peak_bytes
         self.report["capture_seconds"] = self.report.get("capture_seconds", 0.0) + seconds_since(started)
         return graph
+
+    def _pool(self):
+        """The memory pool of a new capture: the shared one (None), or for a backward that lends
+        its gradients one of its own (see ``runner.shared_pool``)."""
+        return torch.cuda.graph_pool_handle() if self.kind == "backward" and self.lend_gradients else None
 
     def _choose(self, args, saved, static):
         """The program to keep (``streams`` or ``single``), why, and its captured graph when the
@@ -158,7 +180,7 @@ class NimbleCompiled:
         quartiles, errors, graph = {}, {}, None
         # One region first: if the streams, timed second, win, their graph is kept as it is.
         for name, program in (("single", self.single_program), ("streams", self.streams_program)):
-            graph = CapturedGraph(program, args, static, self.options["warmups"], self.mutated)
+            graph = CapturedGraph(program, args, static, self.options["warmups"], self.mutated, self._pool())
             quartiles[name] = time_quartiles_ms(lambda graph=graph: graph(args))
             distances = []
             for inputs, reference in zip(checks, expected):

@@ -23,7 +23,9 @@ import torch.fx
 from .regions import Partition
 
 # Every CUDA graph the backend captures allocates from this one pool, whatever the model or the
-# shape (graphs are replayed one at a time, in the order the program calls them).
+# shape (graphs are replayed one at a time, in the order the program calls them), except a
+# backward's graph that lends its gradients: it has a pool of its own, so that no other graph's
+# replay writes the memory a `.grad` now holds (its own next replay is checked for).
 _POOL = None
 
 
@@ -143,10 +145,10 @@ def forward_outputs(args: Sequence[Any]) -> Tuple[List[bool], List["CapturedGrap
     return found, graphs
 
 
-def _use_count(tensor: torch.Tensor) -> Tuple[int, int]:
+def _use_count(tensor: torch.Tensor, storage: torch.UntypedStorage) -> Tuple[int, int]:
     """Who holds a tensor: references to its TensorImpl (autograd's saved tensors among them)
-    and to its storage (aliases: views, ``detach()``)."""
-    return tensor._use_count(), torch._C._storage_Use_Count(tensor.untyped_storage()._cdata)
+    and to its storage (aliases: views, ``detach()``, a gradient autograd took over)."""
+    return tensor._use_count(), torch._C._storage_Use_Count(storage._cdata)
 
 
 class CapturedGraph:
@@ -160,8 +162,13 @@ class CapturedGraph:
 
     pending = False
     consumes: Tuple["CapturedGraph", ...] = ()
+    # A backward's gradients handed out as new tensors over the graph's memory (``lent``):
+    # autograd then takes them over as ``.grad`` instead of copying each one (it copies a
+    # gradient someone else holds). Safe while every ``.grad`` is gone before the next replay
+    # (``zero_grad()``'s default); ``outputs_released`` sees one that is not.
+    lends_outputs = False
 
-    def __init__(self, program: Program, args: Sequence[Any], static: Sequence[bool], warmups: int, mutated: Sequence[int] = ()):
+    def __init__(self, program: Program, args: Sequence[Any], static: Sequence[bool], warmups: int, mutated: Sequence[int] = (), pool=None):
         device = next(a.device for a in args if isinstance(a, torch.Tensor) and a.is_cuda)
         tensor = [isinstance(a, torch.Tensor) for a in args]
         # Per call only the user's inputs are looked at and copied: a model's hundreds of
@@ -186,7 +193,7 @@ class CapturedGraph:
         before = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=shared_pool(), stream=capture_stream):
+        with torch.cuda.graph(self.graph, pool=shared_pool() if pool is None else pool, stream=capture_stream):
             self.outputs = program.launch(self.inputs, streams)
         torch.cuda.synchronize(device)
         self.peak_bytes = torch.cuda.max_memory_allocated(device) - before
@@ -196,15 +203,18 @@ class CapturedGraph:
         """Counts who holds the outputs now (this graph alone), for ``outputs_released``; a
         training forward's outputs are also registered for its backward to read in place."""
         self._flat_outputs = [t for t in torch.utils._pytree.tree_leaves(self.outputs) if isinstance(t, torch.Tensor)]
-        self._held = [_use_count(t) for t in self._flat_outputs]
+        # Their storages' Python objects, made once (each is one more reference, counted in the
+        # baseline as well).
+        self._storages = [t.untyped_storage() for t in self._flat_outputs]
+        self._held = [_use_count(t, s) for t, s in zip(self._flat_outputs, self._storages)]
         if forward:
             for t in self._flat_outputs:
                 _FORWARD_OUTPUTS[t.data_ptr()] = self
 
     def outputs_released(self) -> bool:
         """Whether nobody but this graph holds its outputs' memory any more."""
-        for t, (impl, storage) in zip(self._flat_outputs, self._held):
-            now_impl, now_storage = _use_count(t)
+        for t, s, (impl, storage) in zip(self._flat_outputs, self._storages, self._held):
+            now_impl, now_storage = _use_count(t, s)
             if now_impl > impl or now_storage > storage:
                 return False
         return True
@@ -234,7 +244,14 @@ class CapturedGraph:
         self.graph.replay()
         for i in self.written_back:
             args[i].copy_(inputs[i])
-        return self.outputs
+        return self.lent() if self.lends_outputs else self.outputs
+
+    def lent(self):
+        """The outputs as new tensors over the same memory, which nobody else holds."""
+        outputs = self.outputs
+        if isinstance(outputs, (list, tuple)):
+            return type(outputs)(t.detach() if isinstance(t, torch.Tensor) else t for t in outputs)
+        return torch.utils._pytree.tree_map_only(torch.Tensor, torch.Tensor.detach, outputs)
 
 
 def time_quartiles_ms(run: Callable[[], Any], repeats: int = 30) -> Tuple[float, float, float]:
