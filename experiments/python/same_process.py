@@ -133,6 +133,39 @@ def batched(x, batch, dtype):
     return x.repeat(batch, *[1] * (x.dim() - 1)) if batch != 1 else x
 
 
+def calibrated(model, make_input, batches=2):
+    """`model` with its BatchNorm layers' running statistics measured on random inputs (batches
+    of four, in float32, cumulative averages) instead of their initial zeros and ones. At random
+    initialization with those, GoogLeNet's and Inception-v4's activations shrink layer by layer
+    until the output no longer depends on the input (every system then "matches" eager exactly,
+    as the records before this one show); measured statistics keep each layer's activations at
+    unit scale, as trained ones do, so the output check means something."""
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+    if not norms:
+        return model
+    momenta = [m.momentum for m in norms]
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None
+    model.train()
+    with torch.no_grad():
+        for _ in range(batches):
+            x = torch.cat([make_input() for _ in range(4)])
+            model(x.float() if x.is_floating_point() else x)
+    for m, momentum in zip(norms, momenta):
+        m.momentum = momentum
+    return model
+
+
+def output_spread(outputs):
+    """How much eager's outputs on different inputs differ: the largest max-abs difference from
+    the first over its max-abs value (near 0: the output does not depend on the input, and no
+    error against eager can tell a wrong system from a right one)."""
+    first = outputs[0].float()
+    scale = first.abs().max().clamp_min(1e-30)
+    return max((((o.float() - first).abs().max()) / scale).item() for o in outputs[1:]) if len(outputs) > 1 else float("nan")
+
+
 def prepared(system, model, make_input, save_to):
     """A function of the input for `system`, the seconds it took to make it, and notes (its
     peak memory among them)."""
@@ -178,7 +211,7 @@ def rms_error(got, expected):
 
 
 METHOD = (
-    "one Python process, the same module object for every system; the record's batch and dtype for every system "
+    "one Python process, the same module object for every system; BatchNorm running statistics measured on random inputs (experiments/python/same_process.py: calibrated) instead of the initial zeros and ones, under which some models' outputs do not depend on the input; output_spread: how much eager's outputs on the checked inputs differ (max-abs difference from the first over its max-abs value); the record's batch and dtype for every system "
     "(float32 with PyTorch's defaults, TF32 for cuDNN convolutions; or the module and float inputs cast to bfloat16), cuDNN benchmark on, fresh random inputs, CUDA events around each "
     "call on the current stream, from an idle device; every system prepared and kept, then timed in --rounds rounds, each round every system in turn (50 warm-ups, 100 timed calls; the order rotated by one each round): latency over all rounds' samples, median, and round_medians_us each round's median (their spread is the run's noise); relative_error: max-abs difference from eager's output over eager's max-abs value, the median over --checks fresh inputs (all in relative_errors; matches: the largest within the dtype's tolerance); rms_error: root-mean-square difference over eager's root-mean-square value, the median over the same inputs (all in rms_errors); cuda-graph: torch.cuda.graph of the whole forward after three warm-ups on a "
     "side stream; compile: torch.compile(mode='reduce-overhead'); nimble: nimble_rs.Nimble(model).prepare(x) "
@@ -239,12 +272,13 @@ def main():
             model, one = coverage_model(name)
             make_input = lambda one=one: batched(one(), args.batch, dtype)
         torch.manual_seed(0)
-        model = model.cuda().eval().to(dtype)
+        model = calibrated(model.cuda(), make_input).eval().to(dtype)
         with torch.no_grad():
             try:
                 # Several fresh inputs: one input's max-abs error is a noisy statistic, and
                 # systems are compared on its median.
                 checks = [(x, first_output(model(x)).clone()) for x in (make_input() for _ in range(args.checks))]
+                spread = output_spread([expected for _, expected in checks])
             except Exception as e:  # the module itself fails: nothing to compare with
                 skipped.append({"model": name, "reason": f"eager failed: {type(e).__name__}: {e}"})
                 print(f"{name}: skipped (eager failed: {type(e).__name__}: {e})", file=sys.stderr, flush=True)
@@ -280,7 +314,7 @@ def main():
                 error = errors[len(errors) // 2]
                 latency = summary(samples)
                 latency["round_medians_us"] = round_medians
-                row = {"model": name, "system": system, "dtype": args.dtype, "batch": args.batch, "latency": latency, "prepare_seconds": seconds, "relative_error": error, "relative_errors": errors, "rms_error": rms[len(rms) // 2], "rms_errors": rms, "matches": errors[-1] <= TOLERANCE[args.dtype], **notes}
+                row = {"model": name, "system": system, "dtype": args.dtype, "batch": args.batch, "latency": latency, "prepare_seconds": seconds, "relative_error": error, "relative_errors": errors, "rms_error": rms[len(rms) // 2], "rms_errors": rms, "matches": errors[-1] <= TOLERANCE[args.dtype], "output_spread": spread, **notes}
                 rows.append(row)
                 spread = (max(round_medians) - min(round_medians)) / 1000
                 print(f"  {name:<16} {system:<11} {latency['median_us'] / 1000:8.3f} ms  (rounds {spread:.3f} ms apart; prepare {seconds:.1f} s, rel.err {error:.1e} median of {len(errors)}, max {errors[-1]:.1e}, rms {rms[len(rms) // 2]:.2e}, peak {notes['peak_bytes'] / 2**20:.0f} MiB)", file=sys.stderr, flush=True)

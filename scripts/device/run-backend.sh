@@ -11,6 +11,7 @@
 #   llama,qwen2:bfloat16" writes the fused-kernel graphs of those models (experiments/python/kernel_graphs.py)
 #   into kernel-graphs/. TRAINING="resnet50,mobilenet-v2,encoder:32,64" runs the training comparison
 #   (experiments/python/training_backend.py) for those models and batches, within TRAINING_SECONDS (default 400).
+#   ROUNDS=5 times each comparison in 5 rounds (default 3).
 #   TRAINING_OVERHEAD=resnet50:32 first profiles a training step's host time against reduce-overhead
 #   (experiments/python/training_overhead.py, within TRAINING_OVERHEAD_SECONDS, default 240).
 set -uo pipefail
@@ -37,7 +38,7 @@ if [ "${TESTS_SECONDS:-300}" != 0 ]; then
 fi
 if [ -n "${TRAINING:-}" ]; then
     IFS=: read -r models batches <<< "$TRAINING"
-    timeout "${TRAINING_SECONDS:-400}" python3 experiments/python/training_backend.py --out "$out/training-backend.json" --models "$models" --batches "$batches" \
+    timeout "${TRAINING_SECONDS:-400}" python3 experiments/python/training_backend.py --out "$out/training-backend.json" --models "$models" --batches "$batches" --rounds "${ROUNDS:-3}" \
         --commit "$(cat .gpu/COMMIT 2>/dev/null || echo unknown)" > "$out/training-backend.table" 2> "$out/training-backend.log"
     training_status=$?
     [ "$training_status" = 0 ] || status=$training_status
@@ -50,7 +51,7 @@ for cell in "$@"; do
     IFS=: read -r models dtype batch <<< "$cell"
     name="same-process-backend-$cells-$dtype-b$batch"
     timeout "$budget" python3 experiments/python/same_process.py --models-json "$out/models.json" --out "$out/$name.json" \
-        --models "$models" --systems eager,compile,nimble,backend --dtype "$dtype" --batch "$batch" \
+        --models "$models" --systems eager,compile,nimble,backend --dtype "$dtype" --batch "$batch" --rounds "${ROUNDS:-3}" \
         --commit "$(cat .gpu/COMMIT 2>/dev/null || echo unknown)" > "$out/$name.table" 2> "$out/$name.log"
     cell_status=$?
     [ "$cell_status" = 0 ] || status=$cell_status
