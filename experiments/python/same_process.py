@@ -166,6 +166,20 @@ def output_spread(outputs):
     return max((((o.float() - first).abs().max()) / scale).item() for o in outputs[1:]) if len(outputs) > 1 else float("nan")
 
 
+def tf32_drift(model, checks):
+    """How far eager's own output moves when its convolutions and matrix products round to
+    float32 instead of TF32 (PyTorch's default for convolutions): the median over the checked
+    inputs of the relative max-abs difference. The rounding a system may differ from eager by
+    is of this size; a network that amplifies rounding shows it here first."""
+    flags = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        drifts = sorted(relative_error(model(x), expected) for x, expected in checks)
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = flags
+    return drifts[len(drifts) // 2]
+
+
 def prepared(system, model, make_input, save_to):
     """A function of the input for `system`, the seconds it took to make it, and notes (its
     peak memory among them)."""
@@ -211,7 +225,7 @@ def rms_error(got, expected):
 
 
 METHOD = (
-    "one Python process, the same module object for every system; BatchNorm running statistics measured on random inputs (experiments/python/same_process.py: calibrated) instead of the initial zeros and ones, under which some models' outputs do not depend on the input; output_spread: how much eager's outputs on the checked inputs differ (max-abs difference from the first over its max-abs value); the record's batch and dtype for every system "
+    "one Python process, the same module object for every system; BatchNorm running statistics measured on random inputs (experiments/python/same_process.py: calibrated) instead of the initial zeros and ones, under which some models' outputs do not depend on the input; output_spread: how much eager's outputs on the checked inputs differ (max-abs difference from the first over its max-abs value); eager_tf32_drift (float32): eager's own relative max-abs difference with TF32 off against PyTorch's defaults, the median over the checked inputs; the record's batch and dtype for every system "
     "(float32 with PyTorch's defaults, TF32 for cuDNN convolutions; or the module and float inputs cast to bfloat16), cuDNN benchmark on, fresh random inputs, CUDA events around each "
     "call on the current stream, from an idle device; every system prepared and kept, then timed in --rounds rounds, each round every system in turn (50 warm-ups, 100 timed calls; the order rotated by one each round): latency over all rounds' samples, median, and round_medians_us each round's median (their spread is the run's noise); relative_error: max-abs difference from eager's output over eager's max-abs value, the median over --checks fresh inputs (all in relative_errors; matches: the largest within the dtype's tolerance); rms_error: root-mean-square difference over eager's root-mean-square value, the median over the same inputs (all in rms_errors); cuda-graph: torch.cuda.graph of the whole forward after three warm-ups on a "
     "side stream; compile: torch.compile(mode='reduce-overhead'); nimble: nimble_rs.Nimble(model).prepare(x) "
@@ -279,6 +293,7 @@ def main():
                 # systems are compared on its median.
                 checks = [(x, first_output(model(x)).clone()) for x in (make_input() for _ in range(args.checks))]
                 spread = output_spread([expected for _, expected in checks])
+                drift = tf32_drift(model, checks) if args.dtype == "float32" else None
             except Exception as e:  # the module itself fails: nothing to compare with
                 skipped.append({"model": name, "reason": f"eager failed: {type(e).__name__}: {e}"})
                 print(f"{name}: skipped (eager failed: {type(e).__name__}: {e})", file=sys.stderr, flush=True)
@@ -314,10 +329,10 @@ def main():
                 error = errors[len(errors) // 2]
                 latency = summary(samples)
                 latency["round_medians_us"] = round_medians
-                row = {"model": name, "system": system, "dtype": args.dtype, "batch": args.batch, "latency": latency, "prepare_seconds": seconds, "relative_error": error, "relative_errors": errors, "rms_error": rms[len(rms) // 2], "rms_errors": rms, "matches": errors[-1] <= TOLERANCE[args.dtype], "output_spread": spread, **notes}
+                row = {"model": name, "system": system, "dtype": args.dtype, "batch": args.batch, "latency": latency, "prepare_seconds": seconds, "relative_error": error, "relative_errors": errors, "rms_error": rms[len(rms) // 2], "rms_errors": rms, "matches": errors[-1] <= TOLERANCE[args.dtype], "output_spread": spread, "eager_tf32_drift": drift, **notes}
                 rows.append(row)
-                spread = (max(round_medians) - min(round_medians)) / 1000
-                print(f"  {name:<16} {system:<11} {latency['median_us'] / 1000:8.3f} ms  (rounds {spread:.3f} ms apart; prepare {seconds:.1f} s, rel.err {error:.1e} median of {len(errors)}, max {errors[-1]:.1e}, rms {rms[len(rms) // 2]:.2e}, peak {notes['peak_bytes'] / 2**20:.0f} MiB)", file=sys.stderr, flush=True)
+                rounds_apart = (max(round_medians) - min(round_medians)) / 1000
+                print(f"  {name:<16} {system:<11} {latency['median_us'] / 1000:8.3f} ms  (rounds {rounds_apart:.3f} ms apart; prepare {seconds:.1f} s, rel.err {error:.1e} median of {len(errors)}, max {errors[-1]:.1e}, rms {rms[len(rms) // 2]:.2e}, peak {notes['peak_bytes'] / 2**20:.0f} MiB)", file=sys.stderr, flush=True)
             del ready, timings
             torch._dynamo.reset()
             torch.cuda.synchronize()
