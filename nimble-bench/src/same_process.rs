@@ -45,6 +45,9 @@ struct Row {
     batch: u32,
     latency: Option<Latency>,
     relative_error: Option<f64>,
+    /// Eager's own relative difference with TF32 off (float32 records from 36225d0 on): what
+    /// rounding alone moves this model's output by.
+    eager_tf32_drift: Option<f64>,
     error: Option<String>,
 }
 
@@ -57,8 +60,8 @@ fn one() -> u32 {
 }
 
 #[derive(Deserialize)]
-struct Latency {
-    median_us: f64,
+pub(crate) struct Latency {
+    pub(crate) median_us: f64,
     /// Each timing round's median, in records whose systems were timed in rounds (every system
     /// in each round): their spread is the run's noise.
     #[serde(default)]
@@ -67,7 +70,7 @@ struct Latency {
 
 /// "lo–hi": the lowest and highest of `system`'s latency over `base`'s, round by round (rounds
 /// timed both), or "-" for records without rounds.
-fn round_ratio_range(system: &Latency, base: &Latency) -> String {
+pub(crate) fn round_ratio_range(system: &Latency, base: &Latency) -> String {
     let ratios: Vec<f64> = system.round_medians_us.iter().zip(&base.round_medians_us).filter(|(_, b)| **b > 0.0).map(|(s, b)| s / b).collect();
     let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
     let high = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -144,8 +147,12 @@ pub fn same_process(records: &[PathBuf], out_dir: &Path) -> Result<()> {
             for row in record.rows.iter().filter(|r| r.model == name) {
                 if let Some(error) = &row.error {
                     println!("{label}: {} failed: {error}", row.system);
-                } else if row.relative_error.is_some_and(|e| e > tolerance) {
-                    println!("{label}: {} differs from eager by {:.1e} (tolerance {tolerance:.0e})", row.system, row.relative_error.unwrap_or(f64::NAN));
+                } else if let Some(e) = row.relative_error.filter(|&e| e > tolerance) {
+                    match row.eager_tf32_drift {
+                        Some(drift) if e <= drift => println!("{label}: {} differs from eager by {e:.1e}, within eager's own drift with TF32 off ({drift:.1e}; tolerance {tolerance:.0e})", row.system),
+                        Some(drift) => println!("{label}: {} differs from eager by {e:.1e} (tolerance {tolerance:.0e}; eager's own drift with TF32 off {drift:.1e})", row.system),
+                        None => println!("{label}: {} differs from eager by {e:.1e} (tolerance {tolerance:.0e})", row.system),
+                    }
                 }
             }
             let cell = |v: Option<f64>| v.map_or(format!("{:>9}", "-"), |v| format!("{v:>9.3}"));

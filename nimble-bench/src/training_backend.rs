@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 
 use crate::bars::{draw_grouped, Group, PALETTE};
-use crate::same_process::Provenance;
+use crate::same_process::{round_ratio_range, Latency, Provenance};
 
 #[derive(Deserialize)]
 struct Record {
@@ -23,15 +23,10 @@ struct Row {
     model: String,
     batch: u32,
     system: String,
-    step: Option<Step>,
+    step: Option<Latency>,
     prepare_seconds: Option<f64>,
     grad_error: Option<f64>,
     error: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct Step {
-    median_us: f64,
 }
 
 /// The systems after eager, each drawn as its step's speedup over eager's.
@@ -43,7 +38,7 @@ pub fn training_backend(records: &[PathBuf], out_dir: &Path) -> Result<()> {
         bail!("no records given: expected --results FILE[,FILE…] from experiments/python/training_backend.py");
     }
     let (mut groups, mut notes) = (Vec::new(), Vec::new());
-    println!("{:<14} {:>5} {:>9} {:>9} {:>9} {:>15} {:>13} {:>21}   (step ms, median)", "model", "batch", "eager", "compile", "backend", "backend/compile", "prepare c/b s", "grad error c/b");
+    println!("{:<14} {:>5} {:>9} {:>9} {:>9} {:>15} {:>10} {:>13} {:>21}   (step ms, median)", "model", "batch", "eager", "compile", "backend", "backend/compile", "by round", "prepare c/b s", "grad error c/b");
     for path in records {
         let text = nimble_graph::json::read_text(path).with_context(|| format!("reading {}", path.display()))?;
         let record: Record = serde_json::from_str(&text).with_context(|| format!("{}: not a training-backend record", path.display()))?;
@@ -67,7 +62,9 @@ pub fn training_backend(records: &[PathBuf], out_dir: &Path) -> Result<()> {
             let prepare = |system: &str| row(system).and_then(|r| r.prepare_seconds).map_or("-".to_string(), |v| format!("{v:.1}"));
             let grad = |system: &str| row(system).and_then(|r| r.grad_error).map_or("-".to_string(), |v| format!("{v:.1e}"));
             let ratio = step("backend").zip(step("compile")).map_or("-".to_string(), |(b, c)| format!("{:.2}", b / c));
-            println!("{model:<14} {batch:>5} {} {} {} {ratio:>15} {:>13} {:>21}", ms("eager"), ms("compile"), ms("backend"), format!("{}/{}", prepare("compile"), prepare("backend")), format!("{}/{}", grad("compile"), grad("backend")));
+            let latency = |system: &str| row(system).and_then(|r| r.step.as_ref());
+            let by_round = latency("backend").zip(latency("compile")).map_or("-".to_string(), |(b, c)| round_ratio_range(b, c));
+            println!("{model:<14} {batch:>5} {} {} {} {ratio:>15} {by_round:>10} {:>13} {:>21}", ms("eager"), ms("compile"), ms("backend"), format!("{}/{}", prepare("compile"), prepare("backend")), format!("{}/{}", grad("compile"), grad("backend")));
             let eager = step("eager");
             groups.push(Group { label: format!("{model} b{batch}"), values: SERIES.iter().map(|(system, _, _)| eager.zip(step(system)).map_or(0.0, |(e, v)| e / v)).collect() });
         }
