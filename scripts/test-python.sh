@@ -20,7 +20,9 @@ if ! "$venv/bin/python3" -c "import transformers" 2>/dev/null; then
     "$venv/bin/pip" install --quiet --disable-pip-version-check "transformers==5.17.0"
 fi
 if ! "$venv/bin/python3" -c "import torchvision" 2>/dev/null; then
-    "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps "torchvision==0.26.0"
+    # Its one dependency besides torch and numpy (transformers brings numpy): `import
+    # torchvision` fails without it, as on a fresh machine (a venv that had it by chance hid that).
+    "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps "torchvision==0.26.0" "pillow==13.0.0"
 fi
 cd "$repo"
 # From the repo root, so that .cargo/config.toml (LIBTORCH) applies to the build: the package
