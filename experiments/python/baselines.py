@@ -128,6 +128,13 @@ def timed_rounds(runs, make_inputs, warmup, iterations, rounds):
     return results
 
 
+def round_ratios(latency, base):
+    """`latency`'s round medians over `base`'s, round by round, lowest to highest ("0.88 0.91"),
+    or "-" for rows timed without rounds: the noise of a comparison's verdict."""
+    pairs = zip(latency.get("round_medians_us", []), base.get("round_medians_us", []))
+    return " ".join(f"{r:.2f}" for r in sorted(a / b for a, b in pairs if b > 0)) or "-"
+
+
 def prepared(system, model, shape, device):
     """A function of the input for `system`, and the seconds it took to make it."""
     started = time.time()

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 from torch._inductor.utils import fresh_cache
 
-from baselines import build, first_output, load_reference_module, summary, timed_rounds, write_record
+from baselines import build, first_output, load_reference_module, round_ratios, summary, timed_rounds, write_record
 
 COVERAGE_MODELS = ["googlenet", "inception-v4", "bert-base"]
 DECODERS = ["llama", "qwen2", "mistral"]
@@ -303,6 +303,11 @@ def main():
             # (clocks, another tenant, the host) falls on every system alike, and the spread of a
             # system's round medians is the run's measured noise.
             ready = {}
+
+            def failed(system, e):  # one system failing must not lose the others
+                rows.append({"model": name, "system": system, "dtype": args.dtype, "batch": args.batch, "error": f"{type(e).__name__}: {e}"})
+                print(f"  {name:<16} {system:<11} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+
             for system in systems:
                 try:
                     run, seconds, notes = prepared(system, model, make_input, save.get(name))
@@ -313,17 +318,14 @@ def main():
                         rms.append(rms_error(got, expected))
                     errors.sort()
                     rms.sort()
-                except Exception as e:  # one system failing must not lose the others
-                    rows.append({"model": name, "system": system, "dtype": args.dtype, "batch": args.batch, "error": f"{type(e).__name__}: {e}"})
-                    print(f"  {name:<16} {system:<11} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+                except Exception as e:  # noqa: BLE001 - recorded as the system's failure
+                    failed(system, e)
                     continue
                 ready[system] = (run, seconds, notes, errors, rms)
             timings = timed_rounds({system: entry[0] for system, entry in ready.items()}, lambda: (make_input(),), args.warmup, args.iters, args.rounds)
             for system, (run, seconds, notes, errors, rms) in ready.items():
                 if isinstance(timings[system], Exception):
-                    e = timings[system]
-                    rows.append({"model": name, "system": system, "dtype": args.dtype, "batch": args.batch, "error": f"{type(e).__name__}: {e}"})
-                    print(f"  {name:<16} {system:<11} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+                    failed(system, timings[system])
                     continue
                 samples, round_medians = timings[system]
                 error = errors[len(errors) // 2]
@@ -361,17 +363,8 @@ def main():
             "/".join(ratio(s, key) for key in (lambda r: r["latency"]["median_us"], lambda r: r["relative_error"], lambda r: r["rms_error"], lambda r: r["prepare_seconds"]))
             for s in ("nimble", "backend")
         ]
-        print(f"{name:<16} " + " ".join(cells) + f"   {ratios[0]:>24} {ratios[1]:>24}   backend/compile by round: {round_ratios(by_system)}")
-
-
-def round_ratios(by_system):
-    """The backend's latency over reduce-overhead's in each timing round (both were timed in
-    every round), lowest to highest: the noise of the verdict."""
-    if not {"backend", "compile"} <= set(by_system):
-        return "-"
-    pairs = zip(by_system["backend"]["latency"].get("round_medians_us", []), by_system["compile"]["latency"].get("round_medians_us", []))
-    ratios = sorted(b / c for b, c in pairs if c > 0)
-    return " ".join(f"{r:.2f}" for r in ratios) or "-"
+        by_round = round_ratios(by_system["backend"]["latency"], by_system["compile"]["latency"]) if {"backend", "compile"} <= set(by_system) else "-"
+        print(f"{name:<16} " + " ".join(cells) + f"   {ratios[0]:>24} {ratios[1]:>24}   backend/compile by round: {by_round}")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch._inductor.utils import fresh_cache
 
-from baselines import CIFAR_MODELS, summary, timed_rounds, write_record
+from baselines import CIFAR_MODELS, round_ratios, summary, timed_rounds, write_record
 
 SYSTEMS = ["eager", "compile", "backend"]
 MODELS = ["resnet50", "mobilenet-v2", "encoder"]
@@ -184,18 +184,20 @@ def main():
             # Every system prepared and kept, then timed in rounds (every system in each, the
             # order rotating): the spread of a system's round medians is the run's noise.
             ready = {}
+
+            def failed(system, e):  # one system failing must not lose the others
+                rows.append({"model": name, "batch": batch, "system": system, "error": f"{type(e).__name__}: {e}"})
+                print(f"  {name:<14} b{batch:<4} {system:<8} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+
             for system in systems:
                 try:
                     ready[system] = prepared(system, initial, make_batch, batch)
-                except Exception as e:  # one system failing must not lose the others
-                    rows.append({"model": name, "batch": batch, "system": system, "error": f"{type(e).__name__}: {e}"})
-                    print(f"  {name:<14} b{batch:<4} {system:<8} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+                except Exception as e:  # noqa: BLE001 - recorded as the system's failure
+                    failed(system, e)
             timings = timed_rounds({system: entry[0] for system, entry in ready.items()}, lambda: make_batch(batch), args.warmup, args.iters, args.rounds)
             for system, (step, seconds, errors, notes) in ready.items():
                 if isinstance(timings[system], Exception):
-                    e = timings[system]
-                    rows.append({"model": name, "batch": batch, "system": system, "error": f"{type(e).__name__}: {e}"})
-                    print(f"  {name:<14} b{batch:<4} {system:<8} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+                    failed(system, timings[system])
                     continue
                 samples, round_medians = timings[system]
                 latency = summary(samples)
@@ -218,7 +220,7 @@ def main():
             ratio = "-"
             if {"backend", "compile"} <= set(hit):
                 b, c = hit["backend"], hit["compile"]
-                by_round = " ".join(f"{x / y:.2f}" for x, y in sorted(zip(b["step"].get("round_medians_us", []), c["step"].get("round_medians_us", [])), key=lambda p: p[0] / p[1]))
+                by_round = round_ratios(b["step"], c["step"])
                 ratio = f"{b['step']['median_us'] / c['step']['median_us']:.2f}x (by round {by_round}) / {b['grad_error']:.1e} vs {c['grad_error']:.1e} / {b['prepare_seconds'] / c['prepare_seconds']:.2f}x"
             print(f"{name:<14} {batch:>5} " + " ".join(cells) + f"   {ratio}")
 

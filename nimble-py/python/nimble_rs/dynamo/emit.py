@@ -99,21 +99,18 @@ class Schedule:
             waits.setdefault(b, []).append(a)
             records.add(a)
         first_stream: Dict[int, int] = {}
-        streams_of_storage: Dict[int, Set[int]] = {}
         for i in self.order:
             s = p.statements[i]
             if s.kind == "kernel":
                 for st in s.reads | s.writes:
                     first_stream.setdefault(st, stream_of[i])
-                    streams_of_storage.setdefault(st, set()).add(stream_of[i])
         for i in self.order:
             s = p.statements[i]
             if s.kind == "alloc":
                 storages = p.storage_of_statement(s)
                 stream_of[i] = min((first_stream[st] for st in storages if st in first_stream), default=0)
-                for st in storages:
-                    streams_of_storage.setdefault(st, set()).add(stream_of[i])
-        shared = {st for st, used in streams_of_storage.items() if len(used) > 1}
+        users, allocated_on = _users_and_allocation_streams(p, self.order, stream_of)
+        shared = _shared(users, allocated_on, stream_of)
         self.shared = len(shared)
         last_of_region: Dict[int, int] = {}
         for i in self.order:
@@ -123,18 +120,19 @@ class Schedule:
         # What each stream's next op is known to follow, for the deferred frees of shared
         # storages; `deferred` holds (del statement, its names, their shared storages).
         known = _Completion(p, streams=1 + max((r["stream"] for r in self.regions), default=0))
-        users, allocated_on = _users_and_allocation_streams(p, self.order, stream_of)
         deferred: List[Tuple[int, List[str], Set[int]]] = []
 
-        def add(step: Tuple) -> None:
-            steps.append(step)
-            known.step(step)
-            if not deferred or step[0] not in ("stmt", "wait", "fork", "deferred"):
-                return
+        def release() -> None:
             for entry in list(deferred):
                 if all(users.get(st, set()) <= known.before[allocated_on[st]] for st in entry[2]):
                     deferred.remove(entry)
                     steps.append(("del", entry[0], entry[1]))
+
+        def add(step: Tuple) -> None:
+            steps.append(step)
+            known.step(step)
+            if deferred and step[0] in ("stmt", "wait", "fork"):
+                release()
 
         add(("fork",))
         started: Set[int] = set()
@@ -148,7 +146,7 @@ class Schedule:
                 later = [n for n in names if n not in kept]
                 if later:
                     deferred.append((i, later, {st for n in later for st in p.storage.get(n, set()) & shared if st in allocated_on}))
-                    add(("deferred", i))
+                    release()
                 continue
             if s.kind not in ("kernel", "alloc"):
                 add(("stmt", i, None))
@@ -162,7 +160,6 @@ class Schedule:
             if region is not None and last_of_region[region] == i and region in records:
                 add(("record", region, stream_of[i]))
         self.kept_to_end = len({st for entry in deferred for st in entry[2]})
-        steps = [step for step in steps if step[0] != "deferred"]
         steps.append(("join",))
         return steps
 
@@ -178,9 +175,7 @@ class Schedule:
         known = _Completion(p, streams)
         stream_of = {step[1]: step[2] for step in self.steps if step[0] == "stmt" and step[2] is not None}
         users, allocated_on = _users_and_allocation_streams(p, [i for i in self.order if i in stream_of], stream_of)
-        touched_by: Dict[int, Set[int]] = {}
-        for st, kernels in users.items():
-            touched_by[st] = {stream_of[i] for i in kernels}
+        shared = _shared(users, allocated_on, stream_of)
         for step in self.steps:
             if step[0] == "stmt" and step[2] is not None and p.statements[step[1]].kind == "kernel":
                 i, k = step[1], step[2]
@@ -193,7 +188,7 @@ class Schedule:
             elif step[0] == "del":
                 for name in step[2]:
                     for st in p.storage.get(name, set()):
-                        if len(touched_by.get(st, ())) > 1 and st in allocated_on:
+                        if st in shared and st in allocated_on:
                             early = users[st] - known.before[allocated_on[st]]
                             if early:
                                 j = min(early)
@@ -286,6 +281,18 @@ def _users_and_allocation_streams(program: WrapperProgram, order: Sequence[int],
             for st in created - inputs:
                 allocated_on.setdefault(st, stream_of[i])
     return users, allocated_on
+
+
+def _shared(users: Dict[int, Set[int]], allocated_on: Dict[int, int], stream_of: Dict[int, int]) -> Set[int]:
+    """The storages touched on more than one stream (their kernels' and their allocation's)."""
+    shared = set()
+    for st, kernels in users.items():
+        streams = {stream_of[i] for i in kernels}
+        if st in allocated_on:
+            streams.add(allocated_on[st])
+        if len(streams) > 1:
+            shared.add(st)
+    return shared
 
 
 def _parsed(text: str) -> List[ast.stmt]:
