@@ -676,6 +676,30 @@ fn same_process_labels_each_setting_and_judges_errors_by_dtype() {
 }
 
 #[test]
+fn same_process_guards_the_backends_published_ratios_round_by_round() {
+    // The ratios and round ranges README and docs/python.md publish for the records timed in
+    // rounds, and eager's own TF32 drift judging Inception-v4's float32 errors.
+    let figures = scratch("same-process-rounds");
+    let cases: [(&str, &[(&str, &str, &str)]); 2] = [
+        ("same-process-backend-6476f4a-bfloat16-b1-decoders.json", &[("llama", "0.89", "0.89–0.89"), ("qwen2", "0.86", "0.85–0.87"), ("mistral", "0.90", "0.90–0.90")]),
+        ("same-process-backend-628bc90-float32-b1-branchy.json", &[("googlenet", "0.65", "0.63–0.65"), ("inception-v4", "0.68", "0.66–0.69"), ("nasnet-a-large", "0.66", "0.64–0.67")]),
+    ];
+    for (record, rows) in cases {
+        let output = nimble_bench(&["same-process", "--results", &format!("../paper-figs/results/{record}"), "--out-dir", figures.to_str().unwrap()]);
+        let text = stdout(&output);
+        assert!(output.status.success(), "{text}");
+        for (model, ratio, rounds) in rows {
+            let row: Vec<&str> = text.lines().find(|l| l.split_whitespace().next() == Some(model)).unwrap_or_default().split_whitespace().collect();
+            assert_eq!((row.get(7).copied(), row.get(8).copied()), (Some(*ratio), Some(*rounds)), "{model}: {text}");
+        }
+    }
+    let output = nimble_bench(&["same-process", "--results", "../paper-figs/results/same-process-backend-36225d0-float32-b1-inception-v4-googlenet.json", "--out-dir", figures.to_str().unwrap()]);
+    let text = stdout(&output);
+    assert!(text.contains("inception-v4: backend differs from eager by 1.7e-1, within eager's own drift with TF32 off (2.3e-1"), "{text}");
+    assert!(text.contains("inception-v4: nimble differs from eager by 2.7e-1 (tolerance 1e-2; eager's own drift with TF32 off 2.3e-1)"), "{text}");
+}
+
+#[test]
 fn training_backend_renders_the_committed_record_and_refuses_another_kind() {
     let figures = scratch("training-backend-figures");
     let output = nimble_bench(&["training-backend", "--results", "../paper-figs/results/training-backend-93c4aa5-b32.json", "--out-dir", figures.to_str().unwrap()]);
@@ -686,6 +710,12 @@ fn training_backend_renders_the_committed_record_and_refuses_another_kind() {
         assert!(text.lines().any(|l| l.starts_with(model) && l.split_whitespace().nth(5) == Some(ratio)), "{model}: {text}");
     }
     assert!(figures.join("training-backend.svg").exists());
+    // After the gradients were lent, timed in rounds: the ratio and its range over rounds.
+    let output = nimble_bench(&["training-backend", "--results", "../paper-figs/results/training-backend-628bc90-b32-resnet50.json,../paper-figs/results/training-backend-7e3ac64-b32.json", "--out-dir", figures.to_str().unwrap()]);
+    let text = stdout(&output);
+    for (model, ratio, rounds) in [("resnet50", "0.91", "0.78–1.13"), ("resnet50", "1.10", "0.92–1.22"), ("mobilenet-v2", "1.06", "0.59–1.08")] {
+        assert!(text.lines().any(|l| l.starts_with(model) && l.split_whitespace().nth(5) == Some(ratio) && l.split_whitespace().nth(6) == Some(rounds)), "{model}: {text}");
+    }
     let output = nimble_bench(&["training-backend", "--results", "../paper-figs/results/same-process-backend-e4b9e0e-float32-b16-inception-v3.json", "--out-dir", figures.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("expected training-backend"), "{output:?}");
