@@ -3,6 +3,7 @@ graph, parameters read in place, one memory pool for every shape, buffers safe a
 the measured choice, and the fallback for a graph that cannot be captured. Skipped without CUDA;
 with NIMBLE_REQUIRE_GPU=1 a missing GPU fails instead."""
 
+import gc
 import re
 import warnings
 
@@ -99,6 +100,28 @@ def test_shapes_share_one_pool_and_are_bounded():
     assert runner.shared_pool() == pool
     bounded = [str(w.message) for w in caught if "max_shapes" in str(w.message)]
     assert len(bounded) == 1, bounded
+
+
+def test_captures_leave_no_cublas_workspace_behind():
+    # The projections run on side streams. cuBLAS keeps a workspace per handle and stream for
+    # the process's life: a warm-up on a new stream used to leave one allocated for good.
+    model = Attention(d=256, heads=4).cuda().eval()
+    x = torch.randn(4, 32, 256, device="cuda")
+    torch.cuda.synchronize()
+    runner.clear_cublas_workspaces()
+    before = torch.cuda.memory_allocated()
+    fast = compiled(model, choose="streams")
+    with torch.no_grad():
+        for _ in range(3):
+            out = fast(hidden_states=x)
+        assert relative_error(out["last_hidden_state"], model(hidden_states=x)["last_hidden_state"]) < TOLERANCE
+    assert last_report()["streams"] >= 2, last_report()
+    del fast, out
+    torch._dynamo.reset()
+    gc.collect()
+    torch.cuda.synchronize()
+    runner.clear_cublas_workspaces()  # eager's own call above, on the current stream
+    assert torch.cuda.memory_allocated() == before
 
 
 @pytest.mark.parametrize("granularity", ["kernels", "regions"])

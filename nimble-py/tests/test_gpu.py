@@ -1,6 +1,7 @@
 """nimble_rs on a CUDA GPU: prepare, replay, and every output checked against the module.
 Skipped without CUDA; with NIMBLE_REQUIRE_GPU=1 a missing GPU fails instead."""
 
+import gc
 import json
 
 import pytest
@@ -80,6 +81,40 @@ def test_output_structures_and_integer_inputs_survive_the_graph():
     nimble.prepare(ids, features)
     with torch.no_grad():
         assert relative_error(nimble(ids, features), two(ids, features)) < RAW_TOLERANCE
+
+
+class ParallelMatmuls(torch.nn.Module):
+    """Three matmuls side by side: the plan puts them on several streams, and cuBLAS gives each
+    stream a workspace of its own."""
+
+    def __init__(self, d=256):
+        super().__init__()
+        self.branches = torch.nn.ModuleList(torch.nn.Linear(d, d) for _ in range(3))
+
+    def forward(self, x):
+        a, b, c = (branch(x) for branch in self.branches)
+        return a.relu() + b.tanh() + c.sigmoid()
+
+
+def test_dropping_a_prepared_nimble_gives_back_every_byte_it_allocated():
+    # Issue 41: cuBLAS's workspaces for the plan's side streams (32 MiB each on Hopper) stayed
+    # allocated after the Nimble that made them was gone.
+    model = ParallelMatmuls().cuda().eval()
+    x = torch.randn(64, 256, device="cuda")
+    torch.cuda.synchronize()
+    torch._C._cuda_clearCublasWorkspaces()
+    before = torch.cuda.memory_allocated()
+    nimble = nimble_rs.Nimble(model)
+    report = nimble.prepare(x)
+    assert report["streams"] >= 2, report
+    with torch.no_grad():
+        assert relative_error(nimble(x), model(x)) < OPTIMIZED_TOLERANCE
+    del nimble, report
+    gc.collect()
+    torch.cuda.synchronize()
+    # The eager call above made the current stream's workspace; it is not Nimble's.
+    torch._C._cuda_clearCublasWorkspaces()
+    assert torch.cuda.memory_allocated() == before
 
 
 def test_a_host_read_on_the_gpu_is_refused_naming_the_op():

@@ -6,6 +6,7 @@
 #include "nimble_shim.h"
 #include "schedule.h"
 
+#include <ATen/cuda/CUDAContextLight.h>
 #include <ATen/cuda/Sleep.h>
 #include <c10/cuda/CUDAFunctions.h>
 
@@ -213,6 +214,12 @@ int ns_pass_begin(void* schedule, void* graph, int capture_mode, long long gate_
                                    : capture_mode == 2 ? cudaStreamCaptureModeRelaxed
                                                        : cudaStreamCaptureModeGlobal;
       try {
+        // cuBLAS caches a workspace per handle and stream for the process's life (32 MiB each
+        // on Hopper): dropped here, the capture allocates the ones its matmuls use from the
+        // graph's pool, given back with the graph, instead of baking in ones the warm-up left
+        // outside it (33 MB stayed allocated after a side-stream plan was dropped). Dropped
+        // again after the capture (ns_pass_end), so no eager matmul computes in the pool.
+        at::cuda::clearCublasWorkspaces();
         static_cast<Graph*>(graph)->capture_begin({0, 0}, mode);
       } catch (...) {
         if (s->previous) c10::cuda::setCurrentCUDAStream(*s->previous);
@@ -276,6 +283,7 @@ int ns_pass_end(void* schedule, void* graph, char** problem) {
       } catch (const std::exception& e) {
         if (capture_error.empty()) capture_error = e.what();
       }
+      at::cuda::clearCublasWorkspaces();
     }
     if (s->previous) c10::cuda::setCurrentCUDAStream(*s->previous);
     if (!capture_error.empty() && what.empty()) what = "capture failed: " + capture_error;
