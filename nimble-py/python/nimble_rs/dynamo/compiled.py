@@ -253,7 +253,7 @@ def admit_shape(signature: tuple, key: tuple, bound: int) -> bool:
     if len(seen) >= bound:
         warn_once(
             ("shapes", signature),
-            f"nimble backend: a graph of {len(signature[1])} tasks has met {bound} input shapes (option max_shapes); "
+            f"nimble backend: a graph of {len(signature[1])} ATen ops has met {bound} input shapes (option max_shapes); "
             "further shapes run without Nimble's plan (uncaptured on a GPU; on the CPU as compiled, or as Dynamo traced them with granularity \"regions\")",
         )
         return False

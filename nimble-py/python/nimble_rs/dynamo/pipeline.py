@@ -159,6 +159,14 @@ def _compile_regions(gm: torch.fx.GraphModule, tasks: Tasks, algorithm: str) -> 
     return Program(gm, partition, compiled)
 
 
+def _signature(gm: torch.fx.GraphModule, kind: str) -> tuple:
+    """What a graph's shapes are counted under (option max_shapes) and its warnings said once
+    for: its kind and its ATen ops in order, which Dynamo's recompiles of one piece of code for
+    new shapes keep. (Inductor's kernel names do not: a length that needs padding for attention
+    adds a kernel, and the shapes of one model were counted apart.)"""
+    return (kind, tuple(op_name(n) for n in gm.graph.nodes if n.op == "call_function"))
+
+
 def _static_shape_key(example_inputs: Sequence[Any]) -> Optional[tuple]:
     """The shape key of example inputs whose sizes are all concrete (None with dynamic sizes:
     such a graph counts its shapes as it captures them)."""
@@ -210,7 +218,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], optio
     # inputs are the forward's saved values and the gradients, found when it is captured.
     static_indices = _static_indices() if kind != "backward" else set()
     tasks = tasks_of(gm, sorted(static_indices))
-    signature = (kind, tuple(op_name(n) for n in tasks.nodes))
+    signature = _signature(gm, kind)
     on_cuda = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs)
     key = _static_shape_key(example_inputs)
     if not on_cuda and key is not None and not admit_shape(signature, key, options["max_shapes"]):
@@ -256,6 +264,7 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
     static_indices = set(inner_kwargs.get("static_input_idxs") or ()) if kind != "backward" else set()
     mutated = mutated_inputs(gm)
     reference = _copy(gm)
+    signature = _signature(gm, kind)  # before Inductor's passes rewrite gm
     report, uncapturable = _graph_report(gm, example_inputs, options, kind, on_cuda)
     compiled = compile_fx_inner(gm, example_inputs, **inner_kwargs)
     mutated = sorted(set(mutated) | set(getattr(compiled, "mutated_input_idxs", None) or ()))
@@ -264,7 +273,6 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
     except (WrapperError, LookupError, SyntaxError, OSError) as error:
         wrapper = _unplanned(report, kind, error)
     kernels = len(wrapper.tasks) if wrapper is not None else 0
-    signature = (kind, tuple(t.name for t in wrapper.tasks) if wrapper is not None else (f"unplanned {id(compiled)}",))
     key = _static_shape_key(example_inputs)
     if not on_cuda and key is not None and not admit_shape(signature, key, options["max_shapes"]):
         return compiled
