@@ -26,6 +26,7 @@ file, for the Rust CLI to measure the very same model (`nimble-bench infer --tor
 """
 
 import argparse
+import gc
 import json
 import sys
 import time
@@ -183,6 +184,9 @@ def tf32_drift(model, checks):
 def prepared(system, model, make_input, save_to):
     """A function of the input for `system`, the seconds it took to make it, and notes (its
     peak memory among them)."""
+    # What an earlier model's systems left for the collector goes before the base is read:
+    # freed during this preparation, it made a peak negative (Qwen2 after Llama, a5d5cac).
+    gc.collect()
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
