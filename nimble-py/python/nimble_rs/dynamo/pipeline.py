@@ -162,8 +162,8 @@ def _compile_regions(gm: torch.fx.GraphModule, tasks: Tasks, algorithm: str) -> 
 def _signature(gm: torch.fx.GraphModule, kind: str) -> tuple:
     """What a graph's shapes are counted under (option max_shapes) and its warnings said once
     for: its kind and its ATen ops in order, which Dynamo's recompiles of one piece of code for
-    new shapes keep. (Inductor's kernel names do not: a length that needs padding for attention
-    adds a kernel, and the shapes of one model were counted apart.)"""
+    new shapes keep. (Inductor's kernel names need not: with them the shapes of one attention
+    block were seen counted apart on the GPU, and the bound never warned.)"""
     return (kind, tuple(op_name(n) for n in gm.graph.nodes if n.op == "call_function"))
 
 

@@ -42,9 +42,8 @@ def clear_cublas_workspaces() -> None:
     the workspaces its matmuls use from the graph's pool (freed with the graph) instead of
     baking in ones the warm-up left outside it; after it, so that no eager matmul on those
     streams later computes in the pool's memory. Without this every new side stream's warm-up
-    left a workspace allocated for good (the backend's preparation peaked at 167-238 MiB on
-    the decoders against reduce-overhead's 0-53; PyTorch's cudagraph trees clear them the same
-    way)."""
+    left a workspace allocated for good, after the graph was gone (PyTorch's cudagraph trees
+    clear them the same way)."""
     torch._C._cuda_clearCublasWorkspaces()
 
 
