@@ -87,6 +87,9 @@ def main():
             step(*make_batch(args.batch))
         median, low, high = step_median_ms(step, make_batch, args.batch, args.steps)
         print(f"== {system}: {args.model} batch {args.batch}: step {median:.3f} ms (quartiles {low:.3f}-{high:.3f}), CUDA events")
+        # The step leaves its gradients set; a backward under them would accumulate into them
+        # (the backend then copies that call's gradients instead of lending them).
+        optimizer.zero_grad(set_to_none=True)
         host = phases(run, optimizer, make_batch, args.batch, args.steps)
         print("   host ms from an idle device: " + ", ".join(f"{k} {v:.3f}" for k, v in host.items()) + f", sum {sum(host.values()):.3f}")
         if system == "backend":

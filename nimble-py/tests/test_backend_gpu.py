@@ -244,8 +244,9 @@ def test_gradients_are_lent_to_autograd_and_gradients_kept_across_calls_stay_rig
     # The usual loop (zero_grad() sets gradients to None): autograd takes the backward graph's
     # gradients over instead of copying each. Gradients kept from one backward call to the next
     # (zero_grad(set_to_none=False) and accumulation over micro-batches, a forward between the
-    # backward calls): the graph is captured again once, its gradients then copied, and every
-    # gradient is still eager's.
+    # backward calls): those calls run on a second graph, captured once, whose gradients are
+    # copied, and every gradient is still eager's; back in the usual loop the first graph lends
+    # again.
     import copy
 
     eager = Inception(channels=8).cuda().train()
@@ -255,7 +256,7 @@ def test_gradients_are_lent_to_autograd_and_gradients_kept_across_calls_stay_rig
     make = lambda: torch.randn(4, 8, 16, 16, device="cuda")
     train_beside_eager(eager, fast, model, make, steps=3, state_rtol=1e-4)
     backward = [r for r in nimble_rs.dynamo.reports()[before:] if r["graph"] == "backward"][-1]
-    assert backward["gradients"] == "lent" and backward.get("captured_shapes") == 1, backward
+    assert backward["gradients"] == "lent" and backward.get("captured_shapes") == 1 and "copied_calls" not in backward, backward
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(3):
@@ -267,8 +268,11 @@ def test_gradients_are_lent_to_autograd_and_gradients_kept_across_calls_stay_rig
                     run(x).square().mean().backward()
             for a, b in zip(eager.parameters(), model.parameters()):
                 assert torch.allclose(b.grad, a.grad, rtol=1e-4, atol=1e-6), (a.grad, b.grad)
-    assert backward["gradients"] == "copied" and "uncaptured_calls" not in backward, backward
-    assert sum("captured again" in str(w.message) for w in caught) == 1, [str(w.message) for w in caught]
+    assert backward["copied_calls"] == 6 and "uncaptured_calls" not in backward, backward
+    assert sum("second graph" in str(w.message) for w in caught) == 1, [str(w.message) for w in caught]
+    # Gradients set to None again: the lending graph runs, its gradients become .grad as they are.
+    train_beside_eager(eager, fast, model, make, steps=2, state_rtol=1e-4)
+    assert backward["copied_calls"] == 6 and backward["gradients"] == "lent" and "uncaptured_calls" not in backward, backward
 
 
 def test_a_second_forward_before_the_backward_does_not_overwrite_the_first():

@@ -49,9 +49,9 @@ class NimbleCompiled:
     captures: Dict[tuple, Optional[CapturedGraph]] = field(default_factory=dict)
     last: Optional[CapturedGraph] = None
     chosen: Optional[str] = None
-    # Whether a backward's captures lend their gradients (``CapturedGraph.lends_outputs``);
-    # off for good once lent gradients were found held at the next call.
-    lend_gradients: bool = True
+    # A backward's second graph per input shape, whose gradients autograd copies: it runs the
+    # calls that find the lending graph's gradients still held (kept across backward calls).
+    copying: Dict[tuple, CapturedGraph] = field(default_factory=dict)
 
     def _program(self) -> Program:
         if self.chosen == "single" or self.streams_program is None:
@@ -86,6 +86,7 @@ class NimbleCompiled:
         elif not admit_shape(self.signature, key, self.options["max_shapes"]):
             return self._uncaptured(args)
         self.last = self.captures[key] = None  # the old graph's memory goes before the new capture
+        self.copying.pop(key, None)
         graph = self.captures[key] = self.last = self._capture(args)
         self.report["captured_shapes"] = len(self.captures)
         return graph(args) if self.kind == "inference" else self._training_replay(graph, args)
@@ -101,22 +102,22 @@ class NimbleCompiled:
             outputs = graph(args)
             graph.pending = True
             return outputs
+        if not graph.outputs_released() and graph.lends_outputs:
+            # The gradients it lent last time are still held (kept from one backward call to the
+            # next: zero_grad(set_to_none=False), accumulation over micro-batches), so its
+            # memory is theirs: this call runs on a second graph of the shape, captured once,
+            # whose gradients autograd copies. Once they are dropped, the lending graph is back.
+            key = shape_key(args)
+            graph = self.copying.get(key)
+            if graph is None:
+                warn_once(("kept", self.signature), "nimble backend: the gradients a captured backward lent were still held at its next call (kept across backward calls); such calls run on a second graph, whose gradients autograd copies")
+                graph = self.copying[key] = self._capture(args, lend=False)
+            self.report["copied_calls"] = self.report.get("copied_calls", 0) + 1
         if not graph.outputs_released():
-            if graph.lends_outputs:
-                # Gradients kept from one backward to the next (zero_grad(set_to_none=False),
-                # accumulation over several backward calls): lent memory is theirs now. Captured
-                # again once, into new memory, with gradients autograd copies.
-                warn_once(("kept", self.signature), "nimble backend: the gradients a captured backward lent were still held at its next call (kept across backward calls); captured again, with gradients autograd copies")
-                self.lend_gradients = False
-                key = shape_key(args)
-                self.last = self.captures[key] = None
-                graph = self.captures[key] = self.last = self._capture(args)
-                self.report["gradients"] = "copied"
-            else:
-                # Autograd still holds the last call's gradients (it sums several backward
-                # calls' before accumulating them): this call's must be new tensors.
-                warn_once(("held", self.signature), "nimble backend: a backward ran while autograd still held the gradients of its last call; it runs uncaptured")
-                return self._uncaptured(args)
+            # Autograd still holds the last call's gradients (it sums several backward calls'
+            # before accumulating them): this call's must be new tensors.
+            warn_once(("held", self.signature), "nimble backend: a backward ran while autograd still held the gradients of its last call; it runs uncaptured")
+            return self._uncaptured(args)
         outputs = graph(args)
         for forward in graph.consumes:
             forward.pending = False
@@ -126,7 +127,9 @@ class NimbleCompiled:
         self.report["uncaptured_calls"] = self.report.get("uncaptured_calls", 0) + 1
         return self._program().run(args)
 
-    def _capture(self, args) -> CapturedGraph:
+    def _capture(self, args, lend: bool = True) -> CapturedGraph:
+        """A new CUDA graph for ``args``' shapes (choosing the program first, on the first
+        capture); a backward's lends its gradients unless ``lend`` is False."""
         started = time.perf_counter()
         # Warm-ups, the choice's timings and its accuracy check all run the graph: the inputs it
         # writes in place (a buffer's running statistics, a counter) are put back afterwards, so
@@ -143,23 +146,25 @@ class NimbleCompiled:
                 self.chosen, self.report["reason"], graph = self._choose(args, saved, static)
                 self.report["choice"] = self.chosen
             if graph is None:
-                graph = CapturedGraph(self._program(), args, static, self.options["warmups"], self.mutated, self._pool())
+                graph = CapturedGraph(self._program(), args, static, self.options["warmups"], self.mutated, self._pool(lend))
         finally:
             _restore(saved)
         graph.consumes = tuple(consumes)
         if self.kind != "inference":
             graph.track_outputs(forward=self.kind == "forward")
-        if self.kind == "backward" and self.lend_gradients:
+        if self.kind == "backward" and lend:
             graph.lends_outputs = True
             self.report["gradients"] = "lent"
-        self.report.setdefault("peak_bytes", {})[str(shape_key_summary([args[i] for i in graph.copied]))] = graph.peak_bytes
+        # A backward's second graph (gradients copied, see _training_replay) apart from its first.
+        peaks = "peak_bytes" if lend else "copying_peak_bytes"
+        self.report.setdefault(peaks, {})[str(shape_key_summary([args[i] for i in graph.copied]))] = graph.peak_bytes
         self.report["capture_seconds"] = self.report.get("capture_seconds", 0.0) + seconds_since(started)
         return graph
 
-    def _pool(self):
+    def _pool(self, lend: bool = True):
         """The memory pool of a new capture: the shared one (None), or for a backward that lends
         its gradients one of its own (see ``runner.shared_pool``)."""
-        return torch.cuda.graph_pool_handle() if self.kind == "backward" and self.lend_gradients else None
+        return torch.cuda.graph_pool_handle() if self.kind == "backward" and lend else None
 
     def _choose(self, args, saved, static):
         """The program to keep (``streams`` or ``single``), why, and its captured graph when the
