@@ -181,6 +181,12 @@ pub struct InferRow {
     /// stream assignment can beat, and the latency over it (measured by the `floor` module).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub floor: Option<Floor>,
+    /// Graph rows: bytes still allocated on the device once every graph this model prepared was
+    /// dropped, over what was allocated before the first prepare (both after an eager run, so
+    /// that eager's own cached workspaces count in both; at most 0 when dropping gives every byte
+    /// back). One value for the model, on each of its graph rows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allocated_after_drop_bytes: Option<i64>,
 }
 
 /// A whole comparison, as committed under `paper-figs/results/`.
@@ -214,6 +220,12 @@ pub struct Variant {
 /// from L2 between runs, which the baselines' numbers never paid, and slowed MobileNetV2's
 /// graphs by about 12%.)
 pub fn measure_model(model: &dyn Subject, config: &InferConfig, variants: &[Variant]) -> nimble_torch::Result<Vec<InferRow>> {
+    let allocated = || -> nimble_torch::Result<i64> {
+        model.eager(&model.inputs(config.batch))?;
+        nimble_torch::cuda_synchronize()?;
+        Ok(nimble_torch::cuda_allocated_bytes(0)? as i64)
+    };
+    let before_prepare = allocated()?;
     let mut prepared: Vec<Option<(Nimble, PrepareReport, Check)>> = Vec::new();
     let mut scripted: Vec<Option<(tch::CModule, Check)>> = Vec::new();
     for variant in variants {
@@ -242,12 +254,18 @@ pub fn measure_model(model: &dyn Subject, config: &InferConfig, variants: &[Vari
             samples[index].extend(time_runs(model, &block, |xs| run(index, xs))?);
         }
     }
+    let reports: Vec<Option<(PrepareReport, Check)>> = prepared.into_iter().map(|p| p.map(|(nimble, report, check)| {
+        drop(nimble);
+        (report, check)
+    })).collect();
+    let scripted: Vec<Option<Check>> = scripted.into_iter().map(|s| s.map(|(_module, check)| check)).collect();
+    let after_drop = Some(allocated()? - before_prepare).filter(|_| reports.iter().any(Option::is_some));
     Ok(variants
         .iter()
         .zip(samples)
-        .zip(prepared.iter().zip(&scripted))
+        .zip(reports.iter().zip(&scripted))
         .map(|((variant, times), (prepared, scripted))| {
-          let check = prepared.as_ref().map(|p| p.2).or(scripted.as_ref().map(|s| s.1));
+          let check = prepared.as_ref().map(|p| p.1).or(*scripted);
           InferRow {
             model: model.name().into(),
             batch: config.batch,
@@ -258,11 +276,12 @@ pub fn measure_model(model: &dyn Subject, config: &InferConfig, variants: &[Vari
             reference_scale: check.map(|c| c.reference_scale),
             input_sensitive: check.map(|c| c.input_sensitive),
             timed_relative_error: check.and_then(|c| c.timed_relative_error),
-            channels_last: prepared.as_ref().is_some_and(|p| p.1.channels_last),
+            channels_last: prepared.as_ref().is_some_and(|p| p.0.channels_last),
             fuse_conv_relu: prepared.is_some() && variant.optimized && config.fuse_conv_relu,
             fuse_kernels: prepared.is_some() && variant.optimized && config.fuse_kernels,
-            prepare: prepared.as_ref().map(|p| p.1.clone()),
+            prepare: prepared.as_ref().map(|p| p.0.clone()),
             floor: None,
+            allocated_after_drop_bytes: after_drop.filter(|_| prepared.is_some()),
           }
         })
         .collect())

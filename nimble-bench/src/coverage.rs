@@ -109,6 +109,13 @@ fn table(record: &CoverageRecord) -> String {
         s.prepare_max_model,
         list_or_none(&s.vacuous_checks)
     ));
+    if s.memory_after_drop_measured > 0 {
+        lines.push(format!(
+            "memory after dropping the prepared graphs ({} models measured): more allocated than before prepare: {}",
+            s.memory_after_drop_measured,
+            list_or_none(&s.memory_kept_after_drop)
+        ));
+    }
     lines.join("\n")
 }
 

@@ -118,12 +118,13 @@ fn signal_of(_status: &std::process::ExitStatus) -> String {
 fn progress_line(m: &ModelOutcome) -> String {
     match (&m.optimized, m.speedup_over_eager()) {
         (Some(o), Some(eager)) => format!(
-            "{}: ok, {eager:.2}x over eager, {:.2}x over one stream, {} streams, prepare {:.2} s ({:.0} s in all){}",
+            "{}: ok, {eager:.2}x over eager, {:.2}x over one stream, {} streams, prepare {:.2} s ({:.0} s in all){}{}",
             m.name,
             o.graph_ms / o.nimble_ms,
             o.streams,
             o.prepare_s,
             m.process_s,
+            m.allocated_after_drop_bytes.map_or(String::new(), |b| format!(", {:+.1} MiB allocated after drop", b as f64 / (1 << 20) as f64)),
             if m.vacuous_check { "; the check proves little (see reference_scale, input_sensitive)" } else { "" }
         ),
         _ => format!("{}: {}: {}", m.name, m.status.name(), m.error.as_deref().unwrap_or("")),

@@ -179,6 +179,11 @@ pub struct ModelOutcome {
     pub input_sensitive: Option<bool>,
     #[serde(default)]
     pub vacuous_check: bool,
+    /// Bytes still allocated on the device after every graph the model prepared was dropped,
+    /// over what was allocated before its first prepare (`InferRow::allocated_after_drop_bytes`;
+    /// at most 0: every byte given back). Absent in records measured before it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocated_after_drop_bytes: Option<i64>,
 }
 
 impl ModelOutcome {
@@ -205,6 +210,7 @@ impl ModelOutcome {
             reference_scale: None,
             input_sensitive: None,
             vacuous_check: false,
+            allocated_after_drop_bytes: None,
         }
     }
 
@@ -253,6 +259,7 @@ impl ModelOutcome {
             reference_scale,
             input_sensitive,
             vacuous_check: reference_scale.is_some_and(|s| s == 0.0) || input_sensitive == Some(false),
+            allocated_after_drop_bytes: rows.iter().find_map(|r| r["allocated_after_drop_bytes"].as_i64()),
             ..ModelOutcome::unmeasured(entry, part, process_s)
         })
     }
@@ -351,5 +358,21 @@ pub(crate) mod tests {
         assert!(error.contains("nimble row (rewrites true)"), "{error}");
     }
 
-
+    #[test]
+    fn memory_kept_after_drop_is_read_from_the_graph_rows_and_summarized() {
+        assert_eq!(ModelOutcome::from_infer_record(&entry("m"), 0, &infer_record(), 3.0).unwrap().allocated_after_drop_bytes, None);
+        let with = |bytes: i64| {
+            let mut record = infer_record();
+            for row in record["rows"].as_array_mut().unwrap().iter_mut().filter(|r| r["mode"] != "eager") {
+                row["allocated_after_drop_bytes"] = serde_json::json!(bytes);
+            }
+            record
+        };
+        let kept = ModelOutcome::from_infer_record(&entry("kept"), 0, &with(33 << 20), 3.0).unwrap();
+        let freed = ModelOutcome::from_infer_record(&entry("freed"), 0, &with(-(32 << 20)), 3.0).unwrap();
+        let unmeasured = ModelOutcome::from_infer_record(&entry("old"), 0, &infer_record(), 3.0).unwrap();
+        assert_eq!(kept.allocated_after_drop_bytes, Some(33 << 20));
+        let summary = record::Summary::of(&[kept, freed, unmeasured]);
+        assert_eq!((summary.memory_after_drop_measured, summary.memory_kept_after_drop), (2, vec!["kept".to_string()]));
+    }
 }

@@ -95,6 +95,12 @@ pub struct Summary {
     #[serde(deserialize_with = "nan_if_null")]
     pub prepare_max_s: f64,
     pub prepare_max_model: String,
+    /// Models that measured memory after drop (`ModelOutcome::allocated_after_drop_bytes`), and
+    /// those that kept some allocated after it.
+    #[serde(default)]
+    pub memory_after_drop_measured: usize,
+    #[serde(default)]
+    pub memory_kept_after_drop: Vec<String>,
 }
 
 /// Reads a number JSON wrote as `null` (serde_json writes NaN so: an undefined mean or
@@ -148,6 +154,8 @@ impl Summary {
             prepare_median_s: median(&prepare.iter().map(|p| p.0).collect::<Vec<_>>()),
             prepare_max_s: slowest.map_or(f64::NAN, |s| s.0),
             prepare_max_model: slowest.map_or(String::new(), |s| s.1.to_string()),
+            memory_after_drop_measured: ran.iter().filter(|m| m.allocated_after_drop_bytes.is_some()).count(),
+            memory_kept_after_drop: ran.iter().filter(|m| m.allocated_after_drop_bytes.is_some_and(|b| b > 0)).map(|m| m.name.clone()).collect(),
         }
     }
 }
