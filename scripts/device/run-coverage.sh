@@ -7,7 +7,8 @@
 # $OUT/coverage-PART.json (rewritten after every model, so a part cut short keeps what it
 # measured) and $OUT/coverage-PART.log; merge the parts here with
 #   nimble-bench coverage --merge coverage-1.json,coverage-2.json,...
-#   usage: scripts/device/run-coverage.sh PART MODELS [SECONDS]
+#   usage: [SET=torchvision-families|transformers-families] scripts/device/run-coverage.sh PART MODELS [SECONDS]
+# SET picks the exporter's set the models come from (default all: classification and encoders).
 # SECONDS bounds the whole part (default 540), so that it ends inside the device's limit.
 set -uo pipefail
 part=${1:?usage: run-coverage.sh PART MODELS [SECONDS]}
@@ -17,7 +18,7 @@ started=$(date +%s)
 . "$(dirname "$0")/setup.sh"
 dir=${TMPDIR:-/tmp}/nimble-coverage-$part
 rm -rf "$dir" && mkdir -p "$dir"
-python3 experiments/python/export_torchscript.py "$dir" --only "$models" --device cuda 2>&1 | grep -E '^[a-z0-9_.-]+: ' | tee "$out/export-$part.log"
+python3 experiments/python/export_torchscript.py "$dir" --set "${SET:-all}" --only "$models" --device cuda 2>&1 | grep -E '^[a-z0-9_.-]+: ' | tee "$out/export-$part.log"
 left=$((budget - ($(date +%s) - started)))
 echo "== export took $(($(date +%s) - started)) s; $left s left for the models"
 timeout "$left" .gpu/nimble-bench coverage "$dir" --timeout 240 --results "$out/coverage-$part.json" --out-dir "$out/figure-$part" 2>&1 | tee "$out/coverage-$part.log" | grep -E "^\[|^[0-9]+ of|^prepare|^Nimble against"
