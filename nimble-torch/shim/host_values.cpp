@@ -38,29 +38,33 @@ bool copies_to_a_device(const Node* node) {
 }
 
 // The values of the graph that constants and the inputs' shapes determine: outputs of
-// constants, of metadata queries, and of deterministic ops without side effects, mutated
-// arguments or blocks whose inputs are all such values; none that anything writes in place.
-std::unordered_set<const Value*> fixed_values(const std::shared_ptr<torch::jit::Graph>& graph) {
-  torch::jit::AliasDb aliases(graph);
+// constants, of metadata queries, and of deterministic ops without side effects or blocks whose
+// inputs are all such values. An in-place op on such values counts too (transformers' WavLM
+// builds its relative-position buckets with `buckets += ...` on the host): which values it
+// writes, and whether the writes a folded copy depends on are all folded with it, is checked
+// per copy (`writes_outside`).
+std::unordered_set<const Value*> fixed_values(const std::shared_ptr<torch::jit::Graph>& graph, torch::jit::AliasDb& aliases) {
   std::unordered_set<const Value*> fixed;
+  // The graph's constant tensors are shared by every run: a write to one (a frozen buffer
+  // updated in place) changes what the next run computes, so it is never folded.
+  torch::jit::ValueSet constants;
+  for (auto* node : graph->nodes())
+    if (node->kind() == c10::prim::Constant && node->output()->type()->cast<c10::TensorType>() != nullptr) constants.insert(node->output());
   for (auto* node : graph->nodes()) {
     bool is_fixed = node->kind() == c10::prim::Constant || reads_only_metadata(node);
     if (!is_fixed) {
-      const auto* schema = node->maybeSchema();
-      is_fixed = node->blocks().empty() && !node->isNondeterministic() && !node->hasSideEffects() &&
-                 !(schema != nullptr && schema->is_mutable()) && node->kind() != c10::prim::GetAttr;
+      is_fixed = node->blocks().empty() && !node->isNondeterministic() && !node->hasSideEffects() && node->kind() != c10::prim::GetAttr &&
+                 !aliases.writesToAlias(node, constants);
       for (const auto* input : node->inputs()) is_fixed = is_fixed && fixed.count(input) != 0;
     }
-    for (const auto* output : node->outputs()) is_fixed = is_fixed && !aliases.hasWriters(output);
     if (is_fixed)
       for (const auto* output : node->outputs()) fixed.insert(output);
   }
   return fixed;
 }
 
-// A graph of `graph`'s inputs that computes only the `wanted` values (each node they need,
-// cloned in order), returned as one tuple.
-std::shared_ptr<torch::jit::Graph> slice_computing(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<Value*>& wanted) {
+// The nodes computing `wanted`: each one's inputs' producers, transitively.
+std::unordered_set<const Node*> producers(const std::vector<const Value*>& wanted) {
   std::unordered_set<const Node*> needed;
   std::vector<const Value*> pending(wanted.begin(), wanted.end());
   while (!pending.empty()) {
@@ -69,6 +73,28 @@ std::shared_ptr<torch::jit::Graph> slice_computing(const std::shared_ptr<torch::
     if (node->kind() == c10::prim::Param || !needed.insert(node).second) continue;
     for (const auto* input : node->inputs()) pending.push_back(input);
   }
+  return needed;
+}
+
+// Whether a node before `copy` that is not among `needed` (the nodes computing what it copies)
+// writes memory one of their values may alias: computing `needed` alone would then miss that
+// write, and the folded value would differ from the copy's.
+bool writes_outside(const std::shared_ptr<torch::jit::Graph>& graph, torch::jit::AliasDb& aliases, const Node* copy,
+                    const std::unordered_set<const Node*>& needed) {
+  torch::jit::ValueSet values;
+  for (const auto* node : needed)
+    for (const auto* output : node->outputs()) values.insert(output);
+  for (auto* node : graph->nodes()) {
+    if (node == copy) return false;
+    if (!needed.count(node) && aliases.writesToAlias(node, values)) return true;
+  }
+  return false;
+}
+
+// A graph of `graph`'s inputs that computes only the `wanted` values (each node they need,
+// cloned in order), returned as one tuple.
+std::shared_ptr<torch::jit::Graph> slice_computing(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<Value*>& wanted) {
+  const auto needed = producers(std::vector<const Value*>(wanted.begin(), wanted.end()));
   auto slice = std::make_shared<torch::jit::Graph>();
   std::unordered_map<const Value*, Value*> copies;
   for (auto* input : graph->inputs()) copies[input] = slice->addInput()->copyMetadata(input);
@@ -98,10 +124,12 @@ int ns_jit_fold_host_values(void* module, void* const* inputs, int n, void** out
     auto copy = static_cast<torch::jit::Module*>(module)->clone(true);
     auto graph = copy.get_method("forward").graph();
     torch::jit::Inline(*graph);
-    auto fixed = fixed_values(graph);
+    torch::jit::AliasDb aliases(graph);
+    auto fixed = fixed_values(graph, aliases);
     std::vector<Node*> candidates;
     for (auto* node : graph->nodes())
-      if (copies_to_a_device(node) && fixed.count(node->output()) != 0) candidates.push_back(node);
+      if (copies_to_a_device(node) && fixed.count(node->output()) != 0 && !writes_outside(graph, aliases, node, producers({node->inputs()[0]})))
+        candidates.push_back(node);
     if (candidates.empty()) return;
     std::vector<Value*> wanted;
     for (auto* node : candidates) {

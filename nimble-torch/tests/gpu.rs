@@ -342,11 +342,13 @@ fn values_the_host_makes_from_shapes_are_folded_into_constants_and_random_ones_r
     let Some(_gpu) = gpu() else { return };
     // `torch.ones(x.shape).to(weight.device)` copies from the host on every run; computed once,
     // it is a constant of the graph captured for these shapes.
-    let reference = fixture("host_values.pt");
-    for optimize in [true, false] {
-        let mut nimble = fixture("host_values.pt");
+    // in_place_host_values: made from the shape and updated in place on the host, as
+    // transformers' WavLM makes its relative-position buckets.
+    for (name, optimize) in [("host_values.pt", true), ("host_values.pt", false), ("in_place_host_values.pt", true), ("in_place_host_values.pt", false)] {
+        let reference = fixture(name);
+        let mut nimble = fixture(name);
         let report = nimble.prepare(&[randn(&[2, 4, 3, 5])], PrepareOptions::inference().optimize(optimize)).unwrap().clone();
-        assert_eq!(report.host_values_folded, 1, "rewrites {optimize}: {report:?}");
+        assert_eq!(report.host_values_folded, 1, "{name}, rewrites {optimize}: {report:?}");
         for _ in 0..10 {
             let x = randn(&[2, 4, 3, 5]);
             let expected = reference.eager(&[x.shallow_clone()]).unwrap();
@@ -357,10 +359,13 @@ fn values_the_host_makes_from_shapes_are_folded_into_constants_and_random_ones_r
         let error = nimble.eager(&[randn(&[2, 4, 3, 6])]).unwrap_err().to_string();
         assert!(error.contains("[[2, 4, 3, 5]]") && error.contains("[[2, 4, 3, 6]]"), "{error}");
     }
-    // Random numbers drawn on the host differ on every run: still a host copy, refused.
-    let mut random = fixture("random_host_values.pt");
-    let error = random.prepare(&[randn(&[2, 3])], PrepareOptions::inference().optimize(false)).unwrap_err();
-    assert!(matches!(error, NimbleError::HostSync { .. }), "{error}");
+    // Random numbers drawn on the host differ on every run: still a host copy, refused, also
+    // when they change shape-made values in place.
+    for name in ["random_host_values.pt", "random_in_place_host_values.pt"] {
+        let mut random = fixture(name);
+        let error = random.prepare(&[randn(&[2, 3])], PrepareOptions::inference().optimize(false)).unwrap_err();
+        assert!(matches!(error, NimbleError::HostSync { .. }), "{name}: {error}");
+    }
 }
 
 #[test]

@@ -56,8 +56,12 @@ pub(super) fn check(call: &'static str, status: c_int) -> Result<()> {
 }
 
 /// The TorchScript interpreter's errors carry two tracebacks before the line that says what
-/// went wrong; that line is the message.
+/// went wrong; that line is the message. Loading a module that calls an operator libtorch does
+/// not have (a C++ extension's, such as torchvision's) says which and what it means.
 fn summary(message: String) -> String {
+    if let Some(op) = message.lines().find_map(|line| line.trim().strip_prefix("Unknown builtin op: ")) {
+        return unknown_operator(op.trim_end_matches('.'));
+    }
     if !message.contains("Traceback of TorchScript") {
         return message;
     }
@@ -65,6 +69,22 @@ fn summary(message: String) -> String {
         Some(last) => format!("{last} (in the TorchScript module's forward)"),
         None => message,
     }
+}
+
+/// The error for a module that calls `op`, an operator this libtorch does not register.
+fn unknown_operator(op: &str) -> String {
+    let mut message = format!(
+        "the module calls `{op}`, an operator of a C++ extension that this libtorch has not loaded (a TorchScript file names such operators, it does not contain them)"
+    );
+    if op.starts_with("torchvision::") {
+        message.push_str("; in Python, `import torchvision` before `nimble_rs.Nimble` registers torchvision's");
+        let reason = crate::error::host_sync_reason(op, op);
+        if reason.contains("non-maximum suppression") {
+            // The refusal the engine would give once the operator loaded: a host sync.
+            message.push_str(&format!(". Either way it cannot be one CUDA graph: its forward synchronizes with the host ({reason})"));
+        }
+    }
+    message
 }
 
 /// Takes ownership of a malloc'd string from the shim.
@@ -94,4 +114,23 @@ pub(super) unsafe fn adopt_tensors(array: *mut *mut c_void, n: usize) -> Vec<Ten
         tensors.push(unsafe { Tensor::from_ptr(*array.add(i) as *mut c_tensor) });
     }
     tensors
+}
+
+#[cfg(test)]
+mod tests {
+    use super::summary;
+
+    #[test]
+    fn a_module_calling_an_operator_libtorch_lacks_is_refused_saying_which_and_why() {
+        // What libtorch says on loading a scripted module that calls torchvision.ops.nms,
+        // torchvision's C++ library not loaded (shortened).
+        let loaded = "\nUnknown builtin op: torchvision::nms.\nCould not find any similar ops to torchvision::nms. This op may not exist or may not be currently supported in TorchScript.\n:\n  File \"code/__torch__/torchvision/ops/boxes.py\", line 6\n";
+        let message = summary(loaded.to_string());
+        assert!(message.starts_with("the module calls `torchvision::nms`"), "{message}");
+        assert!(message.contains("import torchvision") && message.contains("synchronizes with the host") && message.contains("non-maximum suppression"), "{message}");
+        let other = summary(loaded.replace("torchvision::nms", "my_ops::fused").to_string());
+        assert!(other.starts_with("the module calls `my_ops::fused`") && !other.contains("host"), "{other}");
+        let deform = summary(loaded.replace("torchvision::nms", "torchvision::deform_conv2d").to_string());
+        assert!(deform.contains("import torchvision") && !deform.contains("synchronizes"), "{deform}");
+    }
 }
