@@ -762,6 +762,28 @@ fn training_backend_renders_the_committed_record_and_refuses_another_kind() {
     for (model, ratio, rounds) in [("resnet50", "0.91", "0.78–1.13"), ("resnet50", "1.10", "0.92–1.22"), ("mobilenet-v2", "1.06", "0.59–1.08")] {
         assert!(text.lines().any(|l| l.starts_with(model) && l.split_whitespace().nth(5) == Some(ratio) && l.split_whitespace().nth(6) == Some(rounds)), "{model}: {text}");
     }
+    // Batches 32, 64 and 128 and the encoder (H200, 163561f): the published ratios and rounds.
+    let output = nimble_bench(&[
+        "training-backend",
+        "--results",
+        "../paper-figs/results/training-backend-163561f-resnet50-encoder.json,../paper-figs/results/training-backend-163561f-mobilenet-v2.json",
+        "--out-dir",
+        figures.to_str().unwrap(),
+    ]);
+    let text = stdout(&output);
+    let published = [
+        ("resnet50", "32", "0.91", "0.80–1.05"),
+        ("resnet50", "64", "0.83", "0.73–0.89"),
+        ("resnet50", "128", "0.95", "0.87–1.09"),
+        ("mobilenet-v2", "32", "0.92", "0.88–1.00"),
+        ("mobilenet-v2", "64", "0.92", "0.87–0.98"),
+        ("mobilenet-v2", "128", "0.92", "0.91–0.93"),
+        ("encoder", "32", "0.95", "0.95–0.95"),
+    ];
+    for (model, batch, ratio, rounds) in published {
+        let row = |l: &&str| l.starts_with(model) && l.split_whitespace().nth(1) == Some(batch);
+        assert!(text.lines().filter(row).any(|l| l.split_whitespace().nth(5) == Some(ratio) && l.split_whitespace().nth(6) == Some(rounds)), "{model} b{batch}: {text}");
+    }
     let output = nimble_bench(&["training-backend", "--results", "../paper-figs/results/same-process-backend-e4b9e0e-float32-b16-inception-v3.json", "--out-dir", figures.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("expected training-backend"), "{output:?}");
