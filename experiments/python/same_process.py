@@ -5,8 +5,8 @@
 (cuDNN benchmark on, 50 warm-ups, 100 timed calls on fresh random inputs, CUDA events around
 each call on the current stream, median; every system prepared first and then timed in rounds,
 each round every system in turn, so that the spread of its round medians measures the run's
-noise and a drift of the machine falls on every system alike), in float32 (PyTorch's defaults) or bfloat16 (the
-module and its float inputs cast), at batch 1 or more, the same for every system. Each system's
+noise and a drift of the machine falls on every system alike), in float32 (PyTorch's defaults), bfloat16 or
+float16 (the module and its float inputs cast), at batch 1 or more, the same for every system. Each system's
 output is checked against eager's on a fresh input first; its peak memory (allocated during its
 preparation and first calls, above what the module holds) is recorded.
 
@@ -19,7 +19,7 @@ renders its figure.
 
     python3 experiments/python/same_process.py --models-json MODELS.json --out OUT.json \
         [--models a,b|all] [--systems eager,cuda-graph,compile,nimble,backend] [--warmup 50] [--iters 100] \
-        [--rounds 3] [--dtype float32|bfloat16] [--batch 1] [--checks 5] [--save-torchscript NAME=FILE] [--commit SHA]
+        [--rounds 3] [--dtype float32|bfloat16|float16] [--batch 1] [--checks 5] [--save-torchscript NAME=FILE] [--commit SHA]
 
 `--save-torchscript inception-v3=FILE` also writes the module Nimble traced as a TorchScript
 file, for the Rust CLI to measure the very same model (`nimble-bench infer --torchscript`).
@@ -42,8 +42,9 @@ DECODERS = ["llama", "qwen2", "mistral"]
 SYSTEMS = ["eager", "cuda-graph", "compile", "nimble", "backend"]
 # Float32 with TF32 convolutions (PyTorch's default) and reassociations: every system must land
 # within the inference tolerance of the CLI's check. bfloat16 keeps 8 bits of mantissa: fused
-# kernels that round once where eager rounds after every op drift by a few of its ulps.
-TOLERANCE = {"float32": 1e-2, "bfloat16": 5e-2}
+# kernels that round once where eager rounds after every op drift by a few of its ulps; float16
+# (11 bits) is held to the same.
+TOLERANCE = {"float32": 1e-2, "bfloat16": 5e-2, "float16": 5e-2}
 
 
 def decoder(name, batch):
@@ -230,7 +231,7 @@ def rms_error(got, expected):
 
 METHOD = (
     "one Python process, the same module object for every system; BatchNorm running statistics measured on random inputs (experiments/python/same_process.py: calibrated) instead of the initial zeros and ones, under which some models' outputs do not depend on the input; output_spread: how much eager's outputs on the checked inputs differ (max-abs difference from the first over its max-abs value); eager_tf32_drift (float32): eager's own relative max-abs difference with TF32 off against PyTorch's defaults, the median over the checked inputs; the record's batch and dtype for every system "
-    "(float32 with PyTorch's defaults, TF32 for cuDNN convolutions; or the module and float inputs cast to bfloat16), cuDNN benchmark on, fresh random inputs, CUDA events around each "
+    "(float32 with PyTorch's defaults, TF32 for cuDNN convolutions; or the module and float inputs cast to bfloat16 or float16), cuDNN benchmark on, fresh random inputs, CUDA events around each "
     "call on the current stream, from an idle device; every system prepared and kept, then timed in --rounds rounds, each round every system in turn (50 warm-ups, 100 timed calls; the order rotated by one each round): latency over all rounds' samples, median, and round_medians_us each round's median (their spread is the run's noise); relative_error: max-abs difference from eager's output over eager's max-abs value, the median over --checks fresh inputs (all in relative_errors; matches: the largest within the dtype's tolerance); rms_error: root-mean-square difference over eager's root-mean-square value, the median over the same inputs (all in rms_errors); cuda-graph: torch.cuda.graph of the whole forward after three warm-ups on a "
     "side stream; compile: torch.compile(mode='reduce-overhead'); nimble: nimble_rs.Nimble(model).prepare(x) "
     "(algorithm nimble, the inference rewrites on, layout chosen by measuring); backend: torch.compile(model, "
