@@ -13,6 +13,7 @@
 #include <torch/csrc/jit/runtime/interpreter.h>
 #include <torch/script.h>
 
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -114,7 +115,8 @@ std::shared_ptr<torch::jit::Graph> slice_computing(const std::shared_ptr<torch::
 extern "C" {
 
 // Folds, in the forward of a copy of `module` (its methods inlined), each CPU-to-GPU copy of a
-// fixed value (fixed_values) into a constant holding the copy's result on `inputs`. Writes the
+// fixed value (fixed_values) into a constant holding the copy's result on `inputs`, and each
+// fixed host index of a device tensor's aten::index into a constant on the device. Writes the
 // copy (sharing the module's parameters) to `out` and the number of folded copies to `folded`;
 // when there are none, `out` is null.
 int ns_jit_fold_host_values(void* module, void* const* inputs, int n, void** out, int* folded) {
@@ -130,12 +132,27 @@ int ns_jit_fold_host_values(void* module, void* const* inputs, int n, void** out
     for (auto* node : graph->nodes())
       if (copies_to_a_device(node) && fixed.count(node->output()) != 0 && !writes_outside(graph, aliases, node, producers({node->inputs()[0]})))
         candidates.push_back(node);
-    if (candidates.empty()) return;
+    // Indices built on the host and used to index a device tensor (torchvision's MViT indexes
+    // its relative-position tables with `table[dist.long()]`, `dist` made from shapes by
+    // `torch.arange`): aten::index copies each to the device on every run. (list, position).
+    std::vector<std::pair<Node*, size_t>> indices;
+    for (auto* node : graph->nodes()) {
+      if (node->kind() != c10::Symbol::fromQualString("aten::index") || node->inputs().size() < 2) continue;
+      auto* list = node->inputs()[1]->node();
+      if (list->kind() != c10::prim::ListConstruct) continue;
+      for (size_t i = 0; i < list->inputs().size(); i++) {
+        const auto* index = list->inputs()[i];
+        if (index->type()->cast<c10::TensorType>() != nullptr && fixed.count(index) != 0 && !writes_outside(graph, aliases, list, producers({index})))
+          indices.emplace_back(list, i);
+      }
+    }
+    if (candidates.empty() && indices.empty()) return;
     std::vector<Value*> wanted;
     for (auto* node : candidates) {
       wanted.push_back(node->inputs()[0]);
       wanted.push_back(node->output());
     }
+    for (const auto& [list, i] : indices) wanted.push_back(list->inputs()[i]);
     torch::jit::Stack stack{copy._ivalue()};
     for (int i = 0; i < n; i++) stack.emplace_back(*static_cast<const at::Tensor*>(inputs[i]));
     if (stack.size() != graph->inputs().size())
@@ -152,6 +169,19 @@ int ns_jit_fold_host_values(void* module, void* const* inputs, int n, void** out
       const auto& to = values[2 * i + 1];
       if (!from.isTensor() || !to.isTensor() || !from.toTensor().device().is_cpu() || !to.toTensor().device().is_cuda()) continue;
       candidates[i]->output()->replaceAllUsesWith(graph->insertConstant(to.toTensor().detach()));
+      ++*folded;
+    }
+    // The indexed tensor lives where the module does (its parameters', else the inputs' GPU).
+    std::optional<c10::Device> device;
+    for (const auto& p : copy.parameters())
+      if (!device && p.is_cuda()) device = p.device();
+    for (int i = 0; i < n && !device; i++)
+      if (static_cast<const at::Tensor*>(inputs[i])->is_cuda()) device = static_cast<const at::Tensor*>(inputs[i])->device();
+    for (size_t k = 0; k < indices.size() && device; k++) {
+      const auto& index = values[2 * candidates.size() + k];
+      if (!index.isTensor() || !index.toTensor().device().is_cpu()) continue;
+      auto [list, i] = indices[k];
+      list->replaceInput(i, graph->insertConstant(index.toTensor().detach().to(*device)));
       ++*folded;
     }
     if (*folded == 0) return;

@@ -343,8 +343,10 @@ fn values_the_host_makes_from_shapes_are_folded_into_constants_and_random_ones_r
     // `torch.ones(x.shape).to(weight.device)` copies from the host on every run; computed once,
     // it is a constant of the graph captured for these shapes.
     // in_place_host_values: made from the shape and updated in place on the host, as
-    // transformers' WavLM makes its relative-position buckets.
-    for (name, optimize) in [("host_values.pt", true), ("host_values.pt", false), ("in_place_host_values.pt", true), ("in_place_host_values.pt", false)] {
+    // transformers' WavLM makes its relative-position buckets. host_index: indices made on the
+    // host index a parameter on the GPU (aten::index copies them), as torchvision's MViT does.
+    let fixtures = ["host_values.pt", "in_place_host_values.pt", "host_index.pt"];
+    for (name, optimize) in fixtures.into_iter().flat_map(|name| [(name, true), (name, false)]) {
         let reference = fixture(name);
         let mut nimble = fixture(name);
         let report = nimble.prepare(&[randn(&[2, 4, 3, 5])], PrepareOptions::inference().optimize(optimize)).unwrap().clone();
