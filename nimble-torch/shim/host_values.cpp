@@ -64,22 +64,26 @@ std::unordered_set<const Value*> fixed_values(const std::shared_ptr<torch::jit::
   return fixed;
 }
 
-// The nodes computing `wanted`: each one's inputs' producers, transitively.
-std::unordered_set<const Node*> producers(const std::vector<const Value*>& wanted) {
+// The nodes computing `wanted`: each one's inputs' producers, transitively. Without
+// `through_metadata`, not past a metadata query: its answer does not depend on the values of
+// the tensor it asks about (the device activations upstream of an `x.shape`), only what it
+// asks does, so a write to those values cannot change it.
+std::unordered_set<const Node*> producers(const std::vector<const Value*>& wanted, bool through_metadata = true) {
   std::unordered_set<const Node*> needed;
   std::vector<const Value*> pending(wanted.begin(), wanted.end());
   while (!pending.empty()) {
     const Node* node = pending.back()->node();
     pending.pop_back();
     if (node->kind() == c10::prim::Param || !needed.insert(node).second) continue;
+    if (!through_metadata && reads_only_metadata(node)) continue;
     for (const auto* input : node->inputs()) pending.push_back(input);
   }
   return needed;
 }
 
-// Whether a node before `copy` that is not among `needed` (the nodes computing what it copies)
-// writes memory one of their values may alias: computing `needed` alone would then miss that
-// write, and the folded value would differ from the copy's.
+// Whether a node before `copy` that is not among `needed` (the nodes computing what it copies,
+// up to the metadata queries) writes memory one of their values may alias: computing `needed`
+// alone would then miss that write, and the folded value would differ from the copy's.
 bool writes_outside(const std::shared_ptr<torch::jit::Graph>& graph, torch::jit::AliasDb& aliases, const Node* copy,
                     const std::unordered_set<const Node*>& needed) {
   torch::jit::ValueSet values;
@@ -130,7 +134,7 @@ int ns_jit_fold_host_values(void* module, void* const* inputs, int n, void** out
     auto fixed = fixed_values(graph, aliases);
     std::vector<Node*> candidates;
     for (auto* node : graph->nodes())
-      if (copies_to_a_device(node) && fixed.count(node->output()) != 0 && !writes_outside(graph, aliases, node, producers({node->inputs()[0]})))
+      if (copies_to_a_device(node) && fixed.count(node->output()) != 0 && !writes_outside(graph, aliases, node, producers({node->inputs()[0]}, false)))
         candidates.push_back(node);
     // Indices built on the host and used to index a device tensor (torchvision's MViT indexes
     // its relative-position tables with `table[dist.long()]`, `dist` made from shapes by
@@ -142,7 +146,7 @@ int ns_jit_fold_host_values(void* module, void* const* inputs, int n, void** out
       if (list->kind() != c10::prim::ListConstruct) continue;
       for (size_t i = 0; i < list->inputs().size(); i++) {
         const auto* index = list->inputs()[i];
-        if (index->type()->cast<c10::TensorType>() != nullptr && fixed.count(index) != 0 && !writes_outside(graph, aliases, list, producers({index})))
+        if (index->type()->cast<c10::TensorType>() != nullptr && fixed.count(index) != 0 && !writes_outside(graph, aliases, list, producers({index}, false)))
           indices.emplace_back(list, i);
       }
     }
