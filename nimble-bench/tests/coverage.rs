@@ -145,3 +145,33 @@ fn bad_directories_records_and_names_get_one_line() {
     let stderr = error_line(&nimble_bench(&["coverage", "--results", not_coverage.to_str().unwrap()]));
     assert!(stderr.contains("not a coverage record"), "{stderr}");
 }
+
+#[test]
+fn the_families_record_merges_from_its_committed_parts_with_its_published_numbers() {
+    // docs/models.md and README: issue 41's 44 family models, 30 prepared and matched, 11 refused
+    // as host syncs (the 10 detectors for NMS, MViT-v2-S), 3 not exported; no byte kept after
+    // drop; prepare median 0.49 s, slowest DeepLabV3-ResNet101 2.31 s.
+    let results = Path::new(env!("CARGO_MANIFEST_DIR")).join("../paper-figs/results");
+    let parts = ["5e5e9c1-tf1", "5e5e9c1-tf2", "5e5e9c1-tv1", "5e5e9c1-tv2", "e570ab3-tf3", "e570ab3-tv3", "e570ab3-tv4", "cca67aa-tv6"]
+        .map(|p| results.join(format!("coverage-families-{p}.json")).display().to_string())
+        .join(",");
+    let merged = scratch("families.json");
+    let output = nimble_bench(&["coverage", "--merge", &parts, "--results", merged.to_str().unwrap(), "--out-dir", scratch("families-figures").to_str().unwrap()]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let read = |path: &Path| -> CoverageRecord { serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap() };
+    let (record, committed) = (read(&merged), read(&results.join("coverage-families.json")));
+    assert_eq!(record.models, committed.models, "the committed merge is not that of its parts");
+    let s = &record.summary;
+    assert_eq!((s.population, s.ok), (44, 30));
+    assert_eq!((s.statuses.get("host-sync"), s.statuses.get("export")), (Some(&11), Some(&3)));
+    assert_eq!((s.memory_after_drop_measured, s.memory_kept_after_drop.len()), (30, 0));
+    assert_eq!((format!("{:.2}", s.prepare_median_s), format!("{:.2}", s.prepare_max_s), s.prepare_max_model.as_str()), ("0.49".into(), "2.31".into(), "deeplabv3_resnet101"));
+    let status = |name: &str| record.models.iter().find(|m| m.name == name).map(|m| (m.status, m.error.clone().unwrap_or_default())).unwrap();
+    assert_eq!(status("wavlm").0, Status::Ok);
+    assert_eq!(status("mvit_v2_s").0, Status::HostSync);
+    let detectors: Vec<_> = record.models.iter().filter(|m| m.source.contains("family detection")).collect();
+    assert_eq!(detectors.len(), 12);
+    for m in detectors.iter().filter(|m| m.status != Status::Export) {
+        assert!(m.status == Status::HostSync && m.error.as_deref().is_some_and(|e| e.contains("non-maximum suppression")), "{}: {:?}", m.name, m.error);
+    }
+}
