@@ -3,6 +3,8 @@
 // positional encoding's mask as `torch.zeros(shape).to(device)`), synchronizes with the host on
 // every run, and a CUDA graph cannot capture that copy. Such a value is the same on every run
 // of a graph captured for those shapes, so it is computed once at prepare and becomes a constant.
+// The same rewrite runs on a CPU module (a copy to the CPU is still a copy, and an index made on
+// the host is still recomputed every run): what CI can test of it.
 
 #include "common.h"
 #include "nimble_shim.h"
@@ -10,6 +12,7 @@
 #include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/inliner.h>
+#include <torch/csrc/jit/passes/lower_tuples.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 #include <torch/script.h>
 
@@ -32,10 +35,31 @@ bool reads_only_metadata(const Node* node) {
   return kinds.count(node->kind().toQualString()) != 0;
 }
 
+// A submodule of the module (`self.blocks`): which object it is does not change between runs.
+// What it holds can (a parameter read from it is not fixed).
+bool gets_a_submodule(const Node* node) {
+  if (node->kind() != c10::prim::GetAttr) return false;
+  const auto cls = node->output()->type()->cast<c10::ClassType>();
+  return cls != nullptr && cls->is_module();
+}
+
+// A copy to a device: `.cuda()`, or `.to` naming a device or a tensor whose device to take (a
+// cast to another dtype alone copies nothing between devices).
 bool copies_to_a_device(const Node* node) {
-  static const std::unordered_set<std::string> kinds = {"aten::to", "aten::_to_copy", "aten::cuda"};
-  return kinds.count(node->kind().toQualString()) != 0 && !node->inputs().empty() &&
-         node->inputs()[0]->type()->cast<c10::TensorType>() != nullptr;
+  const std::string kind = node->kind().toQualString();
+  if (kind != "aten::to" && kind != "aten::_to_copy" && kind != "aten::cuda") return false;
+  if (node->inputs().empty() || node->inputs()[0]->type()->cast<c10::TensorType>() == nullptr) return false;
+  if (kind == "aten::cuda") return true;
+  for (size_t i = 1; i < node->inputs().size(); i++) {
+    const auto* input = node->inputs()[i];
+    const auto type = input->type();
+    if (type->kind() == c10::TypeKind::DeviceObjType || type->cast<c10::TensorType>() != nullptr) return true;
+    if (const auto optional = type->cast<c10::OptionalType>(); optional && optional->getElementType()->kind() == c10::TypeKind::DeviceObjType) {
+      const auto value = torch::jit::toIValue(input);
+      if (!value || !value->isNone()) return true;
+    }
+  }
+  return false;
 }
 
 // The values of the graph that constants and the inputs' shapes determine: outputs of
@@ -52,7 +76,7 @@ std::unordered_set<const Value*> fixed_values(const std::shared_ptr<torch::jit::
   for (auto* node : graph->nodes())
     if (node->kind() == c10::prim::Constant && node->output()->type()->cast<c10::TensorType>() != nullptr) constants.insert(node->output());
   for (auto* node : graph->nodes()) {
-    bool is_fixed = node->kind() == c10::prim::Constant || reads_only_metadata(node);
+    bool is_fixed = node->kind() == c10::prim::Constant || reads_only_metadata(node) || gets_a_submodule(node);
     if (!is_fixed) {
       is_fixed = node->blocks().empty() && !node->isNondeterministic() && !node->hasSideEffects() && node->kind() != c10::prim::GetAttr &&
                  !aliases.writesToAlias(node, constants);
@@ -118,9 +142,9 @@ std::shared_ptr<torch::jit::Graph> slice_computing(const std::shared_ptr<torch::
 
 extern "C" {
 
-// Folds, in the forward of a copy of `module` (its methods inlined), each CPU-to-GPU copy of a
-// fixed value (fixed_values) into a constant holding the copy's result on `inputs`, and each
-// fixed host index of a device tensor's aten::index into a constant on the device. Writes the
+// Folds, in the forward of a copy of `module` (its methods inlined), each copy to a device of a
+// fixed host value (fixed_values) into a constant holding the copy's result on `inputs`, and each
+// fixed host index of a device tensor's aten::index into a constant on that tensor's device. Writes the
 // copy (sharing the module's parameters) to `out` and the number of folded copies to `folded`;
 // when there are none, `out` is null.
 int ns_jit_fold_host_values(void* module, void* const* inputs, int n, void** out, int* folded) {
@@ -130,6 +154,10 @@ int ns_jit_fold_host_values(void* module, void* const* inputs, int n, void** out
     auto copy = static_cast<torch::jit::Module*>(module)->clone(true);
     auto graph = copy.get_method("forward").graph();
     torch::jit::Inline(*graph);
+    // A module not frozen passes values between its inlined methods in tuples (MViT's pooling
+    // returns its output with the shapes its attention builds indices from): each value then
+    // flows on its own, and a shape no longer depends on the activations it was packed with.
+    torch::jit::LowerSimpleTuples(graph);
     torch::jit::AliasDb aliases(graph);
     auto fixed = fixed_values(graph, aliases);
     std::vector<Node*> candidates;
@@ -138,16 +166,24 @@ int ns_jit_fold_host_values(void* module, void* const* inputs, int n, void** out
         candidates.push_back(node);
     // Indices built on the host and used to index a device tensor (torchvision's MViT indexes
     // its relative-position tables with `table[dist.long()]`, `dist` made from shapes by
-    // `torch.arange`): aten::index copies each to the device on every run. (list, position).
-    std::vector<std::pair<Node*, size_t>> indices;
+    // `torch.arange`): aten::index copies each to the device on every run. An indexed tensor
+    // computed from fixed values is the host's to index; a constant's device is its own (a
+    // frozen module's tables are constants). (index op, its list, position).
+    struct HostIndex {
+      Node* op;
+      Node* list;
+      size_t position;
+    };
+    std::vector<HostIndex> indices;
     for (auto* node : graph->nodes()) {
       if (node->kind() != c10::Symbol::fromQualString("aten::index") || node->inputs().size() < 2) continue;
+      if (fixed.count(node->inputs()[0]) != 0 && node->inputs()[0]->node()->kind() != c10::prim::Constant) continue;
       auto* list = node->inputs()[1]->node();
       if (list->kind() != c10::prim::ListConstruct) continue;
       for (size_t i = 0; i < list->inputs().size(); i++) {
         const auto* index = list->inputs()[i];
         if (index->type()->cast<c10::TensorType>() != nullptr && fixed.count(index) != 0 && !writes_outside(graph, aliases, list, producers({index}, false)))
-          indices.emplace_back(list, i);
+          indices.push_back({node, list, i});
       }
     }
     if (candidates.empty() && indices.empty()) return;
@@ -156,7 +192,7 @@ int ns_jit_fold_host_values(void* module, void* const* inputs, int n, void** out
       wanted.push_back(node->inputs()[0]);
       wanted.push_back(node->output());
     }
-    for (const auto& [list, i] : indices) wanted.push_back(list->inputs()[i]);
+    for (const auto& index : indices) wanted.push_back(index.list->inputs()[index.position]);
     torch::jit::Stack stack{copy._ivalue()};
     for (int i = 0; i < n; i++) stack.emplace_back(*static_cast<const at::Tensor*>(inputs[i]));
     if (stack.size() != graph->inputs().size())
@@ -171,21 +207,22 @@ int ns_jit_fold_host_values(void* module, void* const* inputs, int n, void** out
     for (size_t i = 0; i < candidates.size(); i++) {
       const auto& from = values[2 * i];
       const auto& to = values[2 * i + 1];
-      if (!from.isTensor() || !to.isTensor() || !from.toTensor().device().is_cpu() || !to.toTensor().device().is_cuda()) continue;
+      if (!from.isTensor() || !to.isTensor() || !from.toTensor().device().is_cpu()) continue;
       candidates[i]->output()->replaceAllUsesWith(graph->insertConstant(to.toTensor().detach()));
       ++*folded;
     }
-    // The indexed tensor lives where the module does (its parameters', else the inputs' GPU).
-    std::optional<c10::Device> device;
+    // The indexed tensor lives where a constant of the graph says, else where the module does
+    // (its parameters', else the inputs').
+    std::optional<c10::Device> module_device;
     for (const auto& p : copy.parameters())
-      if (!device && p.is_cuda()) device = p.device();
-    for (int i = 0; i < n && !device; i++)
-      if (static_cast<const at::Tensor*>(inputs[i])->is_cuda()) device = static_cast<const at::Tensor*>(inputs[i])->device();
-    for (size_t k = 0; k < indices.size() && device; k++) {
+      if (!module_device) module_device = p.device();
+    if (!module_device && n > 0) module_device = static_cast<const at::Tensor*>(inputs[0])->device();
+    for (size_t k = 0; k < indices.size(); k++) {
       const auto& index = values[2 * candidates.size() + k];
-      if (!index.isTensor() || !index.toTensor().device().is_cpu()) continue;
-      auto [list, i] = indices[k];
-      list->replaceInput(i, graph->insertConstant(index.toTensor().detach().to(*device)));
+      const auto indexed = torch::jit::toIValue(indices[k].op->inputs()[0]);
+      const auto device = indexed && indexed->isTensor() ? std::optional(indexed->toTensor().device()) : module_device;
+      if (!device || !index.isTensor() || !index.toTensor().device().is_cpu()) continue;
+      indices[k].list->replaceInput(indices[k].position, graph->insertConstant(index.toTensor().detach().to(*device)));
       ++*folded;
     }
     if (*folded == 0) return;

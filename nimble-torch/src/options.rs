@@ -104,7 +104,12 @@ impl PrepareOptions {
     /// inference rewrites, thread-local capture, cuDNN benchmark on. Use with `prepare`
     /// (autograd mode) or `prepare_train_step` (whole step).
     pub fn training() -> Self {
-        PrepareOptions { optimize: false, training: true, backward_streams: BackwardStreams::Forward, ..PrepareOptions::inference() }
+        PrepareOptions {
+            optimize: false,
+            training: true,
+            backward_streams: BackwardStreams::Forward,
+            ..PrepareOptions::inference()
+        }
     }
 
     /// Picks the streams of the backward (training).
@@ -138,7 +143,12 @@ impl PrepareOptions {
     }
 
     pub(crate) fn rewrites(&self) -> Rewrites {
-        Rewrites { fuse_conv_relu: self.fuse_conv_relu, fuse_kernels: self.fuse_kernels, channels_last: self.channels_last, freeze_on_host: self.freeze_on_host }
+        Rewrites {
+            fuse_conv_relu: self.fuse_conv_relu,
+            fuse_kernels: self.fuse_kernels,
+            channels_last: self.channels_last,
+            freeze_on_host: self.freeze_on_host,
+        }
     }
 
     /// Forces the channels-last layout on or off (with `optimize`), or (`None`) lets the model
@@ -218,7 +228,6 @@ pub struct LayoutTrial {
     pub nchw_us: f64,
     pub nhwc_us: f64,
 }
-
 
 /// Wall-clock seconds of each step of `prepare`.
 #[derive(Clone, Debug, Default, Serialize)]

@@ -15,6 +15,11 @@ impl StreamAssigner for Single {
     }
 
     fn assign(&self, analysis: &Analysis<'_>) -> StreamPlan {
-        StreamPlan::from_assignment(analysis, self.name(), &vec![0; analysis.graph().len()], None)
+        StreamPlan::from_assignment(
+            analysis,
+            self.name(),
+            &vec![0; analysis.graph().len()],
+            None,
+        )
     }
 }
