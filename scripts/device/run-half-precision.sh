@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Runs on the lent GPU machine: half precision, Nimble's distance from eager against the
+# compiler's. For the family models named, experiments/python/half_precision.py (bfloat16 and
+# float16, no timing); for each "MODELS:DTYPE" cell of SAME_PROCESS, experiments/python/
+# same_process.py on the same-process models (eager, reduce-overhead, nimble_rs.Nimble, one
+# round, timed). Builds nothing (.gpu/, scripts/build-gpu-binaries.sh). With RUST_TESTS=1 the
+# nimble-torch GPU tests run first (required). Results are packed into $OUT/half.tgz, the table
+# printed last.
+#   usage: [SAME_PROCESS="resnet50,googlenet:bfloat16 ..."] scripts/device/run-half-precision.sh SECONDS [FAMILY_MODELS]
+set -uo pipefail
+budget=${1:?seconds for the family models}
+models=${2:-}
+export PACK_RESULTS=1 RESULTS_NAME=half
+. "$(dirname "$0")/setup.sh"
+install_nimble_rs
+commit=$(cat .gpu/COMMIT 2>/dev/null || echo unknown)
+status=0
+: > "$out/half.txt"
+if [ "${RUST_TESTS:-0}" = 1 ]; then
+    NIMBLE_REQUIRE_GPU=1 timeout 200 .gpu/tests/nimble-torch-gpu --test-threads=1 > "$out/nimble-torch-gpu-tests.log" 2>&1
+    tests_status=$?
+    [ "$tests_status" = 0 ] || status=$tests_status
+    { echo "== nimble-torch GPU tests (status $tests_status)"; grep -E "^test result|FAILED|panicked" "$out/nimble-torch-gpu-tests.log" | head -8; } >> "$out/half.txt"
+fi
+.gpu/nimble-bench models --json > "$out/models.json" || exit 1
+for cell in ${SAME_PROCESS:-}; do
+    IFS=: read -r cell_models dtype <<< "$cell"
+    name="same-process-$dtype-b1-${cell_models//,/-}"
+    timeout 300 python3 experiments/python/same_process.py --models-json "$out/models.json" --out "$out/$name.json" --models "$cell_models" \
+        --systems eager,compile,nimble --dtype "$dtype" --rounds 1 --commit "$commit" > "$out/$name.table" 2> "$out/$name.log"
+    cell_status=$?
+    [ "$cell_status" = 0 ] || status=$cell_status
+    { echo "== $cell (status $cell_status)"; cat "$out/$name.table"; grep -E "failed|Error" "$out/$name.log" | tail -5; } >> "$out/half.txt"
+done
+if [ -n "$models" ]; then
+    (cd experiments/python && timeout "$((budget + 120))" python3 half_precision.py --out "$out/half-precision.json" --models "$models" --seconds "$budget" \
+        --commit "$commit" > "$out/half-precision.table" 2> "$out/half-precision.log")
+    family_status=$?
+    [ "$family_status" = 0 ] || status=$family_status
+    { echo "== families (status $family_status)"; cat "$out/half-precision.table"; grep -E "failed|Error" "$out/half-precision.log" | tail -5; } >> "$out/half.txt"
+fi
+finish_packed half "$status"
