@@ -199,25 +199,28 @@ int fold_batch_norm_in_float32(std::shared_ptr<Graph>& graph) {
   return folded;
 }
 
-// PyTorch's optimizations of a frozen graph. In half precision, BatchNorm is folded into the
-// convolutions in float32 first (fold_batch_norm_in_float32), and PyTorch's foldings that
-// change numbers (BatchNorm, and an add, sub, mul or div by a constant, into a convolution's or
-// linear layer's weights) are left out: they compute in the weights' dtype, and ResNet-50 in
-// bfloat16 drifted 0.13 from eager with them, the compiler 0.08.
-void optimize_frozen(std::shared_ptr<Graph>& graph, bool half) {
-  if (half) fold_batch_norm_in_float32(graph);
+// PyTorch's optimizations of a frozen graph; the foldings that change its numbers (BatchNorm,
+// and an add, sub, mul or div by a constant, into a convolution's or linear layer's weights)
+// only in float32. In half precision any folded weight is rounded once more, which eager and
+// Inductor (BatchNorm after the convolution, in float32 inside its kernel) never do: on an
+// H200 (72a88ee) ResNet-50 in bfloat16 drifted 0.127 from eager even folded in float32
+// (0.133 as PyTorch folds, in the weights' dtype), the compiler 0.084, GoogLeNet 0.134 against
+// 0.021. So there they are left out, unless `fold_half` asks for the speed (ResNet-50 bf16
+// 0.39 ms folded, 0.90 not): then BatchNorm after a convolution is folded in float32.
+void optimize_frozen(std::shared_ptr<Graph>& graph, bool half, bool fold_half) {
+  if (half && fold_half) fold_batch_norm_in_float32(graph);
   torch::jit::OptimizeFrozenGraph(graph, /*optimize_numerics=*/!half);
 }
 
 // Freezing and the foldings where the module's tensors are.
-torch::jit::Module frozen_in_place(torch::jit::Module& m) {
+torch::jit::Module frozen_in_place(torch::jit::Module& m, bool fold_half) {
   const bool half = half_precision(m);
   auto frozen = torch::jit::freeze_module(m);
   auto graph = frozen.get_method("forward").graph();
   torch::jit::graph_rewrite_helper::replaceConvolutionWithAtenConv(graph);
   torch::jit::removeDropout(graph);
   scalars_after_convolutions_to_their_device(graph);
-  optimize_frozen(graph, half);
+  optimize_frozen(graph, half, fold_half);
   return frozen;
 }
 
@@ -250,7 +253,7 @@ c10::IValue placed_value(const c10::IValue& v, const std::function<at::Tensor(co
 }
 
 // Freezing and the foldings on a CPU copy of `m`, whose tensors are on `device`; see the top.
-torch::jit::Module frozen_on_a_host_copy(const torch::jit::Module& m, c10::Device device) {
+torch::jit::Module frozen_on_a_host_copy(const torch::jit::Module& m, c10::Device device, bool fold_half) {
   // A copy of its own: its tensors on the CPU and (clone) its methods' graphs copied, so that
   // moving their constants leaves `m` as it is.
   auto host = m.deepcopy(c10::Device(c10::kCPU)).clone(true);
@@ -287,7 +290,7 @@ torch::jit::Module frozen_on_a_host_copy(const torch::jit::Module& m, c10::Devic
   auto graph = frozen.get_method("forward").graph();
   torch::jit::graph_rewrite_helper::replaceConvolutionWithAtenConv(graph);
   torch::jit::removeDropout(graph);
-  optimize_frozen(graph, half_precision(host));
+  optimize_frozen(graph, half_precision(host), fold_half);
 
   // One copy on the device per tensor, however many constants hold it.
   std::unordered_map<const c10::TensorImpl*, at::Tensor> moved;
@@ -316,20 +319,20 @@ torch::jit::Module frozen_on_a_host_copy(const torch::jit::Module& m, c10::Devic
 
 }  // namespace
 
-torch::jit::Module frozen_and_folded(torch::jit::Module& m, bool on_host, bool& frozen_on_host) {
+torch::jit::Module frozen_and_folded(torch::jit::Module& m, bool on_host, bool fold_half, bool& frozen_on_host) {
   m.eval();
   frozen_on_host = false;
   const auto census = on_host ? tensor_census(m) : TensorCensus{};
   if (on_host && census.device && !census.device->is_cpu() && host_copy_pays(census)) {
     try {
-      auto frozen = frozen_on_a_host_copy(m, *census.device);
+      auto frozen = frozen_on_a_host_copy(m, *census.device, fold_half);
       frozen_on_host = true;
       return frozen;
     } catch (const std::exception&) {
       // Frozen where it lives, below: the host path is only ever faster, never needed.
     }
   }
-  return frozen_in_place(m);
+  return frozen_in_place(m, fold_half);
 }
 
 }  // namespace nimble

@@ -15,8 +15,9 @@ bool is_tensor_constant(const torch::jit::Node* node);
 // had the module been frozen where it lives. With `on_host`, a module on a GPU whose constants
 // freezing would compare often enough to repay the copy is frozen and folded on a CPU copy, the
 // constants going back afterwards (see freeze.cpp for why and how); when that throws, the module
-// is frozen where it lives. `frozen_on_host` says
-// which it was.
-torch::jit::Module frozen_and_folded(torch::jit::Module& m, bool on_host, bool& frozen_on_host);
+// is frozen where it lives. `frozen_on_host` says which it was. In a half-precision module the
+// foldings that change numbers are left out unless `fold_half`, which folds BatchNorm into the
+// convolutions in float32 (see optimize_frozen in freeze.cpp).
+torch::jit::Module frozen_and_folded(torch::jit::Module& m, bool on_host, bool fold_half, bool& frozen_on_host);
 
 }  // namespace nimble

@@ -248,10 +248,10 @@ static bool inplace_activation(const torch::jit::Node* node) {
 // NHWC (prepare then times both layouts: see nimble-torch's layout.rs). `applied`: bit 0, it was
 // applied; bit 1, the graph has 2-D convolutions; bit 2, grouped ones; bit 3, the module was
 // frozen on a CPU copy.
-int ns_jit_optimize(void* module, int on_host, int fuse, int kernels, int channels_last, void** out, int* applied, int* fused) {
+int ns_jit_optimize(void* module, int on_host, int fold_half, int fuse, int kernels, int channels_last, void** out, int* applied, int* fused) {
   return guarded([&] {
     bool frozen_on_host = false;
-    auto frozen = nimble::frozen_and_folded(*static_cast<torch::jit::Module*>(module), on_host != 0, frozen_on_host);
+    auto frozen = nimble::frozen_and_folded(*static_cast<torch::jit::Module*>(module), on_host != 0, fold_half != 0, frozen_on_host);
     auto graph = frozen.get_method("forward").graph();
     // In-place activations (torchvision's `nn.SiLU(inplace=True)`, `nn.ReLU6(inplace=True)`)
     // made functional where alias analysis proves nothing else sees the mutation, so that the

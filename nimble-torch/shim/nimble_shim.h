@@ -69,7 +69,7 @@ int ns_jit_load(const char* path, int device, void** out);
 void ns_jit_free(void* module);
 int ns_jit_save(void* module, const char* path);
 int ns_jit_to(void* module, int dtype);
-int ns_jit_optimize(void* module, int on_host, int fuse, int kernels, int channels_last, void** out, int* applied, int* fused);
+int ns_jit_optimize(void* module, int on_host, int fold_half, int fuse, int kernels, int channels_last, void** out, int* applied, int* fused);
 int ns_jit_forward(void* module, void* const* inputs, int n, int train, void*** outputs, int* n_out, char** structure);
 int ns_jit_bind(void* module, const char* name, void* value, int check_only);
 int ns_jit_node_kinds(void* module, char** out);

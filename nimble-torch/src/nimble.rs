@@ -10,7 +10,7 @@ use tch::nn::ModuleT;
 use tch::{Device, Kind, Tensor};
 
 use crate::error::{NimbleError, Result};
-use crate::ffi::JitModule;
+use crate::ffi::{JitModule, Rewrites};
 use crate::inference;
 use crate::inputs::check_inputs_given;
 use crate::layout;
@@ -188,8 +188,22 @@ impl Nimble {
     /// that `trace(inputs, true)` records: a way to check what the rewrites compute, Nimble's
     /// fused ops included, against the model itself.
     pub fn run_optimized(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        self.run_optimized_with(inputs, &PrepareOptions::inference())
+    }
+
+    /// As [`Nimble::run_optimized`], with the rewrites' choices of `options` that change what
+    /// the forward computes ([`PrepareOptions::fold_half_precision`]).
+    pub fn run_optimized_with(
+        &self,
+        inputs: &[Tensor],
+        options: &PrepareOptions,
+    ) -> Result<Vec<Tensor>> {
         check_inputs_given(inputs)?;
-        let (module, _) = optimized_module(&self.source, inputs, &TRACE_REWRITES)?;
+        let rewrites = Rewrites {
+            fold_half_precision: options.fold_half_precision,
+            ..TRACE_REWRITES
+        };
+        let (module, _) = optimized_module(&self.source, inputs, &rewrites)?;
         let (module, _) = with_host_values_folded(&self.source, Some(module), inputs)?;
         Runner::Jit(module.as_ref().expect("a rewritten module stays one")).run_caught(
             inputs,

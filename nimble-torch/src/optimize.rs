@@ -16,6 +16,7 @@ pub(crate) const TRACE_REWRITES: Rewrites = Rewrites {
     fuse_kernels: true,
     channels_last: Some(false),
     freeze_on_host: false,
+    fold_half_precision: false,
 };
 
 /// The forward of `source` as a frozen, optimized TorchScript module, run twice (the first runs

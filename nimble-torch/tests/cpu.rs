@@ -286,11 +286,12 @@ fn traced_shape_arithmetic_stays_on_the_host_and_out_of_the_task_graph() {
 }
 
 #[test]
-fn batch_norm_is_folded_into_convolutions_in_float32_in_every_dtype() {
-    // In half precision too, BatchNorm goes into the convolutions' weights, computed in float32
-    // and rounded once (PyTorch's folding computes in the weights' dtype, rounding more often
-    // than eager does): the rewritten forward stays within a few units of the last place of
-    // eager's, as close as eager in that dtype is to the float32 model.
+fn batch_norm_is_folded_in_float32_and_in_half_precision_only_when_asked() {
+    // Folded in half precision, the weights are rounded once more, which eager and the compiler
+    // never do (ResNet-50 in bfloat16 drifted from eager 1.5 times as far as torch.compile, even
+    // folded in float32): there BatchNorm stays an op of its own by default, and the rewritten
+    // forward is eager's. Asked for (`fold_half_precision`), it is folded, in float32 and rounded
+    // once, and the forward stays as close to eager as eager in that dtype is to float32.
     let x = input(&[2, 3, 8, 8]);
     let float = fixture("conv_bn.pt");
     let trace = float.trace(&[x.shallow_clone()], true).unwrap();
@@ -308,20 +309,29 @@ fn batch_norm_is_folded_into_convolutions_in_float32_in_every_dtype() {
         let trace = half.trace(&[x.shallow_clone()], true).unwrap();
         assert_eq!(
             count(&trace, "aten::batch_norm"),
-            0,
+            2,
             "{kind:?}: {:?}",
             trace.op_histogram()
         );
         let expected = half.eager(&[x.shallow_clone()]).unwrap().remove(0);
-        let optimized = half.run_optimized(&[x]).unwrap().remove(0);
-        assert_eq!(optimized.kind(), kind);
-        let (folded, own) = (
+        let optimized = half.run_optimized(&[x.shallow_clone()]).unwrap().remove(0);
+        assert_eq!(
             nimble_torch::relative_error(&optimized, &expected),
+            0.0,
+            "{kind:?}"
+        );
+        let folded = half
+            .run_optimized_with(&[x], &PrepareOptions::inference().fold_half_precision(true))
+            .unwrap()
+            .remove(0);
+        assert_eq!(folded.kind(), kind);
+        let (distance, own) = (
+            nimble_torch::relative_error(&folded, &expected),
             nimble_torch::relative_error(&expected, &reference),
         );
         assert!(
-            folded > 0.0 && folded <= 2.0 * own,
-            "{kind:?}: folded {folded:.2e} from eager, eager {own:.2e} from float32"
+            distance > 0.0 && distance <= 2.0 * own,
+            "{kind:?}: folded {distance:.2e} from eager, eager {own:.2e} from float32"
         );
     }
 }

@@ -71,7 +71,7 @@ impl Native {
     }
 
     /// Prepares the multi-stream CUDA graph; the report as JSON.
-    #[pyo3(signature = (inputs, algorithm, optimize, channels_last, training))]
+    #[pyo3(signature = (inputs, algorithm, optimize, channels_last, training, fold_half_precision=false))]
     fn prepare(
         &mut self,
         py: Python<'_>,
@@ -80,6 +80,7 @@ impl Native {
         optimize: bool,
         channels_last: Option<bool>,
         training: bool,
+        fold_half_precision: bool,
     ) -> PyResult<String> {
         let inputs = convert::tensors(inputs)?;
         let base = if training {
@@ -90,7 +91,8 @@ impl Native {
         let options = base
             .algorithm(algorithm)
             .optimize(optimize)
-            .channels_last(channels_last);
+            .channels_last(channels_last)
+            .fold_half_precision(fold_half_precision);
         // Training runs autograd's backward, which libtorch refuses under the GIL.
         let inner = &mut self.inner;
         let report = nogil::without_gil(py, move || inner.prepare(&inputs, options).map(|r| r.clone()))

@@ -142,12 +142,17 @@ class Nimble:
         optimize: bool = True,
         training: bool = False,
         channels_last: Optional[bool] = None,
+        fold_half_precision: bool = False,
     ) -> Dict[str, Any]:
         """Traces the forward on ``example_inputs`` (CUDA tensors; their shapes and dtypes are
         fixed from now on), assigns its tasks to streams with ``algorithm`` (see
         ``nimble_rs.algorithms()``) and captures one CUDA graph. ``optimize`` applies the
         inference rewrites (BatchNorm folding, cuDNN's and Nimble's fused kernels);
-        ``channels_last`` forces the layout (``None``: chosen by measuring). Returns the report:
+        ``channels_last`` forces the layout (``None``: chosen by measuring). In a float16 or
+        bfloat16 module BatchNorm stays an op of its own, as eager and the compiler run it;
+        ``fold_half_precision=True`` folds it into the convolutions (in float32, rounded once):
+        faster (ResNet-50 in bfloat16 0.39 against 0.90 ms on an H200), further from eager
+        (0.127 against torch.compile's 0.084). Returns the report:
         ``streams``, ``syncs``, ``tasks``, ``kernel_nodes``, ``seconds`` per stage, …
 
         With ``training=True`` (the paper's training mode), the module is traced in training mode
@@ -159,7 +164,7 @@ class Nimble:
         inputs = _tensors(example_inputs)
         native = self._load(inputs, training)
         self._prepared_native = None
-        report = json.loads(native.prepare(inputs, algorithm, optimize, channels_last, training))
+        report = json.loads(native.prepare(inputs, algorithm, optimize, channels_last, training, fold_half_precision))
         self._prepared_native = native
         return report
 

@@ -18,6 +18,7 @@ extern "C" {
     fn ns_jit_optimize(
         module: *mut c_void,
         on_host: c_int,
+        fold_half: c_int,
         fuse: c_int,
         kernels: c_int,
         channels_last: c_int,
@@ -94,6 +95,9 @@ pub(crate) struct Rewrites {
     /// Freeze a module that lives on a GPU on a CPU copy of itself when the shim's `freeze.cpp`
     /// judges that faster (`PrepareOptions::freeze_on_host`); false freezes it where it lives.
     pub freeze_on_host: bool,
+    /// Fold BatchNorm into the convolutions (in float32) also in a float16 or bfloat16 module
+    /// (`PrepareOptions::fold_half_precision`).
+    pub fold_half_precision: bool,
 }
 
 /// What the rewrites did.
@@ -191,6 +195,7 @@ impl JitModule {
             ns_jit_optimize(
                 self.raw,
                 rewrites.freeze_on_host as c_int,
+                rewrites.fold_half_precision as c_int,
                 rewrites.fuse_conv_relu as c_int,
                 rewrites.fuse_kernels as c_int,
                 mode,
