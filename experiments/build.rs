@@ -7,20 +7,11 @@ use std::process::Command;
 fn main() {
     link_libtorch();
     let git = |arguments: &[&str]| {
-        Command::new("git")
-            .args(arguments)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        Command::new("git").args(arguments).output().ok().filter(|o| o.status.success()).map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
     };
     let commit = git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
-    let dirty =
-        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
-    println!(
-        "cargo:rustc-env=NIMBLE_COMMIT={commit}{}",
-        if dirty { "-dirty" } else { "" }
-    );
+    let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    println!("cargo:rustc-env=NIMBLE_COMMIT={commit}{}", if dirty { "-dirty" } else { "" });
     if let Some(git_dir) = git(&["rev-parse", "--git-dir"]) {
         println!("cargo:rerun-if-changed={git_dir}/HEAD");
         println!("cargo:rerun-if-changed={git_dir}/index");

@@ -26,13 +26,8 @@ const SHIM_SOURCES: [&str; 12] = [
 ];
 
 fn main() {
-    let lib = PathBuf::from(
-        std::env::var("DEP_TCH_LIBTORCH_LIB").expect("torch-sys exports DEP_TCH_LIBTORCH_LIB"),
-    );
-    let torch = lib
-        .parent()
-        .expect("libtorch's lib dir has a parent")
-        .to_path_buf();
+    let lib = PathBuf::from(std::env::var("DEP_TCH_LIBTORCH_LIB").expect("torch-sys exports DEP_TCH_LIBTORCH_LIB"));
+    let torch = lib.parent().expect("libtorch's lib dir has a parent").to_path_buf();
     let include = torch.join("include");
     // The CUDA headers and runtime that come with the pip packages (scripts/setup-libtorch.sh).
     let cuda = torch.join("../nvidia/cu13");
@@ -78,37 +73,22 @@ fn main() {
     for dir in [&lib, &cuda_lib, &nccl_lib] {
         println!("cargo:rustc-link-arg=-Wl,-rpath,{}", dir.display());
     }
-    println!(
-        "cargo:rpath={}:{}:{}",
-        lib.display(),
-        cuda_lib.display(),
-        nccl_lib.display()
-    );
+    println!("cargo:rpath={}:{}:{}", lib.display(), cuda_lib.display(), nccl_lib.display());
 }
 
 /// Compiles the fused CUDA kernels (`shim/nimble_kernels.cu`) with the pip packages' nvcc into an
 /// object file for Ampere (sm_80) and Hopper (sm_90), with sm_90 PTX for newer GPUs to JIT.
 fn compile_kernels(cuda: &std::path::Path) -> PathBuf {
     let nvcc = cuda.join("bin/nvcc");
-    let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"))
-        .join("nimble_kernels.o");
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("nimble_kernels.o");
     let mut command = std::process::Command::new(&nvcc);
     command.args(["-c", "-O3", "-std=c++17", "-Xcompiler", "-fPIC"]);
-    for gencode in [
-        "arch=compute_80,code=sm_80",
-        "arch=compute_90,code=sm_90",
-        "arch=compute_90,code=compute_90",
-    ] {
+    for gencode in ["arch=compute_80,code=sm_80", "arch=compute_90,code=sm_90", "arch=compute_90,code=compute_90"] {
         command.arg("-gencode").arg(gencode);
     }
-    command
-        .args(["-I", "shim", "shim/nimble_kernels.cu", "-o"])
-        .arg(&out);
+    command.args(["-I", "shim", "shim/nimble_kernels.cu", "-o"]).arg(&out);
     let status = command.status().unwrap_or_else(|e| {
-        panic!(
-            "nimble-torch: cannot run {} ({e}); provision libtorch with scripts/setup-libtorch.sh",
-            nvcc.display()
-        )
+        panic!("nimble-torch: cannot run {} ({e}); provision libtorch with scripts/setup-libtorch.sh", nvcc.display())
     });
     if !status.success() {
         panic!(

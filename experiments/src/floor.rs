@@ -20,16 +20,9 @@ pub use crate::inference::Floor;
 ///
 /// # Errors
 /// When `row` is not a Nimble row or the model cannot be prepared or timed on CUDA.
-pub fn measure_floor(
-    model: &dyn Subject,
-    config: &InferConfig,
-    row: &InferRow,
-) -> nimble_torch::Result<(Floor, TaskGraph)> {
+pub fn measure_floor(model: &dyn Subject, config: &InferConfig, row: &InferRow) -> nimble_torch::Result<(Floor, TaskGraph)> {
     if row.mode != InferMode::Nimble {
-        return Err(nimble_torch::NimbleError::InvalidInput(format!(
-            "the floor is measured for Nimble rows, not {} ones",
-            row.mode.name()
-        )));
+        return Err(nimble_torch::NimbleError::InvalidInput(format!("the floor is measured for Nimble rows, not {} ones", row.mode.name())));
     }
     let graph = kernel_timed_graph(model, config, row.channels_last, row.optimized)?;
     Ok((Floor::of(&graph, row.latency.median_us)?, graph))
@@ -39,16 +32,8 @@ pub fn measure_floor(
 /// given layout and with or without the rewrites, checked against eager as the timed graph was
 /// (in exact float32 with `config.exact_check`), with each op's time from its own kernels
 /// (`Nimble::kernel_timed_graph`). Loads the profiler: call it after every measurement.
-pub fn kernel_timed_graph(
-    model: &dyn Subject,
-    config: &InferConfig,
-    channels_last: bool,
-    optimized: bool,
-) -> nimble_torch::Result<TaskGraph> {
-    let config = InferConfig {
-        channels_last: Some(channels_last),
-        ..config.clone()
-    };
+pub fn kernel_timed_graph(model: &dyn Subject, config: &InferConfig, channels_last: bool, optimized: bool) -> nimble_torch::Result<TaskGraph> {
+    let config = InferConfig { channels_last: Some(channels_last), ..config.clone() };
     let (nimble, _, _) = prepare_checked(model, &config, InferMode::Nimble, optimized)?;
     nimble.kernel_timed_graph()
 }
@@ -61,11 +46,7 @@ mod tests {
     #[test]
     fn floor_is_the_critical_path_against_the_latency() {
         // Four branches of three tasks between a source and a sink.
-        let graph = SyntheticSpec::Fan {
-            branches: 4,
-            depth: 3,
-        }
-        .generate();
+        let graph = SyntheticSpec::Fan { branches: 4, depth: 3 }.generate();
         let path = graph.critical_path();
         let floor = Floor::of(&graph, 2.0 * path.length_us).expect("durations");
         assert_eq!(floor.floor_us, path.length_us);
@@ -77,16 +58,8 @@ mod tests {
 
     #[test]
     fn a_graph_without_durations_has_no_floor() {
-        let graph = TaskGraph::from_json_str(
-            r#"{"nodes": [{"id": 0, "op": "a"}, {"id": 1, "op": "b", "inputs": [0]}]}"#,
-        )
-        .expect("a valid graph");
-        let error = Floor::of(&graph, 10.0)
-            .expect_err("no durations")
-            .to_string();
-        assert!(
-            error.contains("kernel-timed") && error.contains("2 tasks"),
-            "{error}"
-        );
+        let graph = TaskGraph::from_json_str(r#"{"nodes": [{"id": 0, "op": "a"}, {"id": 1, "op": "b", "inputs": [0]}]}"#).expect("a valid graph");
+        let error = Floor::of(&graph, 10.0).expect_err("no durations").to_string();
+        assert!(error.contains("kernel-timed") && error.contains("2 tasks"), "{error}");
     }
 }

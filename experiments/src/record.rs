@@ -29,10 +29,7 @@ impl Provenance {
     pub fn now(device: &DeviceInfo, warmup: usize, iterations: usize, method: &str) -> Provenance {
         Provenance {
             gpu: device.name.clone(),
-            compute_capability: format!(
-                "{}.{}",
-                device.compute_capability.0, device.compute_capability.1
-            ),
+            compute_capability: format!("{}.{}", device.compute_capability.0, device.compute_capability.1),
             multiprocessors: device.multiprocessors,
             driver_cuda_version: device.driver_cuda_version.clone(),
             driver_version: kernel_driver_version(),

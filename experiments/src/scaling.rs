@@ -98,12 +98,7 @@ pub fn merge(gpus: usize, ranks: &[Vec<RankRow>]) -> Result<Vec<ScalingRow>, Str
             let row = rows
                 .iter()
                 .find(|r| r.model == first.model && r.batch == first.batch)
-                .ok_or_else(|| {
-                    format!(
-                        "rank {rank} has no measurement of {} at batch {}",
-                        first.model, first.batch
-                    )
-                })?;
+                .ok_or_else(|| format!("rank {rank} has no measurement of {} at batch {}", first.model, first.batch))?;
             if row.rank != rank {
                 return Err(format!("the rows of rank {rank} say rank {}", row.rank));
             }
@@ -127,9 +122,7 @@ pub fn merge(gpus: usize, ranks: &[Vec<RankRow>]) -> Result<Vec<ScalingRow>, Str
 /// Throughput on `row.gpus` GPUs over the same model and per-GPU batch on one GPU, when the
 /// record has both.
 pub fn speedup(rows: &[ScalingRow], row: &ScalingRow) -> Option<f64> {
-    let one = rows
-        .iter()
-        .find(|r| r.gpus == 1 && r.model == row.model && r.batch == row.batch)?;
+    let one = rows.iter().find(|r| r.gpus == 1 && r.model == row.model && r.batch == row.batch)?;
     Some(row.samples_per_s / one.samples_per_s)
 }
 
@@ -157,34 +150,21 @@ impl AllReduceModel {
     /// more on more than one GPU, and times that grow with the size.
     pub fn fit(points: &[(f64, f64)], gpus: usize) -> Result<AllReduceModel, String> {
         if gpus < 2 {
-            return Err(format!(
-                "an all-reduce on {gpus} GPU costs nothing to fit; expected two GPUs or more"
-            ));
+            return Err(format!("an all-reduce on {gpus} GPU costs nothing to fit; expected two GPUs or more"));
         }
         if points.len() < 2 {
-            return Err(format!(
-                "{} measured sizes; expected two or more",
-                points.len()
-            ));
+            return Err(format!("{} measured sizes; expected two or more", points.len()));
         }
         let scale = 2.0 * (gpus as f64 - 1.0) / gpus as f64;
         let n = points.len() as f64;
-        let (mx, my) = (
-            points.iter().map(|p| scale * p.0).sum::<f64>() / n,
-            points.iter().map(|p| p.1).sum::<f64>() / n,
-        );
+        let (mx, my) = (points.iter().map(|p| scale * p.0).sum::<f64>() / n, points.iter().map(|p| p.1).sum::<f64>() / n);
         let sxx: f64 = points.iter().map(|p| (scale * p.0 - mx).powi(2)).sum();
         let sxy: f64 = points.iter().map(|p| (scale * p.0 - mx) * (p.1 - my)).sum();
         let slope = sxy / sxx;
         if !slope.is_finite() || slope <= 0.0 {
-            return Err(
-                "the measured times do not grow with the size; expected sizes far apart".into(),
-            );
+            return Err("the measured times do not grow with the size; expected sizes far apart".into());
         }
-        Ok(AllReduceModel {
-            latency_us: (my - slope * mx).max(0.0),
-            bus_bytes_per_us: 1.0 / slope,
-        })
+        Ok(AllReduceModel { latency_us: (my - slope * mx).max(0.0), bus_bytes_per_us: 1.0 / slope })
     }
 }
 
@@ -214,32 +194,18 @@ mod tests {
     use super::*;
 
     fn row(model: &str, batch: i64, rank: usize, us: f64) -> RankRow {
-        RankRow {
-            model: model.into(),
-            batch,
-            rank,
-            samples_us: vec![us, us + 2.0, us - 2.0],
-            prepare: serde_json::Value::Null,
-            comm: None,
-        }
+        RankRow { model: model.into(), batch, rank, samples_us: vec![us, us + 2.0, us - 2.0], prepare: serde_json::Value::Null, comm: None }
     }
 
     #[test]
     fn the_slowest_rank_sets_the_throughput() {
-        let ranks = vec![
-            vec![row("a", 32, 0, 1000.0), row("b", 32, 0, 500.0)],
-            vec![row("b", 32, 1, 500.0), row("a", 32, 1, 1250.0)],
-        ];
+        let ranks = vec![vec![row("a", 32, 0, 1000.0), row("b", 32, 0, 500.0)], vec![row("b", 32, 1, 500.0), row("a", 32, 1, 1250.0)]];
         let rows = merge(2, &ranks).unwrap();
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].model, "a");
         assert_eq!(rows[0].rank_medians_us, vec![1000.0, 1250.0]);
         assert!((rows[0].samples_per_s - 2.0 * 32.0 / 1.25e-3).abs() < 1e-6);
-        let one = ScalingRow {
-            gpus: 1,
-            samples_per_s: 32.0 / 1e-3,
-            ..rows[0].clone()
-        };
+        let one = ScalingRow { gpus: 1, samples_per_s: 32.0 / 1e-3, ..rows[0].clone() };
         let all = vec![one, rows[0].clone()];
         assert!((speedup(&all, &all[1]).unwrap() - 1.6).abs() < 1e-9);
         assert!(speedup(&all[1..], &all[1]).is_none());
@@ -247,44 +213,24 @@ mod tests {
 
     #[test]
     fn the_all_reduce_model_fits_a_ring_and_projects_more_gpus() {
-        let truth = AllReduceModel {
-            latency_us: 12.0,
-            bus_bytes_per_us: 300_000.0,
-        };
-        let points: Vec<(f64, f64)> = [1e5, 1e6, 1e7, 1e8]
-            .iter()
-            .map(|&b| (b, truth.time_us(b, 2)))
-            .collect();
+        let truth = AllReduceModel { latency_us: 12.0, bus_bytes_per_us: 300_000.0 };
+        let points: Vec<(f64, f64)> = [1e5, 1e6, 1e7, 1e8].iter().map(|&b| (b, truth.time_us(b, 2))).collect();
         let fit = AllReduceModel::fit(&points, 2).unwrap();
-        assert!(
-            (fit.latency_us - 12.0).abs() < 1e-6 && (fit.bus_bytes_per_us - 300_000.0).abs() < 1e-3,
-            "{fit:?}"
-        );
+        assert!((fit.latency_us - 12.0).abs() < 1e-6 && (fit.bus_bytes_per_us - 300_000.0).abs() < 1e-3, "{fit:?}");
         // Eight GPUs move 1.75× the bytes of two for the same buffer.
         assert!((fit.time_us(1e8, 8) - 12.0 - 1.75e8 / 300_000.0).abs() < 1e-6);
         assert_eq!(fit.time_us(1e8, 1), 0.0);
-        assert!(AllReduceModel::fit(&points, 1)
-            .unwrap_err()
-            .contains("expected two GPUs"));
-        assert!(AllReduceModel::fit(&points[..1], 2)
-            .unwrap_err()
-            .contains("1 measured sizes"));
-        assert!(AllReduceModel::fit(&[(1e5, 50.0), (1e8, 10.0)], 2)
-            .unwrap_err()
-            .contains("do not grow"));
+        assert!(AllReduceModel::fit(&points, 1).unwrap_err().contains("expected two GPUs"));
+        assert!(AllReduceModel::fit(&points[..1], 2).unwrap_err().contains("1 measured sizes"));
+        assert!(AllReduceModel::fit(&[(1e5, 50.0), (1e8, 10.0)], 2).unwrap_err().contains("do not grow"));
     }
 
     #[test]
     fn missing_or_mislabelled_ranks_are_errors() {
         let e = merge(2, &[vec![row("a", 32, 0, 1.0)], vec![]]).unwrap_err();
-        assert!(
-            e.contains("rank 1 has no measurement of a at batch 32"),
-            "{e}"
-        );
+        assert!(e.contains("rank 1 has no measurement of a at batch 32"), "{e}");
         let e = merge(2, &[vec![row("a", 32, 0, 1.0)], vec![row("a", 32, 0, 1.0)]]).unwrap_err();
         assert!(e.contains("the rows of rank 1 say rank 0"), "{e}");
-        assert!(merge(3, &[vec![]])
-            .unwrap_err()
-            .contains("1 ranks reported, expected 3"));
+        assert!(merge(3, &[vec![]]).unwrap_err().contains("1 ranks reported, expected 3"));
     }
 }

@@ -91,13 +91,7 @@ pub const MAX_COLLECTIVE_SLOWDOWN: f64 = 1.0 + COMPUTE_SHARE;
 
 /// The step's simulated makespan and streams; an error when a priced node would last longer than
 /// a task may (an optimizer speed or a measured step far out of range).
-fn simulate_step(
-    step: &TrainingStep,
-    assigner: &dyn nimble_sched::StreamAssigner,
-    scale: f64,
-    options: &ProjectionOptions,
-    gpus: usize,
-) -> Result<(f64, usize), String> {
+fn simulate_step(step: &TrainingStep, assigner: &dyn nimble_sched::StreamAssigner, scale: f64, options: &ProjectionOptions, gpus: usize) -> Result<(f64, usize), String> {
     let mut collective_bytes = vec![None; step.graph.len()];
     for (&c, (_, bytes)) in step.collectives.iter().zip(&step.buckets) {
         collective_bytes[c] = Some(*bytes as f64);
@@ -132,69 +126,31 @@ fn simulate_step(
         })?;
     let analysis = Analysis::new(&graph);
     let plan = assigner.assign(&analysis);
-    Ok((
-        simulate(
-            &graph,
-            &plan,
-            &SimulatorConfig::for_graph(nimble_sched::LaunchMode::Graph, &graph),
-        )
-        .makespan_us,
-        plan.streams,
-    ))
+    Ok((simulate(&graph, &plan, &SimulatorConfig::for_graph(nimble_sched::LaunchMode::Graph, &graph)).makespan_us, plan.streams))
 }
 
 /// Projects `forward`'s training step at per-GPU `batch` to each of `gpus` (see the module
 /// documentation), calibrated to the measured one-GPU step `one_gpu_us`.
-pub fn project(
-    forward: &TaskGraph,
-    batch: i64,
-    one_gpu_us: f64,
-    gpus: &[usize],
-    algorithm: &str,
-    options: &ProjectionOptions,
-) -> Result<Projection, String> {
+pub fn project(forward: &TaskGraph, batch: i64, one_gpu_us: f64, gpus: &[usize], algorithm: &str, options: &ProjectionOptions) -> Result<Projection, String> {
     if !(one_gpu_us.is_finite() && one_gpu_us > 0.0) {
-        return Err(format!(
-            "a measured one-GPU step of {one_gpu_us} µs; expected a positive time"
-        ));
+        return Err(format!("a measured one-GPU step of {one_gpu_us} µs; expected a positive time"));
     }
     if let Some(&bad) = gpus.iter().find(|&&n| n == 0) {
         return Err(format!("{bad} GPUs; expected at least one"));
     }
-    let measured = forward
-        .nodes()
-        .iter()
-        .filter(|n| n.duration_us.is_some_and(|d| d > 0.0))
-        .count();
+    let measured = forward.nodes().iter().filter(|n| n.duration_us.is_some_and(|d| d > 0.0)).count();
     if measured == 0 {
         return Err("the forward graph has no measured durations; export it from a model prepared with measure_durations on".into());
     }
     if !(1.0..=MAX_COLLECTIVE_SLOWDOWN).contains(&options.collective_slowdown) {
-        return Err(format!(
-            "a collective slowdown of {}; expected 1 (none) to {MAX_COLLECTIVE_SLOWDOWN}",
-            options.collective_slowdown
-        ));
+        return Err(format!("a collective slowdown of {}; expected 1 (none) to {MAX_COLLECTIVE_SLOWDOWN}", options.collective_slowdown));
     }
     if !(options.optimizer_bytes_per_us.is_finite() && options.optimizer_bytes_per_us >= 0.0) {
         return Err(format!("an optimizer speed of {} bytes/µs; expected a number ≥ 0 (0: the update takes no time)", options.optimizer_bytes_per_us));
     }
     let assigner = algorithms::by_name(algorithm).map_err(|e| e.to_string())?;
-    let single = training_step(
-        forward,
-        &StepOptions {
-            buckets: None,
-            backward_factor: options.backward_factor,
-        },
-    )
-    .map_err(|e| e.to_string())?;
-    let parallel = training_step(
-        forward,
-        &StepOptions {
-            buckets: Some(options.buckets),
-            backward_factor: options.backward_factor,
-        },
-    )
-    .map_err(|e| e.to_string())?;
+    let single = training_step(forward, &StepOptions { buckets: None, backward_factor: options.backward_factor }).map_err(|e| e.to_string())?;
+    let parallel = training_step(forward, &StepOptions { buckets: Some(options.buckets), backward_factor: options.backward_factor }).map_err(|e| e.to_string())?;
     // The makespan grows with the scale almost linearly (launch and dependency latencies are
     // fixed), so a few fixed-point steps settle it.
     let mut scale = 1.0;
@@ -215,31 +171,13 @@ pub fn project(
                 (base, base_streams, 0.0, 0)
             } else {
                 let (us, streams) = simulate_step(&parallel, assigner.as_ref(), scale, options, n)?;
-                let total = parallel
-                    .buckets
-                    .iter()
-                    .map(|(_, bytes)| options.all_reduce.time_us(*bytes as f64, n))
-                    .sum();
+                let total = parallel.buckets.iter().map(|(_, bytes)| options.all_reduce.time_us(*bytes as f64, n)).sum();
                 (us, streams, total, parallel.buckets.len())
             };
-            Ok(ProjectedStep {
-                gpus: n,
-                step_us,
-                samples_per_s: n as f64 * batch as f64 / step_us * 1e6,
-                buckets,
-                all_reduce_us,
-                exposed_us: step_us - base,
-                streams,
-            })
+            Ok(ProjectedStep { gpus: n, step_us, samples_per_s: n as f64 * batch as f64 / step_us * 1e6, buckets, all_reduce_us, exposed_us: step_us - base, streams })
         })
         .collect::<Result<Vec<_>, String>>()?;
-    Ok(Projection {
-        batch,
-        algorithm: algorithm.into(),
-        one_gpu_us,
-        compute_scale: scale,
-        steps,
-    })
+    Ok(Projection { batch, algorithm: algorithm.into(), one_gpu_us, compute_scale: scale, steps })
 }
 
 #[cfg(test)]
@@ -253,10 +191,7 @@ mod tests {
         let mut b = TaskGraphBuilder::new();
         for i in 0..n {
             let mut node = Node::new(i, "aten::linear").with_duration(10.0);
-            node.attrs.insert(
-                "params".into(),
-                json!([{"index": i, "bytes": bytes, "dtype": "Float"}]),
-            );
+            node.attrs.insert("params".into(), json!([{"index": i, "bytes": bytes, "dtype": "Float"}]));
             b.add_node(node).unwrap();
             if i > 0 {
                 b.add_edge(i - 1, i).unwrap();
@@ -266,16 +201,7 @@ mod tests {
     }
 
     fn options(bus_bytes_per_us: f64) -> ProjectionOptions {
-        ProjectionOptions {
-            buckets: (1000, 4000),
-            backward_factor: 2.0,
-            all_reduce: AllReduceModel {
-                latency_us: 20.0,
-                bus_bytes_per_us,
-            },
-            collective_slowdown: 1.0,
-            optimizer_bytes_per_us: 0.0,
-        }
+        ProjectionOptions { buckets: (1000, 4000), backward_factor: 2.0, all_reduce: AllReduceModel { latency_us: 20.0, bus_bytes_per_us }, collective_slowdown: 1.0, optimizer_bytes_per_us: 0.0 }
     }
 
     /// With the optimizer priced, the one-GPU step stays the measured one (the compute's scale
@@ -286,32 +212,12 @@ mod tests {
         let forward = chain(40, 1000);
         let free = project(&forward, 32, 3000.0, &[1, 2], "nimble", &options(1e3)).unwrap();
         // 40 kB at 400 B/µs: a 100 µs update, 95 of it for the buckets before the last.
-        let priced = project(
-            &forward,
-            32,
-            3000.0,
-            &[1, 2],
-            "nimble",
-            &ProjectionOptions {
-                optimizer_bytes_per_us: 400.0,
-                ..options(1e3)
-            },
-        )
-        .unwrap();
-        assert!(
-            (priced.at(1).unwrap().step_us - 3000.0).abs() < 1e-3,
-            "{priced:?}"
-        );
-        assert!(
-            priced.compute_scale < free.compute_scale,
-            "{priced:?} {free:?}"
-        );
+        let priced = project(&forward, 32, 3000.0, &[1, 2], "nimble", &ProjectionOptions { optimizer_bytes_per_us: 400.0, ..options(1e3) }).unwrap();
+        assert!((priced.at(1).unwrap().step_us - 3000.0).abs() < 1e-3, "{priced:?}");
+        assert!(priced.compute_scale < free.compute_scale, "{priced:?} {free:?}");
         let (a, b) = (free.at(2).unwrap(), priced.at(2).unwrap());
         assert!(a.exposed_us > 10.0, "{a:?}");
-        assert!(
-            b.exposed_us < a.exposed_us - 10.0,
-            "the last all-reduce hides behind the earlier updates: {a:?} {b:?}"
-        );
+        assert!(b.exposed_us < a.exposed_us - 10.0, "the last all-reduce hides behind the earlier updates: {a:?} {b:?}");
     }
 
     /// An optimizer so slow that its update would outlast any task is an error naming the
@@ -319,23 +225,8 @@ mod tests {
     #[test]
     fn an_optimizer_too_slow_to_price_is_an_error() {
         let forward = chain(40, 1000);
-        let error = project(
-            &forward,
-            32,
-            3000.0,
-            &[1, 2],
-            "nimble",
-            &ProjectionOptions {
-                optimizer_bytes_per_us: 1e-5,
-                ..options(1e3)
-            },
-        )
-        .unwrap_err();
-        assert!(
-            error.contains("cannot be priced")
-                && error.contains("optimizer speed of 0.00000001 GB/s"),
-            "{error}"
-        );
+        let error = project(&forward, 32, 3000.0, &[1, 2], "nimble", &ProjectionOptions { optimizer_bytes_per_us: 1e-5, ..options(1e3) }).unwrap_err();
+        assert!(error.contains("cannot be priced") && error.contains("optimizer speed of 0.00000001 GB/s"), "{error}");
     }
 
     /// Compute beside an all-reduce slows down by the factor given: the one-GPU step stays the
@@ -344,29 +235,12 @@ mod tests {
     fn contention_slows_the_compute_beside_the_all_reduces() {
         let forward = chain(40, 1000);
         let free = project(&forward, 32, 3000.0, &[1, 2], "nimble", &options(10_000.0)).unwrap();
-        let contended = project(
-            &forward,
-            32,
-            3000.0,
-            &[1, 2],
-            "nimble",
-            &ProjectionOptions {
-                collective_slowdown: 1.5,
-                ..options(10_000.0)
-            },
-        )
-        .unwrap();
-        assert!(
-            (contended.at(1).unwrap().step_us - 3000.0).abs() < 1e-3,
-            "{contended:?}"
-        );
+        let contended = project(&forward, 32, 3000.0, &[1, 2], "nimble", &ProjectionOptions { collective_slowdown: 1.5, ..options(10_000.0) }).unwrap();
+        assert!((contended.at(1).unwrap().step_us - 3000.0).abs() < 1e-3, "{contended:?}");
         let (a, b) = (free.at(2).unwrap(), contended.at(2).unwrap());
         // The all-reduces overlap about all_reduce_us of compute, which now takes half as long again.
         let grown = b.step_us - a.step_us;
-        assert!(
-            grown > 0.2 * a.all_reduce_us && grown < 0.8 * a.all_reduce_us,
-            "{a:?} {b:?}"
-        );
+        assert!(grown > 0.2 * a.all_reduce_us && grown < 0.8 * a.all_reduce_us, "{a:?} {b:?}");
     }
 
     #[test]
@@ -374,11 +248,7 @@ mod tests {
         let forward = chain(40, 1000);
         let p = project(&forward, 32, 3000.0, &[1, 2, 8], "nimble", &options(1e6)).unwrap();
         assert!((p.at(1).unwrap().step_us - 3000.0).abs() < 1e-3, "{p:?}");
-        assert!(
-            p.compute_scale > 1.0 && p.compute_scale < 2.5,
-            "{}",
-            p.compute_scale
-        );
+        assert!(p.compute_scale > 1.0 && p.compute_scale < 2.5, "{}", p.compute_scale);
         // 40 kB in 11 buckets (1 kB, then 4 kB each) at 1 GB/s cost far less than the backward they overlap: only the
         // last bucket (the first layer's gradients) is exposed.
         let two = p.at(2).unwrap();
@@ -388,10 +258,7 @@ mod tests {
         assert!((two.samples_per_s - 2.0 * 32.0 / two.step_us * 1e6).abs() < 1e-6);
         // On one stream nothing overlaps: every all-reduce adds to the step.
         let serial = project(&forward, 32, 3000.0, &[2], "single", &options(1e6)).unwrap();
-        assert!(
-            serial.at(2).unwrap().exposed_us >= two.all_reduce_us - 1.0,
-            "{serial:?} vs {two:?}"
-        );
+        assert!(serial.at(2).unwrap().exposed_us >= two.all_reduce_us - 1.0, "{serial:?} vs {two:?}");
         // A slow interconnect leaves the all-reduces exposed even when they overlap.
         let slow = project(&forward, 32, 3000.0, &[2], "nimble", &options(10.0)).unwrap();
         assert!(slow.at(2).unwrap().exposed_us > 1000.0);
@@ -400,47 +267,17 @@ mod tests {
     #[test]
     fn bad_inputs_are_named() {
         let forward = chain(3, 10);
-        assert!(project(&forward, 8, 0.0, &[2], "nimble", &options(1e6))
-            .unwrap_err()
-            .contains("positive time"));
-        assert!(project(&forward, 8, 100.0, &[0], "nimble", &options(1e6))
-            .unwrap_err()
-            .contains("at least one"));
-        assert!(project(&forward, 8, 100.0, &[2], "nope", &options(1e6))
-            .unwrap_err()
-            .contains("nope"));
+        assert!(project(&forward, 8, 0.0, &[2], "nimble", &options(1e6)).unwrap_err().contains("positive time"));
+        assert!(project(&forward, 8, 100.0, &[0], "nimble", &options(1e6)).unwrap_err().contains("at least one"));
+        assert!(project(&forward, 8, 100.0, &[2], "nope", &options(1e6)).unwrap_err().contains("nope"));
         let untimed = forward.with_durations(|_, _| None);
-        assert!(project(&untimed, 8, 100.0, &[2], "nimble", &options(1e6))
-            .unwrap_err()
-            .contains("no measured durations"));
+        assert!(project(&untimed, 8, 100.0, &[2], "nimble", &options(1e6)).unwrap_err().contains("no measured durations"));
         for slowdown in [0.9, 1.6, f64::NAN] {
-            let error = project(
-                &forward,
-                8,
-                100.0,
-                &[2],
-                "nimble",
-                &ProjectionOptions {
-                    collective_slowdown: slowdown,
-                    ..options(1e6)
-                },
-            )
-            .unwrap_err();
+            let error = project(&forward, 8, 100.0, &[2], "nimble", &ProjectionOptions { collective_slowdown: slowdown, ..options(1e6) }).unwrap_err();
             assert!(error.contains("expected 1 (none) to 1.5"), "{error}");
         }
         for speed in [-1.0, f64::INFINITY, f64::NAN] {
-            let error = project(
-                &forward,
-                8,
-                100.0,
-                &[2],
-                "nimble",
-                &ProjectionOptions {
-                    optimizer_bytes_per_us: speed,
-                    ..options(1e6)
-                },
-            )
-            .unwrap_err();
+            let error = project(&forward, 8, 100.0, &[2], "nimble", &ProjectionOptions { optimizer_bytes_per_us: speed, ..options(1e6) }).unwrap_err();
             assert!(error.contains("expected a number ≥ 0"), "{error}");
         }
     }

@@ -79,17 +79,11 @@ pub fn algorithms() -> Vec<String> {
 }
 
 fn work(graph: &nimble_graph::TaskGraph) -> f64 {
-    (0..graph.len())
-        .map(|i| graph.node(i).duration_us.unwrap_or(0.0))
-        .sum()
+    (0..graph.len()).map(|i| graph.node(i).duration_us.unwrap_or(0.0)).sum()
 }
 
 /// Measures `model` with every algorithm in `algorithms` (see the module documentation).
-pub fn measure_model(
-    model: &Model,
-    config: &InferConfig,
-    algorithms: &[String],
-) -> nimble_torch::Result<SchedulerModel> {
+pub fn measure_model(model: &Model, config: &InferConfig, algorithms: &[String]) -> nimble_torch::Result<SchedulerModel> {
     let eager = time_runs(model, config, |xs| {
         tch::no_grad(|| drop(model.forward(&xs[0])));
         Ok(())
@@ -97,33 +91,21 @@ pub fn measure_model(
     let (eager_gpu_work_us, eager_kernels_graph) = {
         let (nimble, _, _) = prepare_checked(model, config, InferMode::Graph, false)?;
         let times = time_runs(model, config, |xs| nimble.forward(xs).map(drop))?;
-        (
-            work(nimble.task_graph().expect("prepared")),
-            Samples::new(times),
-        )
+        (work(nimble.task_graph().expect("prepared")), Samples::new(times))
     };
     // Decided per graph below, as every command decides it (`SimulatorConfig::for_graph`).
     let mut rows = Vec::new();
     let (mut width, mut tasks) = (0, 0);
     let mut layout = config.channels_last;
     for algorithm in algorithms {
-        let config = InferConfig {
-            algorithm: algorithm.clone(),
-            channels_last: layout,
-            ..config.clone()
-        };
+        let config = InferConfig { algorithm: algorithm.clone(), channels_last: layout, ..config.clone() };
         let (nimble, report, check) = prepare_checked(model, &config, InferMode::Nimble, true)?;
         layout = Some(report.channels_last);
         let graph = nimble.task_graph().expect("prepared");
         let plan = nimble.plan().expect("prepared");
         width = graph.width(&graph.reachability());
         tasks = graph.len();
-        let simulated_us = simulate(
-            graph,
-            plan,
-            &SimulatorConfig::for_graph(nimble_sched::LaunchMode::Graph, graph),
-        )
-        .makespan_us;
+        let simulated_us = simulate(graph, plan, &SimulatorConfig::for_graph(nimble_sched::LaunchMode::Graph, graph)).makespan_us;
         let latency = time_runs(model, &config, |xs| nimble.forward(xs).map(drop))?;
         rows.push(SchedulerRow {
             algorithm: algorithm.clone(),
@@ -153,14 +135,7 @@ pub fn measure_model(
 /// with each op's time from its own kernels (`Nimble::kernel_timed_graph`): what the simulator
 /// is validated on. Loads the profiler, which slows later launches in the process: call it
 /// after every measurement.
-pub fn kernel_timed_graph(
-    model: &dyn Subject,
-    config: &InferConfig,
-    measured: &SchedulerModel,
-) -> nimble_torch::Result<nimble_graph::TaskGraph> {
-    let config = InferConfig {
-        algorithm: "nimble".into(),
-        ..config.clone()
-    };
+pub fn kernel_timed_graph(model: &dyn Subject, config: &InferConfig, measured: &SchedulerModel) -> nimble_torch::Result<nimble_graph::TaskGraph> {
+    let config = InferConfig { algorithm: "nimble".into(), ..config.clone() };
     crate::floor::kernel_timed_graph(model, &config, measured.channels_last, true)
 }

@@ -25,17 +25,11 @@ pub struct SuiteGraph {
 }
 
 const fn timed(spec: &'static str) -> SuiteGraph {
-    SuiteGraph {
-        spec,
-        zero_durations: false,
-    }
+    SuiteGraph { spec, zero_durations: false }
 }
 
 const fn overhead(spec: &'static str) -> SuiteGraph {
-    SuiteGraph {
-        spec,
-        zero_durations: true,
-    }
+    SuiteGraph { spec, zero_durations: true }
 }
 
 /// Chains, fans of 2–128 branches, NASNet-like cells, random layered DAGs of 1k–10k nodes and a
@@ -73,12 +67,7 @@ pub const HOLDOUT_SUITE: &[SuiteGraph] = &[
 ];
 
 /// A shorter suite for smoke runs.
-pub const QUICK_SUITE: &[SuiteGraph] = &[
-    timed("chain:200"),
-    timed("fan:8:8"),
-    timed("nasnet:4"),
-    overhead("fan:16:1"),
-];
+pub const QUICK_SUITE: &[SuiteGraph] = &[timed("chain:200"), timed("fan:8:8"), timed("nasnet:4"), overhead("fan:16:1")];
 
 /// One measured (graph, algorithm, mode).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -106,16 +95,9 @@ pub struct ValidationRecord {
 }
 
 /// The graph of a suite entry (durations zeroed if asked).
-pub fn suite_graph(
-    spec: &str,
-    zero_durations: bool,
-) -> Result<TaskGraph, nimble_graph::GraphError> {
+pub fn suite_graph(spec: &str, zero_durations: bool) -> Result<TaskGraph, nimble_graph::GraphError> {
     let graph = spec.parse::<SyntheticSpec>()?.generate();
-    Ok(if zero_durations {
-        graph.with_durations(|_, _| Some(0.0))
-    } else {
-        graph
-    })
+    Ok(if zero_durations { graph.with_durations(|_, _| Some(0.0)) } else { graph })
 }
 
 /// Every registered algorithm, with its default argument (round-robin gets 4 streams).
@@ -157,8 +139,7 @@ pub fn run_suite(
                     mode,
                     streams: plan.streams,
                     syncs: plan.syncs.len(),
-                    simulated_us: simulate(&graph, &plan, &SimulatorConfig::for_mode(mode))
-                        .makespan_us,
+                    simulated_us: simulate(&graph, &plan, &SimulatorConfig::for_mode(mode)).makespan_us,
                     measured,
                 };
                 progress(&run);
@@ -217,11 +198,7 @@ impl PreparedRuns {
         if record.runs.is_empty() {
             return Err("the record has no runs; expected a validate-simulator record with at least one measured run".into());
         }
-        if let Some(run) = record
-            .runs
-            .iter()
-            .find(|r| !(r.measured.median_us.is_finite() && r.measured.median_us > 0.0))
-        {
+        if let Some(run) = record.runs.iter().find(|r| !(r.measured.median_us.is_finite() && r.measured.median_us > 0.0)) {
             return Err(format!(
                 "run {} with {} in {} mode has a measured median of {} µs; expected a positive time",
                 run.graph,
@@ -254,37 +231,24 @@ impl PreparedRuns {
             let plan = match plans.iter().find(|(k, _)| *k == plan_key) {
                 Some((_, plan)) => plan.clone(),
                 None => {
-                    let plan =
-                        algorithms::by_name(&run.algorithm)?.assign(&Analysis::new(&graphs[graph]));
+                    let plan = algorithms::by_name(&run.algorithm)?.assign(&Analysis::new(&graphs[graph]));
                     plans.push((plan_key, plan.clone()));
                     plan
                 }
             };
             cases.push((graph, plan, index));
         }
-        Ok(PreparedRuns {
-            graphs,
-            cases,
-            record: record.clone(),
-        })
+        Ok(PreparedRuns { graphs, cases, record: record.clone() })
     }
 
     /// Re-simulates every run with `graph_config` / `eager_config`.
-    pub fn evaluate(
-        &self,
-        graph_config: &SimulatorConfig,
-        eager_config: &SimulatorConfig,
-    ) -> Evaluation {
+    pub fn evaluate(&self, graph_config: &SimulatorConfig, eager_config: &SimulatorConfig) -> Evaluation {
         let runs: Vec<Evaluated> = self
             .cases
             .iter()
             .map(|(graph, plan, index)| {
                 let run = &self.record.runs[*index];
-                let config = if run.mode == LaunchMode::Graph {
-                    graph_config
-                } else {
-                    eager_config
-                };
+                let config = if run.mode == LaunchMode::Graph { graph_config } else { eager_config };
                 let simulated_us = simulate(&self.graphs[*graph], plan, config).makespan_us;
                 let measured_us = run.measured.median_us;
                 Evaluated {
@@ -299,19 +263,9 @@ impl PreparedRuns {
             })
             .collect();
         let median_of = |mode: LaunchMode| {
-            Samples::new(
-                runs.iter()
-                    .filter(|r| r.mode == mode)
-                    .map(|r| r.relative_error.abs())
-                    .collect(),
-            )
-            .median_us
+            Samples::new(runs.iter().filter(|r| r.mode == mode).map(|r| r.relative_error.abs()).collect()).median_us
         };
-        Evaluation {
-            median_abs_error_graph: median_of(LaunchMode::Graph),
-            median_abs_error_eager: median_of(LaunchMode::Eager),
-            runs,
-        }
+        Evaluation { median_abs_error_graph: median_of(LaunchMode::Graph), median_abs_error_eager: median_of(LaunchMode::Eager), runs }
     }
 
     /// Mean |ln(simulated / measured)| over the runs of `config.mode`: the fit's objective,
@@ -322,12 +276,8 @@ impl PreparedRuns {
             .iter()
             .filter(|(_, _, index)| self.record.runs[*index].mode == config.mode)
             .map(|(graph, plan, index)| {
-                let simulated = simulate(&self.graphs[*graph], plan, config)
-                    .makespan_us
-                    .max(1e-3);
-                (simulated / self.record.runs[*index].measured.median_us)
-                    .ln()
-                    .abs()
+                let simulated = simulate(&self.graphs[*graph], plan, config).makespan_us.max(1e-3);
+                (simulated / self.record.runs[*index].measured.median_us).ln().abs()
             })
             .fold((0.0, 0usize), |(s, c), e| (s + e, c + 1));
         sum / count.max(1) as f64
@@ -338,18 +288,8 @@ impl PreparedRuns {
     pub fn fit(&self, start: &SimulatorConfig) -> SimulatorConfig {
         type Field = fn(&mut SimulatorConfig) -> &mut f64;
         let fields: Vec<Field> = match start.mode {
-            LaunchMode::Graph => vec![
-                |c| &mut c.graph_launch_us,
-                |c| &mut c.graph_branch_us,
-                |c| &mut c.graph_dependency_latency_us,
-                |c| &mut c.dispatch_us,
-            ],
-            LaunchMode::Eager => vec![
-                |c| &mut c.eager_launch_us,
-                |c| &mut c.eager_event_us,
-                |c| &mut c.eager_dependency_latency_us,
-                |c| &mut c.eager_sync_latency_us,
-            ],
+            LaunchMode::Graph => vec![|c| &mut c.graph_launch_us, |c| &mut c.graph_branch_us, |c| &mut c.graph_dependency_latency_us, |c| &mut c.dispatch_us],
+            LaunchMode::Eager => vec![|c| &mut c.eager_launch_us, |c| &mut c.eager_event_us, |c| &mut c.eager_dependency_latency_us, |c| &mut c.eager_sync_latency_us],
         };
         let mut best = start.clone();
         let mut best_loss = self.loss(&best);
@@ -360,10 +300,7 @@ impl PreparedRuns {
                 let candidates: Vec<f64> = if current == 0.0 {
                     vec![0.01, 0.05, 0.2, 1.0]
                 } else {
-                    [0.0, 0.5, 0.8, 0.9, 0.95, 0.98, 1.02, 1.05, 1.1, 1.25, 2.0]
-                        .iter()
-                        .map(|f| current * f)
-                        .collect()
+                    [0.0, 0.5, 0.8, 0.9, 0.95, 0.98, 1.02, 1.05, 1.1, 1.25, 2.0].iter().map(|f| current * f).collect()
                 };
                 for value in candidates {
                     let mut trial = best.clone();

@@ -30,10 +30,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use nimble_cuda::Samples;
 use nimble_torch::distributed::DataParallel;
 use nimble_torch::DeviceProfile;
-use nimble_torch::{
-    cuda_synchronize, cuda_time, relative_error, BackwardStreams, FusedOptimizer, Nimble,
-    Optimizer, PrepareOptions, PrepareReport, TrainStep,
-};
+use nimble_torch::{cuda_synchronize, cuda_time, relative_error, BackwardStreams, FusedOptimizer, Nimble, Optimizer, PrepareOptions, PrepareReport, TrainStep};
 use serde::Serialize;
 use tch::nn::{self, OptimizerConfig};
 use tch::{Device, Tensor};
@@ -60,14 +57,7 @@ pub enum TrainMode {
 }
 
 impl TrainMode {
-    pub const ALL: [TrainMode; 6] = [
-        TrainMode::Eager,
-        TrainMode::EagerFused,
-        TrainMode::Graph,
-        TrainMode::Nimble,
-        TrainMode::NimbleFused,
-        TrainMode::Step,
-    ];
+    pub const ALL: [TrainMode; 6] = [TrainMode::Eager, TrainMode::EagerFused, TrainMode::Graph, TrainMode::Nimble, TrainMode::NimbleFused, TrainMode::Step];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -82,15 +72,7 @@ impl TrainMode {
 
     pub fn parse(text: &str) -> Result<TrainMode, String> {
         let names: Vec<&str> = TrainMode::ALL.iter().map(|m| m.name()).collect();
-        TrainMode::ALL
-            .into_iter()
-            .find(|m| m.name() == text)
-            .ok_or_else(|| {
-                format!(
-                    "unknown training mode `{text}`; expected one of {}",
-                    names.join(", ")
-                )
-            })
+        TrainMode::ALL.into_iter().find(|m| m.name() == text).ok_or_else(|| format!("unknown training mode `{text}`; expected one of {}", names.join(", ")))
     }
 }
 
@@ -127,18 +109,11 @@ impl TrainConfig {
     }
 
     fn tch_sgd(&self) -> nn::Sgd {
-        nn::Sgd {
-            momentum: self.momentum,
-            dampening: 0.0,
-            wd: self.weight_decay,
-            nesterov: false,
-        }
+        nn::Sgd { momentum: self.momentum, dampening: 0.0, wd: self.weight_decay, nesterov: false }
     }
 
     fn optimizer(&self) -> Optimizer {
-        Optimizer::sgd(self.lr)
-            .momentum(self.momentum)
-            .weight_decay(self.weight_decay)
+        Optimizer::sgd(self.lr).momentum(self.momentum).weight_decay(self.weight_decay)
     }
 }
 
@@ -225,42 +200,21 @@ impl Opt {
 }
 
 impl Trainer {
-    fn new(
-        name: &str,
-        mode: TrainMode,
-        config: &TrainConfig,
-    ) -> Result<(Trainer, Option<PrepareReport>), String> {
+    fn new(name: &str, mode: TrainMode, config: &TrainConfig) -> Result<(Trainer, Option<PrepareReport>), String> {
         Trainer::on(name, mode, config, 0, None)
     }
 
     /// On GPU `device`; the whole-step modes as one rank of `data_parallel` when given.
-    fn on(
-        name: &str,
-        mode: TrainMode,
-        config: &TrainConfig,
-        device: usize,
-        data_parallel: Option<DataParallel>,
-    ) -> Result<(Trainer, Option<PrepareReport>), String> {
+    fn on(name: &str, mode: TrainMode, config: &TrainConfig, device: usize, data_parallel: Option<DataParallel>) -> Result<(Trainer, Option<PrepareReport>), String> {
         tch::manual_seed(0);
         let mut model = models::build(name, Dataset::Cifar10, Device::Cuda(device))?;
         model.unfreeze();
         let (x, y) = (model.input(config.batch), model.targets(config.batch));
         let sgd = || -> Result<Opt, String> {
             if matches!(mode, TrainMode::EagerFused | TrainMode::NimbleFused) {
-                Ok(Opt::Fused(
-                    FusedOptimizer::new(
-                        model.var_store().trainable_variables(),
-                        config.optimizer(),
-                    )
-                    .map_err(|e| e.to_string())?,
-                ))
+                Ok(Opt::Fused(FusedOptimizer::new(model.var_store().trainable_variables(), config.optimizer()).map_err(|e| e.to_string())?))
             } else {
-                Ok(Opt::Tch(
-                    config
-                        .tch_sgd()
-                        .build(model.var_store(), config.lr)
-                        .map_err(|e| e.to_string())?,
-                ))
+                Ok(Opt::Tch(config.tch_sgd().build(model.var_store(), config.lr).map_err(|e| e.to_string())?))
             }
         };
         let options = PrepareOptions::training().backward_streams(config.backward_streams);
@@ -269,27 +223,17 @@ impl Trainer {
             TrainMode::Eager | TrainMode::EagerFused => (Run::Eager(sgd()?), None),
             TrainMode::Nimble | TrainMode::NimbleFused => {
                 let mut nimble = model.nimble();
-                let report = nimble
-                    .prepare(&[x], options.algorithm(config.algorithm.clone()))
-                    .map_err(failed)?
-                    .clone();
+                let report = nimble.prepare(&[x], options.algorithm(config.algorithm.clone())).map_err(failed)?.clone();
                 (Run::Autograd(nimble, sgd()?), Some(report))
             }
             TrainMode::Graph | TrainMode::Step => {
-                let algorithm = if mode == TrainMode::Graph {
-                    "single".to_string()
-                } else {
-                    config.algorithm.clone()
-                };
+                let algorithm = if mode == TrainMode::Graph { "single".to_string() } else { config.algorithm.clone() };
                 let mut nimble = model.nimble();
                 let mut step = TrainStep::new(config.optimizer());
                 if let Some(dp) = data_parallel {
                     step = step.data_parallel(dp);
                 }
-                let report = nimble
-                    .prepare_train_step(&[x], &y, options.algorithm(algorithm), step)
-                    .map_err(failed)?
-                    .clone();
+                let report = nimble.prepare_train_step(&[x], &y, options.algorithm(algorithm), step).map_err(failed)?.clone();
                 (Run::Step(nimble), Some(report))
             }
         };
@@ -299,14 +243,10 @@ impl Trainer {
     /// One step; returns the loss tensor.
     fn step(&mut self, x: &Tensor, y: &Tensor) -> Result<Tensor, String> {
         let model = &self.model;
-        let eager_loss = |out: &Tensor| {
-            catch_unwind(AssertUnwindSafe(|| out.cross_entropy_for_logits(y)))
-                .map_err(|_| "the loss failed".to_string())
-        };
+        let eager_loss = |out: &Tensor| catch_unwind(AssertUnwindSafe(|| out.cross_entropy_for_logits(y))).map_err(|_| "the loss failed".to_string());
         match &mut self.run {
             Run::Eager(opt) => {
-                let out = catch_unwind(AssertUnwindSafe(|| model.forward_t(x, true)))
-                    .map_err(|_| "the eager forward failed".to_string())?;
+                let out = catch_unwind(AssertUnwindSafe(|| model.forward_t(x, true))).map_err(|_| "the eager forward failed".to_string())?;
                 let loss = eager_loss(&out)?;
                 opt.zero_grad()?;
                 loss.f_backward().map_err(|e| e.to_string())?;
@@ -314,19 +254,14 @@ impl Trainer {
                 Ok(loss)
             }
             Run::Autograd(nimble, opt) => {
-                let out = nimble
-                    .forward(std::slice::from_ref(x))
-                    .map_err(|e| e.to_string())?
-                    .remove(0);
+                let out = nimble.forward(std::slice::from_ref(x)).map_err(|e| e.to_string())?.remove(0);
                 let loss = eager_loss(&out)?;
                 opt.zero_grad()?;
                 loss.f_backward().map_err(|e| e.to_string())?;
                 opt.step()?;
                 Ok(loss)
             }
-            Run::Step(nimble) => nimble
-                .train_step(std::slice::from_ref(x), y)
-                .map_err(|e| e.to_string()),
+            Run::Step(nimble) => nimble.train_step(std::slice::from_ref(x), y).map_err(|e| e.to_string()),
         }
     }
 }
@@ -337,50 +272,23 @@ impl Trainer {
 /// call's result comes from whichever ran, not the one later chosen; with TF32 convolutions the
 /// candidates round differently (about 1e-3). So a throw-away eager copy takes two steps first,
 /// and both compared runs use the chosen algorithms from their first step.
-fn check_against_eager(
-    name: &str,
-    trainer: &mut Trainer,
-    config: &TrainConfig,
-) -> Result<TrainCheck, String> {
+fn check_against_eager(name: &str, trainer: &mut Trainer, config: &TrainConfig) -> Result<TrainCheck, String> {
     let (mut throwaway, _) = Trainer::new(name, TrainMode::Eager, config)?;
     for _ in 0..2 {
-        let _loss = throwaway.step(
-            &throwaway.model.input(config.batch),
-            &throwaway.model.targets(config.batch),
-        )?;
+        let _loss = throwaway.step(&throwaway.model.input(config.batch), &throwaway.model.targets(config.batch))?;
     }
     drop(throwaway);
     let (mut eager, _) = Trainer::new(name, TrainMode::Eager, config)?;
-    let data: Vec<(Tensor, Tensor)> = (0..config.check_steps)
-        .map(|_| {
-            (
-                trainer.model.input(config.batch),
-                trainer.model.targets(config.batch),
-            )
-        })
-        .collect();
+    let data: Vec<(Tensor, Tensor)> = (0..config.check_steps).map(|_| (trainer.model.input(config.batch), trainer.model.targets(config.batch))).collect();
     let run = |t: &mut Trainer| -> Result<Vec<f64>, String> {
         tch::manual_seed(7);
-        data.iter()
-            .map(|(x, y)| t.step(x, y).map(|l| l.double_value(&[])))
-            .collect()
+        data.iter().map(|(x, y)| t.step(x, y).map(|l| l.double_value(&[]))).collect()
     };
-    let snapshot = |t: &Trainer| -> std::collections::HashMap<String, Tensor> {
-        t.model
-            .var_store()
-            .variables()
-            .into_iter()
-            .map(|(k, v)| (k, v.detach().copy()))
-            .collect()
-    };
+    let snapshot = |t: &Trainer| -> std::collections::HashMap<String, Tensor> { t.model.var_store().variables().into_iter().map(|(k, v)| (k, v.detach().copy())).collect() };
     let before = snapshot(trainer);
     let reference = run(&mut eager)?;
     let losses = run(trainer)?;
-    let max_loss_error = losses
-        .iter()
-        .zip(&reference)
-        .map(|(l, r)| (l - r).abs() / r.abs().max(1e-12))
-        .fold(0.0, f64::max);
+    let max_loss_error = losses.iter().zip(&reference).map(|(l, r)| (l - r).abs() / r.abs().max(1e-12)).fold(0.0, f64::max);
     let theirs = trainer.model.var_store().variables();
     let (mut max_update_error, mut variable) = (0.0, String::new());
     for (name, reference) in eager.model.var_store().variables() {
@@ -394,22 +302,11 @@ fn check_against_eager(
             (max_update_error, variable) = (error, name);
         }
     }
-    Ok(TrainCheck {
-        steps: config.check_steps,
-        max_update_error,
-        variable,
-        max_loss_error,
-        eager_losses: reference,
-        losses,
-    })
+    Ok(TrainCheck { steps: config.check_steps, max_update_error, variable, max_loss_error, eager_losses: reference, losses })
 }
 
 /// Measures `modes` of model `name` (a CIFAR-10 training model) at `config.batch`.
-pub fn measure_model(
-    name: &str,
-    config: &TrainConfig,
-    modes: &[TrainMode],
-) -> Result<Vec<TrainRow>, String> {
+pub fn measure_model(name: &str, config: &TrainConfig, modes: &[TrainMode]) -> Result<Vec<TrainRow>, String> {
     let mut rows = Vec::new();
     for &mode in modes {
         let (mut trainer, prepare) = Trainer::new(name, mode, config)?;
@@ -419,13 +316,7 @@ pub fn measure_model(
             let check = check_against_eager(name, &mut trainer, config)?;
             let worst = check.max_update_error.max(check.max_loss_error);
             if worst.is_nan() || worst > CHECK_TOLERANCE {
-                let first: Vec<String> = check
-                    .eager_losses
-                    .iter()
-                    .zip(&check.losses)
-                    .take(4)
-                    .map(|(e, l)| format!("{e:.5}/{l:.5}"))
-                    .collect();
+                let first: Vec<String> = check.eager_losses.iter().zip(&check.losses).take(4).map(|(e, l)| format!("{e:.5}/{l:.5}")).collect();
                 return Err(format!(
                     "{name} at batch {} ({} mode): over {} steps, training differs from eager tch by {worst:.2e} (relative; variable {}), more than {CHECK_TOLERANCE:.0e}; losses eager/{}: {}",
                     config.batch,
@@ -441,14 +332,7 @@ pub fn measure_model(
             None
         };
         let step = time_steps(&mut trainer, config)?;
-        rows.push(TrainRow {
-            model: name.into(),
-            batch: config.batch,
-            mode,
-            step,
-            prepare,
-            check,
-        });
+        rows.push(TrainRow { model: name.into(), batch: config.batch, mode, step, prepare, check });
         drop(trainer);
         cuda_synchronize().map_err(|e| e.to_string())?;
         nimble_torch::cuda_empty_cache().map_err(|e| e.to_string())?;
@@ -494,22 +378,9 @@ pub const PROFILED_STEPS: usize = 5;
 /// inputs and labels for every step, made before the timing starts. No check against eager: data-parallel training is checked
 /// against one GPU's by nimble-torch's `data_parallel_gpu` test. With `profile`, then
 /// [`PROFILED_STEPS`] more steps run under the device profiler, whose Chrome trace goes there.
-pub fn measure_rank(
-    name: &str,
-    config: &TrainConfig,
-    device: usize,
-    data_parallel: Option<DataParallel>,
-    profile: Option<&std::path::Path>,
-) -> Result<RankMeasurement, String> {
+pub fn measure_rank(name: &str, config: &TrainConfig, device: usize, data_parallel: Option<DataParallel>, profile: Option<&std::path::Path>) -> Result<RankMeasurement, String> {
     let (mut trainer, prepare) = Trainer::on(name, TrainMode::Step, config, device, data_parallel)?;
-    let data: Vec<(Tensor, Tensor)> = (0..config.warmup + config.iterations)
-        .map(|_| {
-            (
-                trainer.model.input(config.batch),
-                trainer.model.targets(config.batch),
-            )
-        })
-        .collect();
+    let data: Vec<(Tensor, Tensor)> = (0..config.warmup + config.iterations).map(|_| (trainer.model.input(config.batch), trainer.model.targets(config.batch))).collect();
     for (x, y) in &data[..config.warmup] {
         let _loss = trainer.step(x, y)?;
     }
@@ -529,13 +400,8 @@ pub fn measure_rank(
     let profiled = match profile {
         Some(path) => {
             let steps = &data[..PROFILED_STEPS.min(data.len())];
-            let run = || -> nimble_torch::Result<Result<(), String>> {
-                Ok(steps
-                    .iter()
-                    .try_for_each(|(x, y)| trainer.step(x, y).map(drop)))
-            };
-            let (result, profile) =
-                nimble_torch::profile(Some(path), run).map_err(|e| e.to_string())?;
+            let run = || -> nimble_torch::Result<Result<(), String>> { Ok(steps.iter().try_for_each(|(x, y)| trainer.step(x, y).map(drop))) };
+            let (result, profile) = nimble_torch::profile(Some(path), run).map_err(|e| e.to_string())?;
             result?;
             Some(profile)
         }
@@ -550,19 +416,8 @@ pub fn measure_rank(
     cuda_synchronize().map_err(|e| e.to_string())?;
     nimble_torch::cuda_empty_cache().map_err(|e| e.to_string())?;
     let step = Samples::new(ms.into_iter().map(|ms| ms * 1000.0).collect());
-    let row = TrainRow {
-        model: name.into(),
-        batch: config.batch,
-        mode: TrainMode::Step,
-        step,
-        prepare,
-        check: None,
-    };
-    Ok(RankMeasurement {
-        row,
-        profile: profiled,
-        forward,
-    })
+    let row = TrainRow { model: name.into(), batch: config.batch, mode: TrainMode::Step, step, prepare, check: None };
+    Ok(RankMeasurement { row, profile: profiled, forward })
 }
 
 /// What [`measure_rank`] gives back.

@@ -7,22 +7,15 @@
 
 use std::path::PathBuf;
 
-use experiments::simulator_validation::{
-    evaluate, SuiteGraph, ValidationRecord, HOLDOUT_SUITE, SUITE,
-};
+use experiments::simulator_validation::{evaluate, SuiteGraph, ValidationRecord, HOLDOUT_SUITE, SUITE};
 use nimble_sched::SimulatorConfig;
 
-const RECORDS: [(&str, &[SuiteGraph]); 2] = [
-    ("simulator-validation.json", SUITE),
-    ("simulator-holdout.json", HOLDOUT_SUITE),
-];
+const RECORDS: [(&str, &[SuiteGraph]); 2] = [("simulator-validation.json", SUITE), ("simulator-holdout.json", HOLDOUT_SUITE)];
 /// Twice the published median |error| of each record: (graph mode, eager mode).
 const BOUNDS: [(f64, f64); 2] = [(0.012, 0.094), (0.008, 0.064)];
 
 fn committed_record(name: &str) -> ValidationRecord {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../paper-figs/results")
-        .join(name);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../paper-figs/results").join(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).expect("the committed record parses")
 }
@@ -31,22 +24,9 @@ fn committed_record(name: &str) -> ValidationRecord {
 fn simulator_matches_the_committed_gpu_measurements() {
     for ((name, _), (graph_bound, eager_bound)) in RECORDS.iter().zip(BOUNDS) {
         let record = committed_record(name);
-        let evaluation = evaluate(
-            &record,
-            &SimulatorConfig::graph(),
-            &SimulatorConfig::eager(),
-        )
-        .unwrap();
-        assert!(
-            evaluation.median_abs_error_graph <= graph_bound,
-            "{name}, graph mode: median error {:.2}%",
-            evaluation.median_abs_error_graph * 100.0
-        );
-        assert!(
-            evaluation.median_abs_error_eager <= eager_bound,
-            "{name}, eager mode: median error {:.2}%",
-            evaluation.median_abs_error_eager * 100.0
-        );
+        let evaluation = evaluate(&record, &SimulatorConfig::graph(), &SimulatorConfig::eager()).unwrap();
+        assert!(evaluation.median_abs_error_graph <= graph_bound, "{name}, graph mode: median error {:.2}%", evaluation.median_abs_error_graph * 100.0);
+        assert!(evaluation.median_abs_error_eager <= eager_bound, "{name}, eager mode: median error {:.2}%", evaluation.median_abs_error_eager * 100.0);
     }
 }
 
@@ -57,26 +37,11 @@ fn the_records_cover_their_suites_with_provenance() {
         let record = committed_record(name);
         assert_eq!(record.runs.len(), suite.len() * algorithms * 2, "{name}");
         for entry in suite {
-            assert!(
-                record
-                    .runs
-                    .iter()
-                    .any(|r| r.graph == entry.spec && r.zero_durations == entry.zero_durations),
-                "{name}: {} missing",
-                entry.spec
-            );
+            assert!(record.runs.iter().any(|r| r.graph == entry.spec && r.zero_durations == entry.zero_durations), "{name}: {} missing", entry.spec);
         }
         let provenance = &record.provenance;
-        assert!(
-            !provenance.gpu.is_empty()
-                && provenance.commit.len() >= 40
-                && !provenance.commit.ends_with("-dirty"),
-            "{name}"
-        );
+        assert!(!provenance.gpu.is_empty() && provenance.commit.len() >= 40 && !provenance.commit.ends_with("-dirty"), "{name}");
         assert_eq!((provenance.warmup, provenance.iterations), (50, 100));
-        assert!(record
-            .runs
-            .iter()
-            .all(|r| r.measured.samples_us.len() == 100));
+        assert!(record.runs.iter().all(|r| r.measured.samples_us.len() == 100));
     }
 }

@@ -10,15 +10,8 @@ use plotters::prelude::*;
 use crate::plots::{save, Drawing};
 
 /// Colours for series that have no colour of their own (e.g. one per algorithm).
-pub const PALETTE: [RGBColor; 7] = [
-    RGBColor(25, 118, 210),
-    RGBColor(100, 181, 246),
-    RGBColor(120, 144, 156),
-    RGBColor(255, 152, 0),
-    RGBColor(76, 175, 80),
-    RGBColor(156, 39, 176),
-    RGBColor(244, 67, 54),
-];
+pub const PALETTE: [RGBColor; 7] =
+    [RGBColor(25, 118, 210), RGBColor(100, 181, 246), RGBColor(120, 144, 156), RGBColor(255, 152, 0), RGBColor(76, 175, 80), RGBColor(156, 39, 176), RGBColor(244, 67, 54)];
 
 /// One group of bars: its label and one value per series.
 pub struct Group {
@@ -39,10 +32,7 @@ impl Drawing for GroupedBars<'_> {
     fn size(&self) -> (u32, u32) {
         // Wide enough for the group labels under their bars.
         // Tall enough for every note (22 px each) under the 500 px plot.
-        (
-            (130 * self.groups.len() as u32).max(1000),
-            (516 + 22 * self.notes.len() as u32).max(560),
-        )
+        ((130 * self.groups.len() as u32).max(1000), (516 + 22 * self.notes.len() as u32).max(560))
     }
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()>
@@ -51,11 +41,7 @@ impl Drawing for GroupedBars<'_> {
     {
         let groups = self.groups;
         // Headroom above the bars for the legend.
-        let top = groups
-            .iter()
-            .flat_map(|g| g.values.iter().copied())
-            .fold(1.0, f64::max)
-            * (1.25 + 0.07 * self.series.len() as f64);
+        let top = groups.iter().flat_map(|g| g.values.iter().copied()).fold(1.0, f64::max) * (1.25 + 0.07 * self.series.len() as f64);
         let n = groups.len() as f64;
         let width = 0.8 / self.series.len() as f64;
         root.fill(&WHITE)?;
@@ -82,57 +68,20 @@ impl Drawing for GroupedBars<'_> {
             .draw()?;
         for (k, &(label, color)) in self.series.iter().enumerate() {
             let offset = 0.1 + k as f64 * width;
-            let rects = groups.iter().enumerate().map(|(i, g)| {
-                Rectangle::new(
-                    [
-                        (i as f64 + offset, 0.0),
-                        (i as f64 + offset + width * 0.9, g.values[k]),
-                    ],
-                    color.filled(),
-                )
-            });
-            chart
-                .draw_series(rects)?
-                .label(label)
-                .legend(move |(x, y)| {
-                    Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
-                });
+            let rects = groups.iter().enumerate().map(|(i, g)| Rectangle::new([(i as f64 + offset, 0.0), (i as f64 + offset + width * 0.9, g.values[k])], color.filled()));
+            chart.draw_series(rects)?.label(label).legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperLeft)
-            .draw()?;
+        chart.configure_series_labels().background_style(WHITE.mix(0.9)).border_style(BLACK).position(SeriesLabelPosition::UpperLeft).draw()?;
         let style = ("sans-serif", 13).into_font().color(&BLACK.mix(0.8));
         for (i, note) in self.notes.iter().enumerate() {
-            notes_area.draw(&Text::new(
-                note.clone(),
-                (20, 10 + 22 * i as i32),
-                style.clone(),
-            ))?;
+            notes_area.draw(&Text::new(note.clone(), (20, 10 + 22 * i as i32), style.clone()))?;
         }
         Ok(())
     }
 }
 
 /// Draws a grouped bar chart as SVG and PNG.
-pub fn draw_grouped(
-    path: &Path,
-    (title, y_desc): (&str, &str),
-    groups: &[Group],
-    series: &[(&str, RGBColor)],
-    notes: &[String],
-) -> Result<()> {
-    save(
-        &GroupedBars {
-            title,
-            y_desc,
-            groups,
-            series,
-            notes,
-        },
-        path,
-    )?;
+pub fn draw_grouped(path: &Path, (title, y_desc): (&str, &str), groups: &[Group], series: &[(&str, RGBColor)], notes: &[String]) -> Result<()> {
+    save(&GroupedBars { title, y_desc, groups, series, notes }, path)?;
     Ok(())
 }

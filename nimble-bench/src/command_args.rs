@@ -25,10 +25,7 @@ pub enum Measurement<'a> {
     Training { models: &'a str, batches: &'a [i64] },
     /// The scheduler study of `models`; then, when given, each model's kernel-timed task graph
     /// written to the directory.
-    Schedulers {
-        models: &'a str,
-        kernel_graphs: Option<&'a Path>,
-    },
+    Schedulers { models: &'a str, kernel_graphs: Option<&'a Path> },
 }
 
 /// What `coverage` does: measure the models of `dir`, merge records measured in parts, or (with

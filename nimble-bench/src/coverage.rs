@@ -21,25 +21,19 @@ pub fn coverage(args: &CoverageArgs<'_>) -> Result<()> {
             let records = parts.iter().map(|p| read(p)).collect::<Result<Vec<_>>>()?;
             let merged = CoverageRecord::merge(records).map_err(anyhow::Error::msg)?;
             write_file(args.results, &serde_json::to_string_pretty(&merged)?)?;
-            eprintln!(
-                "merged {} records into {}",
-                parts.len(),
-                args.results.display()
-            );
+            eprintln!("merged {} records into {}", parts.len(), args.results.display());
             merged
         }
     };
     let svg = args.out_dir.join("coverage.svg");
-    std::fs::create_dir_all(args.out_dir)
-        .with_context(|| format!("creating {}", args.out_dir.display()))?;
+    std::fs::create_dir_all(args.out_dir).with_context(|| format!("creating {}", args.out_dir.display()))?;
     crate::plots::save(&crate::coverage_figure::CoverageFigure::new(&record)?, &svg)?;
     emit(&format!("{}\nfigure: {}", table(&record), svg.display()))
 }
 
 fn read(path: &Path) -> Result<CoverageRecord> {
     let text = nimble_graph::json::read_text(path).with_context(|| "no coverage record to re-render (measure one with `nimble-bench coverage DIR` on a GPU machine)")?;
-    serde_json::from_str(&text)
-        .with_context(|| format!("{}: not a coverage record", path.display()))
+    serde_json::from_str(&text).with_context(|| format!("{}: not a coverage record", path.display()))
 }
 
 /// One line per model and the summary.
@@ -62,18 +56,7 @@ fn table(record: &CoverageRecord) -> String {
     }
     lines.push(format!(
         "{:<22} {:<10} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>8} {:>8} {:>8} {:>8}",
-        "model",
-        "status",
-        "eager",
-        "graph",
-        "nimble",
-        "x eager",
-        "x graph",
-        "streams",
-        "prep s",
-        "err opt",
-        "err raw",
-        "tf32 opt"
+        "model", "status", "eager", "graph", "nimble", "x eager", "x graph", "streams", "prep s", "err opt", "err raw", "tf32 opt"
     ));
     for m in &record.models {
         let line = match (&m.optimized, &m.raw, m.eager_ms) {

@@ -21,31 +21,12 @@ const MAX_NODES: usize = 24;
 /// meet, with two edges that other paths already imply (0 → 6 and 1 → 6), which the MEG drops.
 /// Its chains outnumber the streams it needs, so the merge step shows.
 pub fn default_graph() -> TaskGraph {
-    let ops = [
-        "input", "conv a", "conv b", "pool", "conv c", "conv d", "concat", "conv e", "conv f",
-        "add",
-    ];
+    let ops = ["input", "conv a", "conv b", "pool", "conv c", "conv d", "concat", "conv e", "conv f", "add"];
     let mut b = TaskGraphBuilder::new();
     for (i, op) in ops.iter().enumerate() {
         b.add_node(Node::new(i as u64, *op)).expect("unique ids");
     }
-    for (u, v) in [
-        (0, 1),
-        (0, 2),
-        (0, 3),
-        (1, 4),
-        (2, 4),
-        (2, 5),
-        (3, 5),
-        (4, 6),
-        (5, 6),
-        (0, 6),
-        (1, 6),
-        (6, 7),
-        (6, 8),
-        (7, 9),
-        (8, 9),
-    ] {
+    for (u, v) in [(0, 1), (0, 2), (0, 3), (1, 4), (2, 4), (2, 5), (3, 5), (4, 6), (5, 6), (0, 6), (1, 6), (6, 7), (6, 8), (7, 9), (8, 9)] {
         b.add_edge(u, v).expect("known ids");
     }
     b.build().expect("a DAG")
@@ -88,13 +69,7 @@ fn layout(graph: &TaskGraph, width: i32, height: i32) -> Vec<(i32, i32)> {
         .collect()
 }
 
-fn edge<DB: DrawingBackend>(
-    panel: &DrawingArea<DB, Shift>,
-    a: (i32, i32),
-    b: (i32, i32),
-    color: RGBColor,
-    width: u32,
-) -> Result<()>
+fn edge<DB: DrawingBackend>(panel: &DrawingArea<DB, Shift>, a: (i32, i32), b: (i32, i32), color: RGBColor, width: u32) -> Result<()>
 where
     DB::ErrorType: 'static,
 {
@@ -104,61 +79,31 @@ where
     let length = (dx * dx + dy * dy).sqrt().max(1.0);
     let (ux, uy) = (dx / length, dy / length);
     let tip = (b.0 as f64 - ux * 11.0, b.1 as f64 - uy * 11.0);
-    let side = |s: f64| {
-        (
-            (tip.0 - ux * 7.0 - uy * 4.0 * s) as i32,
-            (tip.1 - uy * 7.0 + ux * 4.0 * s) as i32,
-        )
-    };
-    panel.draw(&Polygon::new(
-        vec![(tip.0 as i32, tip.1 as i32), side(1.0), side(-1.0)],
-        color.filled(),
-    ))?;
+    let side = |s: f64| ((tip.0 - ux * 7.0 - uy * 4.0 * s) as i32, (tip.1 - uy * 7.0 + ux * 4.0 * s) as i32);
+    panel.draw(&Polygon::new(vec![(tip.0 as i32, tip.1 as i32), side(1.0), side(-1.0)], color.filled()))?;
     Ok(())
 }
 
-fn node<DB: DrawingBackend>(
-    panel: &DrawingArea<DB, Shift>,
-    at: (i32, i32),
-    label: &str,
-    color: RGBColor,
-) -> Result<()>
+fn node<DB: DrawingBackend>(panel: &DrawingArea<DB, Shift>, at: (i32, i32), label: &str, color: RGBColor) -> Result<()>
 where
     DB::ErrorType: 'static,
 {
     panel.draw(&Circle::new(at, 10, color.filled()))?;
-    let style =
-        ("sans-serif", 11)
-            .into_font()
-            .color(&WHITE)
-            .pos(plotters::style::text_anchor::Pos::new(
-                plotters::style::text_anchor::HPos::Center,
-                plotters::style::text_anchor::VPos::Center,
-            ));
+    let style = ("sans-serif", 11).into_font().color(&WHITE).pos(plotters::style::text_anchor::Pos::new(
+        plotters::style::text_anchor::HPos::Center,
+        plotters::style::text_anchor::VPos::Center,
+    ));
     panel.draw(&Text::new(label.to_string(), at, style))?;
     Ok(())
 }
 
-fn caption<DB: DrawingBackend>(
-    panel: &DrawingArea<DB, Shift>,
-    height: i32,
-    title: &str,
-    lines: &[String],
-) -> Result<()>
+fn caption<DB: DrawingBackend>(panel: &DrawingArea<DB, Shift>, height: i32, title: &str, lines: &[String]) -> Result<()>
 where
     DB::ErrorType: 'static,
 {
-    panel.draw(&Text::new(
-        title.to_string(),
-        (10, 12),
-        ("sans-serif", 15).into_font().color(&BLACK),
-    ))?;
+    panel.draw(&Text::new(title.to_string(), (10, 12), ("sans-serif", 15).into_font().color(&BLACK)))?;
     for (i, line) in lines.iter().enumerate() {
-        panel.draw(&Text::new(
-            line.clone(),
-            (10, height - 60 + 16 * i as i32),
-            ("sans-serif", 12).into_font().color(&BLACK.mix(0.8)),
-        ))?;
+        panel.draw(&Text::new(line.clone(), (10, height - 60 + 16 * i as i32), ("sans-serif", 12).into_font().color(&BLACK.mix(0.8))))?;
     }
     Ok(())
 }
@@ -185,14 +130,8 @@ impl Steps {
         let (merges, streams) = merge_chains(&analysis, &chains);
         let plan = Nimble { merge_chains: true }.assign(&analysis);
         let n = graph.len();
-        let meg: Vec<(usize, usize)> = (0..n)
-            .flat_map(|u| analysis.meg_successors()[u].iter().map(move |&v| (u, v)))
-            .collect();
-        let matched = chains
-            .chains
-            .iter()
-            .flat_map(|c| c.windows(2).map(|w| (w[0], w[1])))
-            .collect();
+        let meg: Vec<(usize, usize)> = (0..n).flat_map(|u| analysis.meg_successors()[u].iter().map(move |&v| (u, v))).collect();
+        let matched = chains.chains.iter().flat_map(|c| c.windows(2).map(|w| (w[0], w[1]))).collect();
         let mut chain_of = vec![0; n];
         for (c, chain) in chains.chains.iter().enumerate() {
             for &v in chain {
@@ -200,18 +139,7 @@ impl Steps {
             }
         }
         let width = analysis.width();
-        Steps {
-            width,
-            meg,
-            matched,
-            chain_of,
-            matching_size: chains.matching_size,
-            chains: chains.chains,
-            merges,
-            streams,
-            plan,
-            graph,
-        }
+        Steps { width, meg, matched, chain_of, matching_size: chains.matching_size, chains: chains.chains, merges, streams, plan, graph }
     }
 
     fn label(&self, v: usize) -> String {
@@ -246,15 +174,7 @@ impl Drawing for Steps {
         for (v, &p) in at.iter().enumerate() {
             node(&panels[0], p, &self.label(v), dark)?;
         }
-        caption(
-            &panels[0],
-            height,
-            "1. task graph",
-            &[
-                format!("{n} tasks, {} edges", graph.edge_count()),
-                format!("width {}", self.width),
-            ],
-        )?;
+        caption(&panels[0], height, "1. task graph", &[format!("{n} tasks, {} edges", graph.edge_count()), format!("width {}", self.width)])?;
 
         // 2. The minimum equivalent graph.
         for &(u, v) in &self.meg {
@@ -264,89 +184,45 @@ impl Drawing for Steps {
             node(&panels[1], p, &self.label(v), dark)?;
         }
         let dropped = graph.edge_count() - self.meg.len();
-        caption(
-            &panels[1],
-            height,
-            "2. minimum equivalent graph",
-            &[format!(
-                "{} edges: {dropped} implied ones dropped",
-                self.meg.len()
-            )],
-        )?;
+        caption(&panels[1], height, "2. minimum equivalent graph", &[format!("{} edges: {dropped} implied ones dropped", self.meg.len())])?;
 
         // 3. The bipartite graph and its maximum matching.
         let row = |v: usize| 60 + (v as i32 * 2 + 1) * (height - 140) / (2 * n as i32);
         let (left, right) = (60, PANEL_W - 60);
         for &(u, v) in &self.meg {
             let on = self.matched.contains(&(u, v));
-            let (color, width) = if on {
-                (color_of(self.chain_of[u]), 3)
-            } else {
-                (grey, 1)
-            };
-            panels[2].draw(&PathElement::new(
-                vec![(left, row(u)), (right, row(v))],
-                color.stroke_width(width),
-            ))?;
+            let (color, width) = if on { (color_of(self.chain_of[u]), 3) } else { (grey, 1) };
+            panels[2].draw(&PathElement::new(vec![(left, row(u)), (right, row(v))], color.stroke_width(width)))?;
         }
         for v in 0..n {
             node(&panels[2], (left, row(v)), &self.label(v), dark)?;
             node(&panels[2], (right, row(v)), &self.label(v), dark)?;
         }
-        let lines = [
-            "left(u) - right(v) per MEG edge".to_string(),
-            format!("maximum matching |M| = {}", self.matching_size),
-        ];
+        let lines = ["left(u) - right(v) per MEG edge".to_string(), format!("maximum matching |M| = {}", self.matching_size)];
         caption(&panels[2], height, "3. bipartite graph, matching", &lines)?;
 
         // 4. Chains along the matched edges.
         for &(u, v) in &self.meg {
             let on = self.matched.contains(&(u, v));
-            edge(
-                &panels[3],
-                at[u],
-                at[v],
-                if on { color_of(self.chain_of[u]) } else { grey },
-                if on { 3 } else { 1 },
-            )?;
+            edge(&panels[3], at[u], at[v], if on { color_of(self.chain_of[u]) } else { grey }, if on { 3 } else { 1 })?;
         }
         for (v, &p) in at.iter().enumerate() {
             node(&panels[3], p, &self.label(v), color_of(self.chain_of[v]))?;
         }
-        caption(
-            &panels[3],
-            height,
-            "4. chains",
-            &[format!("|V| - |M| = {} chains", self.chains.len())],
-        )?;
+        caption(&panels[3], height, "4. chains", &[format!("|V| - |M| = {} chains", self.chains.len())])?;
 
         // 5. Streams after merging chains, and the syncs.
         let plan = &self.plan;
         for &(u, v) in &self.meg {
             let same = plan.stream_of[u] == plan.stream_of[v];
             let synced = plan.syncs.contains(&(u, v));
-            let color = if synced {
-                RGBColor(211, 47, 47)
-            } else if same {
-                color_of(plan.stream_of[u])
-            } else {
-                grey
-            };
-            edge(
-                &panels[4],
-                at[u],
-                at[v],
-                color,
-                if synced || same { 3 } else { 1 },
-            )?;
+            let color = if synced { RGBColor(211, 47, 47) } else if same { color_of(plan.stream_of[u]) } else { grey };
+            edge(&panels[4], at[u], at[v], color, if synced || same { 3 } else { 1 })?;
         }
         for (v, &p) in at.iter().enumerate() {
             node(&panels[4], p, &self.label(v), color_of(plan.stream_of[v]))?;
         }
-        let lines = [
-            format!("{} streams ({} chains merged)", plan.streams, self.merges),
-            format!("{} syncs (red)", plan.syncs.len()),
-        ];
+        let lines = [format!("{} streams ({} chains merged)", plan.streams, self.merges), format!("{} syncs (red)", plan.syncs.len())];
         caption(&panels[4], height, "5. streams and syncs", &lines)?;
         Ok(())
     }
@@ -357,66 +233,24 @@ impl Drawing for Steps {
 pub fn algorithm_example(graph: Option<TaskGraph>, out_dir: &Path) -> Result<()> {
     let graph = graph.unwrap_or_else(default_graph);
     if graph.len() > MAX_NODES || graph.is_empty() {
-        bail!(
-            "the algorithm example draws graphs of 1 to {MAX_NODES} nodes legibly; this one has {}",
-            graph.len()
-        );
+        bail!("the algorithm example draws graphs of 1 to {MAX_NODES} nodes legibly; this one has {}", graph.len());
     }
     let steps = Steps::new(graph);
     std::fs::create_dir_all(out_dir)?;
     let path = out_dir.join("algorithm-example.svg");
     save(&steps, &path)?;
-    let name = |list: &[usize]| {
-        list.iter()
-            .map(|&v| steps.label(v))
-            .collect::<Vec<_>>()
-            .join("→")
-    };
+    let name = |list: &[usize]| list.iter().map(|&v| steps.label(v)).collect::<Vec<_>>().join("→");
     let (graph, plan) = (&steps.graph, &steps.plan);
     let lines = [
-        "algorithm-example: Nimble's stream assignment, step by step (nimble-sched's own output)"
-            .to_string(),
-        format!(
-            "1. task graph: {} tasks, {} edges, width {}",
-            graph.len(),
-            graph.edge_count(),
-            steps.width
-        ),
-        format!(
-            "2. MEG: {} edges ({} implied edges dropped)",
-            steps.meg.len(),
-            graph.edge_count() - steps.meg.len()
-        ),
-        format!(
-            "3. maximum matching of the bipartite graph: |M| = {}",
-            steps.matching_size
-        ),
-        format!(
-            "4. chains: {}",
-            steps
-                .chains
-                .iter()
-                .map(&name)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
+        "algorithm-example: Nimble's stream assignment, step by step (nimble-sched's own output)".to_string(),
+        format!("1. task graph: {} tasks, {} edges, width {}", graph.len(), graph.edge_count(), steps.width),
+        format!("2. MEG: {} edges ({} implied edges dropped)", steps.meg.len(), graph.edge_count() - steps.meg.len()),
+        format!("3. maximum matching of the bipartite graph: |M| = {}", steps.matching_size),
+        format!("4. chains: {}", steps.chains.iter().map(&name).collect::<Vec<_>>().join(", ")),
         format!(
             "5. streams: {}; syncs: {}",
-            steps
-                .streams
-                .iter()
-                .map(|s| s
-                    .iter()
-                    .map(|&c| name(&steps.chains[c]))
-                    .collect::<Vec<_>>()
-                    .join(" | "))
-                .collect::<Vec<_>>()
-                .join("; "),
-            plan.syncs
-                .iter()
-                .map(|&(u, v)| format!("{}→{}", steps.label(u), steps.label(v)))
-                .collect::<Vec<_>>()
-                .join(", ")
+            steps.streams.iter().map(|s| s.iter().map(|&c| name(&steps.chains[c])).collect::<Vec<_>>().join(" | ")).collect::<Vec<_>>().join("; "),
+            plan.syncs.iter().map(|&(u, v)| format!("{}→{}", steps.label(u), steps.label(v))).collect::<Vec<_>>().join(", ")
         ),
         format!("figure: {}", path.display()),
     ];

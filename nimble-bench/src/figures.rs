@@ -77,40 +77,18 @@ pub const FIGURES: &[Figure] = &[
 
 /// Finds a figure by name or alias.
 pub fn find(name: &str) -> Result<&'static Figure> {
-    FIGURES
-        .iter()
-        .find(|f| f.name == name || f.aliases.contains(&name))
-        .with_context(|| {
-            let names: Vec<String> = FIGURES
-                .iter()
-                .map(|f| {
-                    if f.aliases.is_empty() {
-                        f.name.to_string()
-                    } else {
-                        format!("{} ({})", f.name, f.aliases.join(", "))
-                    }
-                })
-                .collect();
-            format!(
-                "unknown figure `{name}`; the figures are {}",
-                names.join(", ")
-            )
-        })
+    FIGURES.iter().find(|f| f.name == name || f.aliases.contains(&name)).with_context(|| {
+        let names: Vec<String> = FIGURES.iter().map(|f| if f.aliases.is_empty() { f.name.to_string() } else { format!("{} ({})", f.name, f.aliases.join(", ")) }).collect();
+        format!("unknown figure `{name}`; the figures are {}", names.join(", "))
+    })
 }
 
 /// `figures`: the table.
 pub fn list() -> Result<()> {
     let mut lines = vec![format!("{:<18} {:<7} {}", "figure", "alias", "what")];
     for f in FIGURES {
-        let status = f
-            .pending
-            .map_or(String::new(), |p| format!(" [not yet: {p}]"));
-        lines.push(format!(
-            "{:<18} {:<7} {}{status}",
-            f.name,
-            f.aliases.join(","),
-            f.what
-        ));
+        let status = f.pending.map_or(String::new(), |p| format!(" [not yet: {p}]"));
+        lines.push(format!("{:<18} {:<7} {}{status}", f.name, f.aliases.join(","), f.what));
     }
     emit(&lines.join("\n"))
 }
@@ -118,27 +96,15 @@ pub fn list() -> Result<()> {
 impl Rendering {
     /// Says what `figure` shows; measures `what` (writing the record) when there is a GPU and
     /// libtorch and re-rendering was not asked for; then reads the record.
-    pub(crate) fn record(
-        &self,
-        invoked_as: &str,
-        figure: &Figure,
-        what: Measurement<'_>,
-    ) -> Result<Value> {
+    pub(crate) fn record(&self, invoked_as: &str, figure: &Figure, what: Measurement<'_>) -> Result<Value> {
         eprintln!("{invoked_as}: {}", figure.what);
         match libtorch::can_measure() {
             Ok(()) if !self.from_results => {
-                eprintln!(
-                    "measuring on this machine's GPU; the record goes to {}",
-                    self.results.display()
-                );
+                eprintln!("measuring on this machine's GPU; the record goes to {}", self.results.display());
                 measure(&what, self)?;
             }
             why => {
-                let why = if self.from_results {
-                    "--from-results"
-                } else {
-                    why.err().unwrap_or_default()
-                };
+                let why = if self.from_results { "--from-results" } else { why.err().unwrap_or_default() };
                 eprintln!("{why}: re-rendering from {}", self.results.display());
             }
         }
@@ -147,11 +113,11 @@ impl Rendering {
 
     /// Where the figure's SVG goes (the directory is created).
     pub(crate) fn svg(&self, figure: &Figure) -> Result<PathBuf> {
-        std::fs::create_dir_all(&self.out_dir)
-            .with_context(|| format!("creating {}", self.out_dir.display()))?;
+        std::fs::create_dir_all(&self.out_dir).with_context(|| format!("creating {}", self.out_dir.display()))?;
         Ok(self.out_dir.join(format!("{}.svg", figure.name)))
     }
 }
+
 
 #[cfg(feature = "torch")]
 fn measure(what: &Measurement<'_>, args: &Rendering) -> Result<()> {
@@ -186,42 +152,19 @@ impl PythonBaselines {
             }
             let record = read_record(&path)?;
             let p = &record["provenance"];
-            setup.get_or_insert_with(|| {
-                format!(
-                    "torch {}, {}",
-                    p["torch"].as_str().unwrap_or("?"),
-                    p["gpu"].as_str().unwrap_or("?")
-                )
-            });
+            setup.get_or_insert_with(|| format!("torch {}, {}", p["torch"].as_str().unwrap_or("?"), p["gpu"].as_str().unwrap_or("?")));
             // Each record has its own date: name them all.
-            let what = name
-                .trim_start_matches("pytorch-")
-                .trim_end_matches(".json");
+            let what = name.trim_start_matches("pytorch-").trim_end_matches(".json");
             dates.push(format!("{what} {}", p["date_utc"].as_str().unwrap_or("?")));
-            for row in record["rows"]
-                .as_array()
-                .with_context(|| format!("{}: no `rows` array", path.display()))?
-            {
-                if let (Some(model), Some(system), Some(median)) = (
-                    row["model"].as_str(),
-                    row["system"].as_str(),
-                    row[timing]["median_us"].as_f64(),
-                ) {
+            for row in record["rows"].as_array().with_context(|| format!("{}: no `rows` array", path.display()))? {
+                if let (Some(model), Some(system), Some(median)) = (row["model"].as_str(), row["system"].as_str(), row[timing]["median_us"].as_f64()) {
                     // Inference rows carry no batch: the runner measures batch 1.
-                    medians.push((
-                        model.to_string(),
-                        row["batch"].as_i64().unwrap_or(1),
-                        system.to_string(),
-                        median,
-                    ));
+                    medians.push((model.to_string(), row["batch"].as_i64().unwrap_or(1), system.to_string(), median));
                 }
             }
         }
         let provenance = setup.map(|setup| format!("{setup}; {}", dates.join(", ")));
-        Ok(PythonBaselines {
-            medians,
-            provenance,
-        })
+        Ok(PythonBaselines { medians, provenance })
     }
 
     pub(crate) fn has(&self, system: &str) -> bool {
@@ -230,10 +173,7 @@ impl PythonBaselines {
 
     /// tch eager's time over the system's, or 0 when it was not measured.
     pub(crate) fn speedup(&self, model: &str, batch: i64, system: &str, eager_us: f64) -> f64 {
-        self.medians
-            .iter()
-            .find(|m| m.0 == model && m.1 == batch && m.2 == system)
-            .map_or(0.0, |m| eager_us / m.3)
+        self.medians.iter().find(|m| m.0 == model && m.1 == batch && m.2 == system).map_or(0.0, |m| eager_us / m.3)
     }
 }
 
@@ -271,8 +211,7 @@ impl ModelRuns<'_> {
         self.rows.iter().find(|r| r["algorithm"] == algorithm)
     }
     fn latency(&self, algorithm: &str) -> Option<f64> {
-        self.row(algorithm)
-            .and_then(|r| r["latency"]["median_us"].as_f64())
+        self.row(algorithm).and_then(|r| r["latency"]["median_us"].as_f64())
     }
     fn simulated(&self, algorithm: &str) -> Option<f64> {
         self.row(algorithm).and_then(|r| r["simulated_us"].as_f64())
@@ -287,12 +226,8 @@ fn model_runs(record: &Value) -> Result<Vec<ModelRuns<'_>>> {
             Ok(ModelRuns {
                 name: m["model"].as_str().context("a model without `model`")?,
                 width: m["width"].as_i64().unwrap_or(0),
-                eager_us: m["eager"]["median_us"]
-                    .as_f64()
-                    .context("a model without an eager median")?,
-                eager_kernels_us: m["eager_kernels_graph"]["median_us"]
-                    .as_f64()
-                    .unwrap_or(f64::NAN),
+                eager_us: m["eager"]["median_us"].as_f64().context("a model without an eager median")?,
+                eager_kernels_us: m["eager_kernels_graph"]["median_us"].as_f64().unwrap_or(f64::NAN),
                 rows: m["rows"].as_array().map(Vec::as_slice).unwrap_or(&[]),
             })
         })
@@ -300,41 +235,16 @@ fn model_runs(record: &Value) -> Result<Vec<ModelRuns<'_>>> {
 }
 
 /// The figures drawn from the schedulers record: `schedulers`, `multistream`, `overhead`.
-pub fn from_schedulers_record(
-    invoked_as: &str,
-    name: &str,
-    models: &str,
-    kernel_graphs: Option<&Path>,
-    args: &Rendering,
-) -> Result<()> {
+pub fn from_schedulers_record(invoked_as: &str, name: &str, models: &str, kernel_graphs: Option<&Path>, args: &Rendering) -> Result<()> {
     let figure = find(name)?;
-    let record = args.record(
-        invoked_as,
-        figure,
-        Measurement::Schedulers {
-            models,
-            kernel_graphs,
-        },
-    )?;
-    let runs =
-        model_runs(&record).with_context(|| format!("reading {}", args.results.display()))?;
+    let record = args.record(invoked_as, figure, Measurement::Schedulers { models, kernel_graphs })?;
+    let runs = model_runs(&record).with_context(|| format!("reading {}", args.results.display()))?;
     let measured = measured_on(&record);
     let svg = args.svg(figure)?;
-    let mut lines = vec![format!(
-        "measured: {measured}; median of {} after {} warm-ups",
-        record["provenance"]["iterations"], record["provenance"]["warmup"]
-    )];
+    let mut lines = vec![format!("measured: {measured}; median of {} after {} warm-ups", record["provenance"]["iterations"], record["provenance"]["warmup"])];
     match figure.name {
         "schedulers" => {
-            let algorithms: Vec<String> = runs
-                .first()
-                .map(|m| {
-                    m.rows
-                        .iter()
-                        .filter_map(|r| r["algorithm"].as_str().map(String::from))
-                        .collect()
-                })
-                .unwrap_or_default();
+            let algorithms: Vec<String> = runs.first().map(|m| m.rows.iter().filter_map(|r| r["algorithm"].as_str().map(String::from)).collect()).unwrap_or_default();
             let mut header = format!("{:<16}", "model");
             for a in &algorithms {
                 header += &format!(" {:>16}", a);
@@ -342,64 +252,28 @@ pub fn from_schedulers_record(
             lines.push(header + "   (ms measured / simulated)");
             let mut groups = Vec::new();
             for m in &runs {
-                let single = m
-                    .latency("single")
-                    .context("the record lacks the `single` algorithm")?;
+                let single = m.latency("single").context("the record lacks the `single` algorithm")?;
                 let mut line = format!("{:<16}", m.name);
                 for a in &algorithms {
-                    line += &format!(
-                        " {:>16}",
-                        format!(
-                            "{:.3}/{:.3}",
-                            m.latency(a).unwrap_or(f64::NAN) / 1000.0,
-                            m.simulated(a).unwrap_or(f64::NAN) / 1000.0
-                        )
-                    );
+                    line += &format!(" {:>16}", format!("{:.3}/{:.3}", m.latency(a).unwrap_or(f64::NAN) / 1000.0, m.simulated(a).unwrap_or(f64::NAN) / 1000.0));
                 }
                 lines.push(line);
-                groups.push(Group {
-                    label: m.name.to_string(),
-                    values: algorithms
-                        .iter()
-                        .map(|a| m.latency(a).map_or(0.0, |t| single / t))
-                        .collect(),
-                });
+                groups.push(Group { label: m.name.to_string(), values: algorithms.iter().map(|a| m.latency(a).map_or(0.0, |t| single / t)).collect() });
             }
-            let series: Vec<(&str, RGBColor)> = algorithms
-                .iter()
-                .enumerate()
-                .map(|(i, a)| (a.as_str(), PALETTE[i % PALETTE.len()]))
-                .collect();
+            let series: Vec<(&str, RGBColor)> = algorithms.iter().enumerate().map(|(i, a)| (a.as_str(), PALETTE[i % PALETTE.len()])).collect();
             let notes = [format!("Measured: {measured}. Batch 1, inference rewrites on; speedup of each algorithm's graph over the one-stream graph.")];
-            draw_grouped(
-                &svg,
-                (
-                    "Stream-assignment algorithms: speedup over one stream",
-                    "speedup over one stream (×)",
-                ),
-                &groups,
-                &series,
-                &notes,
-            )?;
+            draw_grouped(&svg, ("Stream-assignment algorithms: speedup over one stream", "speedup over one stream (×)"), &groups, &series, &notes)?;
         }
         "multistream" => {
-            lines.push(format!(
-                "{:<16} {:>6} {:>8} {:>6} {:>10} {:>10} {:>9} {:>9}",
-                "model", "width", "streams", "syncs", "1 stream", "Nimble", "measured", "simulated"
-            ));
+            lines.push(format!("{:<16} {:>6} {:>8} {:>6} {:>10} {:>10} {:>9} {:>9}", "model", "width", "streams", "syncs", "1 stream", "Nimble", "measured", "simulated"));
             let mut groups = Vec::new();
             for m in &runs {
-                let (Some(single), Some(nimble)) = (m.latency("single"), m.latency("nimble"))
-                else {
-                    eprintln!(
-                        "{}: the record lacks `single` or `nimble`; left out",
-                        m.name
-                    );
+                let (Some(single), Some(nimble)) = (m.latency("single"), m.latency("nimble")) else {
+                    eprintln!("{}: the record lacks `single` or `nimble`; left out", m.name);
                     continue;
                 };
                 let row = m.row("nimble").expect("found above");
-                let simulated = m.simulated("single").unwrap_or(f64::NAN)
-                    / m.simulated("nimble").unwrap_or(f64::NAN);
+                let simulated = m.simulated("single").unwrap_or(f64::NAN) / m.simulated("nimble").unwrap_or(f64::NAN);
                 lines.push(format!(
                     "{:<16} {:>6} {:>8} {:>6} {:>10.3} {:>10.3} {:>9.2} {:>9.2}",
                     m.name,
@@ -411,32 +285,14 @@ pub fn from_schedulers_record(
                     single / nimble,
                     simulated
                 ));
-                groups.push(Group {
-                    label: format!("{} (w{})", m.name, m.width),
-                    values: vec![single / nimble, simulated],
-                });
+                groups.push(Group { label: format!("{} (w{})", m.name, m.width), values: vec![single / nimble, simulated] });
             }
-            let series = [
-                ("measured", RGBColor(25, 118, 210)),
-                ("simulated", RGBColor(187, 222, 251)),
-            ];
+            let series = [("measured", RGBColor(25, 118, 210)), ("simulated", RGBColor(187, 222, 251))];
             let notes = [format!("Measured: {measured}. Batch 1, inference rewrites on; w: the task graph's width (maximum logical concurrency).")];
-            draw_grouped(
-                &svg,
-                (
-                    "Nimble's streams: speedup over one stream",
-                    "speedup over one stream (×)",
-                ),
-                &groups,
-                &series,
-                &notes,
-            )?;
+            draw_grouped(&svg, ("Nimble's streams: speedup over one stream", "speedup over one stream (×)"), &groups, &series, &notes)?;
         }
         _ => {
-            lines.push(format!(
-                "{:<16} {:>10} {:>10} {:>10}",
-                "model", "eager ms", "busy ms", "eager busy"
-            ));
+            lines.push(format!("{:<16} {:>10} {:>10} {:>10}", "model", "eager ms", "busy ms", "eager busy"));
             lines.push("   Nimble: one-stream time of its kernels / its latency (above 1: streams overlap)".to_string());
             let mut groups = Vec::new();
             for m in &runs {
@@ -445,37 +301,15 @@ pub fn from_schedulers_record(
                     _ => 0.0,
                 };
                 let busy = m.eager_kernels_us / m.eager_us;
-                lines.push(format!(
-                    "{:<16} {:>10.3} {:>10.3} {:>10.2}   Nimble {:.2}",
-                    m.name,
-                    m.eager_us / 1000.0,
-                    m.eager_kernels_us / 1000.0,
-                    busy,
-                    overlap
-                ));
-                groups.push(Group {
-                    label: m.name.to_string(),
-                    values: vec![busy, overlap],
-                });
+                lines.push(format!("{:<16} {:>10.3} {:>10.3} {:>10.2}   Nimble {:.2}", m.name, m.eager_us / 1000.0, m.eager_kernels_us / 1000.0, busy, overlap));
+                groups.push(Group { label: m.name.to_string(), values: vec![busy, overlap] });
             }
-            let series = [
-                ("tch eager: GPU busy / wall time", RGBColor(120, 144, 156)),
-                (
-                    "Nimble: one-stream time of its kernels / wall time",
-                    RGBColor(25, 118, 210),
-                ),
-            ];
+            let series = [("tch eager: GPU busy / wall time", RGBColor(120, 144, 156)), ("Nimble: one-stream time of its kernels / wall time", RGBColor(25, 118, 210))];
             let notes = [
                 format!("Measured: {measured}. Batch 1. GPU busy time of eager: its own kernels replayed back to back as a one-stream CUDA graph."),
                 "Nimble runs the rewritten forward; it has no host gaps, and above 1 its streams overlap kernels.".to_string(),
             ];
-            draw_grouped(
-                &svg,
-                ("How busy the GPU is (the paper's Figure 2a)", "time ratio"),
-                &groups,
-                &series,
-                &notes,
-            )?;
+            draw_grouped(&svg, ("How busy the GPU is (the paper's Figure 2a)", "time ratio"), &groups, &series, &notes)?;
         }
     }
     lines.push(format!("figure: {}", svg.display()));

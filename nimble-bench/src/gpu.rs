@@ -4,9 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use experiments::simulator_validation::{
-    self, RunOptions, ValidationRecord, HOLDOUT_SUITE, QUICK_SUITE, SUITE,
-};
+use experiments::simulator_validation::{self, RunOptions, ValidationRecord, HOLDOUT_SUITE, QUICK_SUITE, SUITE};
 use nimble_cuda::{Gpu, SpinKernel, SyntheticExecutor};
 use nimble_sched::{algorithms, simulate, Analysis, LaunchMode, SimulatorConfig};
 use serde_json::json;
@@ -32,11 +30,7 @@ impl MeasureArgs {
     fn options(&self) -> Result<RunOptions> {
         anyhow::ensure!(self.iters >= 1, "--iters must be at least 1");
         anyhow::ensure!(self.blocks >= 1, "--blocks must be at least 1");
-        Ok(RunOptions {
-            warmup: self.warmup,
-            iterations: self.iters,
-            blocks: self.blocks,
-        })
+        Ok(RunOptions { warmup: self.warmup, iterations: self.iters, blocks: self.blocks })
     }
 }
 
@@ -52,13 +46,7 @@ pub enum Suite {
 }
 
 /// `synth`: run a graph's plan with synthetic kernels; print measured and simulated makespan.
-pub fn synth(
-    source: &GraphSource,
-    algorithm: &str,
-    mode: Mode,
-    measure: &MeasureArgs,
-    as_json: bool,
-) -> Result<()> {
+pub fn synth(source: &GraphSource, algorithm: &str, mode: Mode, measure: &MeasureArgs, as_json: bool) -> Result<()> {
     let graph = source.load()?;
     let options = measure.options()?;
     let plan = algorithms::by_name(algorithm)?.assign(&Analysis::new(&graph));
@@ -99,20 +87,11 @@ pub fn validate_simulator(out: &Path, suite: Suite, measure: &MeasureArgs) -> Re
         Suite::Holdout => HOLDOUT_SUITE,
         Suite::Quick => QUICK_SUITE,
     };
-    eprintln!(
-        "measuring {} graphs × {} algorithms × 2 modes on {}",
-        suite.len(),
-        simulator_validation::algorithm_names().len(),
-        gpu.info().name
-    );
+    eprintln!("measuring {} graphs × {} algorithms × 2 modes on {}", suite.len(), simulator_validation::algorithm_names().len(), gpu.info().name);
     let record = simulator_validation::run_suite(&gpu, suite, measure.options()?, |run| {
         eprintln!(
             "  {:<16} {:<14} {:<5} {:>10.1} µs measured {:>10.1} µs simulated",
-            format!(
-                "{}{}",
-                run.graph,
-                if run.zero_durations { "/0" } else { "" }
-            ),
+            format!("{}{}", run.graph, if run.zero_durations { "/0" } else { "" }),
             run.algorithm,
             run.mode.name(),
             run.measured.median_us,
@@ -128,28 +107,16 @@ pub fn validate_simulator(out: &Path, suite: Suite, measure: &MeasureArgs) -> Re
 /// with `--sim-config`) and the errors before and after.
 pub fn calibrate_simulator(results: &Path, out: Option<&PathBuf>) -> Result<()> {
     let record = read_record(results)?;
-    let prepared =
-        simulator_validation::PreparedRuns::new(&record).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let prepared = simulator_validation::PreparedRuns::new(&record).map_err(|e| anyhow::anyhow!("{e}"))?;
     let (graph_start, eager_start) = (SimulatorConfig::graph(), SimulatorConfig::eager());
     let before = prepared.evaluate(&graph_start, &eager_start);
     let graph = prepared.fit(&graph_start);
-    let eager = prepared.fit(&SimulatorConfig {
-        dispatch_us: graph.dispatch_us,
-        ..eager_start
-    });
+    let eager = prepared.fit(&SimulatorConfig { dispatch_us: graph.dispatch_us, ..eager_start });
     let after = prepared.evaluate(&graph, &eager);
-    let mut fitted = serde_json::to_value(SimulatorConfig {
-        mode: LaunchMode::Graph,
-        ..eager.clone()
-    })?;
+    let mut fitted = serde_json::to_value(SimulatorConfig { mode: LaunchMode::Graph, ..eager.clone() })?;
     let fields = fitted.as_object_mut().expect("a config is an object");
     fields.remove("mode");
-    for key in [
-        "graph_launch_us",
-        "graph_branch_us",
-        "graph_dependency_latency_us",
-        "dispatch_us",
-    ] {
+    for key in ["graph_launch_us", "graph_branch_us", "graph_dependency_latency_us", "dispatch_us"] {
         fields.insert(key.into(), serde_json::to_value(&graph)?[key].clone());
     }
     let text = serde_json::to_string_pretty(&fitted)?;
@@ -180,29 +147,18 @@ pub fn simulator_report(results: &Path, svg: Option<&PathBuf>) -> Result<()> {
 }
 
 fn report(record: &ValidationRecord, svg: Option<&PathBuf>) -> Result<()> {
-    let evaluation = simulator_validation::evaluate(
-        record,
-        &SimulatorConfig::graph(),
-        &SimulatorConfig::eager(),
-    )
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let evaluation = simulator_validation::evaluate(record, &SimulatorConfig::graph(), &SimulatorConfig::eager())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let p = &record.provenance;
     emit(&format!(
         "measured on {} (CUDA {} driver, {} SMs) at {} by commit {}; {} warm-ups, {} timed runs, median",
         p.gpu, p.driver_cuda_version, p.multiprocessors, p.date_utc, p.commit, p.warmup, p.iterations
     ))?;
-    emit(&format!(
-        "{:<18} {:<14} {:<6} {:>12} {:>12} {:>8}",
-        "graph", "algorithm", "mode", "measured µs", "simulated µs", "error"
-    ))?;
+    emit(&format!("{:<18} {:<14} {:<6} {:>12} {:>12} {:>8}", "graph", "algorithm", "mode", "measured µs", "simulated µs", "error"))?;
     for run in &evaluation.runs {
         emit(&format!(
             "{:<18} {:<14} {:<6} {:>12.1} {:>12.1} {:>+7.1}%",
-            format!(
-                "{}{}",
-                run.graph,
-                if run.zero_durations { "/0" } else { "" }
-            ),
+            format!("{}{}", run.graph, if run.zero_durations { "/0" } else { "" }),
             run.algorithm,
             run.mode.name(),
             run.measured_us,
@@ -216,28 +172,14 @@ fn report(record: &ValidationRecord, svg: Option<&PathBuf>) -> Result<()> {
         evaluation.median_abs_error_eager * 100.0
     ))?;
     for mode in [LaunchMode::Graph, LaunchMode::Eager] {
-        let mut errors: Vec<f64> = evaluation
-            .runs
-            .iter()
-            .filter(|r| r.mode == mode)
-            .map(|r| r.relative_error.abs() * 100.0)
-            .collect();
+        let mut errors: Vec<f64> = evaluation.runs.iter().filter(|r| r.mode == mode).map(|r| r.relative_error.abs() * 100.0).collect();
         errors.sort_by(f64::total_cmp);
         // The nearest-rank percentile, as schedulers --simulate computes it.
         let at = |q: f64| errors[((errors.len() - 1) as f64 * q).round() as usize];
-        emit(&format!(
-            "{} mode over {} runs: |error| 90th percentile {:.1}%, worst {:.1}%",
-            mode.name(),
-            errors.len(),
-            at(0.9),
-            at(1.0)
-        ))?;
+        emit(&format!("{} mode over {} runs: |error| 90th percentile {:.1}%, worst {:.1}%", mode.name(), errors.len(), at(0.9), at(1.0)))?;
     }
     if let Some(path) = svg {
-        let png = crate::plots::save(
-            &crate::plots::SimulatedVsMeasured::new(&evaluation, &record.provenance)?,
-            path,
-        )?;
+        let png = crate::plots::save(&crate::plots::SimulatedVsMeasured::new(&evaluation, &record.provenance)?, path)?;
         emit(&format!("wrote {} and {}", path.display(), png.display()))?;
     }
     Ok(())

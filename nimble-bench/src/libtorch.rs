@@ -6,16 +6,7 @@
 //! re-rendered from its committed record.
 
 /// The subcommands that exist only with the `torch` feature.
-pub const COMMANDS: &[&str] = &[
-    "models",
-    "export-graph",
-    "infer",
-    "profile",
-    "train",
-    "train-rank",
-    "allreduce",
-    "allreduce-rank",
-];
+pub const COMMANDS: &[&str] = &["models", "export-graph", "infer", "profile", "train", "train-rank", "allreduce", "allreduce-rank"];
 
 /// Whether this build has libtorch.
 pub const PRESENT: bool = cfg!(feature = "torch");

@@ -3,8 +3,6 @@
 //! The top layer: it parses arguments, loads graphs, calls the library crates and prints
 //! results. Errors are printed as one line and exit with status 2.
 
-#[cfg(feature = "torch")]
-mod allreduce;
 mod bars;
 mod command_args;
 mod coverage;
@@ -12,7 +10,11 @@ mod coverage_figure;
 #[cfg(feature = "torch")]
 mod coverage_run;
 #[cfg(feature = "torch")]
+mod allreduce;
+#[cfg(feature = "torch")]
 mod data_parallel;
+#[cfg(feature = "torch")]
+mod ranks;
 mod example;
 mod figure_inference;
 mod figure_training;
@@ -21,10 +23,9 @@ mod gpu;
 mod libtorch;
 mod output;
 mod plots;
-#[cfg(feature = "torch")]
-mod ranks;
 mod research;
 mod same_process;
+mod training_backend;
 mod scaling_figure;
 mod scheduling;
 #[cfg(feature = "torch")]
@@ -37,7 +38,6 @@ mod torch_measure;
 mod torch_profile;
 #[cfg(feature = "torch")]
 mod torch_train;
-mod training_backend;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,16 +47,10 @@ use clap::{Parser, Subcommand};
 use scheduling::{Mode, PlanArgs, SimulatorArgs};
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "nimble-bench",
-    version,
-    about = "Nimble: ahead-of-time, multi-stream GPU task scheduling — scheduling, simulation and experiments"
-)]
+#[command(name = "nimble-bench", version, about = "Nimble: ahead-of-time, multi-stream GPU task scheduling — scheduling, simulation and experiments")]
 #[cfg_attr(
     not(feature = "torch"),
-    command(
-        after_help = "Built without the `torch` feature: models, export-graph, infer, profile, train and coverage DIR need libtorch (build with the default features)."
-    )
+    command(after_help = "Built without the `torch` feature: models, export-graph, infer, profile, train and coverage DIR need libtorch (build with the default features).")
 )]
 struct Cli {
     #[command(subcommand)]
@@ -215,12 +209,7 @@ enum Command {
         #[arg(long, requires = "simulate")]
         algos: Option<String>,
         /// With --simulate: the directory of model task graphs
-        #[arg(
-            long,
-            value_name = "DIR",
-            default_value = "paper-figs/results/model-graphs",
-            requires = "simulate"
-        )]
+        #[arg(long, value_name = "DIR", default_value = "paper-figs/results/model-graphs", requires = "simulate")]
         graphs: PathBuf,
         /// With --simulate: a measured `schedulers` record to put beside the simulation, with
         /// each run's error (default: paper-figs/results/schedulers.json when it exists; `none`
@@ -255,12 +244,7 @@ enum Command {
         #[arg(long, default_value_t = 100)]
         iters: usize,
         /// Records measured in parts (comma-separated), merged into --results; no GPU needed
-        #[arg(
-            long,
-            value_delimiter = ',',
-            value_name = "FILES",
-            conflicts_with = "dir"
-        )]
+        #[arg(long, value_delimiter = ',', value_name = "FILES", conflicts_with = "dir")]
         merge: Vec<PathBuf>,
         /// The record to write (measuring, merging; rewritten after every model) or read
         #[arg(long, default_value = "paper-figs/results/coverage.json")]
@@ -277,26 +261,14 @@ enum Command {
         #[arg(long, default_value = "paper-figs/results/scaling-283e232.json")]
         results: PathBuf,
         /// The PyTorch DDP record of the same session (experiments/python/ddp.py --out)
-        #[arg(
-            long,
-            value_name = "FILE",
-            default_value = "paper-figs/results/pytorch-ddp-283e232.json"
-        )]
+        #[arg(long, value_name = "FILE", default_value = "paper-figs/results/pytorch-ddp-283e232.json")]
         ddp: Option<PathBuf>,
         /// The forward graphs of the one-GPU measurement (train --gpus --graphs DIR): with them,
         /// the simulator projects the step to --sim-gpus and predicts the measured GPU counts
-        #[arg(
-            long,
-            value_name = "DIR",
-            default_value = "paper-figs/results/scaling-graphs-283e232"
-        )]
+        #[arg(long, value_name = "DIR", default_value = "paper-figs/results/scaling-graphs-283e232")]
         graphs: Option<PathBuf>,
         /// The all-reduce record whose ring model prices the collectives (allreduce --out)
-        #[arg(
-            long,
-            value_name = "FILE",
-            default_value = "paper-figs/results/allreduce-283e232.json"
-        )]
+        #[arg(long, value_name = "FILE", default_value = "paper-figs/results/allreduce-283e232.json")]
         allreduce: PathBuf,
         /// The stream assignment the projection plans the step with
         #[arg(long, default_value = "nimble")]
@@ -327,12 +299,7 @@ enum Command {
     /// experiments/python/same_process.py wrote on the GPU machine; no GPU needed
     SameProcess {
         /// The records (comma-separated), each a part measured in one process
-        #[arg(
-            long,
-            value_delimiter = ',',
-            value_name = "FILES",
-            default_value = "paper-figs/results/same-process-425f454.json"
-        )]
+        #[arg(long, value_delimiter = ',', value_name = "FILES", default_value = "paper-figs/results/same-process-425f454.json")]
         results: Vec<PathBuf>,
         /// Where the figure goes (<out-dir>/same-process.svg)
         #[arg(long, default_value = "paper-figs")]
@@ -343,12 +310,7 @@ enum Command {
     /// GPU machine; no GPU needed
     TrainingBackend {
         /// The records (comma-separated)
-        #[arg(
-            long,
-            value_delimiter = ',',
-            value_name = "FILES",
-            default_value = "paper-figs/results/training-backend-93c4aa5-b32.json"
-        )]
+        #[arg(long, value_delimiter = ',', value_name = "FILES", default_value = "paper-figs/results/training-backend-93c4aa5-b32.json")]
         results: Vec<PathBuf>,
         /// Where the figure goes (<out-dir>/training-backend.svg)
         #[arg(long, default_value = "paper-figs")]
@@ -404,10 +366,7 @@ impl FigureArgs {
             warmup: self.warmup,
             iterations: self.iters,
             from_results: self.from_results,
-            results: self
-                .results
-                .clone()
-                .unwrap_or_else(|| PathBuf::from(format!("paper-figs/results/{figure}.json"))),
+            results: self.results.clone().unwrap_or_else(|| PathBuf::from(format!("paper-figs/results/{figure}.json"))),
             out_dir: self.out_dir.clone(),
         }
     }
@@ -416,48 +375,15 @@ impl FigureArgs {
 fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
     match cli.command {
         Command::Figures => figures::list(),
-        Command::Inference {
-            models,
-            batch,
-            figure,
-        } => {
-            figure_inference::inference(invoked_as, &models, batch, &figure.rendering("inference"))
-        }
-        Command::Training {
-            models,
-            batch,
-            figure,
-        } => figure_training::training(invoked_as, &models, &batch, &figure.rendering("training")),
-        Command::Overhead { models, figure } => figures::from_schedulers_record(
-            invoked_as,
-            "overhead",
-            &models,
-            None,
-            &figure.rendering("schedulers"),
-        ),
-        Command::Multistream { models, figure } => figures::from_schedulers_record(
-            invoked_as,
-            "multistream",
-            &models,
-            None,
-            &figure.rendering("schedulers"),
-        ),
-        Command::Schedulers {
-            models,
-            simulate: true,
-            algos,
-            graphs,
-            measured,
-            simulator,
-            figure,
-            ..
-        } => research::simulate_schedulers(&research::SimulateArgs {
+        Command::Inference { models, batch, figure } => figure_inference::inference(invoked_as, &models, batch, &figure.rendering("inference")),
+        Command::Training { models, batch, figure } => figure_training::training(invoked_as, &models, &batch, &figure.rendering("training")),
+        Command::Overhead { models, figure } => figures::from_schedulers_record(invoked_as, "overhead", &models, None, &figure.rendering("schedulers")),
+        Command::Multistream { models, figure } => figures::from_schedulers_record(invoked_as, "multistream", &models, None, &figure.rendering("schedulers")),
+        Command::Schedulers { models, simulate: true, algos, graphs, measured, simulator, figure, .. } => research::simulate_schedulers(&research::SimulateArgs {
             measured: match measured {
                 Some(p) if p.as_os_str() == "none" => None,
                 Some(p) => Some(p),
-                None => {
-                    Some(PathBuf::from("paper-figs/results/schedulers.json")).filter(|p| p.exists())
-                }
+                None => Some(PathBuf::from("paper-figs/results/schedulers.json")).filter(|p| p.exists()),
             }
             .as_deref(),
             models: &models,
@@ -469,80 +395,27 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
             results: figure.results.as_deref(),
             out_dir: &figure.out_dir,
         }),
-        Command::Schedulers {
-            models,
-            figure,
-            kernel_graphs,
-            ..
-        } => figures::from_schedulers_record(
-            invoked_as,
-            "schedulers",
-            &models,
-            kernel_graphs.as_deref(),
-            &figure.rendering("schedulers"),
-        ),
-        Command::AlgorithmExample {
-            graph,
-            synthetic,
-            out_dir,
-        } => {
-            let source = if graph.is_some() || synthetic.is_some() {
-                Some(scheduling::GraphSource::new(graph, synthetic).load()?)
-            } else {
-                None
-            };
+        Command::Schedulers { models, figure, kernel_graphs, .. } => {
+            figures::from_schedulers_record(invoked_as, "schedulers", &models, kernel_graphs.as_deref(), &figure.rendering("schedulers"))
+        }
+        Command::AlgorithmExample { graph, synthetic, out_dir } => {
+            let source = if graph.is_some() || synthetic.is_some() { Some(scheduling::GraphSource::new(graph, synthetic).load()?) } else { None };
             example::algorithm_example(source, &out_dir)
         }
         Command::Algos => scheduling::algos(),
         Command::Assign { plan, json } => scheduling::assign(&plan.source, &plan.algo, json),
-        Command::Simulate {
-            plan,
-            mode,
-            simulator,
-            json,
-            trace,
-        } => scheduling::simulate_command(
-            &plan.source,
-            &plan.algo,
-            mode,
-            &simulator,
-            json,
-            trace.as_ref(),
-        ),
-        Command::Dot { plan, out } => scheduling::dot(&plan.source, &plan.algo, out.as_ref()),
-        Command::Compare {
-            source,
-            algos,
-            simulator,
-            json,
-        } => scheduling::compare(&source, algos.as_deref(), &simulator, json),
-        Command::Synth {
-            plan,
-            mode,
-            measure,
-            json,
-        } => gpu::synth(&plan.source, &plan.algo, mode, &measure, json),
-        Command::ValidateSimulator {
-            out,
-            suite,
-            measure,
-        } => gpu::validate_simulator(&out, suite, &measure),
-        Command::SimulatorReport { results, svg } => gpu::simulator_report(&results, svg.as_ref()),
-        Command::CalibrateSimulator { results, out } => {
-            gpu::calibrate_simulator(&results, out.as_ref())
+        Command::Simulate { plan, mode, simulator, json, trace } => {
+            scheduling::simulate_command(&plan.source, &plan.algo, mode, &simulator, json, trace.as_ref())
         }
+        Command::Dot { plan, out } => scheduling::dot(&plan.source, &plan.algo, out.as_ref()),
+        Command::Compare { source, algos, simulator, json } => scheduling::compare(&source, algos.as_deref(), &simulator, json),
+        Command::Synth { plan, mode, measure, json } => gpu::synth(&plan.source, &plan.algo, mode, &measure, json),
+        Command::ValidateSimulator { out, suite, measure } => gpu::validate_simulator(&out, suite, &measure),
+        Command::SimulatorReport { results, svg } => gpu::simulator_report(&results, svg.as_ref()),
+        Command::CalibrateSimulator { results, out } => gpu::calibrate_simulator(&results, out.as_ref()),
         #[cfg(feature = "torch")]
         Command::Torch(command) => torch_cli::run(command),
-        Command::Coverage {
-            dir,
-            only,
-            timeout,
-            warmup,
-            iters,
-            merge,
-            results,
-            out_dir,
-        } => coverage::coverage(&command_args::CoverageArgs {
+        Command::Coverage { dir, only, timeout, warmup, iters, merge, results, out_dir } => coverage::coverage(&command_args::CoverageArgs {
             dir: dir.as_deref(),
             only: &only,
             timeout: std::time::Duration::from_secs(timeout),
@@ -552,33 +425,14 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
             results: &results,
             out_dir: &out_dir,
         }),
-        Command::Scaling {
-            results,
-            ddp,
-            graphs,
-            allreduce,
-            algo,
-            sim_gpus,
-            backward_factor,
-            collective_slowdown,
-            optimizer_gbs,
-            out_dir,
-        } => {
-            let simulated = graphs.as_deref().map(|graphs| scaling_figure::Simulated {
-                graphs,
-                allreduce: &allreduce,
-                algorithm: &algo,
-                gpus: &sim_gpus,
-                backward_factor,
-                collective_slowdown,
-                optimizer_bytes_per_us: optimizer_gbs * 1e3,
-            });
+        Command::Scaling { results, ddp, graphs, allreduce, algo, sim_gpus, backward_factor, collective_slowdown, optimizer_gbs, out_dir } => {
+            let simulated = graphs
+                .as_deref()
+                .map(|graphs| scaling_figure::Simulated { graphs, allreduce: &allreduce, algorithm: &algo, gpus: &sim_gpus, backward_factor, collective_slowdown, optimizer_bytes_per_us: optimizer_gbs * 1e3 });
             scaling_figure::scaling(&results, ddp.as_ref(), simulated.as_ref(), &out_dir)
         }
         Command::SameProcess { results, out_dir } => same_process::same_process(&results, &out_dir),
-        Command::TrainingBackend { results, out_dir } => {
-            training_backend::training_backend(&results, &out_dir)
-        }
+        Command::TrainingBackend { results, out_dir } => training_backend::training_backend(&results, &out_dir),
         Command::Gen { synthetic, out } => scheduling::generate(&synthetic, out.as_ref()),
     }
 }
@@ -587,10 +441,7 @@ fn main() -> ExitCode {
     // `figN` aliases live in one table (figures::FIGURES): map them to their command here.
     let mut args: Vec<String> = std::env::args().collect();
     let invoked_as = args.get(1).cloned().unwrap_or_default();
-    if let Some(figure) = figures::FIGURES
-        .iter()
-        .find(|f| f.name == invoked_as || f.aliases.contains(&invoked_as.as_str()))
-    {
+    if let Some(figure) = figures::FIGURES.iter().find(|f| f.name == invoked_as || f.aliases.contains(&invoked_as.as_str())) {
         if let Some(pending) = figure.pending {
             eprintln!("error: `{invoked_as}` is the {} figure ({}), which cannot be made yet: it needs {pending}", figure.name, figure.what);
             return ExitCode::from(2);

@@ -22,17 +22,14 @@ pub fn emit_json(value: &serde_json::Value) -> Result<()> {
 
 /// Writes `text` to `path` through a temporary file, so a failure leaves no partial file.
 pub fn write_file(path: &Path, text: &str) -> Result<()> {
-    nimble_graph::json::write_atomically(path, text.as_bytes())
-        .with_context(|| format!("writing {}", path.display()))
+    nimble_graph::json::write_atomically(path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))
 }
 
 /// A progress bar on stderr for a run of `len` steps (drawn only on a terminal).
 #[cfg(feature = "torch")]
 pub fn progress(len: usize, what: &str) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(len as u64);
-    if let Ok(style) =
-        indicatif::ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg} ({elapsed})")
-    {
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg} ({elapsed})") {
         bar.set_style(style.progress_chars("=> "));
     }
     bar.set_prefix(what.to_string());

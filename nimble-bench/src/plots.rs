@@ -26,11 +26,8 @@ pub trait Drawing {
 /// Makes the vendored font plotters' "sans-serif" (once per process).
 fn register_font() -> Result<()> {
     static REGISTERED: OnceLock<bool> = OnceLock::new();
-    let ok = *REGISTERED.get_or_init(|| {
-        plotters::style::register_font("sans-serif", FontStyle::Normal, FONT).is_ok()
-    });
-    ok.then_some(())
-        .ok_or_else(|| anyhow!("the vendored font assets/DejaVuSans.ttf could not be read"))
+    let ok = *REGISTERED.get_or_init(|| plotters::style::register_font("sans-serif", FontStyle::Normal, FONT).is_ok());
+    ok.then_some(()).ok_or_else(|| anyhow!("the vendored font assets/DejaVuSans.ttf could not be read"))
 }
 
 /// Writes `drawing` to `svg` and, beside it, to the same name with `.png`; each through a
@@ -46,17 +43,13 @@ pub fn save(drawing: &impl Drawing, svg: &Path) -> Result<PathBuf> {
     }
     crate::output::write_file(svg, &text).with_context(|| format!("plotting {}", svg.display()))?;
     let png = svg.with_extension("png");
-    let name = png
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("figure.png");
+    let name = png.file_name().and_then(|n| n.to_str()).unwrap_or("figure.png");
     // The backend picks the encoder from the extension, so the temporary file keeps `.png`.
     let temporary = png.with_file_name(format!(".{name}.partial.png"));
     {
         let root = BitMapBackend::new(&temporary, drawing.size()).into_drawing_area();
         drawing.draw(&root)?;
-        root.present()
-            .with_context(|| format!("writing {}", temporary.display()))?;
+        root.present().with_context(|| format!("writing {}", temporary.display()))?;
     }
     std::fs::rename(&temporary, &png).with_context(|| format!("writing {}", png.display()))?;
     Ok(png)
@@ -77,48 +70,23 @@ pub struct SimulatedVsMeasured {
 impl SimulatedVsMeasured {
     /// The synthetic suite's runs, one series per launch mode.
     pub fn new(evaluation: &Evaluation, provenance: &Provenance) -> Result<Self> {
-        let series = [
-            (LaunchMode::Graph, BLUE, "graph launch"),
-            (LaunchMode::Eager, RED, "eager launch"),
-        ]
-        .into_iter()
-        .map(|(mode, color, label)| {
-            (
-                label.to_string(),
-                color,
-                evaluation
-                    .runs
-                    .iter()
-                    .filter(|r| r.mode == mode)
-                    .map(|r| (r.measured_us, r.simulated_us))
-                    .collect(),
-            )
-        })
-        .collect();
-        let title = format!(
-            "Simulator vs {} (driver CUDA {}, {})",
-            provenance.gpu,
-            provenance.driver_cuda_version,
-            &provenance.date_utc[..10]
-        );
+        let series = [(LaunchMode::Graph, BLUE, "graph launch"), (LaunchMode::Eager, RED, "eager launch")]
+            .into_iter()
+            .map(|(mode, color, label)| {
+                (label.to_string(), color, evaluation.runs.iter().filter(|r| r.mode == mode).map(|r| (r.measured_us, r.simulated_us)).collect())
+            })
+            .collect();
+        let title = format!("Simulator vs {} (driver CUDA {}, {})", provenance.gpu, provenance.driver_cuda_version, &provenance.date_utc[..10]);
         Self::of_series(title, series)
     }
 
     /// Any series of `(measured, simulated)` points.
     pub fn of_series(title: String, series: Vec<Series>) -> Result<Self> {
-        let values = series
-            .iter()
-            .flat_map(|s| s.2.iter().flat_map(|&(m, s)| [m, s]))
-            .filter(|v| *v > 0.0);
+        let values = series.iter().flat_map(|s| s.2.iter().flat_map(|&(m, s)| [m, s])).filter(|v| *v > 0.0);
         let low = values.clone().fold(f64::INFINITY, f64::min) / 1.5;
         let high = values.fold(0.0, f64::max) * 1.5;
         anyhow::ensure!(low.is_finite() && high > low, "nothing to plot");
-        Ok(SimulatedVsMeasured {
-            series,
-            title,
-            low,
-            high,
-        })
+        Ok(SimulatedVsMeasured { series, title, low, high })
     }
 }
 
@@ -146,32 +114,15 @@ impl Drawing for SimulatedVsMeasured {
             .x_desc("measured makespan (µs, median)")
             .y_desc("simulated makespan (µs)")
             .draw()?;
-        for (factor, style) in [
-            (1.0, BLACK.stroke_width(1)),
-            (1.1, BLACK.mix(0.3).stroke_width(1)),
-            (1.0 / 1.1, BLACK.mix(0.3).stroke_width(1)),
-        ] {
-            chart.draw_series(LineSeries::new(
-                [(low, low * factor), (high, high * factor)],
-                style,
-            ))?;
+        for (factor, style) in [(1.0, BLACK.stroke_width(1)), (1.1, BLACK.mix(0.3).stroke_width(1)), (1.0 / 1.1, BLACK.mix(0.3).stroke_width(1))] {
+            chart.draw_series(LineSeries::new([(low, low * factor), (high, high * factor)], style))?;
         }
         for (label, color, points) in &self.series {
             let color = *color;
-            let points = points
-                .iter()
-                .map(|&point| Circle::new(point, 3, color.mix(0.6).filled()));
-            chart
-                .draw_series(points)?
-                .label(label.as_str())
-                .legend(move |(x, y)| Circle::new((x, y), 4, color.filled()));
+            let points = points.iter().map(|&point| Circle::new(point, 3, color.mix(0.6).filled()));
+            chart.draw_series(points)?.label(label.as_str()).legend(move |(x, y)| Circle::new((x, y), 4, color.filled()));
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperLeft)
-            .draw()?;
+        chart.configure_series_labels().background_style(WHITE.mix(0.9)).border_style(BLACK).position(SeriesLabelPosition::UpperLeft).draw()?;
         Ok(())
     }
 }

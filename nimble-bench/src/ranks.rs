@@ -17,17 +17,10 @@ use nimble_torch::distributed::{Communicator, NcclId};
 
 /// Starts `gpus` processes of this binary with the arguments `command(out)` gives (`out`: where
 /// the rank writes its result), waits for all, and returns what each wrote, rank by rank.
-pub fn launch(
-    gpus: usize,
-    scratch: &Path,
-    what: &str,
-    command: impl Fn(&Path) -> Vec<String>,
-) -> Result<Vec<String>> {
+pub fn launch(gpus: usize, scratch: &Path, what: &str, command: impl Fn(&Path) -> Vec<String>) -> Result<Vec<String>> {
     let id = NcclId::new()?;
     let exe = std::env::current_exe().context("finding this program to start the ranks")?;
-    let outs: Vec<PathBuf> = (0..gpus)
-        .map(|r| scratch.join(format!("{what}-{gpus}-{r}.json")))
-        .collect();
+    let outs: Vec<PathBuf> = (0..gpus).map(|r| scratch.join(format!("{what}-{gpus}-{r}.json"))).collect();
     let mut ranks = Vec::new();
     for (rank, out) in outs.iter().enumerate() {
         let child = Command::new(&exe)
@@ -48,13 +41,7 @@ pub fn launch(
         }
     }
     wait_all(ranks)?;
-    outs.iter()
-        .enumerate()
-        .map(|(rank, out)| {
-            nimble_graph::json::read_text(out)
-                .with_context(|| format!("reading rank {rank}'s result"))
-        })
-        .collect()
+    outs.iter().enumerate().map(|(rank, out)| nimble_graph::json::read_text(out).with_context(|| format!("reading rank {rank}'s result"))).collect()
 }
 
 fn stop(ranks: &mut [Child]) {
@@ -87,24 +74,13 @@ fn wait_all(mut ranks: Vec<Child>) -> Result<()> {
 
 fn env_number(command: &str, name: &str) -> Result<usize> {
     let text = std::env::var(name).with_context(|| format!("{command} runs as one rank of a launcher (`train --gpus`, `allreduce --gpus`), which sets {name}; it is not set"))?;
-    text.trim()
-        .parse()
-        .with_context(|| format!("{name} is `{text}`, expected a number"))
+    text.trim().parse().with_context(|| format!("{name} is `{text}`, expected a number"))
 }
 
 /// Joins the group the environment names, as `command` (for the errors).
 pub fn join(command: &str) -> Result<Communicator> {
-    let (rank, world) = (
-        env_number(command, "NIMBLE_RANK")?,
-        env_number(command, "NIMBLE_WORLD_SIZE")?,
-    );
-    let device = if std::env::var_os("NIMBLE_LOCAL_RANK").is_some() {
-        env_number(command, "NIMBLE_LOCAL_RANK")?
-    } else {
-        rank
-    };
-    let id = NcclId::from_hex(&std::env::var("NIMBLE_NCCL_ID").with_context(|| {
-        format!("{command} needs NIMBLE_NCCL_ID (the launcher's NCCL id, hex)")
-    })?)?;
+    let (rank, world) = (env_number(command, "NIMBLE_RANK")?, env_number(command, "NIMBLE_WORLD_SIZE")?);
+    let device = if std::env::var_os("NIMBLE_LOCAL_RANK").is_some() { env_number(command, "NIMBLE_LOCAL_RANK")? } else { rank };
+    let id = NcclId::from_hex(&std::env::var("NIMBLE_NCCL_ID").with_context(|| format!("{command} needs NIMBLE_NCCL_ID (the launcher's NCCL id, hex)"))?)?;
     Ok(Communicator::new(&id, world, rank, device)?)
 }

@@ -34,24 +34,13 @@ pub struct SimulateArgs<'a> {
 
 /// Measured median latency per (model, algorithm name without arguments), µs.
 fn measured_latencies(path: &Path) -> Result<std::collections::BTreeMap<(String, String), f64>> {
-    let text = nimble_graph::json::read_text(path)
-        .with_context(|| format!("reading {}", path.display()))?;
-    let record: serde_json::Value =
-        serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
+    let text = nimble_graph::json::read_text(path).with_context(|| format!("reading {}", path.display()))?;
+    let record: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
     let mut out = std::collections::BTreeMap::new();
-    for m in record["models"].as_array().with_context(|| {
-        format!(
-            "{}: no `models` array (expected a `schedulers` record)",
-            path.display()
-        )
-    })? {
-        let model = m["model"]
-            .as_str()
-            .with_context(|| format!("{}: a model without `model`", path.display()))?;
+    for m in record["models"].as_array().with_context(|| format!("{}: no `models` array (expected a `schedulers` record)", path.display()))? {
+        let model = m["model"].as_str().with_context(|| format!("{}: a model without `model`", path.display()))?;
         for r in m["rows"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
-            if let (Some(algorithm), Some(median)) =
-                (r["algorithm"].as_str(), r["latency"]["median_us"].as_f64())
-            {
+            if let (Some(algorithm), Some(median)) = (r["algorithm"].as_str(), r["latency"]["median_us"].as_f64()) {
                 out.insert((model.to_string(), algorithm.to_string()), median);
             }
         }
@@ -88,35 +77,18 @@ fn model_graphs(dir: &Path, models: &str) -> Result<Vec<(String, PathBuf)>> {
     let entries = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.ends_with(".graph.json") || n.ends_with(".graph.json.gz"))
-        })
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(".graph.json") || n.ends_with(".graph.json.gz")))
         .collect();
     files.sort();
-    let wanted: Option<Vec<&str>> =
-        (models != "all").then(|| models.split(',').map(str::trim).collect());
+    let wanted: Option<Vec<&str>> = (models != "all").then(|| models.split(',').map(str::trim).collect());
     let named: Vec<(String, PathBuf)> = files
         .into_iter()
-        .map(|p| {
-            (
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .and_then(|n| n.split('.').next())
-                    .unwrap_or_default()
-                    .to_string(),
-                p,
-            )
-        })
+        .map(|p| (p.file_name().and_then(|n| n.to_str()).and_then(|n| n.split('.').next()).unwrap_or_default().to_string(), p))
         .filter(|(name, _)| wanted.as_ref().is_none_or(|w| w.contains(&name.as_str())))
         .collect();
     if let Some(wanted) = &wanted {
         if let Some(missing) = wanted.iter().find(|w| !named.iter().any(|(n, _)| n == *w)) {
-            bail!(
-                "no task graph for model `{missing}` in {} (expected {missing}.*graph.json)",
-                dir.display()
-            );
+            bail!("no task graph for model `{missing}` in {} (expected {missing}.*graph.json)", dir.display());
         }
     }
     if named.is_empty() {
@@ -131,41 +103,22 @@ fn model_graphs(dir: &Path, models: &str) -> Result<Vec<(String, PathBuf)>> {
 
 /// Runs `schedulers --simulate`.
 pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
-    let measured = args
-        .measured
-        .map(measured_latencies)
-        .transpose()?
-        .unwrap_or_default();
+    let measured = args.measured.map(measured_latencies).transpose()?.unwrap_or_default();
     let mut models = Vec::new();
     for (model, path) in model_graphs(args.graphs, args.models)? {
-        let graph =
-            TaskGraph::read_json(&path).with_context(|| format!("reading {}", path.display()))?;
+        let graph = TaskGraph::read_json(&path).with_context(|| format!("reading {}", path.display()))?;
         if graph.nodes().iter().all(|n| n.duration_us.is_none()) {
             bail!("{}: no node has a duration_us; export the graph with --device cuda so each op's GPU time is measured", path.display());
         }
         let analysis = Analysis::new(&graph);
         let rows = compare_rows(&analysis, args.algorithms, args.simulator)?;
         let simulator = args.simulator.config_for(Mode::Graph, &graph)?;
-        let measured_us: Vec<Option<f64>> = rows
-            .iter()
-            .map(|r| {
-                measured
-                    .get(&(model.clone(), base_name(&r.algorithm).to_string()))
-                    .copied()
-            })
-            .collect();
+        let measured_us: Vec<Option<f64>> = rows.iter().map(|r| measured.get(&(model.clone(), base_name(&r.algorithm).to_string())).copied()).collect();
         let floor_us = graph.critical_path().length_us;
-        let measured_over_floor = measured_us
-            .iter()
-            .map(|m| m.filter(|_| floor_us > 0.0).map(|t| t / floor_us))
-            .collect();
+        let measured_over_floor = measured_us.iter().map(|m| m.filter(|_| floor_us > 0.0).map(|t| t / floor_us)).collect();
         models.push(ModelRows {
             model,
-            file: path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or_default()
-                .to_string(),
+            file: path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string(),
             nodes: graph.len(),
             width: analysis.width(),
             floor_us,
@@ -178,27 +131,11 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
     // Simulated against measured, where the record has the run.
     let mut errors: Vec<(f64, String)> = models
         .iter()
-        .flat_map(|m| {
-            m.rows
-                .iter()
-                .zip(&m.measured_us)
-                .filter_map(move |(r, meas)| {
-                    meas.map(|t| {
-                        (
-                            (r.graph_makespan_us - t) / t * 100.0,
-                            format!("{} {}", m.model, r.algorithm),
-                        )
-                    })
-                })
-        })
+        .flat_map(|m| m.rows.iter().zip(&m.measured_us).filter_map(move |(r, meas)| meas.map(|t| ((r.graph_makespan_us - t) / t * 100.0, format!("{} {}", m.model, r.algorithm)))))
         .collect();
     errors.sort_by(|a, b| a.0.abs().total_cmp(&b.0.abs()));
     let validation = (!errors.is_empty()).then(|| {
-        let at = |q: f64| {
-            errors[((errors.len() - 1) as f64 * q).round() as usize]
-                .0
-                .abs()
-        };
+        let at = |q: f64| errors[((errors.len() - 1) as f64 * q).round() as usize].0.abs();
         let worst = errors.last().expect("not empty");
         json!({
             "measured": args.measured.map(|p| p.display().to_string()),
@@ -226,35 +163,13 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
     }
     let mut lines = vec![format!(
         "{:<18} {:<14} {:>7} {:>6} {:>10} {:>11} {:>9} {:>8} {:>11} {:>7} {:>8}",
-        "model",
-        "algorithm",
-        "streams",
-        "syncs",
-        "assign ms",
-        "simulated",
-        "x single",
-        "x floor",
-        "measured",
-        "error",
-        "x floor"
+        "model", "algorithm", "streams", "syncs", "assign ms", "simulated", "x single", "x floor", "measured", "error", "x floor"
     )];
-    let algorithms: Vec<String> = models
-        .first()
-        .map(|m| m.rows.iter().map(|r| r.algorithm.clone()).collect())
-        .unwrap_or_default();
+    let algorithms: Vec<String> = models.first().map(|m| m.rows.iter().map(|r| r.algorithm.clone()).collect()).unwrap_or_default();
     let mut groups = Vec::new();
     for m in &models {
-        let single = m
-            .rows
-            .iter()
-            .find(|r| r.algorithm == "single")
-            .map(|r| r.graph_makespan_us);
-        for ((r, meas), over) in m
-            .rows
-            .iter()
-            .zip(&m.measured_us)
-            .zip(&m.measured_over_floor)
-        {
+        let single = m.rows.iter().find(|r| r.algorithm == "single").map(|r| r.graph_makespan_us);
+        for ((r, meas), over) in m.rows.iter().zip(&m.measured_us).zip(&m.measured_over_floor) {
             lines.push(format!(
                 "{:<18} {:<14} {:>7} {:>6} {:>10.3} {:>8.1} µs {:>9} {:>8} {:>11} {:>7} {:>8}",
                 m.model,
@@ -263,69 +178,32 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
                 r.syncs,
                 r.assign_ms,
                 r.graph_makespan_us,
-                single.map_or("-".to_string(), |s| format!(
-                    "{:.2}",
-                    s / r.graph_makespan_us
-                )),
-                r.graph_over_floor
-                    .map_or("-".to_string(), |f| format!("{f:.2}")),
+                single.map_or("-".to_string(), |s| format!("{:.2}", s / r.graph_makespan_us)),
+                r.graph_over_floor.map_or("-".to_string(), |f| format!("{f:.2}")),
                 meas.map_or("-".to_string(), |t| format!("{t:.1} µs")),
-                meas.map_or("-".to_string(), |t| format!(
-                    "{:+.1}%",
-                    (r.graph_makespan_us - t) / t * 100.0
-                )),
+                meas.map_or("-".to_string(), |t| format!("{:+.1}%", (r.graph_makespan_us - t) / t * 100.0)),
                 over.map_or("-".to_string(), |f| format!("{f:.2}")),
             ));
         }
-        lines.push(format!(
-            "{:<18} floor (critical path) {:.1} µs, {} tasks, width {}",
-            "", m.floor_us, m.nodes, m.width
-        ));
+        lines.push(format!("{:<18} floor (critical path) {:.1} µs, {} tasks, width {}", "", m.floor_us, m.nodes, m.width));
         // Bars: each algorithm's simulated speedup over one stream (1 without `single`), and the
         // bound the floor sets on it.
         let base = single.unwrap_or(f64::NAN);
-        let speedup = |us: f64| {
-            if base.is_finite() && us > 0.0 {
-                base / us
-            } else {
-                0.0
-            }
-        };
-        let mut values: Vec<f64> = m
-            .rows
-            .iter()
-            .map(|r| speedup(r.graph_makespan_us))
-            .collect();
+        let speedup = |us: f64| if base.is_finite() && us > 0.0 { base / us } else { 0.0 };
+        let mut values: Vec<f64> = m.rows.iter().map(|r| speedup(r.graph_makespan_us)).collect();
         values.push(speedup(m.floor_us));
-        groups.push(Group {
-            label: m.model.clone(),
-            values,
-        });
+        groups.push(Group { label: m.model.clone(), values });
     }
-    let mut series: Vec<(&str, plotters::style::RGBColor)> = algorithms
-        .iter()
-        .enumerate()
-        .map(|(i, a)| (a.as_str(), PALETTE[i % PALETTE.len()]))
-        .collect();
+    let mut series: Vec<(&str, plotters::style::RGBColor)> = algorithms.iter().enumerate().map(|(i, a)| (a.as_str(), PALETTE[i % PALETTE.len()])).collect();
     series.push(("floor (bound)", plotters::style::RGBColor(160, 160, 160)));
-    std::fs::create_dir_all(args.out_dir)
-        .with_context(|| format!("creating {}", args.out_dir.display()))?;
+    std::fs::create_dir_all(args.out_dir).with_context(|| format!("creating {}", args.out_dir.display()))?;
     let svg = args.out_dir.join("schedulers-simulated.svg");
     let notes = [
         format!("Simulated (nimble-sched's simulator, graph launch, calibrated H200 parameters) on the task graphs in {}; no GPU.", args.graphs.display()),
         "Per-op times as exported: kernel-timed graphs carry each op's own kernel time (see docs/research.md, the simulator).".to_string(),
         "floor (bound): one stream's simulated latency over the critical path, which no assignment beats.".to_string(),
     ];
-    draw_grouped(
-        &svg,
-        (
-            "Stream-assignment algorithms, simulated: speedup over one stream",
-            "simulated speedup over one stream (×)",
-        ),
-        &groups,
-        &series,
-        &notes,
-    )?;
+    draw_grouped(&svg, ("Stream-assignment algorithms, simulated: speedup over one stream", "simulated speedup over one stream (×)"), &groups, &series, &notes)?;
     if validation.is_some() {
         let validation_svg = args.out_dir.join("schedulers-validation.svg");
         // Only the algorithms and models the measured record has: a coverage-set record measures
@@ -336,30 +214,15 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
             .map(|(i, algorithm)| {
                 let points: Vec<(f64, f64)> = models
                     .iter()
-                    .flat_map(|m| {
-                        m.rows
-                            .iter()
-                            .zip(&m.measured_us)
-                            .filter(|(r, _)| &r.algorithm == algorithm)
-                            .filter_map(|(r, meas)| meas.map(|t| (t, r.graph_makespan_us)))
-                    })
+                    .flat_map(|m| m.rows.iter().zip(&m.measured_us).filter(|(r, _)| &r.algorithm == algorithm).filter_map(|(r, meas)| meas.map(|t| (t, r.graph_makespan_us))))
                     .collect();
                 (algorithm.clone(), PALETTE[i % PALETTE.len()], points)
             })
             .filter(|(_, _, points)| !points.is_empty())
             .collect();
-        let measured_models = models
-            .iter()
-            .filter(|m| m.measured_us.iter().any(Option::is_some))
-            .count();
-        let title = format!(
-            "Simulated vs measured, {measured_models} models x {} algorithms (graph launch)",
-            series.len()
-        );
-        crate::plots::save(
-            &crate::plots::SimulatedVsMeasured::of_series(title, series)?,
-            &validation_svg,
-        )?;
+        let measured_models = models.iter().filter(|m| m.measured_us.iter().any(Option::is_some)).count();
+        let title = format!("Simulated vs measured, {measured_models} models x {} algorithms (graph launch)", series.len());
+        crate::plots::save(&crate::plots::SimulatedVsMeasured::of_series(title, series)?, &validation_svg)?;
         lines.push(format!("validation figure: {}", validation_svg.display()));
     }
     if let Some(v) = &validation {
@@ -373,10 +236,7 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
             v["worst"].as_str().unwrap_or_default()
         ));
     }
-    let record_line = args.results.map_or(
-        "record: not written (give --results FILE to write it)".to_string(),
-        |p| format!("record: {}", p.display()),
-    );
+    let record_line = args.results.map_or("record: not written (give --results FILE to write it)".to_string(), |p| format!("record: {}", p.display()));
     lines.push(format!("{record_line}\nfigure: {}", svg.display()));
     emit(&lines.join("\n"))
 }

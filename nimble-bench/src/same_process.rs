@@ -29,19 +29,9 @@ pub(crate) struct Provenance {
 impl Provenance {
     /// "FILE: GPU (driver D), torch T, DATE, commit C, SETTING": a figure's note for one record.
     pub(crate) fn note(&self, path: &Path, setting: &str) -> String {
-        let file = path
-            .file_name()
-            .map_or(String::new(), |n| n.to_string_lossy().into_owned());
-        let (date, commit) = (
-            &self.date_utc[..self.date_utc.len().min(10)],
-            &self.commit[..self.commit.len().min(7)],
-        );
-        format!(
-            "{file}: {} (driver {}), torch {}, {date}, commit {commit}, {setting}",
-            self.gpu,
-            self.driver_version.as_deref().unwrap_or("?"),
-            self.torch
-        )
+        let file = path.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
+        let (date, commit) = (&self.date_utc[..self.date_utc.len().min(10)], &self.commit[..self.commit.len().min(7)]);
+        format!("{file}: {} (driver {}), torch {}, {date}, commit {commit}, {setting}", self.gpu, self.driver_version.as_deref().unwrap_or("?"), self.torch)
     }
 }
 
@@ -81,13 +71,7 @@ pub(crate) struct Latency {
 /// "lo–hi": the lowest and highest of `system`'s latency over `base`'s, round by round (rounds
 /// timed both), or "-" for records without rounds.
 pub(crate) fn round_ratio_range(system: &Latency, base: &Latency) -> String {
-    let ratios: Vec<f64> = system
-        .round_medians_us
-        .iter()
-        .zip(&base.round_medians_us)
-        .filter(|(_, b)| **b > 0.0)
-        .map(|(s, b)| s / b)
-        .collect();
+    let ratios: Vec<f64> = system.round_medians_us.iter().zip(&base.round_medians_us).filter(|(_, b)| **b > 0.0).map(|(s, b)| s / b).collect();
     let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
     let high = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     if ratios.is_empty() {
@@ -100,21 +84,11 @@ pub(crate) fn round_ratio_range(system: &Latency, base: &Latency) -> String {
 /// The systems after eager, each drawn as its speedup over eager; the backend's bars only where
 /// a record has it.
 const SYSTEMS: [&str; 4] = ["cuda-graph", "compile", "nimble", "backend"];
-const SERIES: [(&str, usize); 4] = [
-    ("torch.cuda.graph", 2),
-    ("torch.compile (reduce-overhead)", 3),
-    ("Nimble (nimble_rs)", 0),
-    ("torch.compile(backend=\"nimble\")", 1),
-];
+const SERIES: [(&str, usize); 4] = [("torch.cuda.graph", 2), ("torch.compile (reduce-overhead)", 3), ("Nimble (nimble_rs)", 0), ("torch.compile(backend=\"nimble\")", 1)];
 
 /// "DTYPE, batch N" of a record (its first row's; a record is measured at one setting).
 fn setting_of(record: &Record) -> String {
-    record
-        .rows
-        .first()
-        .map_or("float32, batch 1".to_string(), |r| {
-            format!("{}, batch {}", r.dtype, r.batch)
-        })
+    record.rows.first().map_or("float32, batch 1".to_string(), |r| format!("{}, batch {}", r.dtype, r.batch))
 }
 
 /// The largest max-abs relative error from eager that still counts as a match, as
@@ -136,20 +110,12 @@ pub fn same_process(records: &[PathBuf], out_dir: &Path) -> Result<()> {
     }
     let mut parsed = Vec::new();
     for path in records {
-        let text = nimble_graph::json::read_text(path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        let record: Record = serde_json::from_str(&text)
-            .with_context(|| format!("{}: not a same-process record", path.display()))?;
+        let text = nimble_graph::json::read_text(path).with_context(|| format!("reading {}", path.display()))?;
+        let record: Record = serde_json::from_str(&text).with_context(|| format!("{}: not a same-process record", path.display()))?;
         parsed.push((path, record));
     }
-    let with_backend = parsed
-        .iter()
-        .any(|(_, r)| r.rows.iter().any(|row| row.system == "backend"));
-    let systems = if with_backend {
-        &SYSTEMS[..]
-    } else {
-        &SYSTEMS[..3]
-    };
+    let with_backend = parsed.iter().any(|(_, r)| r.rows.iter().any(|row| row.system == "backend"));
+    let systems = if with_backend { &SYSTEMS[..] } else { &SYSTEMS[..3] };
     let mut models: Vec<(String, Vec<Option<f64>>)> = Vec::new();
     let mut notes = Vec::new();
     let mut settings = Vec::new();
@@ -157,18 +123,8 @@ pub fn same_process(records: &[PathBuf], out_dir: &Path) -> Result<()> {
     let mut all_settings: Vec<String> = parsed.iter().map(|(_, r)| setting_of(r)).collect();
     all_settings.dedup();
     let label_settings = all_settings.len() > 1;
-    let backend_header = if with_backend {
-        format!(
-            " {:>9} {:>15} {:>10}",
-            "backend", "backend/compile", "by round"
-        )
-    } else {
-        String::new()
-    };
-    println!(
-        "{:<16} {:>9} {:>11} {:>9} {:>9} {:>14}{backend_header}   (ms, median; nimble / compile)",
-        "model", "eager", "cuda-graph", "compile", "nimble", "nimble/compile"
-    );
+    let backend_header = if with_backend { format!(" {:>9} {:>15} {:>10}", "backend", "backend/compile", "by round") } else { String::new() };
+    println!("{:<16} {:>9} {:>11} {:>9} {:>9} {:>14}{backend_header}   (ms, median; nimble / compile)", "model", "eager", "cuda-graph", "compile", "nimble", "nimble/compile");
     for (path, record) in &parsed {
         let p = &record.provenance;
         let setting = setting_of(record);
@@ -181,22 +137,12 @@ pub fn same_process(records: &[PathBuf], out_dir: &Path) -> Result<()> {
             }
         }
         for name in names {
-            let tolerance = record
-                .rows
-                .iter()
-                .find(|r| r.model == name)
-                .map_or(1e-2, |r| tolerance(&r.dtype));
+            let tolerance = record.rows.iter().find(|r| r.model == name).map_or(1e-2, |r| tolerance(&r.dtype));
             let label = match record.rows.iter().find(|r| r.model == name) {
                 Some(r) if label_settings => format!("{name} ({}, b{})", r.dtype, r.batch),
                 _ => name.to_string(),
             };
-            let latency = |system: &str| {
-                record
-                    .rows
-                    .iter()
-                    .find(|r| r.model == name && r.system == system)
-                    .and_then(|r| r.latency.as_ref())
-            };
+            let latency = |system: &str| record.rows.iter().find(|r| r.model == name && r.system == system).and_then(|r| r.latency.as_ref());
             let median = |system: &str| latency(system).map(|l| l.median_us / 1000.0);
             for row in record.rows.iter().filter(|r| r.model == name) {
                 if let Some(error) = &row.error {
@@ -210,71 +156,22 @@ pub fn same_process(records: &[PathBuf], out_dir: &Path) -> Result<()> {
                 }
             }
             let cell = |v: Option<f64>| v.map_or(format!("{:>9}", "-"), |v| format!("{v:>9.3}"));
-            let ratio = |system: &str| {
-                median(system)
-                    .zip(median("compile"))
-                    .map_or("-".to_string(), |(n, c)| format!("{:.2}", n / c))
-            };
-            let by_round = latency("backend")
-                .zip(latency("compile"))
-                .map_or("-".to_string(), |(b, c)| round_ratio_range(b, c));
-            let backend = if with_backend {
-                format!(
-                    " {} {:>15} {by_round:>10}",
-                    cell(median("backend")),
-                    ratio("backend")
-                )
-            } else {
-                String::new()
-            };
-            println!(
-                "{label:<16} {} {:>11} {} {} {:>14}{backend}",
-                cell(median("eager")),
-                cell(median("cuda-graph")).trim_start(),
-                cell(median("compile")),
-                cell(median("nimble")),
-                ratio("nimble")
-            );
+            let ratio = |system: &str| median(system).zip(median("compile")).map_or("-".to_string(), |(n, c)| format!("{:.2}", n / c));
+            let by_round = latency("backend").zip(latency("compile")).map_or("-".to_string(), |(b, c)| round_ratio_range(b, c));
+            let backend = if with_backend { format!(" {} {:>15} {by_round:>10}", cell(median("backend")), ratio("backend")) } else { String::new() };
+            println!("{label:<16} {} {:>11} {} {} {:>14}{backend}", cell(median("eager")), cell(median("cuda-graph")).trim_start(), cell(median("compile")), cell(median("nimble")), ratio("nimble"));
             let eager = median("eager");
-            models.push((
-                label,
-                systems
-                    .iter()
-                    .map(|s| eager.zip(median(s)).map(|(e, v)| e / v))
-                    .collect(),
-            ));
+            models.push((label, systems.iter().map(|s| eager.zip(median(s)).map(|(e, v)| e / v)).collect()));
         }
     }
-    let groups: Vec<Group> = models
-        .iter()
-        .map(|(name, speedups)| Group {
-            label: name.clone(),
-            values: speedups.iter().map(|s| s.unwrap_or(0.0)).collect(),
-        })
-        .collect();
-    let series: Vec<(&str, _)> = SERIES[..systems.len()]
-        .iter()
-        .map(|&(label, colour)| (label, PALETTE[colour]))
-        .collect();
+    let groups: Vec<Group> = models.iter().map(|(name, speedups)| Group { label: name.clone(), values: speedups.iter().map(|s| s.unwrap_or(0.0)).collect() }).collect();
+    let series: Vec<(&str, _)> = SERIES[..systems.len()].iter().map(|&(label, colour)| (label, PALETTE[colour])).collect();
     settings.dedup();
-    let setting = if settings.len() == 1 {
-        settings[0].clone()
-    } else {
-        "batch and dtype per record (below)".to_string()
-    };
+    let setting = if settings.len() == 1 { settings[0].clone() } else { "batch and dtype per record (below)".to_string() };
     notes.insert(0, format!("One Python process per record, the same module object for every system; {setting}, cuDNN benchmark on, median of 100 after 50 warm-ups."));
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let svg = out_dir.join("same-process.svg");
-    draw_grouped(
-        &svg,
-        (
-            "Same process: speedup over PyTorch eager",
-            "speedup over eager (×)",
-        ),
-        &groups,
-        &series,
-        &notes,
-    )?;
+    draw_grouped(&svg, ("Same process: speedup over PyTorch eager", "speedup over eager (×)"), &groups, &series, &notes)?;
     println!("figure: {}", svg.display());
     Ok(())
 }
@@ -284,10 +181,7 @@ mod tests {
     use super::*;
 
     fn latency(rounds: &[f64]) -> Latency {
-        Latency {
-            median_us: 0.0,
-            round_medians_us: rounds.to_vec(),
-        }
+        Latency { median_us: 0.0, round_medians_us: rounds.to_vec() }
     }
 
     #[test]
@@ -298,11 +192,7 @@ mod tests {
             (&[], &[], "-"),
         ];
         for (system, base, expected) in cases {
-            assert_eq!(
-                round_ratio_range(&latency(system), &latency(base)),
-                expected,
-                "{system:?} over {base:?}"
-            );
+            assert_eq!(round_ratio_range(&latency(system), &latency(base)), expected, "{system:?} over {base:?}");
         }
     }
 }

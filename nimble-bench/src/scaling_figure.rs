@@ -38,8 +38,7 @@ struct DdpRow {
 }
 
 fn read<T: serde::de::DeserializeOwned>(path: &Path, what: &str) -> Result<T> {
-    let text = nimble_graph::json::read_text(path)
-        .with_context(|| format!("reading {}", path.display()))?;
+    let text = nimble_graph::json::read_text(path).with_context(|| format!("reading {}", path.display()))?;
     serde_json::from_str(&text).with_context(|| format!("{}: not {what}", path.display()))
 }
 
@@ -65,15 +64,8 @@ pub struct Simulated<'a> {
 }
 
 /// The projection to each of `counts` GPUs of every configuration the record measured on one GPU.
-pub fn projections(
-    record: &ScalingRecord,
-    sim: &Simulated<'_>,
-    counts: &[usize],
-) -> Result<Vec<(String, Projection)>> {
-    let allreduce: AllReduceRecord = read(
-        sim.allreduce,
-        "an all-reduce record (nimble-bench allreduce --out)",
-    )?;
+pub fn projections(record: &ScalingRecord, sim: &Simulated<'_>, counts: &[usize]) -> Result<Vec<(String, Projection)>> {
+    let allreduce: AllReduceRecord = read(sim.allreduce, "an all-reduce record (nimble-bench allreduce --out)")?;
     let options = ProjectionOptions {
         buckets: (record.first_bucket_bytes, record.bucket_bytes),
         backward_factor: sim.backward_factor,
@@ -84,72 +76,28 @@ pub fn projections(
     let mut out = Vec::new();
     for row in record.rows.iter().filter(|r| r.gpus == 1) {
         let path = graph_path(sim.graphs, &row.model, row.batch);
-        let text = nimble_graph::json::read_text(&path).with_context(|| {
-            format!(
-                "reading the forward graph of {} at batch {}",
-                row.model, row.batch
-            )
-        })?;
-        let forward = TaskGraph::from_json_str(&text)
-            .with_context(|| format!("{}: not a task graph", path.display()))?;
-        let p = project(
-            &forward,
-            row.batch,
-            row.step.median_us,
-            counts,
-            sim.algorithm,
-            &options,
-        )
-        .map_err(anyhow::Error::msg)
-        .with_context(|| format!("projecting {} at batch {}", row.model, row.batch))?;
+        let text = nimble_graph::json::read_text(&path).with_context(|| format!("reading the forward graph of {} at batch {}", row.model, row.batch))?;
+        let forward = TaskGraph::from_json_str(&text).with_context(|| format!("{}: not a task graph", path.display()))?;
+        let p = project(&forward, row.batch, row.step.median_us, counts, sim.algorithm, &options).map_err(anyhow::Error::msg).with_context(|| format!("projecting {} at batch {}", row.model, row.batch))?;
         out.push((row.model.clone(), p));
     }
     Ok(out)
 }
 
 /// Prints the table and draws `<out_dir>/scaling.svg` from `results` (and `ddp` when given).
-pub fn scaling(
-    results: &Path,
-    ddp: Option<&PathBuf>,
-    simulated: Option<&Simulated<'_>>,
-    out_dir: &Path,
-) -> Result<()> {
-    let record: ScalingRecord = read(
-        results,
-        "a scaling record (nimble-bench train --gpus --out)",
-    )?;
+pub fn scaling(results: &Path, ddp: Option<&PathBuf>, simulated: Option<&Simulated<'_>>, out_dir: &Path) -> Result<()> {
+    let record: ScalingRecord = read(results, "a scaling record (nimble-bench train --gpus --out)")?;
     if record.rows.is_empty() {
         bail!("{}: the record has no rows", results.display());
     }
-    let mut counts: Vec<usize> = record
-        .rows
-        .iter()
-        .map(|r| r.gpus)
-        .chain(simulated.map_or(&[][..], |s| s.gpus).iter().copied())
-        .collect();
+    let mut counts: Vec<usize> = record.rows.iter().map(|r| r.gpus).chain(simulated.map_or(&[][..], |s| s.gpus).iter().copied()).collect();
     counts.sort_unstable();
     counts.dedup();
-    let projected = simulated
-        .map(|sim| projections(&record, sim, &counts))
-        .transpose()?
-        .unwrap_or_default();
-    let simulated_at = |model: &str, batch: i64, gpus: usize| {
-        projected
-            .iter()
-            .find(|(m, p)| m == model && p.batch == batch)
-            .and_then(|(_, p)| p.at(gpus))
-    };
-    let ddp: Option<DdpRecord> = ddp
-        .map(|p| read(p, "a DDP record (experiments/python/ddp.py --out)"))
-        .transpose()?;
+    let projected = simulated.map(|sim| projections(&record, sim, &counts)).transpose()?.unwrap_or_default();
+    let simulated_at = |model: &str, batch: i64, gpus: usize| projected.iter().find(|(m, p)| m == model && p.batch == batch).and_then(|(_, p)| p.at(gpus));
+    let ddp: Option<DdpRecord> = ddp.map(|p| read(p, "a DDP record (experiments/python/ddp.py --out)")).transpose()?;
     let ddp_at = |system: &str, model: &str, batch: i64, gpus: usize| {
-        ddp.as_ref()
-            .and_then(|d| {
-                d.rows.iter().find(|r| {
-                    r.system == system && r.model == model && r.batch == batch && r.gpus == gpus
-                })
-            })
-            .map(|r| r.samples_per_s)
+        ddp.as_ref().and_then(|d| d.rows.iter().find(|r| r.system == system && r.model == model && r.batch == batch && r.gpus == gpus)).map(|r| r.samples_per_s)
     };
     let mut configs: Vec<(String, i64)> = Vec::new();
     for row in &record.rows {
@@ -161,19 +109,12 @@ pub fn scaling(
         "{:<14} {:>5} {:>4} {:>10} {:>8} {:>10} {:>8} {:>7} {:>10} {:>10} {:>8}   (samples/s over all GPUs; sim: the simulator's projection)",
         "model", "batch", "GPUs", "nimble", "× 1 GPU", "sim", "sim × 1", "sim err", "ddp-graph", "ddp-eager", "/graph"
     );
-    let cell =
-        |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
+    let cell = |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
     let mut groups = Vec::new();
     for (model, batch) in &configs {
-        let one = record
-            .rows
-            .iter()
-            .find(|r| &r.model == model && r.batch == *batch && r.gpus == 1);
+        let one = record.rows.iter().find(|r| &r.model == model && r.batch == *batch && r.gpus == 1);
         for &gpus in &counts {
-            let row = record
-                .rows
-                .iter()
-                .find(|r| &r.model == model && r.batch == *batch && r.gpus == gpus);
+            let row = record.rows.iter().find(|r| &r.model == model && r.batch == *batch && r.gpus == gpus);
             let sim = simulated_at(model, *batch, gpus).filter(|_| gpus > 1);
             if row.is_none() && sim.is_none() {
                 continue;
@@ -181,13 +122,8 @@ pub fn scaling(
             let measured = row.map(|r| r.samples_per_s);
             let speedup = row.and_then(|r| scaling::speedup(&record.rows, r));
             let sim_speedup = sim.zip(one).map(|(s, o)| s.samples_per_s / o.samples_per_s);
-            let error = sim
-                .zip(measured)
-                .map(|(s, m)| 100.0 * (s.samples_per_s / m - 1.0));
-            let (graph, eager) = (
-                ddp_at("ddp-graph", model, *batch, gpus),
-                ddp_at("ddp-eager", model, *batch, gpus),
-            );
+            let error = sim.zip(measured).map(|(s, m)| 100.0 * (s.samples_per_s / m - 1.0));
+            let (graph, eager) = (ddp_at("ddp-graph", model, *batch, gpus), ddp_at("ddp-eager", model, *batch, gpus));
             let ratio = measured.zip(graph).map(|(m, g)| m / g);
             println!(
                 "{model:<14} {batch:>5} {gpus:>4} {:>10} {:>8} {:>10} {:>8} {:>7} {:>10} {:>10} {:>8}",
@@ -201,20 +137,8 @@ pub fn scaling(
                 cell(ratio, 2)
             );
             let thousands = |v: Option<f64>| v.unwrap_or(0.0) / 1000.0 / gpus as f64;
-            let label = if row.is_some() {
-                format!("{model} b{batch} ×{gpus}")
-            } else {
-                format!("{model} b{batch} ×{gpus} (sim)")
-            };
-            groups.push(Group {
-                label,
-                values: vec![
-                    thousands(measured),
-                    thousands(sim.map(|s| s.samples_per_s)),
-                    thousands(graph),
-                    thousands(eager),
-                ],
-            });
+            let label = if row.is_some() { format!("{model} b{batch} ×{gpus}") } else { format!("{model} b{batch} ×{gpus} (sim)") };
+            groups.push(Group { label, values: vec![thousands(measured), thousands(sim.map(|s| s.samples_per_s)), thousands(graph), thousands(eager)] });
         }
     }
     let p = &record.provenance;
@@ -227,10 +151,7 @@ pub fn scaling(
         if short(&d.provenance.commit) != short(&p.commit) {
             eprintln!("note: the DDP record was measured at commit {}, the scaling record at {}: compare systems only within one session", short(&d.provenance.commit), short(&p.commit));
         }
-        notes.push(format!(
-            "PyTorch DDP: torch {}, same machine and session; eager is bound by its host.",
-            d.provenance.torch
-        ));
+        notes.push(format!("PyTorch DDP: torch {}, same machine and session; eager is bound by its host.", d.provenance.torch));
     }
     if let (Some(sim), Some((_, first))) = (simulated, projected.first()) {
         notes.push(format!(
@@ -240,24 +161,10 @@ pub fn scaling(
             sim.allreduce.file_name().map_or("?".into(), |f| f.to_string_lossy().into_owned())
         ));
     }
-    let series = [
-        ("Nimble (whole step, NCCL in the graph)", PALETTE[0]),
-        ("Nimble, simulated", PALETTE[1]),
-        ("DDP + torch.cuda.graph", PALETTE[3]),
-        ("DDP eager", PALETTE[2]),
-    ];
+    let series = [("Nimble (whole step, NCCL in the graph)", PALETTE[0]), ("Nimble, simulated", PALETTE[1]), ("DDP + torch.cuda.graph", PALETTE[3]), ("DDP eager", PALETTE[2])];
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let svg = out_dir.join("scaling.svg");
-    draw_grouped(
-        &svg,
-        (
-            "Data-parallel training throughput per GPU (flat = perfect scaling)",
-            "thousand samples/s per GPU",
-        ),
-        &groups,
-        &series,
-        &notes,
-    )?;
+    draw_grouped(&svg, ("Data-parallel training throughput per GPU (flat = perfect scaling)", "thousand samples/s per GPU"), &groups, &series, &notes)?;
     println!("figure: {}", svg.display());
     Ok(())
 }

@@ -38,11 +38,7 @@ impl GraphSource {
                 let context = || format!("reading {}", path.display());
                 let text = nimble_graph::json::read_text(path)?;
                 let graph = TaskGraph::from_json_str(&text).with_context(context)?;
-                anyhow::ensure!(
-                    !graph.is_empty(),
-                    "{}: the task graph has no nodes; expected at least one task to schedule",
-                    path.display()
-                );
+                anyhow::ensure!(!graph.is_empty(), "{}: the task graph has no nodes; expected at least one task to schedule", path.display());
                 graph
             }
             (None, Some(spec)) => spec.parse::<SyntheticSpec>()?.generate(),
@@ -97,9 +93,7 @@ impl SimulatorArgs {
         }
         let non_negative = |name: &str, value: Option<f64>| -> Result<Option<f64>> {
             match value {
-                Some(v) if !(v >= 0.0 && v.is_finite()) => {
-                    anyhow::bail!("--{name} must be a non-negative number, got {v}")
-                }
+                Some(v) if !(v >= 0.0 && v.is_finite()) => anyhow::bail!("--{name} must be a non-negative number, got {v}"),
                 other => Ok(other),
             }
         };
@@ -128,10 +122,7 @@ fn overridden(config: &SimulatorConfig, path: &std::path::Path) -> Result<Simula
     let text = nimble_graph::json::read_text(path)?;
     let overrides: serde_json::Value = serde_json::from_str(&text).with_context(context)?;
     let serde_json::Value::Object(overrides) = overrides else {
-        anyhow::bail!(
-            "{}: expected a JSON object of simulator parameters",
-            path.display()
-        );
+        anyhow::bail!("{}: expected a JSON object of simulator parameters", path.display());
     };
     let mut merged = serde_json::to_value(config)?;
     let fields = merged.as_object_mut().expect("a config is an object");
@@ -139,12 +130,7 @@ fn overridden(config: &SimulatorConfig, path: &std::path::Path) -> Result<Simula
         if key == "mode" {
             continue;
         }
-        anyhow::ensure!(
-            fields.contains_key(&key),
-            "{}: unknown simulator parameter `{key}`; known: {}",
-            path.display(),
-            fields.keys().cloned().collect::<Vec<_>>().join(", ")
-        );
+        anyhow::ensure!(fields.contains_key(&key), "{}: unknown simulator parameter `{key}`; known: {}", path.display(), fields.keys().cloned().collect::<Vec<_>>().join(", "));
         fields.insert(key, value);
     }
     serde_json::from_value(merged).with_context(context)
@@ -216,10 +202,7 @@ pub fn assign(source: &GraphSource, algorithm: &str, as_json: bool) -> Result<()
             "max_logical_concurrency": report.max_logical_concurrency,
             "assign_ms": timed.assign_ms,
         });
-        value
-            .as_object_mut()
-            .expect("a plan is a JSON object")
-            .extend(extra.as_object().expect("object").clone());
+        value.as_object_mut().expect("a plan is a JSON object").extend(extra.as_object().expect("object").clone());
         return emit_json(&value);
     }
     emit(&format!(
@@ -238,19 +221,8 @@ pub fn assign(source: &GraphSource, algorithm: &str, as_json: bool) -> Result<()
         let ids: Vec<String> = nodes.iter().map(|&v| graph.id_of(v).to_string()).collect();
         emit(&format!("stream {stream}: {}", ids.join(" ")))?;
     }
-    let syncs: Vec<String> = plan
-        .syncs
-        .iter()
-        .map(|&(u, v)| format!("{}->{}", graph.id_of(u), graph.id_of(v)))
-        .collect();
-    emit(&format!(
-        "syncs: {}",
-        if syncs.is_empty() {
-            "none".to_string()
-        } else {
-            syncs.join(" ")
-        }
-    ))
+    let syncs: Vec<String> = plan.syncs.iter().map(|&(u, v)| format!("{}->{}", graph.id_of(u), graph.id_of(v))).collect();
+    emit(&format!("syncs: {}", if syncs.is_empty() { "none".to_string() } else { syncs.join(" ") }))
 }
 
 /// `simulate`: makespan of the plan and of `single`, optionally a Chrome trace.
@@ -269,10 +241,7 @@ pub fn simulate_command(
     let result = simulate(&graph, &timed.plan, &config);
     let baseline = simulate(&graph, &single, &config);
     if let Some(path) = trace {
-        write_file(
-            path,
-            &serde_json::to_string(&result.to_chrome_trace(&graph, &timed.plan))?,
-        )?;
+        write_file(path, &serde_json::to_string(&result.to_chrome_trace(&graph, &timed.plan))?)?;
     }
     let speedup = baseline.makespan_us / result.makespan_us;
     if as_json {
@@ -310,17 +279,8 @@ pub fn simulate_command(
 pub fn dot(source: &GraphSource, algorithm: &str, out: Option<&PathBuf>) -> Result<()> {
     let graph = source.load()?;
     let (_, timed) = assign_timed(&graph, algorithm)?;
-    let title = format!(
-        "{}: {} streams, {} syncs",
-        timed.plan.algorithm,
-        timed.plan.streams,
-        timed.plan.syncs.len()
-    );
-    let text = graph.to_dot(DotOptions {
-        stream_of: Some(&timed.plan.stream_of),
-        sync_edges: &timed.plan.syncs,
-        title: Some(&title),
-    });
+    let title = format!("{}: {} streams, {} syncs", timed.plan.algorithm, timed.plan.streams, timed.plan.syncs.len());
+    let text = graph.to_dot(DotOptions { stream_of: Some(&timed.plan.stream_of), sync_edges: &timed.plan.syncs, title: Some(&title) });
     match out {
         Some(path) => write_file(path, &text),
         None => emit(text.trim_end()),
@@ -328,12 +288,7 @@ pub fn dot(source: &GraphSource, algorithm: &str, out: Option<&PathBuf>) -> Resu
 }
 
 /// `compare`: every registered algorithm (or a chosen few) on one graph.
-pub fn compare(
-    source: &GraphSource,
-    names: Option<&str>,
-    simulator: &SimulatorArgs,
-    as_json: bool,
-) -> Result<()> {
+pub fn compare(source: &GraphSource, names: Option<&str>, simulator: &SimulatorArgs, as_json: bool) -> Result<()> {
     let graph = source.load()?;
     let analysis = Analysis::new(&graph);
     let critical_path_us = graph.critical_path().length_us;
@@ -355,10 +310,7 @@ pub fn compare(
         width,
         critical_path_us
     ))?;
-    emit(&format!(
-        "{:<16} {:>7} {:>7} {:>9} {:>12} {:>8} {:>12} {:>10}",
-        "algorithm", "streams", "syncs", "max-conc", "graph µs", "x floor", "eager µs", "assign ms"
-    ))?;
+    emit(&format!("{:<16} {:>7} {:>7} {:>9} {:>12} {:>8} {:>12} {:>10}", "algorithm", "streams", "syncs", "max-conc", "graph µs", "x floor", "eager µs", "assign ms"))?;
     for row in &rows {
         emit(&format!(
             "{:<16} {:>7} {:>7} {:>9} {:>12.1} {:>8} {:>12.1} {:>10.3}",
@@ -367,8 +319,7 @@ pub fn compare(
             row.syncs,
             yes_no(row.max_logical_concurrency),
             row.graph_makespan_us,
-            row.graph_over_floor
-                .map_or("-".to_string(), |r| format!("{r:.2}")),
+            row.graph_over_floor.map_or("-".to_string(), |r| format!("{r:.2}")),
             row.eager_makespan_us,
             row.assign_ms,
         ))?;
@@ -379,34 +330,19 @@ pub fn compare(
 /// The algorithms named in the comma-separated `names`, or every registered one.
 pub fn algorithm_names(names: Option<&str>) -> Vec<String> {
     match names {
-        Some(list) => list
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(String::from)
-            .collect(),
+        Some(list) => list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect(),
         None => ALGORITHMS.iter().map(|a| a.name.to_string()).collect(),
     }
 }
 
 /// Each algorithm of `names` (see `algorithm_names`) on the analysed graph: its plan, checked,
 /// timed and simulated in both launch modes.
-pub fn compare_rows(
-    analysis: &Analysis<'_>,
-    names: Option<&str>,
-    simulator: &SimulatorArgs,
-) -> Result<Vec<CompareRow>> {
+pub fn compare_rows(analysis: &Analysis<'_>, names: Option<&str>, simulator: &SimulatorArgs) -> Result<Vec<CompareRow>> {
     let graph = analysis.graph();
     let named = algorithm_names(names);
     anyhow::ensure!(!named.is_empty(), "--algos {:?} names no algorithm; expected a comma-separated list of registered names (see `nimble-bench algos`)", names.unwrap_or_default());
-    let assigners = named
-        .iter()
-        .map(|n| algorithms::by_name(n))
-        .collect::<Result<Vec<_>, _>>()?;
-    let (graph_config, eager_config) = (
-        simulator.config_for(Mode::Graph, graph)?,
-        simulator.config_for(Mode::Eager, graph)?,
-    );
+    let assigners = named.iter().map(|n| algorithms::by_name(n)).collect::<Result<Vec<_>, _>>()?;
+    let (graph_config, eager_config) = (simulator.config_for(Mode::Graph, graph)?, simulator.config_for(Mode::Eager, graph)?);
     let critical_path_us = graph.critical_path().length_us;
     let mut rows = Vec::new();
     for assigner in &assigners {
@@ -423,8 +359,7 @@ pub fn compare_rows(
             graph_makespan_us,
             eager_makespan_us: simulate(graph, &plan, &eager_config).makespan_us,
             assign_ms,
-            graph_over_floor: (critical_path_us > 0.0)
-                .then(|| graph_makespan_us / critical_path_us),
+            graph_over_floor: (critical_path_us > 0.0).then(|| graph_makespan_us / critical_path_us),
         });
     }
     Ok(rows)
@@ -445,9 +380,6 @@ pub struct CompareRow {
 }
 
 fn yes_no(value: bool) -> &'static str {
-    if value {
-        "yes"
-    } else {
-        "no"
-    }
+    if value { "yes" } else { "no" }
 }
+

@@ -5,9 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use experiments::floor;
-use experiments::inference::{
-    self, InferConfig, InferMode, InferRecord, InferRow, Subject, Variant, LIBTORCH_VERSION,
-};
+use experiments::inference::{self, InferConfig, InferMode, InferRecord, InferRow, Subject, Variant, LIBTORCH_VERSION};
 use experiments::models::{self, Dataset};
 use experiments::record::Provenance;
 use experiments::torchscript::{InputSpec, TorchScriptModel};
@@ -80,27 +78,12 @@ pub(crate) fn provenance_line(p: &Provenance, libtorch: &str, what: &str) -> Str
 }
 
 pub(crate) fn model_names(list: &str) -> Result<Vec<&'static str>> {
-    let names: Vec<&str> = if list == "all" {
-        models::MODELS.iter().map(|m| m.name).collect()
-    } else {
-        list.split(',').map(str::trim).collect()
-    };
-    names
-        .into_iter()
-        .map(|name| {
-            models::info(name)
-                .map(|m| m.name)
-                .map_err(anyhow::Error::msg)
-        })
-        .collect()
+    let names: Vec<&str> = if list == "all" { models::MODELS.iter().map(|m| m.name).collect() } else { list.split(',').map(str::trim).collect() };
+    names.into_iter().map(|name| models::info(name).map(|m| m.name).map_err(anyhow::Error::msg)).collect()
 }
 
 /// Builds a registered ImageNet model, with weights from `weights` when given.
-pub(crate) fn build_model(
-    name: &str,
-    device: Device,
-    weights: Option<&Path>,
-) -> Result<models::Model> {
+pub(crate) fn build_model(name: &str, device: Device, weights: Option<&Path>) -> Result<models::Model> {
     let mut model = models::build(name, Dataset::ImageNet, device).map_err(anyhow::Error::msg)?;
     if let Some(path) = weights {
         model.load(path).map_err(anyhow::Error::msg)?;
@@ -113,29 +96,16 @@ pub(crate) fn build_model(
 pub enum Models<'a> {
     /// Comma-separated zoo names or `all`; `weights` for exactly one of them; `dtype` converts
     /// the models' parameters and inputs.
-    Zoo {
-        list: &'a str,
-        weights: Option<&'a Path>,
-        dtype: Option<Kind>,
-    },
+    Zoo { list: &'a str, weights: Option<&'a Path>, dtype: Option<Kind> },
     /// A TorchScript file with one input specification per forward argument; `dtype` converts
     /// its floating-point parameters and inputs.
-    TorchScript {
-        path: &'a Path,
-        inputs: &'a [InputSpec],
-        dtype: Option<Kind>,
-    },
+    TorchScript { path: &'a Path, inputs: &'a [InputSpec], dtype: Option<Kind> },
 }
 
 impl Models<'_> {
     /// The TorchScript file's model on `device`, its inputs checked against its forward (after
     /// `check`, which every command runs before it looks for a GPU).
-    fn torchscript(
-        path: &Path,
-        inputs: &[InputSpec],
-        device: Device,
-        dtype: Option<Kind>,
-    ) -> Result<TorchScriptModel> {
+    fn torchscript(path: &Path, inputs: &[InputSpec], device: Device, dtype: Option<Kind>) -> Result<TorchScriptModel> {
         TorchScriptModel::load(path, inputs.to_vec(), device, dtype).map_err(anyhow::Error::msg)
     }
 
@@ -144,17 +114,10 @@ impl Models<'_> {
         match *self {
             Models::Zoo { list, weights, .. } => {
                 let names = model_names(list)?;
-                anyhow::ensure!(
-                    weights.is_none() || names.len() == 1,
-                    "--weights loads one model's weights: name exactly one model"
-                );
+                anyhow::ensure!(weights.is_none() || names.len() == 1, "--weights loads one model's weights: name exactly one model");
             }
             Models::TorchScript { path, inputs, .. } => {
-                anyhow::ensure!(
-                    path.is_file(),
-                    "--torchscript {}: no such file",
-                    path.display()
-                );
+                anyhow::ensure!(path.is_file(), "--torchscript {}: no such file", path.display());
                 anyhow::ensure!(!inputs.is_empty(), "--torchscript needs one --input SHAPE[:DTYPE[:LOW:HIGH]] per forward argument, e.g. --input 1x3x224x224");
             }
         }
@@ -165,12 +128,7 @@ impl Models<'_> {
 /// Runs `body` on each model of `models`, built on `device`, each from an empty allocator cache
 /// and seed 0 (as in a process of its own: the previous model's freed graph pools would
 /// otherwise decide where this one's land); `name` is told first.
-pub(crate) fn for_each_model(
-    models: Models<'_>,
-    device: Device,
-    mut name: impl FnMut(&str),
-    mut body: impl FnMut(&dyn Subject) -> Result<()>,
-) -> Result<()> {
+pub(crate) fn for_each_model(models: Models<'_>, device: Device, mut name: impl FnMut(&str), mut body: impl FnMut(&dyn Subject) -> Result<()>) -> Result<()> {
     let fresh = || -> Result<()> {
         if device.is_cuda() {
             nimble_torch::cuda_synchronize()?;
@@ -180,11 +138,7 @@ pub(crate) fn for_each_model(
         Ok(())
     };
     match models {
-        Models::Zoo {
-            list,
-            weights,
-            dtype,
-        } => {
+        Models::Zoo { list, weights, dtype } => {
             for model_name in model_names(list)? {
                 name(model_name);
                 fresh()?;
@@ -195,11 +149,7 @@ pub(crate) fn for_each_model(
                 body(&model)?;
             }
         }
-        Models::TorchScript {
-            path,
-            inputs,
-            dtype,
-        } => {
+        Models::TorchScript { path, inputs, dtype } => {
             name(&path.display().to_string());
             fresh()?;
             body(&Models::torchscript(path, inputs, device, dtype)?)?;
@@ -211,21 +161,10 @@ pub(crate) fn for_each_model(
 /// `models`: the registry, with parameter counts (and, with `trace`, task-graph structure).
 pub fn list_models(dataset: Dataset, trace: bool, json: bool) -> Result<()> {
     let mut rows = Vec::new();
-    for info in models::MODELS
-        .iter()
-        .filter(|m| !m.batch_sizes(dataset).is_empty())
-    {
+    for info in models::MODELS.iter().filter(|m| !m.batch_sizes(dataset).is_empty()) {
         let model = models::build(info.name, dataset, Device::Cpu).map_err(anyhow::Error::msg)?;
         let params = model.parameter_count();
-        let stats = if trace {
-            Some(
-                model
-                    .graph_stats(1)
-                    .with_context(|| format!("tracing {}", info.name))?,
-            )
-        } else {
-            None
-        };
+        let stats = if trace { Some(model.graph_stats(1).with_context(|| format!("tracing {}", info.name))?) } else { None };
         rows.push((*info, model.info.input_shape(dataset, 1), params, stats));
     }
     if json {
@@ -242,41 +181,11 @@ pub fn list_models(dataset: Dataset, trace: bool, json: bool) -> Result<()> {
             .collect();
         return emit_json(&serde_json::Value::Array(list));
     }
-    let mut lines = vec![format!(
-        "{:<16} {:<16} {:>11} {:>9} {:>12}  {}",
-        "name",
-        "model",
-        "input",
-        "batch",
-        "parameters",
-        if trace {
-            "ops  tasks  edges  width  reference"
-        } else {
-            "reference"
-        }
-    )];
+    let mut lines = vec![format!("{:<16} {:<16} {:>11} {:>9} {:>12}  {}", "name", "model", "input", "batch", "parameters", if trace { "ops  tasks  edges  width  reference" } else { "reference" })];
     for (info, shape, params, stats) in rows {
-        let graph = stats.map_or(String::new(), |g| {
-            format!(
-                "{:>4} {:>6} {:>6} {:>6}  ",
-                g.ops, g.tasks, g.edges, g.width
-            )
-        });
-        let batches = info
-            .batch_sizes(dataset)
-            .iter()
-            .map(i64::to_string)
-            .collect::<Vec<_>>()
-            .join("/");
-        lines.push(format!(
-            "{:<16} {:<16} {:>11} {:>9} {:>12}  {graph}{}",
-            info.name,
-            info.title,
-            format!("{}x{}x{}", shape[1], shape[2], shape[3]),
-            batches,
-            params,
-            info.reference
-        ));
+        let graph = stats.map_or(String::new(), |g| format!("{:>4} {:>6} {:>6} {:>6}  ", g.ops, g.tasks, g.edges, g.width));
+        let batches = info.batch_sizes(dataset).iter().map(i64::to_string).collect::<Vec<_>>().join("/");
+        lines.push(format!("{:<16} {:<16} {:>11} {:>9} {:>12}  {graph}{}", info.name, info.title, format!("{}x{}x{}", shape[1], shape[2], shape[3]), batches, params, info.reference));
     }
     emit(&lines.join("\n"))
 }
@@ -284,14 +193,7 @@ pub fn list_models(dataset: Dataset, trace: bool, json: bool) -> Result<()> {
 /// `export-graph`: trace a model and write its task graph as JSON; with `check`, first compares
 /// what the graph computes with the model's eager forward on a fresh input (on the CPU, the
 /// rewritten forward: the rewrites checked with no GPU).
-pub fn export_graph(
-    models: Models<'_>,
-    batch: i64,
-    device: TraceDevice,
-    optimize: bool,
-    check: bool,
-    out: Option<&PathBuf>,
-) -> Result<()> {
+pub fn export_graph(models: Models<'_>, batch: i64, device: TraceDevice, optimize: bool, check: bool, out: Option<&PathBuf>) -> Result<()> {
     anyhow::ensure!(batch >= 1, "--batch must be at least 1, got {batch}");
     anyhow::ensure!(
         !check || optimize || matches!(device, TraceDevice::Cuda),
@@ -299,67 +201,42 @@ pub fn export_graph(
     );
     models.check()?;
     if let Models::Zoo { list, .. } = models {
-        anyhow::ensure!(
-            model_names(list)?.len() == 1,
-            "--model names one model, got {list}"
-        );
+        anyhow::ensure!(model_names(list)?.len() == 1, "--model names one model, got {list}");
     }
     let device = match device {
         TraceDevice::Cpu => Device::Cpu,
         TraceDevice::Cuda if nimble_torch::cuda_available() => Device::Cuda(0),
         TraceDevice::Cuda => bail!("--device cuda: no CUDA device (libtorch reports CUDA unavailable); --device cpu traces without one"),
     };
-    for_each_model(
-        models,
-        device,
-        |_| {},
-        |model| {
-            let mut nimble = model.nimble()?;
-            let inputs = model.inputs(batch);
-            let graph = if device.is_cuda() {
-                // Prepared on the GPU: the graph carries each op's measured GPU time.
-                nimble.prepare(&inputs, PrepareOptions::inference().optimize(optimize))?;
-                nimble.task_graph().expect("prepared").clone()
-            } else {
-                nimble.trace(&inputs, optimize)?.task_graph()?
-            };
-            if check {
-                check_against_eager(model, batch, optimize, |xs| {
-                    if device.is_cuda() {
-                        nimble.forward(xs)
-                    } else {
-                        nimble.run_optimized(xs)
-                    }
-                })?;
+    for_each_model(models, device, |_| {}, |model| {
+        let mut nimble = model.nimble()?;
+        let inputs = model.inputs(batch);
+        let graph = if device.is_cuda() {
+            // Prepared on the GPU: the graph carries each op's measured GPU time.
+            nimble.prepare(&inputs, PrepareOptions::inference().optimize(optimize))?;
+            nimble.task_graph().expect("prepared").clone()
+        } else {
+            nimble.trace(&inputs, optimize)?.task_graph()?
+        };
+        if check {
+            check_against_eager(model, batch, optimize, |xs| if device.is_cuda() { nimble.forward(xs) } else { nimble.run_optimized(xs) })?;
+        }
+        let text = graph.to_json_string();
+        match out {
+            Some(path) => {
+                write_file(path, &text)?;
+                eprintln!("{}: {} tasks, {} edges -> {}", model.name(), graph.len(), graph.edge_count(), path.display());
+                Ok(())
             }
-            let text = graph.to_json_string();
-            match out {
-                Some(path) => {
-                    write_file(path, &text)?;
-                    eprintln!(
-                        "{}: {} tasks, {} edges -> {}",
-                        model.name(),
-                        graph.len(),
-                        graph.edge_count(),
-                        path.display()
-                    );
-                    Ok(())
-                }
-                None => emit(&text),
-            }
-        },
-    )
+            None => emit(&text),
+        }
+    })
 }
 
 /// `export-graph --check`: `run`'s output against the model's eager forward on a fresh input,
 /// printed (with a warning when eager's output is the same for two inputs, which makes the check
 /// prove little), and an error beyond the check's tolerance refused.
-fn check_against_eager(
-    model: &dyn Subject,
-    batch: i64,
-    optimized: bool,
-    run: impl FnOnce(&[tch::Tensor]) -> nimble_torch::Result<Vec<tch::Tensor>>,
-) -> Result<()> {
+fn check_against_eager(model: &dyn Subject, batch: i64, optimized: bool, run: impl FnOnce(&[tch::Tensor]) -> nimble_torch::Result<Vec<tch::Tensor>>) -> Result<()> {
     let check = inference::Check::against_eager(model, batch, run)?;
     let tolerance = inference::tolerance(model.kind(), optimized);
     let error = check.relative_error;
@@ -399,10 +276,7 @@ pub fn infer(args: &InferArgs<'_>) -> Result<()> {
     check_config(&args.config)?;
     args.models.check()?;
     if let Models::TorchScript { .. } = args.models {
-        anyhow::ensure!(
-            args.config.batch == 1,
-            "--batch applies to zoo models; a TorchScript file's batch is in its --input shapes"
-        );
+        anyhow::ensure!(args.config.batch == 1, "--batch applies to zoo models; a TorchScript file's batch is in its --input shapes");
     }
     let count = match args.models {
         Models::Zoo { list, .. } => model_names(list)?.len(),
@@ -417,34 +291,20 @@ pub fn infer(args: &InferArgs<'_>) -> Result<()> {
     };
     let mut variants = Vec::new();
     for &mode in args.modes {
-        let settings: &[bool] = if matches!(mode, InferMode::Eager | InferMode::TorchScript) {
-            &[false]
-        } else {
-            optimize
-        };
-        variants.extend(
-            settings
-                .iter()
-                .map(|&optimized| Variant { mode, optimized }),
-        );
+        let settings: &[bool] = if matches!(mode, InferMode::Eager | InferMode::TorchScript) { &[false] } else { optimize };
+        variants.extend(settings.iter().map(|&optimized| Variant { mode, optimized }));
     }
     let mut rows = Vec::new();
     let bar = progress(count, "infer");
-    for_each_model(
-        args.models,
-        Device::Cuda(0),
-        |name| bar.set_message(name.to_string()),
-        |model| {
-            let measured = inference::measure_model(model, config, &variants)
-                .with_context(|| format!("measuring {}", model.name()))?;
-            for row in measured {
-                note(&bar, &format!("  {}", row_line(&row)));
-                rows.push(row);
-            }
-            bar.inc(1);
-            Ok(())
-        },
-    )?;
+    for_each_model(args.models, Device::Cuda(0), |name| bar.set_message(name.to_string()), |model| {
+        let measured = inference::measure_model(model, config, &variants).with_context(|| format!("measuring {}", model.name()))?;
+        for row in measured {
+            note(&bar, &format!("  {}", row_line(&row)));
+            rows.push(row);
+        }
+        bar.inc(1);
+        Ok(())
+    })?;
     bar.finish_and_clear();
     if args.floor && rows.iter().any(|r| r.mode == InferMode::Nimble) {
         add_floors(args.models, config, &mut rows, args.floor_graphs)?;
@@ -452,25 +312,13 @@ pub fn infer(args: &InferArgs<'_>) -> Result<()> {
     let method = "cuDNN benchmark on; fresh randn inputs; CUDA events around each call on the current stream (graphs: input copy + replay); each system timed in two blocks (the warm-ups, then half the timed runs), the systems' blocks in mirrored order A B .. B A; median of all timed runs";
     let (dtype, torchscript) = match args.models {
         Models::Zoo { dtype, .. } => (dtype, None),
-        Models::TorchScript {
-            path,
-            inputs,
-            dtype,
-        } => (
-            dtype,
-            Some(
-                serde_json::json!({ "file": path.display().to_string(), "inputs": inputs.iter().map(InputSpec::to_string).collect::<Vec<_>>() }),
-            ),
-        ),
+        Models::TorchScript { path, inputs, dtype } => {
+            (dtype, Some(serde_json::json!({ "file": path.display().to_string(), "inputs": inputs.iter().map(InputSpec::to_string).collect::<Vec<_>>() })))
+        }
     };
-    let precision = dtype
-        .filter(|&k| k != Kind::Float)
-        .map_or(PRECISION.to_string(), |kind| {
-            format!(
-                "{} (parameters, buffers and float inputs converted, every system alike)",
-                experiments::torchscript::kind_name(kind)
-            )
-        });
+    let precision = dtype.filter(|&k| k != Kind::Float).map_or(PRECISION.to_string(), |kind| {
+        format!("{} (parameters, buffers and float inputs converted, every system alike)", experiments::torchscript::kind_name(kind))
+    });
     let record = InferRecord {
         experiment: "inference",
         provenance: Provenance::now(gpu.info(), config.warmup, config.iterations, method),
@@ -493,39 +341,20 @@ fn row_line(row: &InferRow) -> String {
             p.syncs,
             p.kernel_nodes,
             if p.channels_last { ", NHWC" } else { "" },
-            if p.host_values_folded > 0 {
-                format!(", {} host values folded", p.host_values_folded)
-            } else {
-                String::new()
-            },
+            if p.host_values_folded > 0 { format!(", {} host values folded", p.host_values_folded) } else { String::new() },
             // Frozen on a CPU copy (nimble-torch's PrepareOptions::freeze_on_host).
-            if p.frozen_on_host {
-                ", frozen on the host"
-            } else {
-                ""
-            },
-            p.layout_trial.map_or(String::new(), |t| format!(
-                " (timed NCHW {:.0} us, NHWC {:.0} us)",
-                t.nchw_us, t.nhwc_us
-            )),
+            if p.frozen_on_host { ", frozen on the host" } else { "" },
+            p.layout_trial.map_or(String::new(), |t| format!(" (timed NCHW {:.0} us, NHWC {:.0} us)", t.nchw_us, t.nhwc_us)),
             p.seconds.total,
             row.relative_error.unwrap_or(f64::NAN),
-            row.timed_relative_error.map_or(String::new(), |e| format!(
-                " (exact float32; timed graph {e:.1e})"
-            ))
+            row.timed_relative_error.map_or(String::new(), |e| format!(" (exact float32; timed graph {e:.1e})"))
         )
     });
     format!(
         "{:<16} {:<6} {:<4} {:>8.3} ms (mean {:.3}, sd {:.3}){}",
         row.model,
         row.mode.name(),
-        if matches!(row.mode, InferMode::Eager | InferMode::TorchScript) {
-            ""
-        } else if row.optimized {
-            "opt"
-        } else {
-            "raw"
-        },
+        if matches!(row.mode, InferMode::Eager | InferMode::TorchScript) { "" } else if row.optimized { "opt" } else { "raw" },
         row.latency.median_us / 1000.0,
         row.latency.mean_us / 1000.0,
         row.latency.stdev_us / 1000.0,
@@ -537,48 +366,22 @@ fn row_line(row: &InferRow) -> String {
 fn table(record: &InferRecord) -> String {
     let p = &record.provenance;
     let mut lines = vec![
-        provenance_line(
-            p,
-            record.libtorch,
-            &format!("batch {}", record.rows.first().map_or(1, |r| r.batch)),
-        ),
+        provenance_line(p, record.libtorch, &format!("batch {}", record.rows.first().map_or(1, |r| r.batch))),
         format!(
             "{:<16} {:<4} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>7} {:>8} {:>8} {:>9}",
-            "model",
-            "opt",
-            "eager",
-            "script",
-            "graph",
-            "nimble",
-            "x graph",
-            "floor",
-            "x floor",
-            "streams",
-            "kernels",
-            "prepare s"
+            "model", "opt", "eager", "script", "graph", "nimble", "x graph", "floor", "x floor", "streams", "kernels", "prepare s"
         ),
     ];
     let mut keys: Vec<(String, bool)> = Vec::new();
     for row in &record.rows {
-        if matches!(row.mode, InferMode::Graph | InferMode::Nimble)
-            && !keys.contains(&(row.model.clone(), row.optimized))
-        {
+        if matches!(row.mode, InferMode::Graph | InferMode::Nimble) && !keys.contains(&(row.model.clone(), row.optimized)) {
             keys.push((row.model.clone(), row.optimized));
         }
     }
     let find = |model: &str, mode: InferMode, optimized: bool| {
-        record.rows.iter().find(|r| {
-            r.model == model
-                && r.mode == mode
-                && (matches!(mode, InferMode::Eager | InferMode::TorchScript)
-                    || r.optimized == optimized)
-        })
+        record.rows.iter().find(|r| r.model == model && r.mode == mode && (matches!(mode, InferMode::Eager | InferMode::TorchScript) || r.optimized == optimized))
     };
-    let ms = |row: Option<&InferRow>| {
-        row.map_or("-".to_string(), |r| {
-            format!("{:.3}", r.latency.median_us / 1000.0)
-        })
-    };
+    let ms = |row: Option<&InferRow>| row.map_or("-".to_string(), |r| format!("{:.3}", r.latency.median_us / 1000.0));
     for (model, optimized) in keys {
         let eager = find(&model, InferMode::Eager, false);
         let script = find(&model, InferMode::TorchScript, false);
@@ -601,13 +404,9 @@ fn table(record: &InferRecord) -> String {
             speedup,
             floor.map_or("-".into(), |f| format!("{:.3}", f.floor_us / 1000.0)),
             floor.map_or("-".into(), |f| format!("{:.2}", f.over_floor)),
-            nimble
-                .and_then(|r| r.prepare.as_ref())
-                .map_or("-".into(), |p| p.streams.to_string()),
+            nimble.and_then(|r| r.prepare.as_ref()).map_or("-".into(), |p| p.streams.to_string()),
             prepared.map_or("-".into(), |p| p.kernel_nodes.to_string()),
-            nimble
-                .and_then(|r| r.prepare.as_ref())
-                .map_or("-".into(), |p| format!("{:.2}", p.seconds.total)),
+            nimble.and_then(|r| r.prepare.as_ref()).map_or("-".into(), |p| format!("{:.2}", p.seconds.total)),
         ));
     }
     lines.join("\n")
@@ -620,68 +419,39 @@ fn table(record: &InferRecord) -> String {
 /// graph to `graphs` (`MODEL.graph.json`, `MODEL.raw.graph.json` without the rewrites) when
 /// given. The profiler it loads stays in the process and slows later launches, so this runs
 /// after every measurement.
-pub(crate) fn add_floors(
-    models: Models<'_>,
-    config: &InferConfig,
-    rows: &mut [InferRow],
-    graphs: Option<&Path>,
-) -> Result<()> {
+pub(crate) fn add_floors(models: Models<'_>, config: &InferConfig, rows: &mut [InferRow], graphs: Option<&Path>) -> Result<()> {
     if let Some(dir) = graphs {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let count = rows.iter().filter(|r| r.mode == InferMode::Nimble).count();
     let bar = progress(count, "floor");
-    for_each_model(
-        models,
-        Device::Cuda(0),
-        |name| bar.set_message(name.to_string()),
-        |model| {
-            for row in rows
-                .iter_mut()
-                .filter(|r| r.mode == InferMode::Nimble && r.model == model.name())
-            {
-                let (floor, graph) = floor::measure_floor(model, config, row)
-                    .with_context(|| format!("timing {}'s kernels for its floor", row.model))?;
-                note(
+    for_each_model(models, Device::Cuda(0), |name| bar.set_message(name.to_string()), |model| {
+        for row in rows.iter_mut().filter(|r| r.mode == InferMode::Nimble && r.model == model.name()) {
+            let (floor, graph) = floor::measure_floor(model, config, row).with_context(|| format!("timing {}'s kernels for its floor", row.model))?;
+            note(
                 &bar,
                 &format!(
                     "  {:<16} floor {:>8.1} us over {} of {} tasks (kernel time {:.1} us); Nimble {:.1} us = {:.2}x the floor",
                     row.model, floor.floor_us, floor.path_tasks, floor.tasks, floor.kernel_time_us, row.latency.median_us, floor.over_floor
                 ),
             );
-                if let Some(dir) = graphs {
-                    let file = format!(
-                        "{}{}.graph.json",
-                        sanitize(&row.model),
-                        if row.optimized { "" } else { ".raw" }
-                    );
-                    write_file(&dir.join(file), &graph.to_json_string())?;
-                }
-                row.floor = Some(floor);
-                bar.inc(1);
+            if let Some(dir) = graphs {
+                let file = format!("{}{}.graph.json", sanitize(&row.model), if row.optimized { "" } else { ".raw" });
+                write_file(&dir.join(file), &graph.to_json_string())?;
             }
-            Ok(())
-        },
-    )?;
+            row.floor = Some(floor);
+            bar.inc(1);
+        }
+        Ok(())
+    })?;
     bar.finish_and_clear();
     Ok(())
 }
 
 /// A model name as a file name: TorchScript models are named by their path.
 fn sanitize(name: &str) -> String {
-    let stem = Path::new(name)
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .unwrap_or(name);
-    stem.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+    let stem = Path::new(name).file_stem().and_then(|s| s.to_str()).unwrap_or(name);
+    stem.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' { c } else { '_' }).collect()
 }
 
 #[cfg(test)]

@@ -62,12 +62,7 @@ pub(crate) enum TorchCommand {
         script: ScriptArgs,
         /// Comma-separated modes: eager (tch; for --torchscript, the module op by op), torchscript
         /// (libtorch's TorchScript runtime through tch's CModule), graph (one stream), nimble
-        #[arg(
-            long,
-            value_enum,
-            value_delimiter = ',',
-            default_value = "eager,torchscript,graph,nimble"
-        )]
+        #[arg(long, value_enum, value_delimiter = ',', default_value = "eager,torchscript,graph,nimble")]
         mode: Vec<InferModeArg>,
         /// Inference rewrites for the graph modes
         #[arg(long, value_enum, default_value = "on")]
@@ -137,11 +132,7 @@ pub(crate) enum TorchCommand {
         /// Comma-separated modes: eager, graph (whole step, one stream), nimble (autograd mode),
         /// step (whole step, Nimble's streams); eager-fused and nimble-fused: eager and nimble
         /// with nimble-torch's FusedOptimizer instead of tch's SGD
-        #[arg(
-            long,
-            value_delimiter = ',',
-            default_value = "eager,eager-fused,graph,nimble,nimble-fused,step"
-        )]
+        #[arg(long, value_delimiter = ',', default_value = "eager,eager-fused,graph,nimble,nimble-fused,step")]
         mode: Vec<String>,
         /// The forward's stream-assignment algorithm in the nimble and step modes
         #[arg(long, default_value = "nimble")]
@@ -214,11 +205,7 @@ pub(crate) enum TorchCommand {
 #[derive(clap::Args, Debug)]
 pub(crate) struct AllReduceSizes {
     /// Comma-separated buffer sizes, MiB
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "0.0625,0.25,1,4,16,64,256"
-    )]
+    #[arg(long, value_delimiter = ',', default_value = "0.0625,0.25,1,4,16,64,256")]
     sizes_mb: Vec<f64>,
     #[arg(long, default_value_t = 20)]
     warmup: usize,
@@ -227,18 +214,8 @@ pub(crate) struct AllReduceSizes {
 }
 
 impl AllReduceSizes {
-    fn args<'a>(
-        &'a self,
-        gpus: usize,
-        out: Option<&'a std::path::Path>,
-    ) -> allreduce::AllReduceArgs<'a> {
-        allreduce::AllReduceArgs {
-            gpus,
-            sizes_mb: &self.sizes_mb,
-            warmup: self.warmup,
-            iterations: self.iters,
-            out,
-        }
+    fn args<'a>(&'a self, gpus: usize, out: Option<&'a std::path::Path>) -> allreduce::AllReduceArgs<'a> {
+        allreduce::AllReduceArgs { gpus, sizes_mb: &self.sizes_mb, warmup: self.warmup, iterations: self.iters, out }
     }
 }
 
@@ -276,15 +253,7 @@ pub(crate) struct DataParallelArgs {
 }
 
 impl DataParallelArgs {
-    fn scaling<'a>(
-        &'a self,
-        models: &'a str,
-        batches: &'a [i64],
-        gpus: &'a [usize],
-        algorithm: &'a str,
-        (warmup, iterations): (usize, usize),
-        out: Option<&'a std::path::Path>,
-    ) -> data_parallel::ScalingArgs<'a> {
+    fn scaling<'a>(&'a self, models: &'a str, batches: &'a [i64], gpus: &'a [usize], algorithm: &'a str, (warmup, iterations): (usize, usize), out: Option<&'a std::path::Path>) -> data_parallel::ScalingArgs<'a> {
         data_parallel::ScalingArgs {
             models,
             batches,
@@ -322,11 +291,7 @@ pub(crate) struct ScriptArgs {
     /// bfloat16, float64, int64, int32, int16, int8, uint8, bool; default float32) and the range of
     /// the random values ([LOW, HIGH); default: standard normal floats, integers 0 or 1), e.g.
     /// 1x3x224x224 or 1x128:int64:0:30000
-    #[arg(
-        long = "input",
-        value_name = "SHAPE[:DTYPE[:LOW:HIGH]]",
-        requires = "torchscript"
-    )]
+    #[arg(long = "input", value_name = "SHAPE[:DTYPE[:LOW:HIGH]]", requires = "torchscript")]
     inputs: Vec<InputSpec>,
     /// Convert the model's floating-point parameters and buffers and its float inputs to this
     /// dtype (float16, bfloat16, float32, float64); eager runs in it too, and the tolerances of
@@ -345,11 +310,7 @@ fn parse_float_kind(name: &str) -> Result<tch::Kind, String> {
 impl ScriptArgs {
     /// The TorchScript file with its inputs, or else the zoo models named by `list`. (clap's
     /// `requires` does not fire when the conflicting --model is given, so it is checked here.)
-    fn models<'a>(
-        &'a self,
-        list: &'a str,
-        weights: Option<&'a std::path::Path>,
-    ) -> anyhow::Result<torch::Models<'a>> {
+    fn models<'a>(&'a self, list: &'a str, weights: Option<&'a std::path::Path>) -> anyhow::Result<torch::Models<'a>> {
         match &self.torchscript {
             Some(path) => Ok(torch::Models::TorchScript { path, inputs: &self.inputs, dtype: self.dtype }),
             None if !self.inputs.is_empty() => anyhow::bail!("--input describes a --torchscript file's arguments; zoo models (--model) take --batch"),
@@ -435,50 +396,18 @@ impl From<InferModeArg> for InferMode {
 /// Runs one of the commands that need libtorch.
 pub(crate) fn run(command: TorchCommand) -> anyhow::Result<()> {
     match command {
-        TorchCommand::Models {
-            dataset,
-            trace,
-            json,
-        } => {
+        TorchCommand::Models { dataset, trace, json } => {
             let dataset = match dataset {
                 DatasetArg::Imagenet => Dataset::ImageNet,
                 DatasetArg::Cifar10 => Dataset::Cifar10,
             };
             torch::list_models(dataset, trace, json)
         }
-        TorchCommand::ExportGraph {
-            model,
-            script,
-            batch,
-            device,
-            optimize,
-            check,
-            weights,
-            out,
-        } => {
+        TorchCommand::ExportGraph { model, script, batch, device, optimize, check, weights, out } => {
             let list = model.unwrap_or_default();
-            torch::export_graph(
-                script.models(&list, weights.as_deref())?,
-                batch,
-                device,
-                optimize,
-                check,
-                out.as_ref(),
-            )
+            torch::export_graph(script.models(&list, weights.as_deref())?, batch, device, optimize, check, out.as_ref())
         }
-        TorchCommand::Infer {
-            model,
-            script,
-            mode,
-            optimize,
-            prepare,
-            warmup,
-            iters,
-            weights,
-            out,
-            floor,
-            floor_graphs,
-        } => {
+        TorchCommand::Infer { model, script, mode, optimize, prepare, warmup, iters, weights, out, floor, floor_graphs } => {
             let modes: Vec<InferMode> = mode.into_iter().map(InferMode::from).collect();
             torch::infer(&torch::InferArgs {
                 models: script.models(&model, weights.as_deref())?,
@@ -490,17 +419,7 @@ pub(crate) fn run(command: TorchCommand) -> anyhow::Result<()> {
                 floor_graphs: floor_graphs.as_deref(),
             })
         }
-        TorchCommand::Profile {
-            model,
-            script,
-            mode,
-            optimize,
-            prepare,
-            runs,
-            top,
-            trace,
-            out,
-        } => torch_profile::profile(&torch_profile::ProfileArgs {
+        TorchCommand::Profile { model, script, mode, optimize, prepare, runs, top, trace, out } => torch_profile::profile(&torch_profile::ProfileArgs {
             models: script.models(&model, None)?,
             mode: mode.into(),
             optimize,
@@ -511,58 +430,15 @@ pub(crate) fn run(command: TorchCommand) -> anyhow::Result<()> {
             trace: trace.as_deref(),
             out: out.as_deref(),
         }),
-        TorchCommand::Train {
-            model,
-            batch,
-            gpus,
-            data_parallel,
-            algo,
-            warmup,
-            iters,
-            out,
-            ..
-        } if !gpus.is_empty() => data_parallel::scaling_run(&data_parallel.scaling(
-            &model,
-            &batch,
-            &gpus,
-            &algo,
-            (warmup, iters),
-            out.as_deref(),
-        )),
-        TorchCommand::Allreduce { gpus, sizes, out } => {
-            allreduce::allreduce(&sizes.args(gpus, out.as_deref()))
+        TorchCommand::Train { model, batch, gpus, data_parallel, algo, warmup, iters, out, .. } if !gpus.is_empty() => {
+            data_parallel::scaling_run(&data_parallel.scaling(&model, &batch, &gpus, &algo, (warmup, iters), out.as_deref()))
         }
-        TorchCommand::AllreduceRank { sizes, rank_out } => {
-            allreduce::rank_main(&sizes.args(0, None), &rank_out)
+        TorchCommand::Allreduce { gpus, sizes, out } => allreduce::allreduce(&sizes.args(gpus, out.as_deref())),
+        TorchCommand::AllreduceRank { sizes, rank_out } => allreduce::rank_main(&sizes.args(0, None), &rank_out),
+        TorchCommand::TrainRank { model, batch, algo, warmup, iters, data_parallel, out } => {
+            data_parallel::rank_main(&data_parallel.scaling(&model, &batch, &[], &algo, (warmup, iters), Some(&out)))
         }
-        TorchCommand::TrainRank {
-            model,
-            batch,
-            algo,
-            warmup,
-            iters,
-            data_parallel,
-            out,
-        } => data_parallel::rank_main(&data_parallel.scaling(
-            &model,
-            &batch,
-            &[],
-            &algo,
-            (warmup, iters),
-            Some(&out),
-        )),
-        TorchCommand::Train {
-            model,
-            batch,
-            mode,
-            algo,
-            backward_streams,
-            warmup,
-            iters,
-            check_steps,
-            out,
-            ..
-        } => torch_train::train(&torch_train::TrainArgs {
+        TorchCommand::Train { model, batch, mode, algo, backward_streams, warmup, iters, check_steps, out, .. } => torch_train::train(&torch_train::TrainArgs {
             models: &model,
             batches: &batch,
             modes: &mode,
@@ -584,14 +460,8 @@ mod tests {
     fn the_list_of_libtorch_commands_is_this_enum() {
         use clap::Subcommand;
         let command = super::TorchCommand::augment_subcommands(clap::Command::new("nimble-bench"));
-        let mut defined: Vec<String> = command
-            .get_subcommands()
-            .map(|c| c.get_name().to_string())
-            .collect();
-        let mut listed: Vec<String> = crate::libtorch::COMMANDS
-            .iter()
-            .map(|c| c.to_string())
-            .collect();
+        let mut defined: Vec<String> = command.get_subcommands().map(|c| c.get_name().to_string()).collect();
+        let mut listed: Vec<String> = crate::libtorch::COMMANDS.iter().map(|c| c.to_string()).collect();
         defined.sort();
         listed.sort();
         assert_eq!(defined, listed);

@@ -11,27 +11,15 @@ use tch::Device;
 
 use crate::command_args::{Measurement, Rendering};
 use crate::output::{note, progress, write_file};
-use crate::torch::{
-    build_model, for_each_model, infer, model_names, open_gpu, InferArgs, Models, Optimize,
-    PRECISION,
-};
+use crate::torch::{build_model, for_each_model, infer, model_names, open_gpu, InferArgs, Models, Optimize, PRECISION};
 use crate::torch_train::{train, TrainArgs};
 
 /// Measures a figure's experiment, writing its record to `args.results`.
 pub fn measure_figure(what: &Measurement<'_>, args: &Rendering) -> Result<()> {
     match *what {
         Measurement::Inference { models, batch } => infer(&InferArgs {
-            models: Models::Zoo {
-                list: models,
-                weights: None,
-                dtype: None,
-            },
-            modes: &[
-                InferMode::Eager,
-                InferMode::TorchScript,
-                InferMode::Graph,
-                InferMode::Nimble,
-            ],
+            models: Models::Zoo { list: models, weights: None, dtype: None },
+            modes: &[InferMode::Eager, InferMode::TorchScript, InferMode::Graph, InferMode::Nimble],
             optimize: Optimize::On,
             config: InferConfig::defaults(batch, args.warmup, args.iterations),
             out: Some(&args.results),
@@ -39,10 +27,7 @@ pub fn measure_figure(what: &Measurement<'_>, args: &Rendering) -> Result<()> {
             floor_graphs: None,
         }),
         Measurement::Training { models, batches } => {
-            let modes: Vec<String> = ["eager", "graph", "nimble", "nimble-fused", "step"]
-                .iter()
-                .map(|m| m.to_string())
-                .collect();
+            let modes: Vec<String> = ["eager", "graph", "nimble", "nimble-fused", "step"].iter().map(|m| m.to_string()).collect();
             train(&TrainArgs {
                 models,
                 batches,
@@ -55,28 +40,13 @@ pub fn measure_figure(what: &Measurement<'_>, args: &Rendering) -> Result<()> {
                 out: Some(&args.results),
             })
         }
-        Measurement::Schedulers {
-            models,
-            kernel_graphs,
-        } => measure_schedulers(
-            models,
-            args.warmup,
-            args.iterations,
-            &args.results,
-            kernel_graphs,
-        ),
+        Measurement::Schedulers { models, kernel_graphs } => measure_schedulers(models, args.warmup, args.iterations, &args.results, kernel_graphs),
     }
 }
 
 /// Measures every registered algorithm on `models` (the schedulers experiment) and writes the
 /// record to `out`.
-fn measure_schedulers(
-    models: &str,
-    warmup: usize,
-    iterations: usize,
-    out: &Path,
-    kernel_graphs: Option<&Path>,
-) -> Result<()> {
+fn measure_schedulers(models: &str, warmup: usize, iterations: usize, out: &Path, kernel_graphs: Option<&Path>) -> Result<()> {
     let names = model_names(models)?;
     let gpu = open_gpu("measuring the schedulers", "")?;
     let config = InferConfig::defaults(1, warmup, iterations);
@@ -89,21 +59,9 @@ fn measure_schedulers(
         nimble_torch::cuda_empty_cache()?;
         tch::manual_seed(0);
         let model = build_model(name, Device::Cuda(0), None)?;
-        let row = schedulers::measure_model(&model, &config, &algorithms)
-            .with_context(|| format!("measuring {name}"))?;
-        let cells: Vec<String> = row
-            .rows
-            .iter()
-            .map(|r| format!("{} {:.3}", r.algorithm, r.latency.median_us / 1000.0))
-            .collect();
-        note(
-            &bar,
-            &format!(
-                "  {name}: eager {:.3} ms; {}",
-                row.eager.median_us / 1000.0,
-                cells.join(", ")
-            ),
-        );
+        let row = schedulers::measure_model(&model, &config, &algorithms).with_context(|| format!("measuring {name}"))?;
+        let cells: Vec<String> = row.rows.iter().map(|r| format!("{} {:.3}", r.algorithm, r.latency.median_us / 1000.0)).collect();
+        note(&bar, &format!("  {name}: eager {:.3} ms; {}", row.eager.median_us / 1000.0, cells.join(", ")));
         measured.push(row);
         bar.inc(1);
     }
@@ -135,39 +93,16 @@ fn write_kernel_graphs(dir: &Path, record: &SchedulerRecord, config: &InferConfi
         nimble_torch::KERNEL_TIMING_REPLAYS
     );
     let provenance = serde_json::json!({ "experiment": "kernel-timed model graphs", "provenance": record.provenance, "method": method });
-    write_file(
-        &dir.join("provenance.json"),
-        &serde_json::to_string_pretty(&provenance)?,
-    )?;
+    write_file(&dir.join("provenance.json"), &serde_json::to_string_pretty(&provenance)?)?;
     let names: Vec<&str> = record.models.iter().map(|m| m.model.as_str()).collect();
-    let models = Models::Zoo {
-        list: &names.join(","),
-        weights: None,
-        dtype: None,
-    };
-    for_each_model(
-        models,
-        Device::Cuda(0),
-        |_| {},
-        |model| {
-            let measured = record
-                .models
-                .iter()
-                .find(|m| m.model == model.name())
-                .expect("built from the record's names");
-            let graph = schedulers::kernel_timed_graph(model, config, measured)
-                .with_context(|| format!("timing {}'s kernels", measured.model))?;
-            let path = dir.join(format!("{}.graph.json", measured.model));
-            write_file(&path, &graph.to_json_string())?;
-            let work: f64 = graph.nodes().iter().filter_map(|n| n.duration_us).sum();
-            eprintln!(
-                "{}: {} tasks, kernel time {:.1} µs -> {}",
-                measured.model,
-                graph.len(),
-                work,
-                path.display()
-            );
-            Ok(())
-        },
-    )
+    let models = Models::Zoo { list: &names.join(","), weights: None, dtype: None };
+    for_each_model(models, Device::Cuda(0), |_| {}, |model| {
+        let measured = record.models.iter().find(|m| m.model == model.name()).expect("built from the record's names");
+        let graph = schedulers::kernel_timed_graph(model, config, measured).with_context(|| format!("timing {}'s kernels", measured.model))?;
+        let path = dir.join(format!("{}.graph.json", measured.model));
+        write_file(&path, &graph.to_json_string())?;
+        let work: f64 = graph.nodes().iter().filter_map(|n| n.duration_us).sum();
+        eprintln!("{}: {} tasks, kernel time {:.1} µs -> {}", measured.model, graph.len(), work, path.display());
+        Ok(())
+    })
 }

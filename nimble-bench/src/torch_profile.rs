@@ -9,9 +9,7 @@ use nimble_cuda::Gpu;
 use tch::Device;
 
 use crate::output::{emit, write_file};
-use crate::torch::{
-    check_config, for_each_model, model_names, open_gpu, provenance_line, Models, PRECISION,
-};
+use crate::torch::{check_config, for_each_model, model_names, open_gpu, provenance_line, Models, PRECISION};
 
 /// What `profile` runs; `config` as for `infer` (its warm-ups and timed runs give the
 /// unprofiled latency).
@@ -35,24 +33,13 @@ const PROFILE_PAUSE: std::time::Duration = std::time::Duration::from_millis(2);
 pub fn profile(args: &ProfileArgs<'_>) -> Result<()> {
     check_config(&args.config)?;
     anyhow::ensure!(args.runs >= 1, "--runs must be at least 1");
-    anyhow::ensure!(
-        args.mode != InferMode::TorchScript,
-        "--mode torchscript is not profiled; use eager, graph or nimble"
-    );
+    anyhow::ensure!(args.mode != InferMode::TorchScript, "--mode torchscript is not profiled; use eager, graph or nimble");
     args.models.check()?;
     if let Models::Zoo { list, .. } = args.models {
-        anyhow::ensure!(
-            model_names(list)?.len() == 1,
-            "--model names one model, got {list}"
-        );
+        anyhow::ensure!(model_names(list)?.len() == 1, "--model names one model, got {list}");
     }
     let gpu = open_gpu("profile", "")?;
-    for_each_model(
-        args.models,
-        Device::Cuda(0),
-        |_| {},
-        |model| profile_model(args, &gpu, model),
-    )
+    for_each_model(args.models, Device::Cuda(0), |_| {}, |model| profile_model(args, &gpu, model))
 }
 
 fn profile_model(args: &ProfileArgs<'_>, gpu: &Gpu, model: &dyn Subject) -> Result<()> {
@@ -60,10 +47,7 @@ fn profile_model(args: &ProfileArgs<'_>, gpu: &Gpu, model: &dyn Subject) -> Resu
     let config = &args.config;
     let prepared = match args.mode {
         InferMode::Eager => None,
-        mode => Some(
-            inference::prepare_checked(model, config, mode, args.optimize)
-                .with_context(|| format!("preparing {name}"))?,
-        ),
+        mode => Some(inference::prepare_checked(model, config, mode, args.optimize).with_context(|| format!("preparing {name}"))?),
     };
     let run = |xs: &[tch::Tensor]| -> nimble_torch::Result<()> {
         match &prepared {
@@ -73,8 +57,7 @@ fn profile_model(args: &ProfileArgs<'_>, gpu: &Gpu, model: &dyn Subject) -> Resu
     };
     // The unprofiled latency first (the paper's method), for comparison with the profiled span.
     let latency = nimble_cuda::Samples::new(inference::time_runs(model, config, run)?);
-    let inputs: Vec<Vec<tch::Tensor>> =
-        (0..args.runs).map(|_| model.inputs(config.batch)).collect();
+    let inputs: Vec<Vec<tch::Tensor>> = (0..args.runs).map(|_| model.inputs(config.batch)).collect();
     nimble_torch::cuda_synchronize()?;
     let partial = args.trace.map(|p| p.with_extension("partial.json"));
     let ((), device) = nimble_torch::profile(partial.as_deref(), || {
@@ -86,8 +69,7 @@ fn profile_model(args: &ProfileArgs<'_>, gpu: &Gpu, model: &dyn Subject) -> Resu
         Ok(())
     })?;
     if let (Some(partial), Some(path)) = (&partial, args.trace) {
-        std::fs::rename(partial, path)
-            .with_context(|| format!("moving the Chrome trace to {}", path.display()))?;
+        std::fs::rename(partial, path).with_context(|| format!("moving the Chrome trace to {}", path.display()))?;
     }
     let runs = device.runs(PROFILE_PAUSE.as_nanos() as u64 / 2);
     anyhow::ensure!(
@@ -96,9 +78,7 @@ fn profile_model(args: &ProfileArgs<'_>, gpu: &Gpu, model: &dyn Subject) -> Resu
         runs.len(),
         args.runs
     );
-    let median = |f: fn(&nimble_torch::profile::RunStats) -> f64| {
-        nimble_cuda::Samples::new(runs.iter().map(f).collect()).median_us
-    };
+    let median = |f: fn(&nimble_torch::profile::RunStats) -> f64| nimble_cuda::Samples::new(runs.iter().map(f).collect()).median_us;
     let names = device.by_name();
     let provenance = Provenance::now(
         gpu.info(),
@@ -139,11 +119,7 @@ fn profile_model(args: &ProfileArgs<'_>, gpu: &Gpu, model: &dyn Subject) -> Resu
         format!("{:>7} {:>9} {:>8} {:>6}  {}", "per run", "us/run", "mean us", "busy%", "kernel (or copy)"),
     ];
     for n in names.iter().take(args.top) {
-        let name = if n.name.chars().count() > 110 {
-            format!("{}…", n.name.chars().take(110).collect::<String>())
-        } else {
-            n.name.clone()
-        };
+        let name = if n.name.chars().count() > 110 { format!("{}…", n.name.chars().take(110).collect::<String>()) } else { n.name.clone() };
         lines.push(format!(
             "{:>7.1} {:>9.1} {:>8.2} {:>6.1}  {}",
             n.count as f64 / per_run,
@@ -155,14 +131,7 @@ fn profile_model(args: &ProfileArgs<'_>, gpu: &Gpu, model: &dyn Subject) -> Resu
     }
     if names.len() > args.top {
         let rest: f64 = names[args.top..].iter().map(|n| n.total_us).sum::<f64>() / per_run;
-        lines.push(format!(
-            "{:>7.1} {:>9.1} {:>8} {:>6.1}  ({} more names)",
-            names[args.top..].iter().map(|n| n.count).sum::<usize>() as f64 / per_run,
-            rest,
-            "",
-            100.0 * rest / busy,
-            names.len() - args.top
-        ));
+        lines.push(format!("{:>7.1} {:>9.1} {:>8} {:>6.1}  ({} more names)", names[args.top..].iter().map(|n| n.count).sum::<usize>() as f64 / per_run, rest, "", 100.0 * rest / busy, names.len() - args.top));
     }
     emit(&lines.join("\n"))
 }

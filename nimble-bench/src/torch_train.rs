@@ -45,39 +45,20 @@ pub struct TrainArgs<'a> {
 
 /// The training models `list` names (comma-separated, or `all`), each checked to be one.
 pub(crate) fn training_models(list: &str) -> Result<Vec<&'static str>> {
-    let names: Vec<&str> = if list == "all" {
-        models::MODELS
-            .iter()
-            .filter(|m| m.training)
-            .map(|m| m.name)
-            .collect()
-    } else {
-        model_names(list)?
-    };
+    let names: Vec<&str> = if list == "all" { models::MODELS.iter().filter(|m| m.training).map(|m| m.name).collect() } else { model_names(list)? };
     for name in &names {
         let info = models::info(name).map_err(anyhow::Error::msg)?;
-        anyhow::ensure!(
-            info.training,
-            "`{name}` is not a training model; `nimble-bench models --dataset cifar10` lists them"
-        );
+        anyhow::ensure!(info.training, "`{name}` is not a training model; `nimble-bench models --dataset cifar10` lists them");
     }
     Ok(names)
 }
 
 /// `train`: one training step per mode, model and batch size, checked against eager training.
 pub fn train(args: &TrainArgs<'_>) -> Result<()> {
-    anyhow::ensure!(
-        args.batches.iter().all(|&b| b >= 1),
-        "--batch sizes must be at least 1"
-    );
+    anyhow::ensure!(args.batches.iter().all(|&b| b >= 1), "--batch sizes must be at least 1");
     anyhow::ensure!(args.iterations >= 1, "--iters must be at least 1");
     nimble_sched::algorithms::by_name(args.algorithm)?;
-    let modes: Vec<TrainMode> = args
-        .modes
-        .iter()
-        .map(|m| TrainMode::parse(m.trim()))
-        .collect::<Result<_, _>>()
-        .map_err(anyhow::Error::msg)?;
+    let modes: Vec<TrainMode> = args.modes.iter().map(|m| TrainMode::parse(m.trim())).collect::<Result<_, _>>().map_err(anyhow::Error::msg)?;
     let names = training_models(args.models)?;
     let gpu = open_gpu("train", "")?;
     let mut rows = Vec::new();
@@ -97,9 +78,7 @@ pub fn train(args: &TrainArgs<'_>) -> Result<()> {
             };
             nimble_torch::cuda_synchronize()?;
             nimble_torch::cuda_empty_cache()?;
-            let measured = training::measure_model(name, &config, &modes)
-                .map_err(anyhow::Error::msg)
-                .with_context(|| format!("measuring {name} at batch {batch}"))?;
+            let measured = training::measure_model(name, &config, &modes).map_err(anyhow::Error::msg).with_context(|| format!("measuring {name} at batch {batch}"))?;
             for row in measured {
                 note(&bar, &format!("  {}", train_line(&row)));
                 rows.push(row);
@@ -127,16 +106,10 @@ pub fn train(args: &TrainArgs<'_>) -> Result<()> {
 
 fn train_line(row: &TrainRow) -> String {
     let prepared = row.prepare.as_ref().map_or(String::new(), |p| {
-        format!(
-            " | {} streams, {}+{} kernels, prepare {:.2} s",
-            p.streams, p.kernel_nodes, p.backward_kernel_nodes, p.seconds.total
-        )
+        format!(" | {} streams, {}+{} kernels, prepare {:.2} s", p.streams, p.kernel_nodes, p.backward_kernel_nodes, p.seconds.total)
     });
     let check = row.check.as_ref().map_or(String::new(), |c| {
-        format!(
-            ", {} step(s) vs eager: updates {:.1e} ({}), losses {:.1e}",
-            c.steps, c.max_update_error, c.variable, c.max_loss_error
-        )
+        format!(", {} step(s) vs eager: updates {:.1e} ({}), losses {:.1e}", c.steps, c.max_update_error, c.variable, c.max_loss_error)
     });
     format!(
         "{:<16} b{:<4} {:<6} {:>8.3} ms (mean {:.3}, sd {:.3}){}{}",
@@ -172,36 +145,17 @@ fn train_table(record: &TrainRecord) -> String {
         }
     }
     for (model, batch) in keys {
-        let find = |mode| {
-            record
-                .rows
-                .iter()
-                .find(|r| r.model == model && r.batch == batch && r.mode == mode)
-        };
+        let find = |mode| record.rows.iter().find(|r| r.model == model && r.batch == batch && r.mode == mode);
         let speedup = |mode| match (find(TrainMode::Eager), find(mode)) {
             (Some(e), Some(r)) => format!("{:.2}", e.step.median_us / r.step.median_us),
             _ => "-".into(),
         };
-        let streams = find(TrainMode::Step)
-            .or(find(TrainMode::Nimble))
-            .and_then(|r| r.prepare.as_ref())
-            .map_or("-".into(), |p| p.streams.to_string());
+        let streams = find(TrainMode::Step).or(find(TrainMode::Nimble)).and_then(|r| r.prepare.as_ref()).map_or("-".into(), |p| p.streams.to_string());
         let mut line = format!("{:<16} {:>5}", model, batch);
         for mode in TrainMode::ALL {
-            line += &format!(
-                " {:>12}",
-                find(mode).map_or("-".to_string(), |r| format!(
-                    "{:.3}",
-                    r.step.median_us / 1000.0
-                ))
-            );
+            line += &format!(" {:>12}", find(mode).map_or("-".to_string(), |r| format!("{:.3}", r.step.median_us / 1000.0)));
         }
-        line += &format!(
-            " {:>9} {:>9} {:>7}",
-            speedup(TrainMode::Nimble),
-            speedup(TrainMode::Step),
-            streams
-        );
+        line += &format!(" {:>9} {:>9} {:>7}", speedup(TrainMode::Nimble), speedup(TrainMode::Step), streams);
         lines.push(line);
     }
     lines.join("\n")

@@ -24,14 +24,7 @@ fn dependencies(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for file in files {
         let relative = file.strip_prefix(src).unwrap();
-        let module = relative
-            .components()
-            .next()
-            .unwrap()
-            .as_os_str()
-            .to_string_lossy()
-            .trim_end_matches(".rs")
-            .to_string();
+        let module = relative.components().next().unwrap().as_os_str().to_string_lossy().trim_end_matches(".rs").to_string();
         if module == "lib" || module == "main" {
             continue;
         }
@@ -39,15 +32,10 @@ fn dependencies(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
         let entry = graph.entry(module.clone()).or_default();
         for (at, _) in text.match_indices("crate::") {
             // Not `nimble_crate::` or the like: the word starts here.
-            if at > 0 && text.as_bytes()[at - 1].is_ascii_alphanumeric()
-                || at > 0 && text.as_bytes()[at - 1] == b'_'
-            {
+            if at > 0 && text.as_bytes()[at - 1].is_ascii_alphanumeric() || at > 0 && text.as_bytes()[at - 1] == b'_' {
                 continue;
             }
-            let name: String = text[at + 7..]
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
+            let name: String = text[at + 7..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
             if !name.is_empty() && name != module {
                 entry.insert(name);
             }
@@ -62,12 +50,7 @@ fn dependencies(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
 
 /// A circle of modules, if the dependencies have one.
 fn circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
-    fn visit(
-        node: &str,
-        graph: &BTreeMap<String, BTreeSet<String>>,
-        state: &mut BTreeMap<String, u8>,
-        stack: &mut Vec<String>,
-    ) -> Option<Vec<String>> {
+    fn visit(node: &str, graph: &BTreeMap<String, BTreeSet<String>>, state: &mut BTreeMap<String, u8>, stack: &mut Vec<String>) -> Option<Vec<String>> {
         state.insert(node.to_string(), 1);
         stack.push(node.to_string());
         for next in &graph[node] {
@@ -104,16 +87,7 @@ fn circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
 #[test]
 fn no_module_imports_one_that_imports_it_back() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let crates = [
-        "nimble-graph",
-        "nimble-sched",
-        "nimble-cuda",
-        "nimble-torch",
-        "experiments",
-        "nimble-bench",
-        "nimble-py",
-        "nimble-py/engine",
-    ];
+    let crates = ["nimble-graph", "nimble-sched", "nimble-cuda", "nimble-torch", "experiments", "nimble-bench", "nimble-py", "nimble-py/engine"];
     let mut circles = Vec::new();
     for name in crates {
         let graph = dependencies(&root.join(name).join("src"));
@@ -122,39 +96,19 @@ fn no_module_imports_one_that_imports_it_back() {
             circles.push(format!("{name}: {}", found.join(" -> ")));
         }
     }
-    assert!(
-        circles.is_empty(),
-        "import circles:\n{}",
-        circles.join("\n")
-    );
+    assert!(circles.is_empty(), "import circles:\n{}", circles.join("\n"));
 }
 
 #[test]
 fn the_check_finds_a_circle() {
-    let graph: BTreeMap<String, BTreeSet<String>> = [
-        ("a", vec!["b"]),
-        ("b", vec!["c"]),
-        ("c", vec!["a"]),
-        ("d", vec![]),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.into_iter().map(String::from).collect()))
-    .collect();
-    assert_eq!(
-        circle(&graph),
-        Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
-    );
+    let graph: BTreeMap<String, BTreeSet<String>> =
+        [("a", vec!["b"]), ("b", vec!["c"]), ("c", vec!["a"]), ("d", vec![])].into_iter().map(|(k, v)| (k.to_string(), v.into_iter().map(String::from).collect())).collect();
+    assert_eq!(circle(&graph), Some(vec!["a".into(), "b".into(), "c".into(), "a".into()]));
 }
 
 /// GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens.
 fn slug(heading: &str) -> String {
-    heading
-        .trim()
-        .to_lowercase()
-        .chars()
-        .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
-        .map(|c| if c == ' ' { '-' } else { c })
-        .collect()
+    heading.trim().to_lowercase().chars().filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_')).map(|c| if c == ' ' { '-' } else { c }).collect()
 }
 
 /// The headings' anchors and the relative links (target, line) of a markdown file, outside code.
@@ -176,10 +130,7 @@ fn anchors_and_links(text: &str) -> (BTreeSet<String>, Vec<(String, usize)>) {
             let after = &rest[at + 2..];
             let Some(end) = after.find(')') else { break };
             let target = &after[..end];
-            if !target.starts_with("http")
-                && !target.starts_with("mailto:")
-                && !target.contains(' ')
-            {
+            if !target.starts_with("http") && !target.starts_with("mailto:") && !target.contains(' ') {
                 links.push((target.to_string(), number + 1));
             }
             rest = &after[end..];
@@ -204,29 +155,16 @@ fn every_relative_link_in_the_docs_resolves() {
         let (own, links) = anchors_and_links(&text);
         for (target, line) in links {
             checked += 1;
-            let (path, anchor) = target
-                .split_once('#')
-                .map_or((target.as_str(), None), |(p, a)| (p, Some(a)));
-            let file = if path.is_empty() {
-                page.clone()
-            } else {
-                page.parent().unwrap().join(path)
-            };
+            let (path, anchor) = target.split_once('#').map_or((target.as_str(), None), |(p, a)| (p, Some(a)));
+            let file = if path.is_empty() { page.clone() } else { page.parent().unwrap().join(path) };
             if !file.exists() {
                 broken.push(format!("{}:{line}: {target}: no such file", page.display()));
                 continue;
             }
             if let Some(anchor) = anchor {
-                let anchors = if path.is_empty() {
-                    own.clone()
-                } else {
-                    anchors_and_links(&std::fs::read_to_string(&file).unwrap_or_default()).0
-                };
+                let anchors = if path.is_empty() { own.clone() } else { anchors_and_links(&std::fs::read_to_string(&file).unwrap_or_default()).0 };
                 if !anchors.contains(anchor) {
-                    broken.push(format!(
-                        "{}:{line}: {target}: no such heading",
-                        page.display()
-                    ));
+                    broken.push(format!("{}:{line}: {target}: no such heading", page.display()));
                 }
             }
         }
@@ -237,13 +175,8 @@ fn every_relative_link_in_the_docs_resolves() {
 
 #[test]
 fn the_link_check_knows_githubs_anchors() {
-    assert_eq!(
-        slug(" `torch.compile(model, backend=\"nimble\")`: the compiler's fused kernels"),
-        "torchcompilemodel-backendnimble-the-compilers-fused-kernels"
-    );
-    let (anchors, links) = anchors_and_links(
-        "# A title\n```\n[x](not-a-link.md)\n```\nsee [b](b.md#a-title) and [w](https://x.org)\n",
-    );
+    assert_eq!(slug(" `torch.compile(model, backend=\"nimble\")`: the compiler's fused kernels"), "torchcompilemodel-backendnimble-the-compilers-fused-kernels");
+    let (anchors, links) = anchors_and_links("# A title\n```\n[x](not-a-link.md)\n```\nsee [b](b.md#a-title) and [w](https://x.org)\n");
     assert!(anchors.contains("a-title"));
     assert_eq!(links, vec![("b.md#a-title".to_string(), 5)]);
 }
@@ -272,8 +205,7 @@ fn unlinked_measurements(text: &str) -> Vec<String> {
             text.match_indices(unit).any(|(at, _)| {
                 let before = text[..at].trim_end_matches(' ');
                 let after = text[at + unit.len()..].chars().next();
-                before.ends_with(|c: char| c.is_ascii_digit())
-                    && !after.is_some_and(|c| c.is_alphanumeric())
+                before.ends_with(|c: char| c.is_ascii_digit()) && !after.is_some_and(|c| c.is_alphanumeric())
             })
         })
     };
@@ -281,14 +213,7 @@ fn unlinked_measurements(text: &str) -> Vec<String> {
         .into_iter()
         .filter(|lines| {
             let section = lines.join("\n");
-            measured(&section)
-                && !section.split("](").skip(1).any(|target| {
-                    target
-                        .split(')')
-                        .next()
-                        .unwrap_or("")
-                        .contains("paper-figs/results/")
-                })
+            measured(&section) && !section.split("](").skip(1).any(|target| target.split(')').next().unwrap_or("").contains("paper-figs/results/"))
         })
         .map(|lines| lines.first().copied().unwrap_or("").to_string())
         .collect()
@@ -310,19 +235,12 @@ fn every_measured_number_in_the_docs_links_its_record() {
     for page in &pages {
         let name = page.file_name().unwrap().to_string_lossy().to_string();
         for heading in unlinked_measurements(&std::fs::read_to_string(page).unwrap()) {
-            if !exempt
-                .iter()
-                .any(|(file, title)| *file == name && heading == *title)
-            {
+            if !exempt.iter().any(|(file, title)| *file == name && heading == *title) {
                 missing.push(format!("{name}: {heading}"));
             }
         }
     }
-    assert!(
-        missing.is_empty(),
-        "sections stating measured numbers without a link into paper-figs/results/:\n{}",
-        missing.join("\n")
-    );
+    assert!(missing.is_empty(), "sections stating measured numbers without a link into paper-figs/results/:\n{}", missing.join("\n"));
 }
 
 #[test]

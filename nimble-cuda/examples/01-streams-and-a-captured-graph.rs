@@ -17,28 +17,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let gpu = Gpu::open(0)?;
     let kernel = SpinKernel::new(&gpu, 1)?;
     // Eight branches of four 20 µs tasks: one stream would take 640 µs.
-    let graph = SyntheticSpec::Fan {
-        branches: 8,
-        depth: 4,
-    }
-    .generate()
-    .with_durations(|_, _| Some(20.0));
+    let graph = SyntheticSpec::Fan { branches: 8, depth: 4 }.generate().with_durations(|_, _| Some(20.0));
     for name in ["single", "nimble"] {
         let plan = algorithms::by_name(name)?.assign(&Analysis::new(&graph));
         let executor = SyntheticExecutor::new(&gpu, &kernel, &graph, &plan, 0.0)?;
         let measured = executor.measure(LaunchMode::Graph, 10, 50)?;
-        let simulated = simulate(
-            &graph,
-            &plan,
-            &SimulatorConfig::for_graph(LaunchMode::Graph, &graph),
-        )
-        .makespan_us;
-        println!(
-            "{name:<7} {} streams: measured {:.1} µs (median), simulated {simulated:.1} µs on {}",
-            plan.streams,
-            measured.median_us,
-            gpu.info().name
-        );
+        let simulated = simulate(&graph, &plan, &SimulatorConfig::for_graph(LaunchMode::Graph, &graph)).makespan_us;
+        println!("{name:<7} {} streams: measured {:.1} µs (median), simulated {simulated:.1} µs on {}", plan.streams, measured.median_us, gpu.info().name);
     }
     Ok(())
 }

@@ -34,16 +34,12 @@ impl Gpu {
     /// [`CudaError::NoGpu`] saying what is missing: the driver library, or any device.
     pub fn probe() -> Result<()> {
         if !ffi::driver_library_present() {
-            return Err(CudaError::NoGpu(
-                "the CUDA driver library (libcuda) is not installed".into(),
-            ));
+            return Err(CudaError::NoGpu("the CUDA driver library (libcuda) is not installed".into()));
         }
         match CudaContext::device_count() {
             Ok(count) if count > 0 => Ok(()),
             Ok(_) => Err(CudaError::NoGpu("the driver reports no CUDA device".into())),
-            Err(error) => Err(CudaError::NoGpu(format!(
-                "the driver could not be initialised: {error}"
-            ))),
+            Err(error) => Err(CudaError::NoGpu(format!("the driver could not be initialised: {error}"))),
         }
     }
 
@@ -51,8 +47,7 @@ impl Gpu {
     /// work with explicit events, which multi-stream capture requires).
     pub fn open(ordinal: usize) -> Result<Gpu> {
         Gpu::probe()?;
-        let context = CudaContext::new(ordinal)
-            .map_err(|e| CudaError::NoGpu(format!("device {ordinal}: {e}")))?;
+        let context = CudaContext::new(ordinal).map_err(|e| CudaError::NoGpu(format!("device {ordinal}: {e}")))?;
         ffi::disable_event_tracking(&context);
         let version = ffi::driver_version()?;
         use cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT;
@@ -100,11 +95,7 @@ impl Gpu {
     /// A new event; timing events can measure elapsed time, non-timing ones are cheaper and are
     /// what syncs between streams use.
     pub fn event(&self, timing: bool) -> Result<CudaEvent> {
-        let flags = if timing {
-            CUevent_flags::CU_EVENT_DEFAULT
-        } else {
-            CUevent_flags::CU_EVENT_DISABLE_TIMING
-        };
+        let flags = if timing { CUevent_flags::CU_EVENT_DEFAULT } else { CUevent_flags::CU_EVENT_DISABLE_TIMING };
         Ok(self.context.new_event(Some(flags))?)
     }
 }
@@ -137,11 +128,7 @@ impl CaptureMode {
 /// The capture is always ended, even when `body` fails, so the stream is never left capturing.
 /// Capturing no work at all is [`CudaError::EmptyCapture`].
 /// Every stream joined into the capture must be joined back into `origin` before `body` returns.
-pub fn capture(
-    origin: &Arc<CudaStream>,
-    mode: CaptureMode,
-    body: impl FnOnce() -> Result<()>,
-) -> Result<Graph> {
+pub fn capture(origin: &Arc<CudaStream>, mode: CaptureMode, body: impl FnOnce() -> Result<()>) -> Result<Graph> {
     origin.begin_capture(mode.raw())?;
     let issued = body();
     let ended = origin.end_capture(CUgraphInstantiate_flags(0));
@@ -171,9 +158,7 @@ impl Graph {
 
     /// The captured graph's nodes and edges.
     pub fn structure(&self) -> Result<GraphStructure> {
-        Ok(GraphStructure::from_parts(ffi::captured_nodes_and_edges(
-            &self.graph,
-        )?))
+        Ok(GraphStructure::from_parts(ffi::captured_nodes_and_edges(&self.graph)?))
     }
 }
 
@@ -188,10 +173,7 @@ pub struct GraphStructure {
 
 impl GraphStructure {
     fn from_parts((types, edges): ffi::NodesAndEdges) -> GraphStructure {
-        GraphStructure {
-            node_types: types.iter().map(node_type_name).collect(),
-            edges,
-        }
+        GraphStructure { node_types: types.iter().map(node_type_name).collect(), edges }
     }
 
     /// Reads a raw `CUgraph` handed over by another owner (e.g. libtorch's `CUDAGraph` built
@@ -202,9 +184,7 @@ impl GraphStructure {
     /// its context must be current on this thread.
     pub unsafe fn from_raw(graph: CUgraph) -> Result<GraphStructure> {
         // SAFETY: forwarded to the caller's contract above.
-        Ok(GraphStructure::from_parts(unsafe {
-            ffi::graph_nodes_and_edges(graph)
-        }?))
+        Ok(GraphStructure::from_parts(unsafe { ffi::graph_nodes_and_edges(graph) }?))
     }
 
     /// Node count per type.
@@ -227,9 +207,7 @@ impl GraphStructure {
     pub fn width(&self) -> usize {
         let mut builder = TaskGraphBuilder::new();
         for (i, node_type) in self.node_types.iter().enumerate() {
-            builder
-                .add_node(Node::new(i as u64, node_type.clone()))
-                .expect("indices are unique");
+            builder.add_node(Node::new(i as u64, node_type.clone())).expect("indices are unique");
         }
         for &(u, v) in &self.edges {
             // CUDA graphs have no self-edges; ignore one rather than fail a read-only report.
@@ -244,7 +222,5 @@ impl GraphStructure {
 
 fn node_type_name(node_type: &cudarc::driver::sys::CUgraphNodeType) -> String {
     let debug = format!("{node_type:?}");
-    debug
-        .trim_start_matches("CU_GRAPH_NODE_TYPE_")
-        .to_lowercase()
+    debug.trim_start_matches("CU_GRAPH_NODE_TYPE_").to_lowercase()
 }

@@ -8,9 +8,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUgraph, CUgraphNode, CUgraphNodeType};
-use cudarc::driver::{
-    CudaContext, CudaFunction, CudaGraph, CudaStream, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{CudaContext, CudaFunction, CudaGraph, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::error::{CudaError, Result};
 
@@ -50,17 +48,8 @@ pub(crate) fn disable_event_tracking(context: &Arc<CudaContext>) {
 }
 
 /// Launches the synthetic spin kernel `nimble_spin(long long cycles)` on `stream`.
-pub(crate) fn launch_spin(
-    stream: &CudaStream,
-    kernel: &CudaFunction,
-    cycles: &i64,
-    blocks: u32,
-) -> Result<()> {
-    let config = LaunchConfig {
-        grid_dim: (blocks.max(1), 1, 1),
-        block_dim: (32, 1, 1),
-        shared_mem_bytes: 0,
-    };
+pub(crate) fn launch_spin(stream: &CudaStream, kernel: &CudaFunction, cycles: &i64, blocks: u32) -> Result<()> {
+    let config = LaunchConfig { grid_dim: (blocks.max(1), 1, 1), block_dim: (32, 1, 1), shared_mem_bytes: 0 };
     let mut launch = stream.launch_builder(kernel);
     launch.arg(cycles);
     // SAFETY: the kernel's one parameter is a `long long`, matching the `i64` passed by
@@ -113,13 +102,7 @@ pub(crate) unsafe fn graph_nodes_and_edges(graph: CUgraph) -> Result<NodesAndEdg
     let mut edge_count = 0usize;
     // SAFETY: null arrays ask only for the count; null edge data is allowed.
     unsafe {
-        sys::cuGraphGetEdges_v2(
-            graph,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            &mut edge_count,
-        )
+        sys::cuGraphGetEdges_v2(graph, std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), &mut edge_count)
     }
     .result()?;
     if edge_count == 0 {
@@ -129,24 +112,13 @@ pub(crate) unsafe fn graph_nodes_and_edges(graph: CUgraph) -> Result<NodesAndEdg
     let mut to: Vec<CUgraphNode> = vec![std::ptr::null_mut(); edge_count];
     // SAFETY: CUgraphEdgeData is plain old data (ports, a type, reserved bytes): all zeros is
     // the default edge.
-    let mut data: Vec<sys::CUgraphEdgeData> = (0..edge_count)
-        .map(|_| unsafe { std::mem::zeroed() })
-        .collect();
+    let mut data: Vec<sys::CUgraphEdgeData> = (0..edge_count).map(|_| unsafe { std::mem::zeroed() }).collect();
     // SAFETY: all three arrays have room for `edge_count` entries. The edge data is asked for
     // because graphs captured by other owners (libtorch) can carry non-default edges, and the
     // driver refuses a query that would drop it (CUDA_ERROR_LOSSY_QUERY).
-    unsafe {
-        sys::cuGraphGetEdges_v2(
-            graph,
-            from.as_mut_ptr(),
-            to.as_mut_ptr(),
-            data.as_mut_ptr(),
-            &mut edge_count,
-        )
-    }
-    .result()?;
-    let index: std::collections::HashMap<CUgraphNode, usize> =
-        nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    unsafe { sys::cuGraphGetEdges_v2(graph, from.as_mut_ptr(), to.as_mut_ptr(), data.as_mut_ptr(), &mut edge_count) }
+        .result()?;
+    let index: std::collections::HashMap<CUgraphNode, usize> = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
     let edges = from
         .iter()
         .zip(&to)

@@ -25,11 +25,7 @@ impl Samples {
             len => (sorted[len / 2 - 1] + sorted[len / 2]) / 2.0,
         };
         let mean_us = samples_us.iter().sum::<f64>() / n;
-        let variance = samples_us
-            .iter()
-            .map(|x| (x - mean_us).powi(2))
-            .sum::<f64>()
-            / (n - 1.0).max(1.0);
+        let variance = samples_us.iter().map(|x| (x - mean_us).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
         Samples {
             median_us,
             mean_us,

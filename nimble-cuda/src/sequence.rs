@@ -30,10 +30,7 @@ pub enum LaunchStep {
 pub fn launch_sequence(plan: &StreamPlan) -> Result<Vec<LaunchStep>, String> {
     let n = plan.order.len();
     if plan.stream_of.len() != n {
-        return Err(format!(
-            "plan has {} stream labels for {n} nodes",
-            plan.stream_of.len()
-        ));
+        return Err(format!("plan has {} stream labels for {n} nodes", plan.stream_of.len()));
     }
     let mut position = vec![usize::MAX; n];
     for (p, &v) in plan.order.iter().enumerate() {
@@ -43,18 +40,13 @@ pub fn launch_sequence(plan: &StreamPlan) -> Result<Vec<LaunchStep>, String> {
         position[v] = p;
     }
     if let Some(&v) = plan.stream_of.iter().find(|&&s| s >= plan.streams) {
-        return Err(format!(
-            "stream {v} is beyond the plan's {} streams",
-            plan.streams
-        ));
+        return Err(format!("stream {v} is beyond the plan's {} streams", plan.streams));
     }
     let mut waits: Vec<Vec<usize>> = vec![Vec::new(); n];
     let mut recorded = vec![false; n];
     for &(u, v) in &plan.syncs {
         if u >= n || v >= n || position[u] >= position[v] {
-            return Err(format!(
-                "sync ({u}, {v}) does not go forward in issue order"
-            ));
+            return Err(format!("sync ({u}, {v}) does not go forward in issue order"));
         }
         waits[v].push(u);
         recorded[u] = true;
@@ -63,11 +55,7 @@ pub fn launch_sequence(plan: &StreamPlan) -> Result<Vec<LaunchStep>, String> {
     steps.push(LaunchStep::Fork);
     for &v in &plan.order {
         let stream = plan.stream_of[v];
-        steps.extend(
-            waits[v]
-                .iter()
-                .map(|&after| LaunchStep::Wait { after, stream }),
-        );
+        steps.extend(waits[v].iter().map(|&after| LaunchStep::Wait { after, stream }));
         steps.push(LaunchStep::Kernel { node: v, stream });
         if recorded[v] {
             steps.push(LaunchStep::Record { node: v, stream });

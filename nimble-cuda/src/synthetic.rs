@@ -39,19 +39,12 @@ impl SpinKernel {
     /// Compiles the kernel with NVRTC, loads it, and calibrates it on `gpu`.
     pub fn new(gpu: &Gpu, blocks: u32) -> Result<SpinKernel> {
         if !ffi::nvrtc_library_present() {
-            return Err(CudaError::Compile(
-                "the NVRTC library (libnvrtc) is not installed".into(),
-            ));
+            return Err(CudaError::Compile("the NVRTC library (libnvrtc) is not installed".into()));
         }
-        let ptx = cudarc::nvrtc::compile_ptx(SPIN_SOURCE)
-            .map_err(|e| CudaError::Compile(e.to_string()))?;
+        let ptx = cudarc::nvrtc::compile_ptx(SPIN_SOURCE).map_err(|e| CudaError::Compile(e.to_string()))?;
         let module = gpu.context().load_module(ptx)?;
         let function = module.load_function("nimble_spin")?;
-        let mut kernel = SpinKernel {
-            function,
-            cycles_per_us: 1.0,
-            blocks: blocks.max(1),
-        };
+        let mut kernel = SpinKernel { function, cycles_per_us: 1.0, blocks: blocks.max(1) };
         kernel.cycles_per_us = kernel.calibrate(gpu)?;
         Ok(kernel)
     }
@@ -106,19 +99,9 @@ impl<'k> SyntheticExecutor<'k> {
     ///
     /// # Errors
     /// [`CudaError::InvalidPlan`] when the plan does not cover the graph or a sync goes backwards.
-    pub fn new(
-        gpu: &Gpu,
-        kernel: &'k SpinKernel,
-        graph: &TaskGraph,
-        plan: &StreamPlan,
-        default_duration_us: f64,
-    ) -> Result<Self> {
+    pub fn new(gpu: &Gpu, kernel: &'k SpinKernel, graph: &TaskGraph, plan: &StreamPlan, default_duration_us: f64) -> Result<Self> {
         if plan.stream_of.len() != graph.len() {
-            return Err(CudaError::InvalidPlan(format!(
-                "plan covers {} nodes, graph has {}",
-                plan.stream_of.len(),
-                graph.len()
-            )));
+            return Err(CudaError::InvalidPlan(format!("plan covers {} nodes, graph has {}", plan.stream_of.len(), graph.len())));
         }
         let steps = launch_sequence(plan).map_err(CudaError::InvalidPlan)?;
         let mut node_events: Vec<Option<CudaEvent>> = (0..graph.len()).map(|_| None).collect();
@@ -135,9 +118,7 @@ impl<'k> SyntheticExecutor<'k> {
             streams: gpu.streams(plan.streams)?,
             node_events,
             fork: gpu.event(false)?,
-            joins: (0..plan.streams)
-                .map(|_| gpu.event(false))
-                .collect::<Result<_>>()?,
+            joins: (0..plan.streams).map(|_| gpu.event(false)).collect::<Result<_>>()?,
             cycles,
             start: gpu.event(true)?,
             end: gpu.event(true)?,
@@ -156,19 +137,12 @@ impl<'k> SyntheticExecutor<'k> {
                     }
                 }
                 LaunchStep::Wait { after, stream } => {
-                    let event = self.node_events[after]
-                        .as_ref()
-                        .expect("recorded nodes have events");
+                    let event = self.node_events[after].as_ref().expect("recorded nodes have events");
                     self.streams[stream].wait(event)?;
                 }
-                LaunchStep::Kernel { node, stream } => self
-                    .kernel
-                    .launch_cycles(&self.streams[stream], &self.cycles[node])?,
+                LaunchStep::Kernel { node, stream } => self.kernel.launch_cycles(&self.streams[stream], &self.cycles[node])?,
                 LaunchStep::Record { node, stream } => {
-                    self.node_events[node]
-                        .as_ref()
-                        .expect("recorded nodes have events")
-                        .record(&self.streams[stream])?;
+                    self.node_events[node].as_ref().expect("recorded nodes have events").record(&self.streams[stream])?;
                 }
                 LaunchStep::Join => {
                     for (stream, join) in self.streams.iter().zip(&self.joins) {

@@ -22,82 +22,34 @@ fn gpu() -> Option<Gpu> {
 fn spin_kernel_is_calibrated_and_lasts_as_asked() {
     let Some(gpu) = gpu() else { return };
     let kernel = SpinKernel::new(&gpu, 1).unwrap();
-    assert!(
-        (200.0..5000.0).contains(&kernel.cycles_per_us),
-        "{} cycles/µs",
-        kernel.cycles_per_us
-    );
-    let graph = SyntheticSpec::Chain { nodes: 1 }
-        .generate()
-        .with_durations(|_, _| Some(100.0));
-    let plan = algorithms::by_name("single")
-        .unwrap()
-        .assign(&Analysis::new(&graph));
+    assert!((200.0..5000.0).contains(&kernel.cycles_per_us), "{} cycles/µs", kernel.cycles_per_us);
+    let graph = SyntheticSpec::Chain { nodes: 1 }.generate().with_durations(|_, _| Some(100.0));
+    let plan = algorithms::by_name("single").unwrap().assign(&Analysis::new(&graph));
     let executor = SyntheticExecutor::new(&gpu, &kernel, &graph, &plan, 0.0).unwrap();
-    let measured = executor
-        .measure(LaunchMode::Graph, 5, 20)
-        .unwrap()
-        .median_us;
-    assert!(
-        (100.0..120.0).contains(&measured),
-        "a 100 µs kernel measured {measured} µs"
-    );
+    let measured = executor.measure(LaunchMode::Graph, 5, 20).unwrap().median_us;
+    assert!((100.0..120.0).contains(&measured), "a 100 µs kernel measured {measured} µs");
 }
 
 #[test]
 fn multi_stream_capture_has_the_plans_structure_and_runs_branches_in_parallel() {
     let Some(gpu) = gpu() else { return };
     let kernel = SpinKernel::new(&gpu, 1).unwrap();
-    let graph = SyntheticSpec::Fan {
-        branches: 8,
-        depth: 4,
-    }
-    .generate()
-    .with_durations(|_, _| Some(20.0));
+    let graph = SyntheticSpec::Fan { branches: 8, depth: 4 }.generate().with_durations(|_, _| Some(20.0));
     let analysis = Analysis::new(&graph);
     let nimble = algorithms::by_name("nimble").unwrap().assign(&analysis);
     let single = algorithms::by_name("single").unwrap().assign(&analysis);
     let executor = SyntheticExecutor::new(&gpu, &kernel, &graph, &nimble, 0.0).unwrap();
-    for mode in [
-        CaptureMode::Global,
-        CaptureMode::ThreadLocal,
-        CaptureMode::Relaxed,
-    ] {
+    for mode in [CaptureMode::Global, CaptureMode::ThreadLocal, CaptureMode::Relaxed] {
         let structure = executor.capture(mode).unwrap().structure().unwrap();
-        assert_eq!(
-            structure.kernel_count(),
-            graph.len(),
-            "{mode:?}: {:?}",
-            structure.counts_by_type()
-        );
-        assert!(
-            structure.width() >= 8,
-            "{mode:?}: width {}",
-            structure.width()
-        );
+        assert_eq!(structure.kernel_count(), graph.len(), "{mode:?}: {:?}", structure.counts_by_type());
+        assert!(structure.width() >= 8, "{mode:?}: width {}", structure.width());
     }
-    let parallel = executor
-        .measure(LaunchMode::Graph, 10, 50)
-        .unwrap()
-        .median_us;
-    let serial = SyntheticExecutor::new(&gpu, &kernel, &graph, &single, 0.0)
-        .unwrap()
-        .measure(LaunchMode::Graph, 10, 50)
-        .unwrap()
-        .median_us;
+    let parallel = executor.measure(LaunchMode::Graph, 10, 50).unwrap().median_us;
+    let serial = SyntheticExecutor::new(&gpu, &kernel, &graph, &single, 0.0).unwrap().measure(LaunchMode::Graph, 10, 50).unwrap().median_us;
     // 34 kernels of 20 µs in a row versus 6 on the critical path.
-    assert!(
-        serial > 600.0 && parallel < 200.0,
-        "single {serial} µs, nimble {parallel} µs"
-    );
-    let eager = executor
-        .measure(LaunchMode::Eager, 10, 50)
-        .unwrap()
-        .median_us;
-    assert!(
-        eager < serial,
-        "eager multi-stream {eager} µs should beat serial {serial} µs"
-    );
+    assert!(serial > 600.0 && parallel < 200.0, "single {serial} µs, nimble {parallel} µs");
+    let eager = executor.measure(LaunchMode::Eager, 10, 50).unwrap().median_us;
+    assert!(eager < serial, "eager multi-stream {eager} µs should beat serial {serial} µs");
 }
 
 #[test]
@@ -111,15 +63,9 @@ fn streams_events_and_an_empty_capture() {
     event.synchronize().unwrap();
     // Capturing nothing is an error, and the stream is usable afterwards.
     let empty = capture(&stream, CaptureMode::Global, || Ok(()));
-    assert!(
-        matches!(empty, Err(CudaError::EmptyCapture)),
-        "{:?}",
-        empty.err()
-    );
+    assert!(matches!(empty, Err(CudaError::EmptyCapture)), "{:?}", empty.err());
     // A failing body ends the capture too.
-    let failed = capture(&stream, CaptureMode::ThreadLocal, || {
-        Err(CudaError::InvalidPlan("test".into()))
-    });
+    let failed = capture(&stream, CaptureMode::ThreadLocal, || Err(CudaError::InvalidPlan("test".into())));
     assert!(matches!(failed, Err(CudaError::InvalidPlan(_))));
     stream.synchronize().unwrap();
     assert!(!gpu.info().name.is_empty());

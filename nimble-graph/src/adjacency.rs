@@ -30,10 +30,7 @@ impl Adjacency {
     pub fn with_capacity(lists: usize, entries: usize) -> Self {
         let mut offsets = Vec::with_capacity(lists + 1);
         offsets.push(0);
-        Adjacency {
-            offsets,
-            targets: Vec::with_capacity(entries),
-        }
+        Adjacency { offsets, targets: Vec::with_capacity(entries) }
     }
 
     /// Appends a list after the others.
@@ -102,9 +99,7 @@ impl Adjacency {
 
     /// Every `(node, neighbour)` pair, by node then list order.
     pub fn pairs(&self) -> impl Iterator<Item = (usize, usize)> + Clone + '_ {
-        self.iter()
-            .enumerate()
-            .flat_map(|(u, list)| list.iter().map(move |&v| (u, v)))
+        self.iter().enumerate().flat_map(|(u, list)| list.iter().map(move |&v| (u, v)))
     }
 
     /// The lists as one `Vec` each.
@@ -147,14 +142,8 @@ mod tests {
         let pairs: Vec<(usize, usize)> = a.pairs().collect();
         assert_eq!(pairs, vec![(0, 2), (0, 1), (2, 0), (2, 3)]);
         assert_eq!(Adjacency::from_pairs(4, pairs.iter().copied()), a);
-        assert_eq!(
-            a.reversed(4).to_lists(),
-            vec![vec![2], vec![0], vec![0], vec![2]]
-        );
-        assert_eq!(
-            a.filtered(|u, v| u < v).to_lists(),
-            vec![vec![2, 1], vec![], vec![3], vec![]]
-        );
+        assert_eq!(a.reversed(4).to_lists(), vec![vec![2], vec![0], vec![0], vec![2]]);
+        assert_eq!(a.filtered(|u, v| u < v).to_lists(), vec![vec![2, 1], vec![], vec![3], vec![]]);
         assert!(Adjacency::from_lists::<Vec<usize>>(&[]).is_empty());
         let mut pushed = Adjacency::with_capacity(4, 4);
         for list in &lists {

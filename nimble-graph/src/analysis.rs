@@ -96,20 +96,14 @@ impl TaskGraph {
         }
         let Some(end) = (0..n).max_by(|&a, &b| finish[a].total_cmp(&finish[b]).then(b.cmp(&a)))
         else {
-            return CriticalPath {
-                length_us: 0.0,
-                nodes: Vec::new(),
-            };
+            return CriticalPath { length_us: 0.0, nodes: Vec::new() };
         };
         let mut nodes = vec![end];
         while let Some(u) = best_predecessor[*nodes.last().expect("path is non-empty")] {
             nodes.push(u);
         }
         nodes.reverse();
-        CriticalPath {
-            length_us: finish[end],
-            nodes,
-        }
+        CriticalPath { length_us: finish[end], nodes }
     }
 
     /// The width: the size of the largest set of pairwise independent nodes (a maximum

@@ -17,12 +17,7 @@ impl BitMatrix {
     /// An all-zero matrix.
     pub fn new(rows: usize, columns: usize) -> Self {
         let words_per_row = columns.div_ceil(64);
-        BitMatrix {
-            rows,
-            columns,
-            words_per_row,
-            words: vec![0; rows * words_per_row],
-        }
+        BitMatrix { rows, columns, words_per_row, words: vec![0; rows * words_per_row] }
     }
 
     /// Number of rows.
@@ -90,10 +85,7 @@ pub struct RowRef<'a> {
 impl RowRef<'_> {
     /// Word `i` of the row.
     pub fn word(&self, i: usize) -> u64 {
-        i.checked_sub(self.first_word)
-            .and_then(|k| self.words.get(k))
-            .copied()
-            .unwrap_or(0)
+        i.checked_sub(self.first_word).and_then(|k| self.words.get(k)).copied().unwrap_or(0)
     }
 
     /// One past the last word that may be non-empty.
@@ -105,10 +97,7 @@ impl RowRef<'_> {
 impl BitMatrix {
     /// Row `r` as a [`RowRef`].
     pub fn row_ref(&self, r: usize) -> RowRef<'_> {
-        RowRef {
-            first_word: 0,
-            words: self.row(r),
-        }
+        RowRef { first_word: 0, words: self.row(r) }
     }
 }
 
@@ -137,11 +126,7 @@ impl CompactRows {
     pub fn with_capacity(rows: usize, words: usize) -> Self {
         let mut offsets = Vec::with_capacity(rows + 1);
         offsets.push(0);
-        CompactRows {
-            first_word: Vec::with_capacity(rows),
-            offsets,
-            words: Vec::with_capacity(words),
-        }
+        CompactRows { first_word: Vec::with_capacity(rows), offsets, words: Vec::with_capacity(words) }
     }
 
     /// Number of rows.
@@ -169,51 +154,32 @@ impl CompactRows {
     /// and a union.
     pub fn push_copy(&mut self, start: usize, end: usize, r: usize) -> usize {
         let (from, to) = (self.offsets[r], self.offsets[r + 1]);
-        self.push_around(
-            start,
-            end,
-            self.first_word[r] as usize,
-            to - from,
-            |words| words.extend_from_within(from..to),
-        )
+        self.push_around(start, end, self.first_word[r] as usize, to - from, |words| words.extend_from_within(from..to))
     }
 
     /// Appends a row over words `[start, end)` holding the bits of `source` (whose words must
     /// lie within), and returns its index.
     pub fn push_copy_of(&mut self, start: usize, end: usize, source: RowRef<'_>) -> usize {
-        self.push_around(start, end, source.first_word, source.words.len(), |words| {
-            words.extend_from_slice(source.words)
-        })
+        self.push_around(start, end, source.first_word, source.words.len(), |words| words.extend_from_slice(source.words))
     }
 
     /// Appends a row over words `[start, end)`: zeros, then the `len` words that `copy` appends
     /// (absolute words `[first, first + len)`), then zeros.
-    fn push_around(
-        &mut self,
-        start: usize,
-        end: usize,
-        first: usize,
-        len: usize,
-        copy: impl FnOnce(&mut Vec<u64>),
-    ) -> usize {
+    fn push_around(&mut self, start: usize, end: usize, first: usize, len: usize, copy: impl FnOnce(&mut Vec<u64>)) -> usize {
         if len == 0 {
             return self.push_zeroed(start, end);
         }
         self.first_word.push(start as u32);
         self.words.resize(self.words.len() + (first - start), 0);
         copy(&mut self.words);
-        self.words
-            .resize(self.words.len() + (end - (first + len)), 0);
+        self.words.resize(self.words.len() + (end - (first + len)), 0);
         self.offsets.push(self.words.len());
         self.first_word.len() - 1
     }
 
     /// Row `r` as a window of words.
     pub fn row_ref(&self, r: usize) -> RowRef<'_> {
-        RowRef {
-            first_word: self.first_word[r] as usize,
-            words: &self.words[self.offsets[r]..self.offsets[r + 1]],
-        }
+        RowRef { first_word: self.first_word[r] as usize, words: &self.words[self.offsets[r]..self.offsets[r + 1]] }
     }
 
     /// Whether bit `bit` of row `r` is set.
@@ -233,10 +199,7 @@ impl CompactRows {
         let last = self.len() - 1;
         debug_assert!(r < last, "only an earlier row joins the last one");
         let (earlier, target) = self.words.split_at_mut(self.offsets[last]);
-        let source = RowRef {
-            first_word: self.first_word[r] as usize,
-            words: &earlier[self.offsets[r]..self.offsets[r + 1]],
-        };
+        let source = RowRef { first_word: self.first_word[r] as usize, words: &earlier[self.offsets[r]..self.offsets[r + 1]] };
         or_into(target, self.first_word[last] as usize, source);
     }
 }
@@ -247,10 +210,7 @@ fn or_into(target: &mut [u64], target_first: usize, source: RowRef<'_>) {
         return;
     }
     let at = source.first_word - target_first;
-    for (t, s) in target[at..at + source.words.len()]
-        .iter_mut()
-        .zip(source.words)
-    {
+    for (t, s) in target[at..at + source.words.len()].iter_mut().zip(source.words) {
         *t |= s;
     }
 }
@@ -279,9 +239,7 @@ pub struct BitSet {
 impl BitSet {
     /// An empty set over `0..len`.
     pub fn new(len: usize) -> Self {
-        BitSet {
-            words: vec![0; len.div_ceil(64)],
-        }
+        BitSet { words: vec![0; len.div_ceil(64)] }
     }
 
     /// Whether `i` is in the set.
@@ -318,11 +276,7 @@ impl BitSet {
 
     /// The first element that is in `row` but not in this set, searching from word `from_word`;
     /// returns it with its word index, so a scan can resume there.
-    pub fn first_in_row_not_in_set(
-        &self,
-        row: RowRef<'_>,
-        from_word: usize,
-    ) -> Option<(usize, usize)> {
+    pub fn first_in_row_not_in_set(&self, row: RowRef<'_>, from_word: usize) -> Option<(usize, usize)> {
         (from_word.max(row.first_word)..row.end_word()).find_map(|w| {
             let free = row.word(w) & !self.words[w];
             (free != 0).then(|| (w * 64 + free.trailing_zeros() as usize, w))
@@ -355,15 +309,9 @@ mod tests {
         }
         let mut visited = BitSet::new(200);
         visited.insert(3);
-        assert_eq!(
-            visited.first_in_row_not_in_set(m.row_ref(0), 0),
-            Some((70, 1))
-        );
+        assert_eq!(visited.first_in_row_not_in_set(m.row_ref(0), 0), Some((70, 1)));
         visited.insert(70);
-        assert_eq!(
-            visited.first_in_row_not_in_set(m.row_ref(0), 1),
-            Some((150, 2))
-        );
+        assert_eq!(visited.first_in_row_not_in_set(m.row_ref(0), 1), Some((150, 2)));
         visited.insert(150);
         assert_eq!(visited.first_in_row_not_in_set(m.row_ref(0), 0), None);
     }
@@ -379,31 +327,14 @@ mod tests {
         let c = rows.push_zeroed(1, 4);
         rows.set_last(71);
         rows.union_into_last(a);
-        assert!(
-            rows.get(c, 71)
-                && rows.get(c, 150)
-                && rows.get(c, 199)
-                && !rows.get(c, 70)
-                && !rows.get(c, 0)
-        );
-        assert!(
-            rows.get(a, 150) && !rows.get(a, 71),
-            "the source row is unchanged"
-        );
+        assert!(rows.get(c, 71) && rows.get(c, 150) && rows.get(c, 199) && !rows.get(c, 70) && !rows.get(c, 0));
+        assert!(rows.get(a, 150) && !rows.get(a, 71), "the source row is unchanged");
         let row = rows.row_ref(c);
         assert_eq!((row.first_word, row.end_word()), (1, 4));
         assert_eq!(row.word(0), 0);
-        assert_eq!(
-            ones(row.words)
-                .map(|b| b + 64 * row.first_word)
-                .collect::<Vec<_>>(),
-            vec![71, 150, 199]
-        );
+        assert_eq!(ones(row.words).map(|b| b + 64 * row.first_word).collect::<Vec<_>>(), vec![71, 150, 199]);
         let d = rows.push_copy(0, 5, c);
-        assert_eq!(
-            ones(rows.row_ref(d).words).collect::<Vec<_>>(),
-            vec![71, 150, 199]
-        );
+        assert_eq!(ones(rows.row_ref(d).words).collect::<Vec<_>>(), vec![71, 150, 199]);
         assert_eq!(rows.row_ref(d).words.len(), 5);
         let e = rows.push_copy(1, 2, b);
         assert_eq!(rows.row_ref(e).words, &[0]);

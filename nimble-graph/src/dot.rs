@@ -42,21 +42,13 @@ impl TaskGraph {
             let mut attributes = String::new();
             if let Some(stream) = options.stream_of.and_then(|s| s.get(index)) {
                 let _ = write!(label, "\\nstream {stream}");
-                let _ = write!(
-                    attributes,
-                    ", fillcolor=\"{}\"",
-                    PALETTE[stream % PALETTE.len()]
-                );
+                let _ = write!(attributes, ", fillcolor=\"{}\"", PALETTE[stream % PALETTE.len()]);
             }
             let _ = writeln!(out, "  n{} [label=\"{label}\"{attributes}];", node.id);
         }
         let syncs: HashSet<(usize, usize)> = options.sync_edges.iter().copied().collect();
         for (u, v) in self.edges() {
-            let style = if syncs.contains(&(u, v)) {
-                " [color=red, penwidth=2]"
-            } else {
-                ""
-            };
+            let style = if syncs.contains(&(u, v)) { " [color=red, penwidth=2]" } else { "" };
             let _ = writeln!(out, "  n{} -> n{}{style};", self.id_of(u), self.id_of(v));
         }
         let edges: HashSet<(usize, usize)> = self.edges().collect();

@@ -22,38 +22,21 @@ pub enum GraphError {
 
     /// The dependencies contain a cycle; `cycle` lists the ids around it, first id repeated last.
     #[error("cycle in task graph through node {id} ({op}): {}", format_cycle(.cycle))]
-    Cycle {
-        id: u64,
-        op: String,
-        cycle: Vec<u64>,
-    },
+    Cycle { id: u64, op: String, cycle: Vec<u64> },
 
     /// The JSON text is malformed or does not follow the task-graph schema.
     #[error("malformed task-graph JSON at line {line}, column {column}: {message}")]
-    Json {
-        line: usize,
-        column: usize,
-        message: String,
-    },
+    Json { line: usize, column: usize, message: String },
 
     /// A node's field is out of range: a duration that is negative, not finite or absurdly
     /// long, or an `sm_share` outside (0, 1].
     #[error("node {id}: {field} is {value}, expected {expected}")]
-    InvalidField {
-        id: u64,
-        field: &'static str,
-        value: String,
-        expected: String,
-    },
+    InvalidField { id: u64, field: &'static str, value: String, expected: String },
 
     /// An option of a graph construction (such as a training step's) or the graph as a whole is
     /// out of range, with no one node to blame.
     #[error("{what} is {value}, expected {expected}")]
-    InvalidOption {
-        what: &'static str,
-        value: String,
-        expected: String,
-    },
+    InvalidOption { what: &'static str, value: String, expected: String },
 
     /// The graph has more nodes than the analyses can hold in memory.
     #[error("the graph has more than {limit} nodes, the most this build handles: the analyses keep a bit per pair of tasks for each relation (V²/8 bytes, {limit_gb:.2} GB at the limit)")]
@@ -80,11 +63,7 @@ pub enum GraphError {
 }
 
 fn format_cycle(cycle: &[u64]) -> String {
-    cycle
-        .iter()
-        .map(u64::to_string)
-        .collect::<Vec<_>>()
-        .join(" -> ")
+    cycle.iter().map(u64::to_string).collect::<Vec<_>>().join(" -> ")
 }
 
 /// The result type of `nimble-graph`.

@@ -15,44 +15,23 @@ pub const MAX_GRAPH_FILE_BYTES: u64 = 64 << 20;
 /// in `.gz` is decompressed, and the bound holds for the text it holds (so a small file that
 /// inflates without end is an error too).
 pub fn read_text(path: &Path) -> Result<String> {
-    let io = |error| GraphError::Io {
-        path: path.display().to_string(),
-        error,
-    };
+    let io = |error| GraphError::Io { path: path.display().to_string(), error };
     let file = std::fs::File::open(path).map_err(io)?;
     let mut bytes = Vec::new();
-    let reader: Box<dyn Read> = if path.extension().is_some_and(|e| e == "gz") {
-        Box::new(flate2::read::GzDecoder::new(file))
-    } else {
-        Box::new(file)
-    };
-    reader
-        .take(MAX_GRAPH_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| {
-            if e.kind() == std::io::ErrorKind::InvalidInput
-                || e.kind() == std::io::ErrorKind::InvalidData
-            {
-                io(std::io::Error::new(
-                    e.kind(),
-                    format!("{e}; expected a gzip-compressed JSON file (the name ends in .gz)"),
-                ))
-            } else {
-                io(e)
-            }
-        })?;
+    let reader: Box<dyn Read> = if path.extension().is_some_and(|e| e == "gz") { Box::new(flate2::read::GzDecoder::new(file)) } else { Box::new(file) };
+    reader.take(MAX_GRAPH_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::InvalidInput || e.kind() == std::io::ErrorKind::InvalidData {
+            io(std::io::Error::new(e.kind(), format!("{e}; expected a gzip-compressed JSON file (the name ends in .gz)")))
+        } else {
+            io(e)
+        }
+    })?;
     if bytes.len() as u64 > MAX_GRAPH_FILE_BYTES {
-        return Err(GraphError::FileTooLarge {
-            path: path.display().to_string(),
-            limit_mib: MAX_GRAPH_FILE_BYTES >> 20,
-        });
+        return Err(GraphError::FileTooLarge { path: path.display().to_string(), limit_mib: MAX_GRAPH_FILE_BYTES >> 20 });
     }
     String::from_utf8(bytes).map_err(|e| {
         let valid = e.utf8_error().valid_up_to();
-        io(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("not UTF-8 text (byte {valid} is not valid UTF-8); expected JSON"),
-        ))
+        io(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not UTF-8 text (byte {valid} is not valid UTF-8); expected JSON")))
     })
 }
 
@@ -66,35 +45,19 @@ pub fn read_text(path: &Path) -> Result<String> {
 /// * Anything else that exists (a device such as `/dev/null` or `/dev/stdout`, a FIFO) is
 ///   written directly: it cannot be replaced by a rename, nor should it be.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    let io = |error| GraphError::Io {
-        path: path.display().to_string(),
-        error,
-    };
+    let io = |error| GraphError::Io { path: path.display().to_string(), error };
     match std::fs::metadata(path) {
         Ok(metadata) if !metadata.is_file() && !metadata.is_dir() => {
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .truncate(true)
-                .open(path)
-                .map_err(io)?;
-            return file
-                .write_all(bytes)
-                .and_then(|()| file.flush())
-                .map_err(io);
+            let mut file = std::fs::OpenOptions::new().write(true).truncate(true).open(path).map_err(io)?;
+            return file.write_all(bytes).and_then(|()| file.flush()).map_err(io);
         }
         _ => {}
     }
     let target = link_target(path).map_err(io)?;
-    let file_name = target
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let file_name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let temporary = target.with_file_name(format!(".{file_name}.{}.tmp", std::process::id()));
     let written = (|| -> std::io::Result<()> {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temporary)?;
+        let mut file = std::fs::OpenOptions::new().write(true).create_new(true).open(&temporary)?;
         if let Ok(existing) = std::fs::metadata(&target) {
             file.set_permissions(existing.permissions())?;
         }
@@ -147,11 +110,7 @@ mod tests {
     }
 
     fn leftovers(dir: &Path) -> Vec<String> {
-        std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(".tmp"))
-            .collect()
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).filter(|n| n.ends_with(".tmp")).collect()
     }
 
     #[test]
@@ -163,10 +122,7 @@ mod tests {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
         write_atomically(&path, b"new").unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
-        assert_eq!(
-            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
-            0o640
-        );
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o640);
         assert!(leftovers(&dir).is_empty());
     }
 
@@ -178,46 +134,27 @@ mod tests {
         let link = dir.join("link.json");
         std::os::unix::fs::symlink("target.json", &link).unwrap();
         write_atomically(&link, b"new").unwrap();
-        assert!(std::fs::symlink_metadata(&link)
-            .unwrap()
-            .file_type()
-            .is_symlink());
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "new");
         // A dangling link gets its target made.
         let dangling = dir.join("dangling.json");
         std::os::unix::fs::symlink("made.json", &dangling).unwrap();
         write_atomically(&dangling, b"made").unwrap();
-        assert_eq!(
-            std::fs::read_to_string(dir.join("made.json")).unwrap(),
-            "made"
-        );
+        assert_eq!(std::fs::read_to_string(dir.join("made.json")).unwrap(), "made");
         assert!(leftovers(&dir).is_empty());
     }
 
     #[test]
     fn devices_and_fifos_are_written_directly() {
         write_atomically(Path::new("/dev/null"), b"gone").unwrap();
-        assert!(std::fs::metadata("/dev/null")
-            .unwrap()
-            .file_type()
-            .is_char_device());
+        assert!(std::fs::metadata("/dev/null").unwrap().file_type().is_char_device());
         let dir = scratch("fifo");
         let fifo = dir.join("pipe");
-        assert!(std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success());
-        let reader = {
-            let fifo = fifo.clone();
-            std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
-        };
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let reader = { let fifo = fifo.clone(); std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap()) };
         write_atomically(&fifo, b"through").unwrap();
         assert_eq!(reader.join().unwrap(), "through");
-        assert!(std::fs::symlink_metadata(&fifo)
-            .unwrap()
-            .file_type()
-            .is_fifo());
+        assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! `TaskGraph`, its nodes, and the builder that validates them.
 
-use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
+use std::cmp::Reverse;
 
 use serde::{Deserialize, Serialize};
 
@@ -28,13 +28,7 @@ pub struct Node {
 impl Node {
     /// A node with only an id and an op name.
     pub fn new(id: u64, op: impl Into<String>) -> Self {
-        Node {
-            id,
-            op: op.into(),
-            shapes: None,
-            duration_us: None,
-            attrs: BTreeMap::new(),
-        }
+        Node { id, op: op.into(), shapes: None, duration_us: None, attrs: BTreeMap::new() }
     }
 
     /// The same node with `duration_us` set.
@@ -114,10 +108,7 @@ impl TaskGraph {
 
     /// All edges as `(from, to)` index pairs, grouped by source node.
     pub fn edges(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
-        self.successors
-            .iter()
-            .enumerate()
-            .flat_map(|(u, vs)| vs.iter().map(move |&v| (u, v)))
+        self.successors.iter().enumerate().flat_map(|(u, vs)| vs.iter().map(move |&v| (u, v)))
     }
 
     /// A topological order: every edge goes from an earlier to a later node. Among the nodes
@@ -138,10 +129,7 @@ impl TaskGraph {
     }
 
     /// A copy of this graph with every node's `duration_us` set by `duration(index, node)`.
-    pub fn with_durations(
-        &self,
-        mut duration: impl FnMut(usize, &Node) -> Option<f64>,
-    ) -> TaskGraph {
+    pub fn with_durations(&self, mut duration: impl FnMut(usize, &Node) -> Option<f64>) -> TaskGraph {
         let mut graph = self.clone();
         for (index, node) in graph.nodes.iter_mut().enumerate() {
             let value = duration(index, node);
@@ -155,10 +143,7 @@ impl TaskGraph {
     ///
     /// # Errors
     /// [`GraphError::InvalidField`] for a duration or `sm_share` out of range.
-    pub fn with_updated_nodes(
-        &self,
-        mut update: impl FnMut(usize, &mut Option<f64>, &mut BTreeMap<String, serde_json::Value>),
-    ) -> Result<TaskGraph> {
+    pub fn with_updated_nodes(&self, mut update: impl FnMut(usize, &mut Option<f64>, &mut BTreeMap<String, serde_json::Value>)) -> Result<TaskGraph> {
         let mut graph = self.clone();
         for (index, node) in graph.nodes.iter_mut().enumerate() {
             update(index, &mut node.duration_us, &mut node.attrs);
@@ -178,10 +163,7 @@ pub const MAX_NODES: usize = 100_000;
 pub const MAX_DURATION_US: f64 = 1e9;
 
 fn too_large() -> GraphError {
-    GraphError::TooLarge {
-        limit: MAX_NODES,
-        limit_gb: (MAX_NODES as f64).powi(2) / 8.0 / 1e9,
-    }
+    GraphError::TooLarge { limit: MAX_NODES, limit_gb: (MAX_NODES as f64).powi(2) / 8.0 / 1e9 }
 }
 
 /// `value` as a reader takes it in: exponent notation beyond a million (1e308, not 309 digits).
@@ -196,31 +178,16 @@ pub fn compact(value: f64) -> String {
 /// A node's duration must be a finite number of µs in [0, MAX_DURATION_US], and its `sm_share`
 /// (the simulator's share of the GPU's SMs), when given, a number in (0, 1].
 fn check_fields(node: &Node) -> Result<()> {
-    let invalid = |field, value: String, expected: &str| GraphError::InvalidField {
-        id: node.id,
-        field,
-        value,
-        expected: expected.into(),
-    };
+    let invalid = |field, value: String, expected: &str| GraphError::InvalidField { id: node.id, field, value, expected: expected.into() };
     if let Some(d) = node.duration_us {
         if !(0.0..=MAX_DURATION_US).contains(&d) {
-            return Err(invalid(
-                "duration_us",
-                compact(d),
-                "a finite number of microseconds from 0 to 1e9",
-            ));
+            return Err(invalid("duration_us", compact(d), "a finite number of microseconds from 0 to 1e9"));
         }
     }
     if let Some(share) = node.attrs.get("sm_share") {
         match share.as_f64() {
             Some(x) if x > 0.0 && x <= 1.0 => {}
-            _ => {
-                return Err(invalid(
-                    "sm_share",
-                    share.to_string(),
-                    "a number in (0, 1]: the share of the GPU's SMs the task occupies",
-                ))
-            }
+            _ => return Err(invalid("sm_share", share.to_string(), "a number in (0, 1]: the share of the GPU's SMs the task occupies")),
         }
     }
     Ok(())
@@ -286,14 +253,7 @@ impl TaskGraphBuilder {
         let mut seen = HashSet::with_capacity(self.edges.len());
         for &(from, to) in &self.edges {
             let lookup = |id: u64| {
-                self.index_of
-                    .get(&id)
-                    .copied()
-                    .ok_or(GraphError::UnknownId {
-                        from,
-                        to,
-                        missing: id,
-                    })
+                self.index_of.get(&id).copied().ok_or(GraphError::UnknownId { from, to, missing: id })
             };
             let (u, v) = (lookup(from)?, lookup(to)?);
             if seen.insert((u, v)) {
@@ -348,9 +308,7 @@ fn cycle_error(nodes: &[Node], predecessors: &[Vec<usize>], ordered: &[usize]) -
         done[v] = true;
     }
     // Every unordered node has an unordered predecessor, so walking predecessors must repeat.
-    let start = (0..nodes.len())
-        .find(|&v| !done[v])
-        .expect("an unordered node exists");
+    let start = (0..nodes.len()).find(|&v| !done[v]).expect("an unordered node exists");
     let mut position = HashMap::new();
     let mut walk = vec![start];
     let mut current = start;
@@ -368,11 +326,7 @@ fn cycle_error(nodes: &[Node], predecessors: &[Vec<usize>], ordered: &[usize]) -
                 .map(|v| nodes[v].id)
                 .collect();
             let node = &nodes[current];
-            return GraphError::Cycle {
-                id: node.id,
-                op: node.op.clone(),
-                cycle,
-            };
+            return GraphError::Cycle { id: node.id, op: node.op.clone(), cycle };
         }
         walk.push(current);
     }

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{GraphError, Result};
 use crate::graph::{Node, TaskGraph, TaskGraphBuilder};
 
+
 #[derive(Serialize, Deserialize)]
 struct GraphFile {
     nodes: Vec<Node>,
@@ -52,10 +53,7 @@ impl TaskGraph {
     pub fn to_json_string(&self) -> String {
         let file = GraphFile {
             nodes: self.nodes().to_vec(),
-            edges: self
-                .edges()
-                .map(|(u, v)| [self.id_of(u), self.id_of(v)])
-                .collect(),
+            edges: self.edges().map(|(u, v)| [self.id_of(u), self.id_of(v)]).collect(),
         };
         serde_json::to_string(&file).expect("a task graph always serializes")
     }

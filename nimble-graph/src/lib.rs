@@ -33,8 +33,8 @@ pub mod synth;
 
 pub use adjacency::Adjacency;
 pub use analysis::CriticalPath;
+pub use reachability::Reachability;
 pub use dot::DotOptions;
 pub use error::{GraphError, Result};
 pub use graph::{compact, Node, TaskGraph, TaskGraphBuilder, MAX_DURATION_US, MAX_NODES};
-pub use reachability::Reachability;
 pub use synth::SyntheticSpec;

@@ -21,10 +21,7 @@ pub struct Matching {
 impl Matching {
     /// The empty matching.
     pub fn empty(left: usize, right: usize) -> Self {
-        Matching {
-            right_of: vec![None; left],
-            left_of: vec![None; right],
-        }
+        Matching { right_of: vec![None; left], left_of: vec![None; right] }
     }
 
     /// Number of matched pairs.
@@ -34,10 +31,7 @@ impl Matching {
 
     /// The matched pairs `(left, right)`, by left vertex.
     pub fn pairs(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
-        self.right_of
-            .iter()
-            .enumerate()
-            .filter_map(|(u, v)| v.map(|v| (u, v)))
+        self.right_of.iter().enumerate().filter_map(|(u, v)| v.map(|v| (u, v)))
     }
 
     fn link(&mut self, u: usize, v: usize) {
@@ -84,10 +78,7 @@ pub fn hopcroft_karp(right: usize, adjacency: &Adjacency) -> Matching {
     const UNREACHED: u32 = u32::MAX;
     const NONE: u32 = u32::MAX;
     let left = adjacency.len();
-    assert!(
-        left < NONE as usize && right < NONE as usize && adjacency.edge_count() < NONE as usize,
-        "hopcroft_karp numbers vertices and edges in 32 bits"
-    );
+    assert!(left < NONE as usize && right < NONE as usize && adjacency.edge_count() < NONE as usize, "hopcroft_karp numbers vertices and edges in 32 bits");
     // The lists and the matching as 32-bit numbers: the phases below walk them many times, and
     // compact arrays keep them in cache. The steps, and so the matching found, are those of
     // Hopcroft–Karp on the lists as given.
@@ -183,12 +174,7 @@ pub fn hopcroft_karp(right: usize, adjacency: &Adjacency) -> Matching {
 /// # Complexity
 /// Each phase visits every right vertex at most once and scans rows a word at a time:
 /// O(V²/64) per phase; phases stop when one finds no augmenting path.
-pub fn augment_dense<'a>(
-    left: usize,
-    columns: usize,
-    row: impl Fn(usize) -> RowRef<'a>,
-    mut matching: Matching,
-) -> Matching {
+pub fn augment_dense<'a>(left: usize, columns: usize, row: impl Fn(usize) -> RowRef<'a>, mut matching: Matching) -> Matching {
     let mut visited = BitSet::new(columns);
     // Frames: (left vertex, right vertex we came through, word where its row scan resumes).
     let mut stack: Vec<(usize, Option<usize>)> = Vec::new();
@@ -249,11 +235,7 @@ pub fn augment_dense<'a>(
 /// Each phase scans every reached row once a word at a time for the layering, and resumes each
 /// row's scan where it stopped for the augmenting paths: O(L·R/64) per phase for L left and R
 /// right vertices, plus O(R/64) per layer for the candidate sets.
-pub fn hopcroft_karp_rows<'a>(
-    left: usize,
-    allowed: &BitSet,
-    row: impl Fn(usize) -> RowRef<'a>,
-) -> Matching {
+pub fn hopcroft_karp_rows<'a>(left: usize, allowed: &BitSet, row: impl Fn(usize) -> RowRef<'a>) -> Matching {
     const UNREACHED: u32 = u32::MAX;
     let words = allowed.words().len();
     let right = words * 64;
@@ -270,9 +252,7 @@ pub fn hopcroft_karp_rows<'a>(
     let first_word: Vec<usize> = (0..left)
         .map(|u| {
             let r = row(u);
-            (r.first_word..r.end_word().min(words))
-                .find(|&i| r.word(i) & allowed.words()[i] != 0)
-                .unwrap_or(words)
+            (r.first_word..r.end_word().min(words)).find(|&i| r.word(i) & allowed.words()[i] != 0).unwrap_or(words)
         })
         .collect();
     loop {
@@ -306,11 +286,7 @@ pub fn hopcroft_karp_rows<'a>(
             found_free_right = found_free_right || {
                 let from = first_word[u].max(r.first_word);
                 let to = r.end_word().min(words);
-                from < to
-                    && r.words[from - r.first_word..to - r.first_word]
-                        .iter()
-                        .zip(&free.words()[from..to])
-                        .any(|(a, b)| a & b != 0)
+                from < to && r.words[from - r.first_word..to - r.first_word].iter().zip(&free.words()[from..to]).any(|(a, b)| a & b != 0)
             };
             unreached_words.visit_from(first_word[u], |i| {
                 let mut reach = word_of(r, i) & unreached.words()[i];
@@ -331,11 +307,7 @@ pub fn hopcroft_karp_rows<'a>(
         // The right vertices a left vertex of layer `l` may step to: the free ones, and those
         // whose partner is in layer `l + 1` (`by_layer[l + 1]`), kept up to date as partners
         // die and paths flip; `candidate_words[l]` covers the words of both.
-        let layers = layer
-            .iter()
-            .filter(|&&l| l != UNREACHED)
-            .max()
-            .map_or(0, |&l| l as usize + 1);
+        let layers = layer.iter().filter(|&&l| l != UNREACHED).max().map_or(0, |&l| l as usize + 1);
         let mut by_layer = vec![BitSet::new(right); layers + 1];
         let mut candidate_words = vec![Summary::of(&[free.words()]); layers + 1];
         for (w, &l) in layer.iter().enumerate() {
@@ -466,14 +438,8 @@ mod tests {
 
     #[test]
     fn empty_and_isolated_vertices() {
-        assert_eq!(
-            hopcroft_karp(0, &Adjacency::from_lists::<Vec<usize>>(&[])).size(),
-            0
-        );
-        assert_eq!(
-            hopcroft_karp(3, &Adjacency::from_lists(&[vec![], vec![2], vec![]])).size(),
-            1
-        );
+        assert_eq!(hopcroft_karp(0, &Adjacency::from_lists::<Vec<usize>>(&[])).size(), 0);
+        assert_eq!(hopcroft_karp(3, &Adjacency::from_lists(&[vec![], vec![2], vec![]])).size(), 1);
     }
 
     #[test]
@@ -486,10 +452,7 @@ mod tests {
             }
         }
         let dense = augment_dense(4, 3, |u| rows.row_ref(u), Matching::empty(4, 3));
-        assert_eq!(
-            dense.size(),
-            hopcroft_karp(3, &Adjacency::from_lists(&adjacency)).size()
-        );
+        assert_eq!(dense.size(), hopcroft_karp(3, &Adjacency::from_lists(&adjacency)).size());
         for (u, v) in dense.pairs() {
             assert!(rows.get(u, v));
         }

@@ -92,9 +92,7 @@ impl Reachability {
                     continue;
                 }
             }
-            span[p] = successors.iter().fold((0, 0), |s, &v| {
-                join(s, join(span[position[v]], word_of(position[v])))
-            });
+            span[p] = successors.iter().fold((0, 0), |s, &v| join(s, join(span[position[v]], word_of(position[v]))));
             link[p] = Link::Row(stored);
             stored += 1;
             words += (span[p].1 - span[p].0) as usize;
@@ -103,13 +101,7 @@ impl Reachability {
         // Second pass: fill the rows. A node's successors are visited in topological order; one
         // already in the row is reached through an earlier kept successor, so its edge is
         // redundant and its descendants are in the row already.
-        let mut reach = Reachability {
-            position,
-            in_index_order,
-            link,
-            span,
-            rows: CompactRows::with_capacity(stored as usize, words),
-        };
+        let mut reach = Reachability { position, in_index_order, link, span, rows: CompactRows::with_capacity(stored as usize, words) };
         // Kept successors, one block per node in the order nodes are visited.
         let mut kept: Vec<usize> = Vec::with_capacity(graph.edge_count());
         let mut block = vec![(0usize, 0usize); n];
@@ -204,21 +196,13 @@ impl Reachability {
                 Link::Row(r) => Source::Kept(r),
                 Link::Next(_) => {
                     let (start, end) = self.span[p];
-                    let r = own.push_copy_of(
-                        start as usize,
-                        end as usize,
-                        self.rows.row_ref(self.kept_row(p)),
-                    );
+                    let r = own.push_copy_of(start as usize, end as usize, self.rows.row_ref(self.kept_row(p)));
                     line(&self.link, p).for_each(|s| own.set_last(s));
                     Source::Written(r as u32)
                 }
             })
             .collect();
-        Rows {
-            kept: &self.rows,
-            own,
-            source,
-        }
+        Rows { kept: &self.rows, own, source }
     }
 
     /// Topological position of each node (by index): the rows' and columns' numbering.
@@ -276,13 +260,7 @@ mod tests {
     /// and every written row agrees with a search of the graph.
     #[test]
     fn shared_rows_answer_like_a_search() {
-        for spec in [
-            "chain:300",
-            "fan:3:150",
-            "dnn:400:2",
-            "nasnet:3",
-            "layered:300:1",
-        ] {
+        for spec in ["chain:300", "fan:3:150", "dnn:400:2", "nasnet:3", "layered:300:1"] {
             let graph = spec.parse::<SyntheticSpec>().unwrap().generate();
             let (reach, _) = graph.reachability_and_reduction();
             let n = graph.len();
@@ -301,9 +279,7 @@ mod tests {
                 }
                 let order = graph.topological_order();
                 let row = rows.row(reach.position()[u]);
-                let from_row: Vec<usize> = ones(row.words)
-                    .map(|b| order[b + 64 * row.first_word])
-                    .collect();
+                let from_row: Vec<usize> = ones(row.words).map(|b| order[b + 64 * row.first_word]).collect();
                 let mut expected: Vec<usize> = (0..n).filter(|&v| seen[v]).collect();
                 let mut got = from_row.clone();
                 expected.sort_unstable();

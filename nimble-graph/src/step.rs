@@ -43,22 +43,12 @@ pub const COLLECTIVE_CLASS: &str = "collective";
 /// parameters in reverse order (the backward makes the last ones' gradients first) and close
 /// once they hold `first_bytes` (the first bucket) or `bucket_bytes` (the others), or the next
 /// parameter has another dtype.
-pub fn buckets<K: PartialEq + Copy>(
-    params: &[Option<(usize, K)>],
-    first_bytes: usize,
-    bucket_bytes: usize,
-) -> Vec<Option<usize>> {
+pub fn buckets<K: PartialEq + Copy>(params: &[Option<(usize, K)>], first_bytes: usize, bucket_bytes: usize) -> Vec<Option<usize>> {
     let mut bucket_of = vec![None; params.len()];
     let (mut bucket, mut filled, mut kind) = (0usize, 0usize, None);
     for i in (0..params.len()).rev() {
-        let Some((bytes, k)) = params[i] else {
-            continue;
-        };
-        let limit = if bucket == 0 {
-            first_bytes
-        } else {
-            bucket_bytes
-        };
+        let Some((bytes, k)) = params[i] else { continue };
+        let limit = if bucket == 0 { first_bytes } else { bucket_bytes };
         if kind.is_some() && (kind != Some(k) || filled >= limit) {
             bucket += 1;
             filled = 0;
@@ -97,18 +87,12 @@ pub struct StepOptions {
 impl StepOptions {
     /// One GPU: no collectives; backward nodes twice as long as their forward nodes.
     pub fn single_gpu() -> Self {
-        StepOptions {
-            buckets: None,
-            backward_factor: 2.0,
-        }
+        StepOptions { buckets: None, backward_factor: 2.0 }
     }
 
     /// Data parallel with DDP's bucket sizes (1 MiB first, then 25 MiB).
     pub fn data_parallel() -> Self {
-        StepOptions {
-            buckets: Some((1 << 20, 25 << 20)),
-            ..Self::single_gpu()
-        }
+        StepOptions { buckets: Some((1 << 20, 25 << 20)), ..Self::single_gpu() }
     }
 }
 
@@ -139,36 +123,19 @@ pub struct TrainingStep {
 pub fn parameters(forward: &TaskGraph) -> Result<Vec<Parameter>> {
     let mut found: BTreeMap<usize, Parameter> = BTreeMap::new();
     for (v, node) in forward.nodes().iter().enumerate() {
-        let Some(list) = node.attrs.get("params") else {
-            continue;
-        };
-        let invalid = |value: &Value| {
-            GraphError::InvalidField {
+        let Some(list) = node.attrs.get("params") else { continue };
+        let invalid = |value: &Value| GraphError::InvalidField {
             id: node.id,
             field: "params",
             value: value.to_string(),
             expected: "a list of {\"index\": parameter number, \"bytes\": its size, \"dtype\": its element type}, one size and type per parameter".into(),
-        }
         };
         let entries = list.as_array().ok_or_else(|| invalid(list))?;
         for entry in entries {
-            let index = entry
-                .get("index")
-                .and_then(Value::as_u64)
-                .ok_or_else(|| invalid(entry))? as usize;
-            let bytes = entry
-                .get("bytes")
-                .and_then(Value::as_u64)
-                .ok_or_else(|| invalid(entry))? as usize;
-            let dtype = entry
-                .get("dtype")
-                .and_then(Value::as_str)
-                .ok_or_else(|| invalid(entry))?;
-            let parameter = found.entry(index).or_insert_with(|| Parameter {
-                bytes,
-                dtype: dtype.into(),
-                readers: Vec::new(),
-            });
+            let index = entry.get("index").and_then(Value::as_u64).ok_or_else(|| invalid(entry))? as usize;
+            let bytes = entry.get("bytes").and_then(Value::as_u64).ok_or_else(|| invalid(entry))? as usize;
+            let dtype = entry.get("dtype").and_then(Value::as_str).ok_or_else(|| invalid(entry))?;
+            let parameter = found.entry(index).or_insert_with(|| Parameter { bytes, dtype: dtype.into(), readers: Vec::new() });
             if parameter.bytes != bytes || parameter.dtype != dtype {
                 return Err(invalid(entry));
             }
@@ -188,11 +155,7 @@ pub fn parameters(forward: &TaskGraph) -> Result<Vec<Parameter>> {
 /// The whole step around `forward` (see the [module documentation](self)).
 pub fn training_step(forward: &TaskGraph, options: &StepOptions) -> Result<TrainingStep> {
     if !(options.backward_factor.is_finite() && options.backward_factor >= 0.0) {
-        return Err(GraphError::InvalidOption {
-            what: "backward_factor",
-            value: options.backward_factor.to_string(),
-            expected: "a finite number ≥ 0".into(),
-        });
+        return Err(GraphError::InvalidOption { what: "backward_factor", value: options.backward_factor.to_string(), expected: "a finite number ≥ 0".into() });
     }
     let parameters = parameters(forward)?;
     let n = forward.len();
@@ -211,16 +174,9 @@ pub fn training_step(forward: &TaskGraph, options: &StepOptions) -> Result<Train
     let bucket_of = match options.buckets {
         Some((first, rest)) => {
             if first == 0 || rest == 0 {
-                return Err(GraphError::InvalidOption {
-                    what: "the bucket sizes",
-                    value: format!("{first} and {rest} bytes"),
-                    expected: "bucket sizes of at least one byte".into(),
-                });
+                return Err(GraphError::InvalidOption { what: "the bucket sizes", value: format!("{first} and {rest} bytes"), expected: "bucket sizes of at least one byte".into() });
             }
-            let inputs: Vec<Option<(usize, &str)>> = parameters
-                .iter()
-                .map(|p| Some((p.bytes, p.dtype.as_str())))
-                .collect();
+            let inputs: Vec<Option<(usize, &str)>> = parameters.iter().map(|p| Some((p.bytes, p.dtype.as_str()))).collect();
             buckets(&inputs, first, rest)
         }
         None => vec![None; parameters.len()],
@@ -235,12 +191,7 @@ pub fn training_step(forward: &TaskGraph, options: &StepOptions) -> Result<Train
         .collect();
     let bucket_count = bucket_list.len();
 
-    let base = forward
-        .nodes()
-        .iter()
-        .map(|node| node.id)
-        .max()
-        .map_or(0, |m| m + 1);
+    let base = forward.nodes().iter().map(|node| node.id).max().map_or(0, |m| m + 1);
     let loss = base;
     let backward_id = |v: usize| base + 1 + v as u64;
     let collective_id = |b: usize| base + 1 + n as u64 + b as u64;
@@ -279,9 +230,7 @@ pub fn training_step(forward: &TaskGraph, options: &StepOptions) -> Result<Train
     for (b, (members, bytes)) in bucket_list.iter().enumerate() {
         let mut collective = Node::new(collective_id(b), "nccl:all_reduce");
         collective.attrs.insert("phase".into(), json!("collective"));
-        collective
-            .attrs
-            .insert("stream_class".into(), json!(COLLECTIVE_CLASS));
+        collective.attrs.insert("stream_class".into(), json!(COLLECTIVE_CLASS));
         collective.attrs.insert("bucket".into(), json!(b));
         collective.attrs.insert("bytes".into(), json!(bytes));
         builder.add_node(collective)?;
@@ -313,16 +262,8 @@ pub fn training_step(forward: &TaskGraph, options: &StepOptions) -> Result<Train
     let graph = builder.build()?;
     let index = |id: u64| graph.index_of(id).expect("the builder added it");
     let collectives = (0..bucket_count).map(|b| index(collective_id(b))).collect();
-    let optimizers = (0..optimizer_count)
-        .map(|b| index(optimizer_id(b)))
-        .collect();
-    Ok(TrainingStep {
-        graph,
-        parameters,
-        buckets: bucket_list,
-        collectives,
-        optimizers,
-    })
+    let optimizers = (0..optimizer_count).map(|b| index(optimizer_id(b))).collect();
+    Ok(TrainingStep { graph, parameters, buckets: bucket_list, collectives, optimizers })
 }
 
 #[cfg(test)]
@@ -335,27 +276,13 @@ mod tests {
         let h = Some((2usize, 'h'));
         // Reverse order: 5, 4 (bucket 0 reaches 8 bytes), 3 (no gradient), 2, 1 (bucket 1), 0 (half).
         let params = [h, f, f, None, f, f];
-        assert_eq!(
-            buckets(&params, 8, 8),
-            vec![Some(2), Some(1), Some(1), None, Some(0), Some(0)]
-        );
+        assert_eq!(buckets(&params, 8, 8), vec![Some(2), Some(1), Some(1), None, Some(0), Some(0)]);
         // A bucket closes after the parameter that fills it, however large.
-        assert_eq!(
-            buckets(&[f, Some((100, 'f')), f], 8, 8),
-            vec![Some(1), Some(0), Some(0)]
-        );
-        assert_eq!(
-            buckets(&[f, f, f], usize::MAX, usize::MAX),
-            vec![Some(0); 3]
-        );
-        assert!(buckets::<char>(&[None, None], 8, 8)
-            .iter()
-            .all(Option::is_none));
+        assert_eq!(buckets(&[f, Some((100, 'f')), f], 8, 8), vec![Some(1), Some(0), Some(0)]);
+        assert_eq!(buckets(&[f, f, f], usize::MAX, usize::MAX), vec![Some(0); 3]);
+        assert!(buckets::<char>(&[None, None], 8, 8).iter().all(Option::is_none));
         // A small first bucket (the last parameters), then large ones.
-        assert_eq!(
-            buckets(&[f, f, f, f, f], 4, 12),
-            vec![Some(2), Some(1), Some(1), Some(1), Some(0)]
-        );
+        assert_eq!(buckets(&[f, f, f, f, f], 4, 12), vec![Some(2), Some(1), Some(1), Some(1), Some(0)]);
     }
 
     #[test]
@@ -363,10 +290,7 @@ mod tests {
         let (members, rest) = bucket_members(&[Some(1), None, Some(0), Some(1), Some(0)]);
         assert_eq!(members, vec![vec![2, 4], vec![0, 3]]);
         assert_eq!(rest, vec![1]);
-        assert_eq!(
-            bucket_members(&[None, None]),
-            (Vec::<Vec<usize>>::new(), vec![0, 1])
-        );
+        assert_eq!(bucket_members(&[None, None]), (Vec::<Vec<usize>>::new(), vec![0, 1]));
     }
 
     fn param(index: usize, bytes: usize) -> Value {
@@ -398,21 +322,11 @@ mod tests {
     #[test]
     fn the_backward_mirrors_the_forward_and_collectives_sit_between_gradients_and_the_optimizer() {
         let forward = forward();
-        let step = training_step(
-            &forward,
-            &StepOptions {
-                buckets: Some((16, 800)),
-                backward_factor: 2.0,
-            },
-        )
-        .unwrap();
+        let step = training_step(&forward, &StepOptions { buckets: Some((16, 800)), backward_factor: 2.0 }).unwrap();
         let g = &step.graph;
         // Forward 6, loss, 5 backward nodes (the input copy has none), 2 buckets, an update each.
         assert_eq!(g.len(), 6 + 1 + 5 + 2 + 2);
-        assert_eq!(
-            step.parameters.iter().map(|p| p.bytes).collect::<Vec<_>>(),
-            vec![400, 400, 800, 8]
-        );
+        assert_eq!(step.parameters.iter().map(|p| p.bytes).collect::<Vec<_>>(), vec![400, 400, 800, 8]);
         // Reverse order: w3 (8 < 16 keeps it open), w2 (808: full); w1, w0 (800: full).
         assert_eq!(step.buckets, vec![(vec![2, 3], 808), (vec![0, 1], 800)]);
         let reach = g.reachability();
@@ -428,10 +342,7 @@ mod tests {
         // The first bucket (fc's parameters) needs only fc's backward: it overlaps the rest.
         let first = step.collectives[0];
         assert!(reaches(22, g.id_of(first)));
-        assert!(
-            reach.independent(node(18), first),
-            "bucket 0 runs beside conv0's backward"
-        );
+        assert!(reach.independent(node(18), first), "bucket 0 runs beside conv0's backward");
         for c in &step.collectives {
             assert_eq!(g.node(*c).attrs["stream_class"], json!(COLLECTIVE_CLASS));
         }
@@ -441,25 +352,13 @@ mod tests {
         for (b, &o) in step.optimizers.iter().enumerate() {
             assert_eq!(g.node(o).attrs["bucket"], json!(b));
             assert!(reach.reaches(step.collectives[b], o));
-            assert!(
-                reach.reaches(node(18), o) && reach.reaches(node(22), o),
-                "the backward is over first"
-            );
+            assert!(reach.reaches(node(18), o) && reach.reaches(node(22), o), "the backward is over first");
         }
-        assert!(
-            reach.independent(step.collectives[1], step.optimizers[0]),
-            "bucket 0's update runs beside bucket 1's all-reduce"
-        );
+        assert!(reach.independent(step.collectives[1], step.optimizers[0]), "bucket 0's update runs beside bucket 1's all-reduce");
         for pair in step.collectives.windows(2) {
-            assert!(
-                reach.reaches(pair[0], pair[1]),
-                "buckets are issued in order"
-            );
+            assert!(reach.reaches(pair[0], pair[1]), "buckets are issued in order");
         }
-        assert!(
-            g.node(first).duration_us.is_none(),
-            "the caller prices collectives"
-        );
+        assert!(g.node(first).duration_us.is_none(), "the caller prices collectives");
     }
 
     #[test]
@@ -468,56 +367,30 @@ mod tests {
         assert!(step.collectives.is_empty() && step.buckets.is_empty());
         assert_eq!(step.graph.len(), 6 + 1 + 5 + 1);
         assert_eq!(step.optimizers.len(), 1);
-        assert!(step
-            .graph
-            .reachability()
-            .reaches(step.graph.index_of(18).unwrap(), step.optimizers[0]));
+        assert!(step.graph.reachability().reaches(step.graph.index_of(18).unwrap(), step.optimizers[0]));
 
         let with = |attr: Value| {
             let mut b = TaskGraphBuilder::new();
             let mut node = Node::new(3, "aten::conv2d");
             node.attrs.insert("params".into(), attr);
             b.add_node(node).unwrap();
-            training_step(&b.build().unwrap(), &StepOptions::data_parallel())
-                .unwrap_err()
-                .to_string()
+            training_step(&b.build().unwrap(), &StepOptions::data_parallel()).unwrap_err().to_string()
         };
         assert!(with(json!(5)).contains("node 3: params is 5"));
         assert!(with(json!([{"index": 0}])).contains("node 3: params"));
         let gap = with(json!([param(1, 4)]));
-        assert!(
-            gap.contains("missing parameter 0 (no node reads it)") && !gap.contains("node 0:"),
-            "{gap}"
-        );
+        assert!(gap.contains("missing parameter 0 (no node reads it)") && !gap.contains("node 0:"), "{gap}");
         let mut b = TaskGraphBuilder::new();
         for (id, bytes) in [(1, 4), (2, 8)] {
             let mut node = Node::new(id, "aten::linear");
             node.attrs.insert("params".into(), json!([param(0, bytes)]));
             b.add_node(node).unwrap();
         }
-        let tied = training_step(&b.build().unwrap(), &StepOptions::data_parallel())
-            .unwrap_err()
-            .to_string();
+        let tied = training_step(&b.build().unwrap(), &StepOptions::data_parallel()).unwrap_err().to_string();
         assert!(tied.contains("node 2"), "{tied}");
-        let bad = training_step(
-            &forward(),
-            &StepOptions {
-                buckets: Some((0, 1)),
-                backward_factor: 2.0,
-            },
-        )
-        .unwrap_err()
-        .to_string();
+        let bad = training_step(&forward(), &StepOptions { buckets: Some((0, 1)), backward_factor: 2.0 }).unwrap_err().to_string();
         assert!(bad.contains("at least one byte"), "{bad}");
-        let bad = training_step(
-            &forward(),
-            &StepOptions {
-                buckets: None,
-                backward_factor: f64::NAN,
-            },
-        )
-        .unwrap_err()
-        .to_string();
+        let bad = training_step(&forward(), &StepOptions { buckets: None, backward_factor: f64::NAN }).unwrap_err().to_string();
         assert!(bad.contains("backward_factor"), "{bad}");
     }
 }

@@ -38,10 +38,7 @@ impl FromStr for SyntheticSpec {
     type Err = GraphError;
 
     fn from_str(spec: &str) -> Result<Self> {
-        let invalid = |reason: &str| GraphError::InvalidSpec {
-            spec: spec.to_string(),
-            reason: reason.to_string(),
-        };
+        let invalid = |reason: &str| GraphError::InvalidSpec { spec: spec.to_string(), reason: reason.to_string() };
         let mut parts = spec.split(':');
         let family = parts.next().unwrap_or_default();
         let numbers: Vec<u64> = parts
@@ -65,25 +62,11 @@ impl FromStr for SyntheticSpec {
             return Err(invalid(&format!("too many fields; {EXPECTED}")));
         }
         let parsed = match family {
-            "chain" => SyntheticSpec::Chain {
-                nodes: size(0, None)?,
-            },
-            "fan" => SyntheticSpec::Fan {
-                branches: size(0, None)?,
-                depth: size(1, Some(1))?,
-            },
-            "nasnet" => SyntheticSpec::Nasnet {
-                cells: size(0, None)?,
-                seed,
-            },
-            "layered" => SyntheticSpec::Layered {
-                nodes: size(0, None)?,
-                seed,
-            },
-            "dnn" => SyntheticSpec::Dnn {
-                nodes: size(0, None)?,
-                seed,
-            },
+            "chain" => SyntheticSpec::Chain { nodes: size(0, None)? },
+            "fan" => SyntheticSpec::Fan { branches: size(0, None)?, depth: size(1, Some(1))? },
+            "nasnet" => SyntheticSpec::Nasnet { cells: size(0, None)?, seed },
+            "layered" => SyntheticSpec::Layered { nodes: size(0, None)?, seed },
+            "dnn" => SyntheticSpec::Dnn { nodes: size(0, None)?, seed },
             _ => return Err(invalid(&format!("unknown family `{family}`; {EXPECTED}"))),
         };
         // Refused before anything is allocated: `fan:1000000:1000` would be a billion nodes.
@@ -128,9 +111,7 @@ impl SyntheticSpec {
     /// tasks long).
     pub fn max_nodes(&self) -> u128 {
         match *self {
-            SyntheticSpec::Chain { nodes }
-            | SyntheticSpec::Layered { nodes, .. }
-            | SyntheticSpec::Dnn { nodes, .. } => nodes as u128,
+            SyntheticSpec::Chain { nodes } | SyntheticSpec::Layered { nodes, .. } | SyntheticSpec::Dnn { nodes, .. } => nodes as u128,
             SyntheticSpec::Fan { branches, depth } => branches as u128 * depth as u128 + 2,
             // Per cell: 4 preprocessing tasks, 10 branches of at most 3, 5 adds, a concat; a
             // stem of 2 and a head of 2.
@@ -153,9 +134,7 @@ impl SyntheticSpec {
             SyntheticSpec::Fan { branches, depth } => {
                 let mut g = Generator::new(0);
                 let source = g.task("synthetic::source", &[]);
-                let ends: Vec<u64> = (0..branches)
-                    .map(|_| g.chain("synthetic::branch", depth, &[source]))
-                    .collect();
+                let ends: Vec<u64> = (0..branches).map(|_| g.chain("synthetic::branch", depth, &[source])).collect();
                 g.task("synthetic::sink", &ends);
                 g.finish()
             }
@@ -175,11 +154,7 @@ struct Generator {
 
 impl Generator {
     fn new(seed: u64) -> Self {
-        Generator {
-            builder: TaskGraphBuilder::new(),
-            rng: ChaCha8Rng::seed_from_u64(seed),
-            next_id: 0,
-        }
+        Generator { builder: TaskGraphBuilder::new(), rng: ChaCha8Rng::seed_from_u64(seed), next_id: 0 }
     }
 
     fn count(&self) -> usize {
@@ -190,13 +165,9 @@ impl Generator {
         let id = self.next_id;
         self.next_id += 1;
         let duration = (self.rng.random_range(2.0..30.0f64) * 10.0).round() / 10.0;
-        self.builder
-            .add_node(Node::new(id, op).with_duration(duration))
-            .expect("generated ids are fresh, durations in range and specs within MAX_NODES");
+        self.builder.add_node(Node::new(id, op).with_duration(duration)).expect("generated ids are fresh, durations in range and specs within MAX_NODES");
         for &input in inputs {
-            self.builder
-                .add_edge(input, id)
-                .expect("generated edges join distinct tasks");
+            self.builder.add_edge(input, id).expect("generated edges join distinct tasks");
         }
         id
     }
@@ -221,20 +192,15 @@ fn nasnet_like(cells: usize, seed: u64) -> TaskGraph {
     let stem = g.task("synthetic::stem", &[]);
     let (mut previous_previous, mut previous) = (stem, g.task("synthetic::stem", &[stem]));
     for _ in 0..cells {
-        let mut states = vec![
-            g.chain("synthetic::preprocess", 2, &[previous_previous]),
-            g.chain("synthetic::preprocess", 2, &[previous]),
-        ];
+        let mut states =
+            vec![g.chain("synthetic::preprocess", 2, &[previous_previous]), g.chain("synthetic::preprocess", 2, &[previous])];
         let mut used = vec![false; 7];
         for _ in 0..5 {
             let left = nasnet_branch(&mut g, &states, &mut used);
             let right = nasnet_branch(&mut g, &states, &mut used);
             states.push(g.task("synthetic::add", &[left, right]));
         }
-        let unused: Vec<u64> = (2..states.len())
-            .filter(|&i| !used[i])
-            .map(|i| states[i])
-            .collect();
+        let unused: Vec<u64> = (2..states.len()).filter(|&i| !used[i]).map(|i| states[i]).collect();
         previous_previous = previous;
         previous = g.task("synthetic::concat", &unused);
     }
@@ -287,10 +253,7 @@ fn dnn_like(nodes: usize, seed: u64) -> TaskGraph {
         let inception_size = lengths.iter().sum::<usize>() + 1;
         x = match kind {
             0 if left >= inception_size => {
-                let ends: Vec<u64> = lengths
-                    .iter()
-                    .map(|&l| g.chain("synthetic::branch", l, &[x]))
-                    .collect();
+                let ends: Vec<u64> = lengths.iter().map(|&l| g.chain("synthetic::branch", l, &[x])).collect();
                 g.task("synthetic::concat", &ends)
             }
             1 if left >= 4 => {
@@ -309,13 +272,7 @@ mod tests {
 
     #[test]
     fn sizes_are_exact_where_promised() {
-        for (spec, nodes) in [
-            ("chain:7", 7),
-            ("fan:5:3", 17),
-            ("layered:500:3", 500),
-            ("dnn:1000", 1000),
-            ("dnn:1", 1),
-        ] {
+        for (spec, nodes) in [("chain:7", 7), ("fan:5:3", 17), ("layered:500:3", 500), ("dnn:1000", 1000), ("dnn:1", 1)] {
             let graph = spec.parse::<SyntheticSpec>().unwrap().generate();
             assert_eq!(graph.len(), nodes, "{spec}");
         }
@@ -323,54 +280,24 @@ mod tests {
 
     #[test]
     fn generation_is_deterministic_and_seeded() {
-        let a = "layered:300:1"
-            .parse::<SyntheticSpec>()
-            .unwrap()
-            .generate()
-            .to_json_string();
-        let b = "layered:300:1"
-            .parse::<SyntheticSpec>()
-            .unwrap()
-            .generate()
-            .to_json_string();
-        let c = "layered:300:2"
-            .parse::<SyntheticSpec>()
-            .unwrap()
-            .generate()
-            .to_json_string();
+        let a = "layered:300:1".parse::<SyntheticSpec>().unwrap().generate().to_json_string();
+        let b = "layered:300:1".parse::<SyntheticSpec>().unwrap().generate().to_json_string();
+        let c = "layered:300:2".parse::<SyntheticSpec>().unwrap().generate().to_json_string();
         assert_eq!(a, b);
         assert_ne!(a, c);
     }
 
     #[test]
     fn bad_specs_are_rejected_with_the_expected_forms() {
-        for spec in [
-            "",
-            "tree:5",
-            "chain",
-            "chain:0",
-            "chain:x",
-            "chain:3:4",
-            "fan:2:3:4",
-            "dnn:-1",
-        ] {
+        for spec in ["", "tree:5", "chain", "chain:0", "chain:x", "chain:3:4", "fan:2:3:4", "dnn:-1"] {
             let error = spec.parse::<SyntheticSpec>().unwrap_err().to_string();
-            assert!(
-                error.contains("expected") || error.contains("too large"),
-                "{spec}: {error}"
-            );
+            assert!(error.contains("expected") || error.contains("too large"), "{spec}: {error}");
         }
     }
 
     #[test]
     fn display_round_trips() {
-        for spec in [
-            "chain:3",
-            "fan:4:2",
-            "nasnet:2:0",
-            "layered:10:5",
-            "dnn:20:1",
-        ] {
+        for spec in ["chain:3", "fan:4:2", "nasnet:2:0", "layered:10:5", "dnn:20:1"] {
             assert_eq!(spec.parse::<SyntheticSpec>().unwrap().to_string(), spec);
         }
     }

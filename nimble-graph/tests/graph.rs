@@ -33,10 +33,7 @@ fn json_round_trips_through_text_and_file() {
     let graph = SyntheticSpec::Nasnet { cells: 2, seed: 4 }.generate();
     let again = parse(&graph.to_json_string()).unwrap();
     assert_eq!(again.nodes(), graph.nodes());
-    assert_eq!(
-        again.edges().collect::<Vec<_>>(),
-        graph.edges().collect::<Vec<_>>()
-    );
+    assert_eq!(again.edges().collect::<Vec<_>>(), graph.edges().collect::<Vec<_>>());
 
     let directory = std::env::temp_dir().join(format!("nimble-graph-test-{}", std::process::id()));
     std::fs::create_dir_all(&directory).unwrap();
@@ -52,40 +49,22 @@ fn json_round_trips_through_text_and_file() {
 #[test]
 fn rejects_bad_graphs_with_messages_naming_the_problem() {
     let cases = [
-        (
-            r#"{"nodes":[{"id":1,"op":"a"},{"id":1,"op":"b"}]}"#,
-            "duplicate node id 1",
-        ),
-        (
-            r#"{"nodes":[{"id":1,"op":"a"}],"edges":[[1,9]]}"#,
-            "unknown node id 9",
-        ),
-        (
-            r#"{"nodes":[{"id":1,"op":"a"}],"edges":[[1,1]]}"#,
-            "self-edge on node 1",
-        ),
+        (r#"{"nodes":[{"id":1,"op":"a"},{"id":1,"op":"b"}]}"#, "duplicate node id 1"),
+        (r#"{"nodes":[{"id":1,"op":"a"}],"edges":[[1,9]]}"#, "unknown node id 9"),
+        (r#"{"nodes":[{"id":1,"op":"a"}],"edges":[[1,1]]}"#, "self-edge on node 1"),
         (
             r#"{"nodes":[{"id":1,"op":"a"},{"id":2,"op":"b"},{"id":3,"op":"c"}],"edges":[[1,2],[2,3],[3,2]]}"#,
             "cycle in task graph through node",
         ),
-        (
-            "{\"nodes\":[\n  {\"id\":1,\"op\":\"a\"},\n  {\"id\":2 \"op\":\"b\"}]}",
-            "line 3, column",
-        ),
-        (
-            r#"{"nodes":[{"id":-1,"op":"a"}]}"#,
-            "invalid value: integer `-1`",
-        ),
+        ("{\"nodes\":[\n  {\"id\":1,\"op\":\"a\"},\n  {\"id\":2 \"op\":\"b\"}]}", "line 3, column"),
+        (r#"{"nodes":[{"id":-1,"op":"a"}]}"#, "invalid value: integer `-1`"),
         (r#"{"nodes":[{"id":1}]}"#, "missing field `op`"),
         (r#"{"edges":[]}"#, "missing field `nodes`"),
         (r#"{"nodes":[{"id":1,"op":"a"}],"edges":[[1]]}"#, "line 1"),
     ];
     for (text, expected) in cases {
         let message = parse(text).unwrap_err().to_string();
-        assert!(
-            message.contains(expected),
-            "for {text}: got `{message}`, expected `{expected}`"
-        );
+        assert!(message.contains(expected), "for {text}: got `{message}`, expected `{expected}`");
     }
 }
 
@@ -96,16 +75,11 @@ fn cycle_error_lists_a_real_cycle() {
             "edges":[[0,1],[1,2],[2,3],[3,1]]}"#,
     )
     .unwrap_err();
-    let GraphError::Cycle { cycle, .. } = error else {
-        panic!("expected a cycle error, got {error}")
-    };
+    let GraphError::Cycle { cycle, .. } = error else { panic!("expected a cycle error, got {error}") };
     assert_eq!(cycle.first(), cycle.last());
     let edges = [(0, 1), (1, 2), (2, 3), (3, 1)];
     for pair in cycle.windows(2) {
-        assert!(
-            edges.contains(&(pair[0], pair[1])),
-            "{cycle:?} is not a cycle"
-        );
+        assert!(edges.contains(&(pair[0], pair[1])), "{cycle:?} is not a cycle");
     }
 }
 
@@ -114,10 +88,7 @@ fn duplicate_edges_merge_and_builder_reports_duplicate_nodes() {
     let mut builder = TaskGraphBuilder::new();
     builder.add_node(Node::new(0, "a")).unwrap();
     builder.add_node(Node::new(1, "b")).unwrap();
-    assert!(matches!(
-        builder.add_node(Node::new(1, "c")),
-        Err(GraphError::DuplicateId { id: 1 })
-    ));
+    assert!(matches!(builder.add_node(Node::new(1, "c")), Err(GraphError::DuplicateId { id: 1 })));
     builder.add_edge(0, 1).unwrap();
     builder.add_edge(0, 1).unwrap();
     assert_eq!(builder.build().unwrap().edge_count(), 1);
@@ -134,10 +105,7 @@ fn analyses_of_a_diamond_with_a_shortcut() {
     .unwrap();
     let reach = graph.reachability();
     assert!(reach.reaches(0, 3) && !reach.reaches(3, 0) && reach.independent(1, 2));
-    assert_eq!(
-        graph.transitive_reduction(&reach).to_lists(),
-        vec![vec![1, 2], vec![3], vec![3], vec![]]
-    );
+    assert_eq!(graph.transitive_reduction(&reach).to_lists(), vec![vec![1, 2], vec![3], vec![3], vec![]]);
     assert_eq!(graph.width(&reach), 2);
     let path = graph.critical_path();
     assert_eq!(path.nodes, vec![0, 1, 3]);
@@ -155,11 +123,7 @@ fn widths_of_synthetic_families() {
 #[test]
 fn dot_colors_streams_and_marks_syncs() {
     let graph = parse(r#"{"nodes":[{"id":0,"op":"a\"q"},{"id":1,"op":"b"},{"id":2,"op":"c"}],"edges":[[0,1],[0,2]]}"#).unwrap();
-    let dot = graph.to_dot(DotOptions {
-        stream_of: Some(&[0, 0, 1]),
-        sync_edges: &[(0, 2)],
-        title: Some("plan"),
-    });
+    let dot = graph.to_dot(DotOptions { stream_of: Some(&[0, 0, 1]), sync_edges: &[(0, 2)], title: Some("plan") });
     assert!(dot.starts_with("digraph"));
     assert!(dot.contains(r#"a\"q"#), "quotes are escaped");
     assert!(dot.contains("n0 -> n2 [color=red"));
@@ -171,16 +135,12 @@ fn dot_colors_streams_and_marks_syncs() {
 fn random_dag() -> impl Strategy<Value = (usize, Vec<(usize, usize)>)> {
     (1usize..40).prop_flat_map(|n| {
         let pairs = proptest::collection::vec((0..n, 0..n), 0..n * 3);
-        (
-            Just(n),
-            pairs.prop_map(|pairs| {
-                let mut edges: Vec<(usize, usize)> =
-                    pairs.into_iter().filter(|(a, b)| a < b).collect();
-                edges.sort_unstable();
-                edges.dedup();
-                edges
-            }),
-        )
+        (Just(n), pairs.prop_map(|pairs| {
+            let mut edges: Vec<(usize, usize)> = pairs.into_iter().filter(|(a, b)| a < b).collect();
+            edges.sort_unstable();
+            edges.dedup();
+            edges
+        }))
     })
 }
 
@@ -188,14 +148,10 @@ fn build(n: usize, edges: &[(usize, usize)]) -> TaskGraph {
     let mut builder = TaskGraphBuilder::new();
     // Ids in reverse so that ids and indices differ.
     for i in 0..n {
-        builder
-            .add_node(Node::new((n - i) as u64 * 10, format!("op{i}")))
-            .unwrap();
+        builder.add_node(Node::new((n - i) as u64 * 10, format!("op{i}"))).unwrap();
     }
     for &(a, b) in edges {
-        builder
-            .add_edge((n - a) as u64 * 10, (n - b) as u64 * 10)
-            .unwrap();
+        builder.add_edge((n - a) as u64 * 10, (n - b) as u64 * 10).unwrap();
     }
     builder.build().unwrap()
 }
@@ -264,10 +220,7 @@ fn random_relation() -> impl Strategy<Value = (usize, Vec<Vec<bool>>, Vec<bool>)
     (1usize..40, 1usize..150, 0.02f64..0.9).prop_flat_map(|(left, right, density)| {
         (
             Just(right),
-            proptest::collection::vec(
-                proptest::collection::vec(proptest::bool::weighted(density), right),
-                left,
-            ),
+            proptest::collection::vec(proptest::collection::vec(proptest::bool::weighted(density), right), left),
             proptest::collection::vec(proptest::bool::weighted(0.7), right),
         )
     })

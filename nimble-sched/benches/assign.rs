@@ -18,9 +18,7 @@ fn assign(c: &mut Criterion) {
         let graph = SyntheticSpec::Dnn { nodes, seed: 0 }.generate();
         for name in ["nimble", "single"] {
             let assigner = algorithms::by_name(name).expect("registered");
-            group.bench_with_input(BenchmarkId::new(name, nodes), &graph, |b, graph| {
-                b.iter(|| assigner.assign(&Analysis::new(graph)))
-            });
+            group.bench_with_input(BenchmarkId::new(name, nodes), &graph, |b, graph| b.iter(|| assigner.assign(&Analysis::new(graph))));
         }
     }
     group.finish();
@@ -29,15 +27,10 @@ fn assign(c: &mut Criterion) {
     group.sample_size(20);
     let nimble = algorithms::by_name("nimble").expect("registered");
     for spec in FAMILIES {
-        let graph = spec
-            .parse::<SyntheticSpec>()
-            .expect("a valid spec")
-            .generate();
-        group.bench_with_input(
-            BenchmarkId::new("nimble", format!("{spec} ({} nodes)", graph.len())),
-            &graph,
-            |b, graph| b.iter(|| nimble.assign(&Analysis::new(graph))),
-        );
+        let graph = spec.parse::<SyntheticSpec>().expect("a valid spec").generate();
+        group.bench_with_input(BenchmarkId::new("nimble", format!("{spec} ({} nodes)", graph.len())), &graph, |b, graph| {
+            b.iter(|| nimble.assign(&Analysis::new(graph)))
+        });
     }
     group.finish();
 }

@@ -14,35 +14,18 @@ fn check(c: &mut Criterion) {
     let mut group = c.benchmark_group("verify");
     group.sample_size(10);
     let nimble = algorithms::by_name("nimble").expect("registered");
-    for spec in [
-        "fan:99998:1",
-        "dnn:10000",
-        "layered:10000",
-        "nasnet:334",
-        "fan:100:100",
-    ] {
-        let graph = spec
-            .parse::<SyntheticSpec>()
-            .expect("a valid spec")
-            .generate();
+    for spec in ["fan:99998:1", "dnn:10000", "layered:10000", "nasnet:334", "fan:100:100"] {
+        let graph = spec.parse::<SyntheticSpec>().expect("a valid spec").generate();
         let analysis = Analysis::new(&graph);
         let plan = nimble.assign(&analysis);
-        group.bench_with_input(
-            BenchmarkId::new(
-                "nimble",
-                format!("{spec} ({} nodes, {} syncs)", graph.len(), plan.syncs.len()),
-            ),
-            &plan,
-            |b, plan| b.iter(|| assert!(verify(&analysis, plan).is_valid())),
-        );
+        group.bench_with_input(BenchmarkId::new("nimble", format!("{spec} ({} nodes, {} syncs)", graph.len(), plan.syncs.len())), &plan, |b, plan| {
+            b.iter(|| assert!(verify(&analysis, plan).is_valid()))
+        });
     }
     group.finish();
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     if let Some(peak) = status.lines().find(|l| l.starts_with("VmHWM")) {
-        println!(
-            "peak resident memory of the bench process: {}",
-            peak.trim_start_matches("VmHWM:").trim()
-        );
+        println!("peak resident memory of the bench process: {}", peak.trim_start_matches("VmHWM:").trim());
     }
 }
 

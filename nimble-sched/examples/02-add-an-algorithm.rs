@@ -9,9 +9,7 @@
 
 use nimble_graph::SyntheticSpec;
 use nimble_sched::algorithms;
-use nimble_sched::{
-    simulate, verified, Analysis, LaunchMode, SimulatorConfig, StreamAssigner, StreamPlan,
-};
+use nimble_sched::{simulate, verified, Analysis, LaunchMode, SimulatorConfig, StreamAssigner, StreamPlan};
 
 /// Follow the producer: a task continues the stream of its first predecessor unless a sibling
 /// already continued it.
@@ -46,29 +44,12 @@ impl StreamAssigner for FollowProducer {
 
 fn main() -> Result<(), nimble_sched::SchedError> {
     for spec in ["nasnet:6", "dnn:2000", "fan:16:4"] {
-        let graph = spec
-            .parse::<SyntheticSpec>()
-            .expect("a valid spec")
-            .generate();
+        let graph = spec.parse::<SyntheticSpec>().expect("a valid spec").generate();
         let analysis = Analysis::new(&graph);
-        for plan in [
-            FollowProducer.assign(&analysis),
-            algorithms::by_name("nimble")?.assign(&analysis),
-        ] {
+        for plan in [FollowProducer.assign(&analysis), algorithms::by_name("nimble")?.assign(&analysis)] {
             let report = verified(&analysis, &plan)?;
-            let us = simulate(
-                &graph,
-                &plan,
-                &SimulatorConfig::for_graph(LaunchMode::Graph, &graph),
-            )
-            .makespan_us;
-            println!(
-                "{spec:<10} {:<16} {:>4} streams {:>5} syncs  max-concurrency {:<5}  {us:>9.1} µs",
-                plan.algorithm,
-                plan.streams,
-                plan.syncs.len(),
-                report.max_logical_concurrency
-            );
+            let us = simulate(&graph, &plan, &SimulatorConfig::for_graph(LaunchMode::Graph, &graph)).makespan_us;
+            println!("{spec:<10} {:<16} {:>4} streams {:>5} syncs  max-concurrency {:<5}  {us:>9.1} µs", plan.algorithm, plan.streams, plan.syncs.len(), report.max_logical_concurrency);
         }
     }
     Ok(())

@@ -21,13 +21,7 @@ impl<'g> Analysis<'g> {
         let (reachability, meg_successors) = graph.reachability_and_reduction();
         let meg_predecessors = meg_successors.reversed(graph.len());
         let stream_classes = stream_classes(graph);
-        Analysis {
-            graph,
-            reachability,
-            meg_successors,
-            meg_predecessors,
-            stream_classes,
-        }
+        Analysis { graph, reachability, meg_successors, meg_predecessors, stream_classes }
     }
 
     /// The graph analysed.
@@ -79,9 +73,7 @@ fn stream_classes(graph: &TaskGraph) -> Option<Vec<u32>> {
             let name = match node.attrs.get("stream_class") {
                 Some(value) => {
                     any = true;
-                    value
-                        .as_str()
-                        .map_or_else(|| value.to_string(), str::to_string)
+                    value.as_str().map_or_else(|| value.to_string(), str::to_string)
                 }
                 None => String::new(),
             };

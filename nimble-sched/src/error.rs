@@ -11,27 +11,16 @@ pub enum SchedError {
 
     /// The algorithm's argument (after the colon) is missing or malformed.
     #[error("invalid argument `{argument}` for algorithm `{algorithm}`: expected {expected}")]
-    InvalidArgument {
-        algorithm: String,
-        argument: String,
-        expected: String,
-    },
+    InvalidArgument { algorithm: String, argument: String, expected: String },
 
     /// An algorithm's plan leaves a dependency unenforced or is malformed (a bug in the
     /// algorithm); the first violation found.
     #[error("algorithm {algorithm} produced an invalid plan: {violation}")]
-    InvalidPlan {
-        algorithm: String,
-        violation: String,
-    },
+    InvalidPlan { algorithm: String, violation: String },
 
     /// A simulator parameter outside its range.
     #[error("simulator parameter `{parameter}` is {value}: expected {expected}")]
-    InvalidSimulatorParameter {
-        parameter: String,
-        value: String,
-        expected: String,
-    },
+    InvalidSimulatorParameter { parameter: String, value: String, expected: String },
 }
 
 /// The result type of `nimble-sched`.

@@ -16,10 +16,7 @@ pub(crate) struct HappensBefore {
 
 impl HappensBefore {
     pub(crate) fn new(nodes: usize, streams: usize) -> Self {
-        HappensBefore {
-            before: BitMatrix::new(nodes, nodes),
-            last_on_stream: vec![None; streams],
-        }
+        HappensBefore { before: BitMatrix::new(nodes, nodes), last_on_stream: vec![None; streams] }
     }
 
     /// Starts node `v` on `stream`: it inherits what happens before its stream predecessor.

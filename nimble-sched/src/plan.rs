@@ -75,24 +75,12 @@ impl StreamPlan {
         }
         if !covers || graph.edges().any(|(u, v)| position[u] > position[v]) {
             let streams = stream_of.iter().max().map_or(0, |s| s + 1);
-            return StreamPlan {
-                algorithm: algorithm.into(),
-                streams,
-                stream_of: stream_of.to_vec(),
-                order,
-                syncs: Vec::new(),
-            };
+            return StreamPlan { algorithm: algorithm.into(), streams, stream_of: stream_of.to_vec(), order, syncs: Vec::new() };
         }
         let (streams, stream_of) = renumber_by_first_use(stream_of, &order);
 
         let syncs = plan_syncs(analysis, &stream_of, streams, &order, &position, true);
-        StreamPlan {
-            algorithm: algorithm.into(),
-            streams,
-            stream_of,
-            order,
-            syncs,
-        }
+        StreamPlan { algorithm: algorithm.into(), streams, stream_of, order, syncs }
     }
 
     /// The plan as JSON, with nodes named by their user ids: `algorithm`, `streams`, `syncs`,
@@ -100,9 +88,8 @@ impl StreamPlan {
     pub fn to_json(&self, analysis: &Analysis<'_>) -> Value {
         let graph = analysis.graph();
         let id = |v: usize| graph.id_of(v);
-        let stream_of: serde_json::Map<String, Value> = (0..graph.len())
-            .map(|v| (id(v).to_string(), json!(self.stream_of[v])))
-            .collect();
+        let stream_of: serde_json::Map<String, Value> =
+            (0..graph.len()).map(|v| (id(v).to_string(), json!(self.stream_of[v]))).collect();
         json!({
             "algorithm": self.algorithm,
             "streams": self.streams,
@@ -136,17 +123,8 @@ fn plan_syncs(
     may_shortcut: bool,
 ) -> Vec<(usize, usize)> {
     let n = order.len();
-    let mut happens_before = (!may_shortcut
-        || !streams_follow_reachability(analysis, stream_of, streams, order))
-    .then(|| {
-        let cross_stream = (0..n)
-            .map(|v| {
-                analysis.meg_predecessors()[v]
-                    .iter()
-                    .filter(|&&u| stream_of[u] != stream_of[v])
-                    .count()
-            })
-            .sum();
+    let mut happens_before = (!may_shortcut || !streams_follow_reachability(analysis, stream_of, streams, order)).then(|| {
+        let cross_stream = (0..n).map(|v| analysis.meg_predecessors()[v].iter().filter(|&&u| stream_of[u] != stream_of[v]).count()).sum();
         Frontier::new(n, streams, cross_stream)
     });
     let mut syncs = Vec::new();
@@ -179,12 +157,7 @@ fn plan_syncs(
 
 /// Whether each node reaches the next one issued on its stream: then stream order adds no
 /// dependency the graph lacks.
-fn streams_follow_reachability(
-    analysis: &Analysis<'_>,
-    stream_of: &[usize],
-    streams: usize,
-    order: &[usize],
-) -> bool {
+fn streams_follow_reachability(analysis: &Analysis<'_>, stream_of: &[usize], streams: usize, order: &[usize]) -> bool {
     let reach = analysis.reachability();
     let mut last = vec![usize::MAX; streams];
     order.iter().all(|&v| {
@@ -229,41 +202,18 @@ mod tests {
     #[test]
     fn shortcut_syncs_are_the_tracked_ones() {
         let mut shortcuts = 0;
-        for spec in [
-            "dnn:600:3",
-            "layered:600:5",
-            "nasnet:20",
-            "fan:12:9",
-            "chain:50",
-        ] {
-            let graph = spec
-                .parse::<SyntheticSpec>()
-                .expect("a valid spec")
-                .generate();
+        for spec in ["dnn:600:3", "layered:600:5", "nasnet:20", "fan:12:9", "chain:50"] {
+            let graph = spec.parse::<SyntheticSpec>().expect("a valid spec").generate();
             let analysis = Analysis::new(&graph);
             for info in algorithms::ALGORITHMS {
-                let plan = algorithms::by_name(info.name)
-                    .expect("registered")
-                    .assign(&analysis);
+                let plan = algorithms::by_name(info.name).expect("registered").assign(&analysis);
                 let mut position = vec![0; graph.len()];
                 for (p, &v) in plan.order.iter().enumerate() {
                     position[v] = p;
                 }
-                let tracked = plan_syncs(
-                    &analysis,
-                    &plan.stream_of,
-                    plan.streams,
-                    &plan.order,
-                    &position,
-                    false,
-                );
+                let tracked = plan_syncs(&analysis, &plan.stream_of, plan.streams, &plan.order, &position, false);
                 assert_eq!(plan.syncs, tracked, "{spec} with {}", info.name);
-                shortcuts += usize::from(streams_follow_reachability(
-                    &analysis,
-                    &plan.stream_of,
-                    plan.streams,
-                    &plan.order,
-                ));
+                shortcuts += usize::from(streams_follow_reachability(&analysis, &plan.stream_of, plan.streams, &plan.order));
             }
         }
         assert!(shortcuts >= 6, "the shortcut was taken {shortcuts} times");

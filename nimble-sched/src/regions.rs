@@ -71,10 +71,7 @@ impl RegionPlan {
             let region = match open[stream] {
                 Some(region) if !waits[v] => region,
                 _ => {
-                    regions.push(Region {
-                        stream,
-                        nodes: Vec::new(),
-                    });
+                    regions.push(Region { stream, nodes: Vec::new() });
                     regions.len() - 1
                 }
             };
@@ -87,18 +84,8 @@ impl RegionPlan {
             .map(|(u, v)| (region_of[u], region_of[v]))
             .filter(|(a, b)| a != b)
             .collect();
-        let syncs: BTreeSet<(usize, usize)> = plan
-            .syncs
-            .iter()
-            .map(|&(u, v)| (region_of[u], region_of[v]))
-            .collect();
-        RegionPlan {
-            streams: plan.streams,
-            regions,
-            region_of,
-            edges: edges.into_iter().collect(),
-            syncs: syncs.into_iter().collect(),
-        }
+        let syncs: BTreeSet<(usize, usize)> = plan.syncs.iter().map(|&(u, v)| (region_of[u], region_of[v])).collect();
+        RegionPlan { streams: plan.streams, regions, region_of, edges: edges.into_iter().collect(), syncs: syncs.into_iter().collect() }
     }
 
     /// The regions as JSON, tasks named by their ids: `streams`, `regions` (`[{"stream", "nodes"}]`
@@ -130,11 +117,7 @@ impl RegionPlan {
             waits[v] = true;
         }
         if self.region_of.len() != graph.len() {
-            return Some(format!(
-                "region_of has {} entries for {} tasks",
-                self.region_of.len(),
-                graph.len()
-            ));
+            return Some(format!("region_of has {} entries for {} tasks", self.region_of.len(), graph.len()));
         }
         let mut last: Vec<Option<usize>> = vec![None; plan.streams];
         for (index, region) in self.regions.iter().enumerate() {
@@ -147,22 +130,13 @@ impl RegionPlan {
                     return Some(format!("task {} is in region {index} on stream {} but mapped to region {}, stream {}", graph.id_of(v), region.stream, self.region_of[v], plan.stream_of[v]));
                 }
                 if (waits[v] && k != 0) || (records[v] && v != end) {
-                    return Some(format!(
-                        "task {} synchronizes inside region {index}",
-                        graph.id_of(v)
-                    ));
+                    return Some(format!("task {} synchronizes inside region {index}", graph.id_of(v)));
                 }
             }
             if let Some(previous) = last[region.stream] {
-                let previous_end = *self.regions[previous]
-                    .nodes
-                    .last()
-                    .expect("checked not empty");
+                let previous_end = *self.regions[previous].nodes.last().expect("checked not empty");
                 if !records[previous_end] && !waits[first] {
-                    return Some(format!(
-                        "regions {previous} and {index} of stream {} are not split by a sync",
-                        region.stream
-                    ));
+                    return Some(format!("regions {previous} and {index} of stream {} are not split by a sync", region.stream));
                 }
             }
             last[region.stream] = Some(index);
@@ -171,25 +145,13 @@ impl RegionPlan {
             return Some(format!("task {} is in {} regions", graph.id_of(v), seen[v]));
         }
         let out_of_order = |&(a, b): &(usize, usize)| a >= b || b >= self.regions.len();
-        if let Some((a, b)) = self
-            .edges
-            .iter()
-            .chain(&self.syncs)
-            .copied()
-            .find(|e| out_of_order(e))
-        {
-            return Some(format!(
-                "region dependency {a} -> {b} is not in issue order"
-            ));
+        if let Some((a, b)) = self.edges.iter().chain(&self.syncs).copied().find(|e| out_of_order(e)) {
+            return Some(format!("region dependency {a} -> {b} is not in issue order"));
         }
         for (u, v) in graph.edges() {
             let (a, b) = (self.region_of[u], self.region_of[v]);
             if a != b && self.edges.binary_search(&(a, b)).is_err() {
-                return Some(format!(
-                    "edge {} -> {} crosses regions {a} -> {b}, which edges lacks",
-                    graph.id_of(u),
-                    graph.id_of(v)
-                ));
+                return Some(format!("edge {} -> {} crosses regions {a} -> {b}, which edges lacks", graph.id_of(u), graph.id_of(v)));
             }
         }
         None
@@ -205,42 +167,21 @@ mod tests {
     /// The properties an executor relies on, for every algorithm on every synthetic family.
     #[test]
     fn regions_partition_the_plan_and_keep_its_order() {
-        for spec in [
-            "dnn:300:3",
-            "layered:300:5",
-            "nasnet:6",
-            "fan:12:4",
-            "chain:20",
-        ] {
-            let graph = spec
-                .parse::<SyntheticSpec>()
-                .expect("a valid spec")
-                .generate();
+        for spec in ["dnn:300:3", "layered:300:5", "nasnet:6", "fan:12:4", "chain:20"] {
+            let graph = spec.parse::<SyntheticSpec>().expect("a valid spec").generate();
             let analysis = Analysis::new(&graph);
             for info in algorithms::ALGORITHMS {
-                let plan = algorithms::by_name(info.name)
-                    .expect("registered")
-                    .assign(&analysis);
+                let plan = algorithms::by_name(info.name).expect("registered").assign(&analysis);
                 let regions = RegionPlan::from_plan(&graph, &plan);
-                assert_eq!(
-                    regions.violation(&graph, &plan),
-                    None,
-                    "{spec} with {}",
-                    info.name
-                );
+                assert_eq!(regions.violation(&graph, &plan), None, "{spec} with {}", info.name);
             }
         }
     }
 
     /// A synthetic graph, `algorithm`'s plan for it, and the plan's regions.
     fn planned(spec: &str, algorithm: &str) -> (TaskGraph, StreamPlan, RegionPlan) {
-        let graph = spec
-            .parse::<SyntheticSpec>()
-            .expect("a valid spec")
-            .generate();
-        let plan = algorithms::by_name(algorithm)
-            .expect("registered")
-            .assign(&Analysis::new(&graph));
+        let graph = spec.parse::<SyntheticSpec>().expect("a valid spec").generate();
+        let plan = algorithms::by_name(algorithm).expect("registered").assign(&Analysis::new(&graph));
         let regions = RegionPlan::from_plan(&graph, &plan);
         (graph, plan, regions)
     }
@@ -289,24 +230,14 @@ mod tests {
         let first = synced_inside.regions.remove(0);
         synced_inside.regions[0].nodes.splice(0..0, first.nodes);
         renumber(&mut synced_inside);
-        let message = synced_inside
-            .violation(&graph, &plan)
-            .expect("a sync inside a region");
+        let message = synced_inside.violation(&graph, &plan).expect("a sync inside a region");
         assert!(message.contains("synchronizes inside"), "{message}");
 
         let mut split = good;
         let tail = split.regions[1].nodes.pop().expect("two tasks");
-        split.regions.insert(
-            2,
-            Region {
-                stream: split.regions[1].stream,
-                nodes: vec![tail],
-            },
-        );
+        split.regions.insert(2, Region { stream: split.regions[1].stream, nodes: vec![tail] });
         renumber(&mut split);
-        let message = split
-            .violation(&graph, &plan)
-            .expect("a region split without a sync");
+        let message = split.violation(&graph, &plan).expect("a region split without a sync");
         assert!(message.contains("not split"), "{message}");
     }
 }

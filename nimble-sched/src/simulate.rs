@@ -131,22 +131,13 @@ impl SimulatorConfig {
     /// other point of a grid did better on both the zoo and the coverage set
     /// (`paper-figs/results/kernel-timed-calibration-grid-894d118.txt`).
     pub fn kernel_timed() -> Self {
-        SimulatorConfig {
-            graph_dependency_latency_us: 0.4,
-            graph_sync_latency_us: Some(0.8),
-            min_sm_share: 0.35,
-            ..Self::graph()
-        }
+        SimulatorConfig { graph_dependency_latency_us: 0.4, graph_sync_latency_us: Some(0.8), min_sm_share: 0.35, ..Self::graph() }
     }
 
     /// The defaults for `mode` on `graph`: [`SimulatorConfig::kernel_timed`] in graph mode for
     /// a kernel-timed graph (every node has a `kernels` attribute), else [`for_mode`](Self::for_mode).
     pub fn for_graph(mode: LaunchMode, graph: &TaskGraph) -> Self {
-        let kernel_timed = !graph.is_empty()
-            && graph
-                .nodes()
-                .iter()
-                .all(|n| n.attrs.contains_key("kernels"));
+        let kernel_timed = !graph.is_empty() && graph.nodes().iter().all(|n| n.attrs.contains_key("kernels"));
         match mode {
             LaunchMode::Graph if kernel_timed => Self::kernel_timed(),
             _ => Self::for_mode(mode),
@@ -155,10 +146,7 @@ impl SimulatorConfig {
 
     /// The same defaults with eager launch.
     pub fn eager() -> Self {
-        SimulatorConfig {
-            mode: LaunchMode::Eager,
-            ..Self::graph()
-        }
+        SimulatorConfig { mode: LaunchMode::Eager, ..Self::graph() }
     }
 
     /// The defaults for `mode`.
@@ -192,64 +180,30 @@ impl SimulatorConfig {
         let microseconds = [
             ("eager_launch_us", self.eager_launch_us),
             ("eager_event_us", self.eager_event_us),
-            (
-                "eager_dependency_latency_us",
-                self.eager_dependency_latency_us,
-            ),
+            ("eager_dependency_latency_us", self.eager_dependency_latency_us),
             ("eager_sync_latency_us", self.eager_sync_latency_us),
             ("graph_launch_us", self.graph_launch_us),
             ("graph_branch_us", self.graph_branch_us),
-            (
-                "graph_dependency_latency_us",
-                self.graph_dependency_latency_us,
-            ),
-            (
-                "graph_sync_latency_us",
-                self.graph_sync_latency_us.unwrap_or(0.0),
-            ),
+            ("graph_dependency_latency_us", self.graph_dependency_latency_us),
+            ("graph_sync_latency_us", self.graph_sync_latency_us.unwrap_or(0.0)),
             ("dispatch_us", self.dispatch_us),
         ];
-        let bad = |parameter: &str, value: String, expected: &str| {
-            SchedError::InvalidSimulatorParameter {
-                parameter: parameter.to_string(),
-                value,
-                expected: expected.to_string(),
-            }
-        };
+        let bad = |parameter: &str, value: String, expected: &str| SchedError::InvalidSimulatorParameter { parameter: parameter.to_string(), value, expected: expected.to_string() };
         for (name, value) in microseconds {
             if !(0.0..=MAX_LATENCY_US).contains(&value) {
-                return Err(bad(
-                    name,
-                    nimble_graph::compact(value),
-                    "a number of µs in [0, 1e6]",
-                ));
+                return Err(bad(name, nimble_graph::compact(value), "a number of µs in [0, 1e6]"));
             }
         }
         if !(0.0..=nimble_graph::MAX_DURATION_US).contains(&self.default_duration_us) {
-            return Err(bad(
-                "default_duration_us",
-                nimble_graph::compact(self.default_duration_us),
-                "a number of µs in [0, 1e9]",
-            ));
+            return Err(bad("default_duration_us", nimble_graph::compact(self.default_duration_us), "a number of µs in [0, 1e9]"));
         }
-        for (name, value) in [
-            ("default_sm_share", self.default_sm_share),
-            ("min_sm_share", self.min_sm_share),
-        ] {
+        for (name, value) in [("default_sm_share", self.default_sm_share), ("min_sm_share", self.min_sm_share)] {
             if !(0.0..=1.0).contains(&value) {
-                return Err(bad(
-                    name,
-                    nimble_graph::compact(value),
-                    "a share of the GPU in [0, 1]",
-                ));
+                return Err(bad(name, nimble_graph::compact(value), "a share of the GPU in [0, 1]"));
             }
         }
         if !(1..=MAX_CONCURRENT_KERNELS).contains(&self.max_concurrent_kernels) {
-            return Err(bad(
-                "max_concurrent_kernels",
-                self.max_concurrent_kernels.to_string(),
-                "a count in [1, 1000000]",
-            ));
+            return Err(bad("max_concurrent_kernels", self.max_concurrent_kernels.to_string(), "a count in [1, 1000000]"));
         }
         Ok(())
     }
@@ -295,9 +249,7 @@ impl PartialOrd for Timed {
 }
 impl Ord for Timed {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.time
-            .total_cmp(&other.time)
-            .then(self.tie.cmp(&other.tie))
+        self.time.total_cmp(&other.time).then(self.tie.cmp(&other.tie))
     }
 }
 
@@ -360,16 +312,8 @@ pub fn simulate(graph: &TaskGraph, plan: &StreamPlan, config: &SimulatorConfig) 
         }
     };
     let (stream_latency, sync_latency) = match config.mode {
-        LaunchMode::Eager => (
-            config.eager_dependency_latency_us,
-            config.eager_sync_latency_us,
-        ),
-        LaunchMode::Graph => (
-            config.graph_dependency_latency_us,
-            config
-                .graph_sync_latency_us
-                .unwrap_or(config.graph_dependency_latency_us),
-        ),
+        LaunchMode::Eager => (config.eager_dependency_latency_us, config.eager_sync_latency_us),
+        LaunchMode::Graph => (config.graph_dependency_latency_us, config.graph_sync_latency_us.unwrap_or(config.graph_dependency_latency_us)),
     };
 
     // (dependent, latency) per node: the stream predecessor comes first in `waits_for`.
@@ -378,40 +322,18 @@ pub fn simulate(graph: &TaskGraph, plan: &StreamPlan, config: &SimulatorConfig) 
     for (v, sources) in waits_for.iter().enumerate() {
         for (i, &u) in sources.iter().enumerate() {
             let same_stream = i == 0 && plan.stream_of[u] == plan.stream_of[v];
-            dependents[u].push((
-                v,
-                if same_stream {
-                    stream_latency
-                } else {
-                    sync_latency
-                },
-            ));
+            dependents[u].push((v, if same_stream { stream_latency } else { sync_latency }));
         }
     }
-    let duration = |v: usize| {
-        graph
-            .node(v)
-            .duration_us
-            .unwrap_or(config.default_duration_us)
-            .max(0.0)
-    };
+    let duration = |v: usize| graph.node(v).duration_us.unwrap_or(config.default_duration_us).max(0.0);
     let share = |v: usize| {
         let attribute = graph.node(v).attrs.get("sm_share").and_then(Value::as_f64);
-        attribute
-            .unwrap_or(config.default_sm_share)
-            .clamp(0.0, 1.0)
-            .max(config.min_sm_share)
+        attribute.unwrap_or(config.default_sm_share).clamp(0.0, 1.0).max(config.min_sm_share)
     };
 
     let mut ready: BinaryHeap<Reverse<Timed>> = (0..n)
         .filter(|&v| remaining[v] == 0)
-        .map(|v| {
-            Reverse(Timed {
-                time: available[v],
-                tie: position[v],
-                node: v,
-            })
-        })
+        .map(|v| Reverse(Timed { time: available[v], tie: position[v], node: v }))
         .collect();
     // Running kernels share the GPU: each progresses at 1 / max(1, the running shares' sum), so
     // every one advances along one virtual clock and finishes when it has run its duration on
@@ -423,23 +345,11 @@ pub fn simulate(graph: &TaskGraph, plan: &StreamPlan, config: &SimulatorConfig) 
     let mut dispatcher_free = 0.0f64;
     // Time of the last finish processed: a node held back for capacity starts no earlier.
     let mut clock = 0.0f64;
-    let mut spans = vec![
-        Span {
-            node: 0,
-            stream: 0,
-            start_us: 0.0,
-            end_us: 0.0
-        };
-        n
-    ];
+    let mut spans = vec![Span { node: 0, stream: 0, start_us: 0.0, end_us: 0.0 }; n];
 
     loop {
-        let next_start = ready
-            .peek()
-            .map(|Reverse(t)| t.time.max(dispatcher_free).max(clock));
-        let next_end = running
-            .peek()
-            .map(|Reverse(t)| virtual_at + (t.time - virtual_now).max(0.0) / rate(running_share));
+        let next_start = ready.peek().map(|Reverse(t)| t.time.max(dispatcher_free).max(clock));
+        let next_end = running.peek().map(|Reverse(t)| virtual_at + (t.time - virtual_now).max(0.0) / rate(running_share));
         let blocked = running.len() >= config.max_concurrent_kernels.max(1);
         let finish_first = match (next_start, next_end) {
             (None, None) => break,
@@ -451,22 +361,14 @@ pub fn simulate(graph: &TaskGraph, plan: &StreamPlan, config: &SimulatorConfig) 
             let Reverse(done) = running.pop().expect("a running kernel exists");
             let end = next_end.expect("a running kernel exists");
             (virtual_now, virtual_at) = (done.time.max(virtual_now), end);
-            running_share = if running.is_empty() {
-                0.0
-            } else {
-                running_share - share(done.node)
-            };
+            running_share = if running.is_empty() { 0.0 } else { running_share - share(done.node) };
             clock = end;
             spans[done.node].end_us = end;
             for &(w, latency) in &dependents[done.node] {
                 available[w] = available[w].max(end + latency);
                 remaining[w] -= 1;
                 if remaining[w] == 0 {
-                    ready.push(Reverse(Timed {
-                        time: available[w],
-                        tie: position[w],
-                        node: w,
-                    }));
+                    ready.push(Reverse(Timed { time: available[w], tie: position[w], node: w }));
                 }
             }
             continue;
@@ -477,28 +379,12 @@ pub fn simulate(graph: &TaskGraph, plan: &StreamPlan, config: &SimulatorConfig) 
         virtual_at = start;
         dispatcher_free = start + config.dispatch_us;
         running_share += share(next.node);
-        spans[next.node] = Span {
-            node: next.node,
-            stream: plan.stream_of[next.node],
-            start_us: start,
-            end_us: start,
-        };
-        running.push(Reverse(Timed {
-            time: virtual_now + duration(next.node),
-            tie: position[next.node],
-            node: next.node,
-        }));
+        spans[next.node] = Span { node: next.node, stream: plan.stream_of[next.node], start_us: start, end_us: start };
+        running.push(Reverse(Timed { time: virtual_now + duration(next.node), tie: position[next.node], node: next.node }));
     }
 
     let makespan_us = spans.iter().map(|s| s.end_us).fold(host_end_us, f64::max);
-    Simulation {
-        mode: config.mode,
-        makespan_us,
-        host_end_us,
-        busy_us: busy_time(&spans),
-        spans,
-        host_launches,
-    }
+    Simulation { mode: config.mode, makespan_us, host_end_us, busy_us: busy_time(&spans), spans, host_launches }
 }
 
 /// Length of the union of the spans' intervals.

@@ -23,9 +23,7 @@ struct Merge {
 
 impl Merge {
     fn new() -> Self {
-        Merge {
-            best: HashMap::new(),
-        }
+        Merge { best: HashMap::new() }
     }
 
     fn add(&mut self, who: usize, clock: &Clock) {
@@ -71,15 +69,7 @@ impl SparseClocks {
     /// `records[u]`: whether some node waits on `u`'s event (its clock is kept).
     pub(crate) fn new(streams: usize, records: Vec<bool>) -> Self {
         let nodes = records.len();
-        SparseClocks {
-            stream_of: vec![0; nodes],
-            index: vec![0; nodes],
-            issued: vec![0; streams],
-            current: vec![Clock::new(); streams],
-            snapshots: HashMap::new(),
-            records,
-            issued_node: vec![false; nodes],
-        }
+        SparseClocks { stream_of: vec![0; nodes], index: vec![0; nodes], issued: vec![0; streams], current: vec![Clock::new(); streams], snapshots: HashMap::new(), records, issued_node: vec![false; nodes] }
     }
 
     /// Issues `v` on `stream` after waiting on the events of `sources` (issued earlier), and
@@ -127,8 +117,6 @@ impl SparseClocks {
         if su == sv {
             return self.index[u] < self.index[v];
         }
-        self.current[sv as usize]
-            .get(&su)
-            .is_some_and(|&count| count > self.index[u])
+        self.current[sv as usize].get(&su).is_some_and(|&count| count > self.index[u])
     }
 }

@@ -69,10 +69,7 @@ impl StreamClocks {
             self.version_of[v] = version;
             self.owner[sv] = Some(v);
         }
-        let (target, source) = (
-            self.version_of[v] as usize * self.streams,
-            self.version_of[u] as usize * self.streams,
-        );
+        let (target, source) = (self.version_of[v] as usize * self.streams, self.version_of[u] as usize * self.streams);
         for t in 0..self.streams {
             let known = self.counts[source + t];
             if known > self.counts[target + t] {
@@ -153,11 +150,7 @@ mod tests {
                     }
                 }
                 for u in 0..v {
-                    assert_eq!(
-                        clocks.ordered(u, v),
-                        rows.ordered(u, v),
-                        "node {u} before {v}"
-                    );
+                    assert_eq!(clocks.ordered(u, v), rows.ordered(u, v), "node {u} before {v}");
                 }
             }
         }

@@ -29,24 +29,11 @@ impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Violation::Malformed(why) => write!(f, "malformed plan: {why}"),
-            Violation::StreamOutOfRange { node, stream } => write!(
-                f,
-                "node {node} is on stream {stream}, beyond the plan's stream count"
-            ),
-            Violation::OrderNotTopological { from, to } => {
-                write!(f, "issue order puts node {to} before its dependency {from}")
-            }
-            Violation::SyncOutOfRange { from, to } => {
-                write!(f, "sync ({from}, {to}) names a node outside the graph")
-            }
-            Violation::SyncBeforeRecord { from, to } => write!(
-                f,
-                "sync ({from}, {to}) waits on an event recorded later in issue order"
-            ),
-            Violation::UnenforcedDependency { from, to } => write!(
-                f,
-                "dependency {from} -> {to} is not enforced by stream order or syncs"
-            ),
+            Violation::StreamOutOfRange { node, stream } => write!(f, "node {node} is on stream {stream}, beyond the plan's stream count"),
+            Violation::OrderNotTopological { from, to } => write!(f, "issue order puts node {to} before its dependency {from}"),
+            Violation::SyncOutOfRange { from, to } => write!(f, "sync ({from}, {to}) names a node outside the graph"),
+            Violation::SyncBeforeRecord { from, to } => write!(f, "sync ({from}, {to}) waits on an event recorded later in issue order"),
+            Violation::UnenforcedDependency { from, to } => write!(f, "dependency {from} -> {to} is not enforced by stream order or syncs"),
         }
     }
 }
@@ -86,10 +73,7 @@ impl Verification {
 pub fn verified(analysis: &Analysis<'_>, plan: &StreamPlan) -> Result<Verification> {
     let report = verify(analysis, plan);
     match report.violations.first() {
-        Some(violation) => Err(SchedError::InvalidPlan {
-            algorithm: plan.algorithm.clone(),
-            violation: violation.to_string(),
-        }),
+        Some(violation) => Err(SchedError::InvalidPlan { algorithm: plan.algorithm.clone(), violation: violation.to_string() }),
         None => Ok(report),
     }
 }
@@ -121,9 +105,7 @@ pub fn verify(analysis: &Analysis<'_>, plan: &StreamPlan) -> Verification {
     }
     for (node, &stream) in plan.stream_of.iter().enumerate() {
         if stream >= plan.streams {
-            report
-                .violations
-                .push(Violation::StreamOutOfRange { node, stream });
+            report.violations.push(Violation::StreamOutOfRange { node, stream });
         }
     }
     if !report.violations.is_empty() {
@@ -135,9 +117,7 @@ pub fn verify(analysis: &Analysis<'_>, plan: &StreamPlan) -> Verification {
     }
     for (u, v) in graph.edges() {
         if position[u] > position[v] {
-            report
-                .violations
-                .push(Violation::OrderNotTopological { from: u, to: v });
+            report.violations.push(Violation::OrderNotTopological { from: u, to: v });
         }
     }
 
@@ -145,13 +125,9 @@ pub fn verify(analysis: &Analysis<'_>, plan: &StreamPlan) -> Verification {
     let mut waits: Vec<Vec<usize>> = vec![Vec::new(); n];
     for &(u, v) in &plan.syncs {
         if u >= n || v >= n {
-            report
-                .violations
-                .push(Violation::SyncOutOfRange { from: u, to: v });
+            report.violations.push(Violation::SyncOutOfRange { from: u, to: v });
         } else if position[u] >= position[v] {
-            report
-                .violations
-                .push(Violation::SyncBeforeRecord { from: u, to: v });
+            report.violations.push(Violation::SyncBeforeRecord { from: u, to: v });
         } else {
             waits[v].push(u);
         }
@@ -168,19 +144,14 @@ pub fn verify(analysis: &Analysis<'_>, plan: &StreamPlan) -> Verification {
     let mut clocks = SparseClocks::new(plan.streams, records);
     for &v in &plan.order {
         let sources = &waits[v];
-        for (&u, redundant) in sources
-            .iter()
-            .zip(clocks.issue(v, plan.stream_of[v], sources))
-        {
+        for (&u, redundant) in sources.iter().zip(clocks.issue(v, plan.stream_of[v], sources)) {
             if redundant {
                 report.redundant_syncs.push((u, v));
             }
         }
         for &u in graph.predecessors(v) {
             if !clocks.before_latest(u, v) {
-                report
-                    .violations
-                    .push(Violation::UnenforcedDependency { from: u, to: v });
+                report.violations.push(Violation::UnenforcedDependency { from: u, to: v });
             }
         }
     }
@@ -197,23 +168,15 @@ pub fn verify(analysis: &Analysis<'_>, plan: &StreamPlan) -> Verification {
 
 fn shape_problem(n: usize, plan: &StreamPlan) -> Option<String> {
     if plan.stream_of.len() != n {
-        return Some(format!(
-            "stream_of has {} entries for {n} nodes",
-            plan.stream_of.len()
-        ));
+        return Some(format!("stream_of has {} entries for {n} nodes", plan.stream_of.len()));
     }
     if plan.order.len() != n {
-        return Some(format!(
-            "order has {} entries for {n} nodes",
-            plan.order.len()
-        ));
+        return Some(format!("order has {} entries for {n} nodes", plan.order.len()));
     }
     let mut seen = vec![false; n];
     for &v in &plan.order {
         if v >= n || std::mem::replace(&mut seen[v], true) {
-            return Some(format!(
-                "order is not a permutation of the nodes (node {v})"
-            ));
+            return Some(format!("order is not a permutation of the nodes (node {v})"));
         }
     }
     None

@@ -10,16 +10,7 @@ use proptest::prelude::*;
 
 /// Every registered algorithm, with an argument where it takes one.
 fn all_algorithms() -> Vec<String> {
-    ALGORITHMS
-        .iter()
-        .map(|a| {
-            if a.usage.contains(':') {
-                format!("{}:3", a.name)
-            } else {
-                a.name.to_string()
-            }
-        })
-        .collect()
+    ALGORITHMS.iter().map(|a| if a.usage.contains(':') { format!("{}:3", a.name) } else { a.name.to_string() }).collect()
 }
 
 /// A graph of `n` tasks with `edges` between labels `a < b`, its nodes added in a scrambled
@@ -27,15 +18,9 @@ fn all_algorithms() -> Vec<String> {
 /// so that index order is not a topological order and algorithms cannot lean on it.
 fn build(n: usize, edges: &[(usize, usize)]) -> TaskGraph {
     let mut builder = TaskGraphBuilder::new();
-    let scrambled: Vec<usize> = if n % 37 != 0 {
-        (0..n).map(|i| (i * 37) % n).collect()
-    } else {
-        (0..n).rev().collect()
-    };
+    let scrambled: Vec<usize> = if n % 37 != 0 { (0..n).map(|i| (i * 37) % n).collect() } else { (0..n).rev().collect() };
     for i in scrambled {
-        builder
-            .add_node(Node::new(i as u64, "op").with_duration(1.0 + (i % 7) as f64))
-            .unwrap();
+        builder.add_node(Node::new(i as u64, "op").with_duration(1.0 + (i % 7) as f64)).unwrap();
     }
     for &(a, b) in edges {
         builder.add_edge(a as u64, b as u64).unwrap();
@@ -46,10 +31,7 @@ fn build(n: usize, edges: &[(usize, usize)]) -> TaskGraph {
 fn random_dag() -> impl Strategy<Value = (usize, Vec<(usize, usize)>)> {
     (1usize..60).prop_flat_map(|n| {
         let pairs = proptest::collection::vec((0..n, 0..n), 0..n * 3);
-        (
-            Just(n),
-            pairs.prop_map(|p| p.into_iter().filter(|(a, b)| a < b).collect()),
-        )
+        (Just(n), pairs.prop_map(|p| p.into_iter().filter(|(a, b)| a < b).collect()))
     })
 }
 
@@ -108,11 +90,7 @@ proptest! {
 
 #[test]
 fn fan_gets_one_stream_per_branch_and_minimal_syncs() {
-    let graph = SyntheticSpec::Fan {
-        branches: 4,
-        depth: 3,
-    }
-    .generate();
+    let graph = SyntheticSpec::Fan { branches: 4, depth: 3 }.generate();
     let analysis = Analysis::new(&graph);
     let plan = algorithms::by_name("nimble").unwrap().assign(&analysis);
     assert_eq!(plan.streams, 4);
@@ -127,28 +105,11 @@ fn fan_gets_one_stream_per_branch_and_minimal_syncs() {
 fn merge_step_cuts_streams_without_losing_concurrency() {
     // Two diamonds in sequence: 0 -> {1,2} -> 3 -> {4,5} -> 6. Matching gives 3 chains, e.g.
     // 0-1-3-4-6, 2, 5; chain "2" reaches "5", so the merge leaves 2 streams (the width).
-    let graph = build(
-        7,
-        &[
-            (0, 1),
-            (0, 2),
-            (1, 3),
-            (2, 3),
-            (3, 4),
-            (3, 5),
-            (4, 6),
-            (5, 6),
-        ],
-    );
+    let graph = build(7, &[(0, 1), (0, 2), (1, 3), (2, 3), (3, 4), (3, 5), (4, 6), (5, 6)]);
     let analysis = Analysis::new(&graph);
-    let chains = algorithms::by_name("nimble-chains")
-        .unwrap()
-        .assign(&analysis);
+    let chains = algorithms::by_name("nimble-chains").unwrap().assign(&analysis);
     let merged = algorithms::by_name("nimble").unwrap().assign(&analysis);
-    assert_eq!(
-        (chains.streams, merged.streams, analysis.width()),
-        (3, 2, 2)
-    );
+    assert_eq!((chains.streams, merged.streams, analysis.width()), (3, 2, 2));
     assert!(verify(&analysis, &merged).max_logical_concurrency);
 }
 
@@ -157,94 +118,49 @@ fn transitive_parents_get_no_syncs() {
     // A chain 0 -> 1 -> 2 -> 5, and nodes 3 and 4 that each read 0, 1 and 2. Only one of
     // {3, 4, 5} can follow 2 on its stream; each of the others has three cross-stream parents
     // but needs one wait (on 2), which implies 0 and 1. The reference code waited on all three.
-    let graph = build(
-        6,
-        &[
-            (0, 1),
-            (1, 2),
-            (2, 5),
-            (0, 3),
-            (1, 3),
-            (2, 3),
-            (0, 4),
-            (1, 4),
-            (2, 4),
-        ],
-    );
+    let graph = build(6, &[(0, 1), (1, 2), (2, 5), (0, 3), (1, 3), (2, 3), (0, 4), (1, 4), (2, 4)]);
     let analysis = Analysis::new(&graph);
     let plan = algorithms::by_name("nimble").unwrap().assign(&analysis);
     let report = verify(&analysis, &plan);
     assert!(report.is_valid() && report.redundant_syncs.is_empty());
-    let cross_stream_parents = graph
-        .edges()
-        .filter(|&(u, v)| plan.stream_of[u] != plan.stream_of[v])
-        .count();
+    let cross_stream_parents = graph.edges().filter(|&(u, v)| plan.stream_of[u] != plan.stream_of[v]).count();
     assert_eq!(plan.syncs.len(), 2);
-    assert!(
-        cross_stream_parents >= 4,
-        "{cross_stream_parents} cross-stream parent edges"
-    );
+    assert!(cross_stream_parents >= 4, "{cross_stream_parents} cross-stream parent edges");
     assert!(plan.syncs.iter().all(|&(u, _)| u == 2));
 }
 
 #[test]
 fn checker_catches_broken_plans() {
-    let graph = SyntheticSpec::Fan {
-        branches: 3,
-        depth: 2,
-    }
-    .generate();
+    let graph = SyntheticSpec::Fan { branches: 3, depth: 2 }.generate();
     let analysis = Analysis::new(&graph);
     let good = algorithms::by_name("nimble").unwrap().assign(&analysis);
     assert!(verify(&analysis, &good).is_valid());
 
     let mut missing = good.clone();
     missing.syncs.pop();
-    assert!(verify(&analysis, &missing)
-        .violations
-        .iter()
-        .any(|v| matches!(v, Violation::UnenforcedDependency { .. })));
+    assert!(verify(&analysis, &missing).violations.iter().any(|v| matches!(v, Violation::UnenforcedDependency { .. })));
     // As an error, naming the algorithm and the first violation; a valid plan passes.
     let message = verified(&analysis, &missing).unwrap_err().to_string();
-    assert!(
-        message.starts_with("algorithm nimble produced an invalid plan: ")
-            && message.contains(&verify(&analysis, &missing).violations[0].to_string()),
-        "{message}"
-    );
+    assert!(message.starts_with("algorithm nimble produced an invalid plan: ") && message.contains(&verify(&analysis, &missing).violations[0].to_string()), "{message}");
     assert!(verified(&analysis, &good).is_ok());
 
     let mut backwards = good.clone();
     let (u, v) = backwards.syncs[0];
     backwards.syncs[0] = (v, u);
     let violations = verify(&analysis, &backwards).violations;
-    assert!(
-        violations.contains(&Violation::SyncBeforeRecord { from: v, to: u }),
-        "{violations:?}"
-    );
+    assert!(violations.contains(&Violation::SyncBeforeRecord { from: v, to: u }), "{violations:?}");
 
     let mut reordered = good.clone();
     reordered.order.reverse();
-    assert!(verify(&analysis, &reordered)
-        .violations
-        .iter()
-        .any(|v| matches!(v, Violation::OrderNotTopological { .. })));
+    assert!(verify(&analysis, &reordered).violations.iter().any(|v| matches!(v, Violation::OrderNotTopological { .. })));
 
     let mut short = good.clone();
     short.stream_of.pop();
-    assert!(matches!(
-        verify(&analysis, &short).violations[0],
-        Violation::Malformed(_)
-    ));
+    assert!(matches!(verify(&analysis, &short).violations[0], Violation::Malformed(_)));
 
     let mut out_of_range = good.clone();
     out_of_range.stream_of[0] = 99;
-    assert_eq!(
-        verify(&analysis, &out_of_range).violations,
-        vec![Violation::StreamOutOfRange {
-            node: 0,
-            stream: 99
-        }]
-    );
+    assert_eq!(verify(&analysis, &out_of_range).violations, vec![Violation::StreamOutOfRange { node: 0, stream: 99 }]);
 
     let mut redundant = good.clone();
     let sink = graph.len() - 1;
@@ -252,39 +168,20 @@ fn checker_catches_broken_plans() {
     redundant.syncs.push(source_stream_sync);
     let report = verify(&analysis, &redundant);
     assert!(report.is_valid());
-    assert!(
-        report.redundant_syncs.contains(&source_stream_sync),
-        "{:?}",
-        report.redundant_syncs
-    );
+    assert!(report.redundant_syncs.contains(&source_stream_sync), "{:?}", report.redundant_syncs);
 }
 
 #[test]
 fn registry_errors_name_the_problem() {
     let unknown = algorithms::by_name("nimbel").err().unwrap();
     assert!(matches!(unknown, SchedError::UnknownAlgorithm { .. }));
-    assert!(unknown
-        .to_string()
-        .contains("nimble, nimble-chains, single, round-robin:K"));
+    assert!(unknown.to_string().contains("nimble, nimble-chains, single, round-robin:K"));
     for bad in ["round-robin:0", "round-robin:x", "nimble:2", "single:"] {
-        assert!(
-            matches!(
-                algorithms::by_name(bad).err().unwrap(),
-                SchedError::InvalidArgument { .. }
-            ),
-            "{bad}"
-        );
+        assert!(matches!(algorithms::by_name(bad).err().unwrap(), SchedError::InvalidArgument { .. }), "{bad}");
     }
-    assert_eq!(
-        algorithms::by_name("round-robin").unwrap().name(),
-        "round-robin:4"
-    );
+    assert_eq!(algorithms::by_name("round-robin").unwrap().name(), "round-robin:4");
     for info in ALGORITHMS {
-        let name = if info.usage.contains(':') {
-            format!("{}:2", info.name)
-        } else {
-            info.name.to_string()
-        };
+        let name = if info.usage.contains(':') { format!("{}:2", info.name) } else { info.name.to_string() };
         assert_eq!(algorithms::by_name(&name).unwrap().name(), name);
     }
 }
@@ -319,12 +216,7 @@ fn a_broken_assigner_is_an_error_naming_it() {
     use nimble_sched::StreamAssigner;
     impl StreamAssigner for Broken {
         fn name(&self) -> String {
-            if self.labels_short {
-                "short-labels"
-            } else {
-                "reversed-order"
-            }
-            .to_string()
+            if self.labels_short { "short-labels" } else { "reversed-order" }.to_string()
         }
         fn assign(&self, analysis: &Analysis<'_>) -> StreamPlan {
             let n = analysis.graph().len();
@@ -337,22 +229,12 @@ fn a_broken_assigner_is_an_error_naming_it() {
             }
         }
     }
-    let graph = SyntheticSpec::Fan {
-        branches: 3,
-        depth: 2,
-    }
-    .generate();
+    let graph = SyntheticSpec::Fan { branches: 3, depth: 2 }.generate();
     let analysis = Analysis::new(&graph);
-    for (labels_short, expected) in [
-        (true, "stream_of has 7 entries for 8 nodes"),
-        (false, "issue order puts node"),
-    ] {
+    for (labels_short, expected) in [(true, "stream_of has 7 entries for 8 nodes"), (false, "issue order puts node")] {
         let assigner = Broken { labels_short };
         let error = verified(&analysis, &assigner.assign(&analysis)).unwrap_err();
         let message = error.to_string();
-        assert!(
-            message.contains(&assigner.name()) && message.contains(expected),
-            "{message}"
-        );
+        assert!(message.contains(&assigner.name()) && message.contains(expected), "{message}");
     }
 }

@@ -27,31 +27,12 @@ fn digest(plan: &StreamPlan) -> u64 {
 }
 
 const GRAPHS: &[&str] = &[
-    "chain:50",
-    "fan:7:3",
-    "fan:100:100",
-    "nasnet:3",
-    "nasnet:20:5",
-    "nasnet:334",
-    "layered:300",
-    "layered:2000:7",
-    "layered:10000",
-    "dnn:500",
-    "dnn:3000:11",
-    "dnn:10000",
-    "rev:nasnet:20:5",
-    "rev:layered:2000:7",
-    "rev:dnn:3000:11",
+    "chain:50", "fan:7:3", "fan:100:100", "nasnet:3", "nasnet:20:5", "nasnet:334", "layered:300", "layered:2000:7", "layered:10000",
+    "dnn:500", "dnn:3000:11", "dnn:10000",
+    "rev:nasnet:20:5", "rev:layered:2000:7", "rev:dnn:3000:11",
 ];
 
-const ALGORITHMS: &[&str] = &[
-    "nimble",
-    "nimble-chains",
-    "single",
-    "round-robin:3",
-    "level",
-    "greedy",
-];
+const ALGORITHMS: &[&str] = &["nimble", "nimble-chains", "single", "round-robin:3", "level", "greedy"];
 
 /// (graph, algorithm, digest), as the code of commit b9cd7f2 planned them.
 const PINNED: &[(&str, &str, u64)] = &[
@@ -152,19 +133,12 @@ const PINNED: &[(&str, &str, u64)] = &[
 fn graph(spec: &str) -> nimble_graph::TaskGraph {
     match spec.strip_prefix("rev:") {
         Some(inner) => {
-            let graph = inner
-                .parse::<SyntheticSpec>()
-                .expect("valid spec")
-                .generate();
-            let mut json: serde_json::Value =
-                serde_json::from_str(&graph.to_json_string()).expect("json");
+            let graph = inner.parse::<SyntheticSpec>().expect("valid spec").generate();
+            let mut json: serde_json::Value = serde_json::from_str(&graph.to_json_string()).expect("json");
             json["nodes"].as_array_mut().expect("a node list").reverse();
             nimble_graph::TaskGraph::from_json_str(&json.to_string()).expect("the same graph")
         }
-        None => spec
-            .parse::<SyntheticSpec>()
-            .expect("valid spec")
-            .generate(),
+        None => spec.parse::<SyntheticSpec>().expect("valid spec").generate(),
     }
 }
 
@@ -176,26 +150,18 @@ fn every_algorithm_plans_every_family_as_before() {
         let graph = graph(spec);
         let analysis = Analysis::new(&graph);
         for name in ALGORITHMS {
-            let plan = algorithms::by_name(name)
-                .expect("registered")
-                .assign(&analysis);
+            let plan = algorithms::by_name(name).expect("registered").assign(&analysis);
             let got = digest(&plan);
             if print {
                 println!("    (\"{spec}\", \"{name}\", {got:#018x}),");
             }
             match PINNED.iter().find(|(g, a, _)| g == spec && a == name) {
-                Some(&(_, _, want)) if want != got => {
-                    mismatches.push(format!("{spec} {name}: {got:#018x}, pinned {want:#018x}"))
-                }
+                Some(&(_, _, want)) if want != got => mismatches.push(format!("{spec} {name}: {got:#018x}, pinned {want:#018x}")),
                 Some(_) => {}
                 None => mismatches.push(format!("{spec} {name}: not pinned")),
             }
         }
     }
     // Printing the digests (to pin a deliberate change) does not make a mismatch pass.
-    assert!(
-        mismatches.is_empty(),
-        "plans changed:\n{}",
-        mismatches.join("\n")
-    );
+    assert!(mismatches.is_empty(), "plans changed:\n{}", mismatches.join("\n"));
 }

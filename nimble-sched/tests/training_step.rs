@@ -17,10 +17,7 @@ fn forward(spec: SyntheticSpec, every: usize, bytes: usize) -> TaskGraph {
         let mut node: Node = node.clone();
         node.duration_us = Some(5.0 + (v % 4) as f64);
         if v % every == 0 {
-            node.attrs.insert(
-                "params".into(),
-                json!([{"index": next, "bytes": bytes, "dtype": "Float"}]),
-            );
+            node.attrs.insert("params".into(), json!([{"index": next, "bytes": bytes, "dtype": "Float"}]));
             next += 1;
         }
         builder.add_node(node).unwrap();
@@ -32,113 +29,54 @@ fn forward(spec: SyntheticSpec, every: usize, bytes: usize) -> TaskGraph {
 }
 
 fn data_parallel(bucket: usize) -> StepOptions {
-    StepOptions {
-        buckets: Some((bucket, bucket)),
-        backward_factor: 2.0,
-    }
+    StepOptions { buckets: Some((bucket, bucket)), backward_factor: 2.0 }
 }
 
 #[test]
 fn every_algorithm_plans_a_data_parallel_step_and_the_checker_accepts_it() {
-    for spec in [
-        SyntheticSpec::Chain { nodes: 40 },
-        SyntheticSpec::Fan {
-            branches: 4,
-            depth: 6,
-        },
-        "nasnet:3".parse().unwrap(),
-    ] {
+    for spec in [SyntheticSpec::Chain { nodes: 40 }, SyntheticSpec::Fan { branches: 4, depth: 6 }, "nasnet:3".parse().unwrap()] {
         let step = training_step(&forward(spec, 3, 1000), &data_parallel(2500)).unwrap();
-        assert!(
-            step.collectives.len() >= 3,
-            "{spec:?}: {} buckets",
-            step.collectives.len()
-        );
+        assert!(step.collectives.len() >= 3, "{spec:?}: {} buckets", step.collectives.len());
         let analysis = Analysis::new(&step.graph);
         for info in ALGORITHMS {
-            let name = if info.usage.contains(':') {
-                format!("{}:3", info.name)
-            } else {
-                info.name.to_string()
-            };
+            let name = if info.usage.contains(':') { format!("{}:3", info.name) } else { info.name.to_string() };
             let plan = algorithms::by_name(&name).unwrap().assign(&analysis);
             let report = verify(&analysis, &plan);
-            assert!(
-                report.is_valid(),
-                "{spec:?} {name}: {:?}",
-                report.violations
-            );
+            assert!(report.is_valid(), "{spec:?} {name}: {:?}", report.violations);
         }
     }
 }
 
 #[test]
 fn nimble_puts_collectives_on_their_own_stream_where_they_overlap_the_backward() {
-    let step = training_step(
-        &forward(SyntheticSpec::Chain { nodes: 60 }, 2, 1000),
-        &data_parallel(4000),
-    )
-    .unwrap();
-    let graph = step.graph.with_durations(|v, node| {
-        node.duration_us
-            .or(step.collectives.contains(&v).then_some(30.0))
-    });
+    let step = training_step(&forward(SyntheticSpec::Chain { nodes: 60 }, 2, 1000), &data_parallel(4000)).unwrap();
+    let graph = step.graph.with_durations(|v, node| node.duration_us.or(step.collectives.contains(&v).then_some(30.0)));
     let analysis = Analysis::new(&graph);
     let plan = algorithms::by_name("nimble").unwrap().assign(&analysis);
-    let comm_streams: std::collections::BTreeSet<usize> = step
-        .collectives
-        .iter()
-        .map(|&c| plan.stream_of[c])
-        .collect();
-    assert_eq!(
-        comm_streams.len(),
-        1,
-        "one chain of collectives, one stream"
-    );
+    let comm_streams: std::collections::BTreeSet<usize> = step.collectives.iter().map(|&c| plan.stream_of[c]).collect();
+    assert_eq!(comm_streams.len(), 1, "one chain of collectives, one stream");
     let comm = *comm_streams.first().unwrap();
     for v in 0..graph.len() {
         if plan.stream_of[v] == comm {
-            assert_eq!(
-                graph.node(v).attrs.get("stream_class"),
-                Some(&json!(COLLECTIVE_CLASS)),
-                "node {} shares the collectives' stream",
-                graph.node(v).op
-            );
+            assert_eq!(graph.node(v).attrs.get("stream_class"), Some(&json!(COLLECTIVE_CLASS)), "node {} shares the collectives' stream", graph.node(v).op);
         }
     }
     // The first bucket's all-reduce overlaps the backward nodes made after it.
     let run = simulate(&graph, &plan, &SimulatorConfig::graph());
     let first = run.spans[step.collectives[0]];
-    let overlapped = run.spans.iter().any(|s| {
-        graph.node(s.node).attrs.get("phase") == Some(&json!("backward"))
-            && s.start_us < first.end_us
-            && s.end_us > first.start_us
-    });
-    assert!(
-        overlapped,
-        "bucket 0 [{}, {}] overlaps no backward node",
-        first.start_us, first.end_us
-    );
+    let overlapped = run.spans.iter().any(|s| graph.node(s.node).attrs.get("phase") == Some(&json!("backward")) && s.start_us < first.end_us && s.end_us > first.start_us);
+    assert!(overlapped, "bucket 0 [{}, {}] overlaps no backward node", first.start_us, first.end_us);
     // On one stream the same step is longer by the collectives' time.
     let single = algorithms::by_name("single").unwrap().assign(&analysis);
     let serial = simulate(&graph, &single, &SimulatorConfig::graph());
-    assert!(
-        serial.makespan_us > run.makespan_us + 30.0,
-        "{} vs {}",
-        serial.makespan_us,
-        run.makespan_us
-    );
+    assert!(serial.makespan_us > run.makespan_us + 30.0, "{} vs {}", serial.makespan_us, run.makespan_us);
 }
 
 #[test]
 fn graphs_without_stream_classes_get_the_same_plans_as_before() {
     // The class filter only applies when some node has a class; tests/same_plans.rs pins the
     // digests. Here: a class on every node equal to the default changes nothing either.
-    let graph = SyntheticSpec::Fan {
-        branches: 5,
-        depth: 4,
-    }
-    .generate();
+    let graph = SyntheticSpec::Fan { branches: 5, depth: 4 }.generate();
     let mut builder = TaskGraphBuilder::new();
     for node in graph.nodes() {
         let mut node = node.clone();
@@ -152,10 +90,7 @@ fn graphs_without_stream_classes_get_the_same_plans_as_before() {
     let nimble = algorithms::by_name("nimble").unwrap();
     let a = nimble.assign(&Analysis::new(&graph));
     let b = nimble.assign(&Analysis::new(&classed));
-    assert_eq!(
-        (a.streams, &a.stream_of, a.syncs.len()),
-        (b.streams, &b.stream_of, b.syncs.len())
-    );
+    assert_eq!((a.streams, &a.stream_of, a.syncs.len()), (b.streams, &b.stream_of, b.syncs.len()));
 }
 
 proptest! {

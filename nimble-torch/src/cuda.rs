@@ -62,10 +62,6 @@ pub fn cuda_time_each(n: usize, mut body: impl FnMut(usize) -> Result<()>) -> Re
 /// max |output − reference| / max |reference|: how the project compares a prepared model's
 /// output with eager.
 pub fn relative_error(output: &Tensor, reference: &Tensor) -> f64 {
-    let scale = reference
-        .abs()
-        .max()
-        .double_value(&[])
-        .max(f64::MIN_POSITIVE);
+    let scale = reference.abs().max().double_value(&[]).max(f64::MIN_POSITIVE);
     (output - reference).abs().max().double_value(&[]) / scale
 }

@@ -55,22 +55,14 @@ impl NcclId {
     /// An id from [`NcclId::to_hex`]'s text.
     pub fn from_hex(text: &str) -> Result<NcclId> {
         let text = text.trim();
-        let bad = |why: String| {
-            NimbleError::InvalidInput(format!(
-                "NCCL id: {why}; expected the {} hex digits a launcher printed",
-                2 * UNIQUE_ID_BYTES
-            ))
-        };
+        let bad = |why: String| NimbleError::InvalidInput(format!("NCCL id: {why}; expected the {} hex digits a launcher printed", 2 * UNIQUE_ID_BYTES));
         if text.len() != 2 * UNIQUE_ID_BYTES {
             return Err(bad(format!("{} characters", text.len())));
         }
         let mut id = [0u8; UNIQUE_ID_BYTES];
         for (i, byte) in id.iter_mut().enumerate() {
-            let pair = text
-                .get(2 * i..2 * i + 2)
-                .ok_or_else(|| bad("not ASCII".into()))?;
-            *byte = u8::from_str_radix(pair, 16)
-                .map_err(|_| bad(format!("`{pair}` at position {} is not hex", 2 * i)))?;
+            let pair = text.get(2 * i..2 * i + 2).ok_or_else(|| bad("not ASCII".into()))?;
+            *byte = u8::from_str_radix(pair, 16).map_err(|_| bad(format!("`{pair}` at position {} is not hex", 2 * i)))?;
         }
         Ok(NcclId(id))
     }
@@ -98,11 +90,7 @@ pub struct Communicator {
 
 impl std::fmt::Debug for Communicator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "Communicator {{ rank {} of {}, cuda:{} }}",
-            self.rank, self.world, self.device
-        )
+        write!(f, "Communicator {{ rank {} of {}, cuda:{} }}", self.rank, self.world, self.device)
     }
 }
 
@@ -120,12 +108,7 @@ impl Communicator {
         }
         ffi::set_device(device)?;
         let raw = RawComm::new(&id.0, world, rank, device)?;
-        Ok(Communicator {
-            raw,
-            world,
-            rank,
-            device,
-        })
+        Ok(Communicator { raw, world, rank, device })
     }
 
     pub fn world(&self) -> usize {
@@ -170,30 +153,20 @@ impl Communicator {
 
 fn check_rank(world: usize, rank: usize) -> Result<()> {
     if world == 0 {
-        return Err(NimbleError::InvalidInput(
-            "a group of 0 ranks; expected at least one".into(),
-        ));
+        return Err(NimbleError::InvalidInput("a group of 0 ranks; expected at least one".into()));
     }
     if rank >= world {
-        return Err(NimbleError::InvalidInput(format!(
-            "rank {rank} in a group of {world}; expected a rank below {world}"
-        )));
+        return Err(NimbleError::InvalidInput(format!("rank {rank} in a group of {world}; expected a rank below {world}")));
     }
     Ok(())
 }
 
 /// Fails unless every rank's row equals rank 0's, naming the first rank and position that differ.
 pub fn check_agreement(what: &str, rows: &[Vec<i64>]) -> Result<()> {
-    let Some(first) = rows.first() else {
-        return Ok(());
-    };
+    let Some(first) = rows.first() else { return Ok(()) };
     for (rank, row) in rows.iter().enumerate().skip(1) {
         if row.len() != first.len() {
-            return Err(NimbleError::InvalidInput(format!(
-                "the ranks disagree on {what}: rank {rank} has {} entries, rank 0 has {}",
-                row.len(),
-                first.len()
-            )));
+            return Err(NimbleError::InvalidInput(format!("the ranks disagree on {what}: rank {rank} has {} entries, rank 0 has {}", row.len(), first.len())));
         }
         if let Some(i) = (0..row.len()).find(|&i| row[i] != first[i]) {
             return Err(NimbleError::InvalidInput(format!(
@@ -231,13 +204,7 @@ impl std::fmt::Debug for DataParallel {
 impl DataParallel {
     /// Over `comm`, with DDP's buckets: 1 MiB first, then 25 MiB.
     pub fn new(comm: Rc<Communicator>) -> Self {
-        DataParallel {
-            comm,
-            bucket_bytes: DEFAULT_BUCKET_BYTES,
-            first_bucket_bytes: DEFAULT_FIRST_BUCKET_BYTES,
-            high_priority: true,
-            pack_below_bytes: DEFAULT_PACK_BELOW_BYTES,
-        }
+        DataParallel { comm, bucket_bytes: DEFAULT_BUCKET_BYTES, first_bucket_bytes: DEFAULT_FIRST_BUCKET_BYTES, high_priority: true, pack_below_bytes: DEFAULT_PACK_BELOW_BYTES }
     }
 
     /// Sets which gradients are packed into their bucket's flat tensor: those of fewer than
@@ -296,10 +263,7 @@ fn fingerprint(params: &[Tensor], bucket_of: &[Option<usize>]) -> Vec<i64> {
             sizes.push(p.numel() as i64);
         }
     }
-    std::iter::once(n as i64)
-        .chain(rows.into_iter().flatten())
-        .chain(sizes)
-        .collect()
+    std::iter::once(n as i64).chain(rows.into_iter().flatten()).chain(sizes).collect()
 }
 
 /// The gradient all-reduces of a prepared data-parallel step, over the parameters that had a
@@ -316,30 +280,12 @@ pub(crate) struct GradientSync {
 
 impl GradientSync {
     pub(crate) fn new(dp: &DataParallel, params: &[Tensor]) -> Result<GradientSync> {
-        let inputs: Vec<BucketInput> = params
-            .iter()
-            .map(|p| {
-                p.grad()
-                    .defined()
-                    .then(|| (p.numel() * p.kind().elt_size_in_bytes(), p.kind()))
-            })
-            .collect();
+        let inputs: Vec<BucketInput> = params.iter().map(|p| p.grad().defined().then(|| (p.numel() * p.kind().elt_size_in_bytes(), p.kind()))).collect();
         let bucket_of = buckets(&inputs, dp.first_bucket_bytes, dp.bucket_bytes);
         dp.comm.check_same("the gradient buckets (count, then elements, dtype and parameters of each, then each gradient's elements)", &fingerprint(params, &bucket_of))?;
-        let reducer = Reducer::new(
-            &dp.comm.raw,
-            params,
-            &bucket_of,
-            dp.high_priority,
-            dp.pack_below_bytes,
-        )?;
+        let reducer = Reducer::new(&dp.comm.raw, params, &bucket_of, dp.high_priority, dp.pack_below_bytes)?;
         let (members, unbucketed) = bucket_members(&bucket_of);
-        Ok(GradientSync {
-            reducer,
-            _comm: dp.comm.clone(),
-            members,
-            unbucketed,
-        })
+        Ok(GradientSync { reducer, _comm: dp.comm.clone(), members, unbucketed })
     }
 
     pub(crate) fn buckets(&self) -> usize {
@@ -371,10 +317,7 @@ mod tests {
         let id = NcclId(std::array::from_fn(|i| (i * 7) as u8));
         assert_eq!(NcclId::from_hex(&id.to_hex()).unwrap(), id);
         let short = NcclId::from_hex("abc").unwrap_err().to_string();
-        assert!(
-            short.contains("3 characters") && short.contains("256 hex digits"),
-            "{short}"
-        );
+        assert!(short.contains("3 characters") && short.contains("256 hex digits"), "{short}");
         let text = format!("zz{}", &id.to_hex()[2..]);
         let bad = NcclId::from_hex(&text).unwrap_err().to_string();
         assert!(bad.contains("`zz` at position 0 is not hex"), "{bad}");
@@ -385,42 +328,26 @@ mod tests {
     #[test]
     fn disagreeing_ranks_are_named() {
         assert!(check_agreement("x", &[vec![1, 2], vec![1, 2], vec![1, 2]]).is_ok());
-        let e = check_agreement("the buckets", &[vec![1, 2], vec![1, 2], vec![1, 3]])
-            .unwrap_err()
-            .to_string();
+        let e = check_agreement("the buckets", &[vec![1, 2], vec![1, 2], vec![1, 3]]).unwrap_err().to_string();
         assert!(e.contains("entry 1 is 3 on rank 2 and 2 on rank 0"), "{e}");
-        let e = check_agreement("the buckets", &[vec![1, 2], vec![1]])
-            .unwrap_err()
-            .to_string();
+        let e = check_agreement("the buckets", &[vec![1, 2], vec![1]]).unwrap_err().to_string();
         assert!(e.contains("rank 1 has 1 entries, rank 0 has 2"), "{e}");
     }
 
     #[test]
     fn ranks_and_bucket_sizes_out_of_range_are_refused() {
-        assert!(check_rank(2, 2)
-            .unwrap_err()
-            .to_string()
-            .contains("rank 2 in a group of 2"));
-        assert!(check_rank(0, 0)
-            .unwrap_err()
-            .to_string()
-            .contains("0 ranks"));
+        assert!(check_rank(2, 2).unwrap_err().to_string().contains("rank 2 in a group of 2"));
+        assert!(check_rank(0, 0).unwrap_err().to_string().contains("0 ranks"));
         assert!(check_rank(2, 1).is_ok());
     }
 
     #[test]
     fn the_fingerprint_counts_each_bucket() {
-        let params = [
-            Tensor::zeros([3, 2], (Kind::Float, tch::Device::Cpu)),
-            Tensor::zeros([5], (Kind::Float, tch::Device::Cpu)),
-        ];
+        let params = [Tensor::zeros([3, 2], (Kind::Float, tch::Device::Cpu)), Tensor::zeros([5], (Kind::Float, tch::Device::Cpu))];
         let f = fingerprint(&params, &[Some(0), Some(0)]);
         assert_eq!(f, vec![1, 11, Kind::Float as i64, 2, 6, 5]);
         // The same bucket totals from other sizes differ.
-        let other = [
-            Tensor::zeros([4], (Kind::Float, tch::Device::Cpu)),
-            Tensor::zeros([7], (Kind::Float, tch::Device::Cpu)),
-        ];
+        let other = [Tensor::zeros([4], (Kind::Float, tch::Device::Cpu)), Tensor::zeros([7], (Kind::Float, tch::Device::Cpu))];
         assert_ne!(fingerprint(&other, &[Some(0), Some(0)]), f);
         assert_eq!(fingerprint(&params, &[None, None]), vec![0]);
     }

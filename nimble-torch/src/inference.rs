@@ -30,39 +30,21 @@ use crate::trace::record;
 /// Prepares `source` for inference with the layout `options` give (or the rewrites decide).
 /// Returns the prepared model and what the rewrites did (whether the model has 2-D
 /// convolutions, whether channels-last was applied).
-pub(crate) fn prepare(
-    source: &Source,
-    inputs: &[Tensor],
-    options: &PrepareOptions,
-) -> Result<(Prepared, Applied)> {
+pub(crate) fn prepare(source: &Source, inputs: &[Tensor], options: &PrepareOptions) -> Result<(Prepared, Applied)> {
     let frozen_on_host = Cell::new(false);
-    match prepare_frozen(
-        source,
-        inputs,
-        options,
-        options.freeze_on_host,
-        &frozen_on_host,
-    ) {
+    match prepare_frozen(source, inputs, options, options.freeze_on_host, &frozen_on_host) {
         // Frozen on a CPU copy (the shim's freeze.cpp), a constant the GPU would have kept can
         // stay on the CPU, and its copy to the GPU is a host sync: frozen where the model lives,
         // it is refused only if it synchronizes anyway. (A module the size rule left on the GPU
         // would only fail again.)
-        Err(NimbleError::HostSync { .. }) if frozen_on_host.get() => {
-            prepare_frozen(source, inputs, options, false, &frozen_on_host)
-        }
+        Err(NimbleError::HostSync { .. }) if frozen_on_host.get() => prepare_frozen(source, inputs, options, false, &frozen_on_host),
         done => done,
     }
 }
 
 /// `prepare`, the module frozen on a CPU copy when `freeze_on_host` (and the shim judges that
 /// faster); `frozen_on_host` says whether it was, once the rewrites are done.
-fn prepare_frozen(
-    source: &Source,
-    inputs: &[Tensor],
-    options: &PrepareOptions,
-    freeze_on_host: bool,
-    frozen_on_host: &Cell<bool>,
-) -> Result<(Prepared, Applied)> {
+fn prepare_frozen(source: &Source, inputs: &[Tensor], options: &PrepareOptions, freeze_on_host: bool, frozen_on_host: &Cell<bool>) -> Result<(Prepared, Applied)> {
     let started = Instant::now();
     let mut seconds = PrepareSeconds::default();
     let (device, assigner) = check_cuda_prepare(inputs, options)?;
@@ -71,21 +53,11 @@ fn prepare_frozen(
     let step = Instant::now();
     let mut applied = Applied::default();
     let optimized = if options.optimize {
-        let (module, done) = optimized_module(
-            source,
-            &static_inputs,
-            &Rewrites {
-                freeze_on_host,
-                ..options.rewrites()
-            },
-        )?;
+        let (module, done) = optimized_module(source, &static_inputs, &Rewrites { freeze_on_host, ..options.rewrites() })?;
         applied = done;
         frozen_on_host.set(applied.frozen_on_host);
         if applied.channels_last {
-            static_inputs = static_inputs
-                .iter()
-                .map(ffi::channels_last_copy)
-                .collect::<Result<_>>()?;
+            static_inputs = static_inputs.iter().map(ffi::channels_last_copy).collect::<Result<_>>()?;
         }
         Some(module)
     } else {
@@ -118,50 +90,22 @@ fn prepare_frozen(
     seconds.schedule = step.elapsed().as_secs_f64();
 
     let step = Instant::now();
-    let task_graph = time_ops(
-        &trace,
-        &graph,
-        device,
-        options.measure_durations,
-        &runner,
-        &static_inputs,
-        false,
-    )?;
+    let task_graph = time_ops(&trace, &graph, device, options.measure_durations, &runner, &static_inputs, false)?;
     seconds.time_ops = step.elapsed().as_secs_f64();
 
     // Pre-run on the planned streams: per-stream cuBLAS/cuDNN workspaces, nothing new at capture.
     let step = Instant::now();
-    scheduled_run(
-        &schedule,
-        None,
-        0,
-        &runner,
-        &static_inputs,
-        false,
-        "pre-run",
-    )?;
+    scheduled_run(&schedule, None, 0, &runner, &static_inputs, false, "pre-run")?;
     ffi::cuda_synchronize()?;
     seconds.prerun = step.elapsed().as_secs_f64();
 
     let step = Instant::now();
     let cuda_graph = CudaGraph::new()?;
-    let outputs = scheduled_run(
-        &schedule,
-        Some((&cuda_graph, options.capture_mode)),
-        0,
-        &runner,
-        &static_inputs,
-        false,
-        "capture",
-    )?;
+    let outputs = scheduled_run(&schedule, Some((&cuda_graph, options.capture_mode)), 0, &runner, &static_inputs, false, "capture")?;
     if outputs.len() != layout.tensor_count() {
         return Err(NimbleError::OpMismatch {
             pass: "capture",
-            detail: format!(
-                "the forward returned {} tensors, but {} in the warm-up",
-                outputs.len(),
-                layout.tensor_count()
-            ),
+            detail: format!("the forward returned {} tensors, but {} in the warm-up", outputs.len(), layout.tensor_count()),
         });
     }
     cuda_graph.instantiate()?;
@@ -193,10 +137,7 @@ fn prepare_frozen(
         seconds,
     };
     let prepared = Prepared {
-        replay: Replay::Inference {
-            outputs,
-            graph: cuda_graph,
-        },
+        replay: Replay::Inference { outputs, graph: cuda_graph },
         _schedule: schedule,
         inputs: static_inputs,
         layout,

@@ -103,10 +103,7 @@ pub(crate) fn op_kernels(
                 .map(|range| {
                     let range = range.clone().filter(|r| !r.is_empty())?;
                     let ops = &run[range];
-                    let (start, end) = (
-                        ops[0].start_ns,
-                        ops.iter().map(|a| a.end_ns()).max().unwrap_or(0),
-                    );
+                    let (start, end) = (ops[0].start_ns, ops.iter().map(|a| a.end_ns()).max().unwrap_or(0));
                     let from = previous_end;
                     previous_end = previous_end.max(end);
                     Some((end.saturating_sub(start), union_ns(ops, from)))
@@ -126,14 +123,7 @@ pub(crate) fn op_kernels(
                     sm_share: None,
                 };
             };
-            let of = |pick: fn((u64, u64)) -> u64| {
-                median(
-                    times
-                        .iter()
-                        .map(|run| run[op].map_or(0, pick) as f64 / 1e3)
-                        .collect(),
-                )
-            };
+            let of = |pick: fn((u64, u64)) -> u64| median(times.iter().map(|run| run[op].map_or(0, pick) as f64 / 1e3).collect());
             let (mut weighted, mut weight) = (0.0, 0.0);
             for a in &runs[0][range.clone()] {
                 if let Some(launch) = a.launch {
@@ -168,20 +158,14 @@ fn union_ns(activities: &[&Activity], from: u64) -> u64 {
 /// Checks that the capture keeps ops in order: no edge of the captured graph (`edges`, node
 /// pairs) leads from a node of a later op to one of an earlier op (`ranges`: per op, its nodes).
 /// Then, in any replay, op `k`'s nodes all start before op `k + 1`'s first.
-pub(crate) fn ops_in_capture_order(
-    nodes: usize,
-    edges: &[(usize, usize)],
-    ranges: &[Option<Range<usize>>],
-) -> Result<()> {
+pub(crate) fn ops_in_capture_order(nodes: usize, edges: &[(usize, usize)], ranges: &[Option<Range<usize>>]) -> Result<()> {
     let mut op_of = vec![None; nodes];
     for (op, range) in ranges.iter().enumerate() {
         for node in range.clone().into_iter().flatten().filter(|&n| n < nodes) {
             op_of[node] = Some(op);
         }
     }
-    if let Some(&(u, v)) = edges.iter().find(
-        |&&(u, v)| matches!((op_of.get(u), op_of.get(v)), (Some(Some(a)), Some(Some(b))) if a > b),
-    ) {
+    if let Some(&(u, v)) = edges.iter().find(|&&(u, v)| matches!((op_of.get(u), op_of.get(v)), (Some(Some(a)), Some(Some(b))) if a > b)) {
         return Err(NimbleError::Internal(format!(
             "kernel timing: the one-stream capture has an edge from node {u} (op {}) back to node {v} (op {}); expected ops one after another",
             op_of[u].unwrap_or_default(),
@@ -355,23 +339,11 @@ mod tests {
         // Op 0: kernels at [0, 3000) and, forked, [2000, 7000); op 1: [6500, 8000).
         let activities = vec![kernel(0, 3_000, 10), kernel(6_500, 1_500, 10), branch];
         let ops = op_kernels(&activities, 3, 1, &[Some(0..2), Some(2..3)], &SM).unwrap();
-        assert!(
-            (ops[0].span_us - 7.0).abs() < 1e-9 && (ops[0].busy_us - 7.0).abs() < 1e-9,
-            "{:?}",
-            ops[0]
-        );
-        assert!(
-            (ops[1].span_us - 1.5).abs() < 1e-9 && (ops[1].busy_us - 1.0).abs() < 1e-9,
-            "{:?}",
-            ops[1]
-        );
+        assert!((ops[0].span_us - 7.0).abs() < 1e-9 && (ops[0].busy_us - 7.0).abs() < 1e-9, "{:?}", ops[0]);
+        assert!((ops[1].span_us - 1.5).abs() < 1e-9 && (ops[1].busy_us - 1.0).abs() < 1e-9, "{:?}", ops[1]);
         let gap = vec![kernel(0, 1_000, 1), kernel(3_000, 1_000, 1)];
         let ops = op_kernels(&gap, 2, 1, &[Some(0..2)], &SM).unwrap();
-        assert!(
-            (ops[0].span_us - 4.0).abs() < 1e-9 && (ops[0].busy_us - 2.0).abs() < 1e-9,
-            "{:?}",
-            ops[0]
-        );
+        assert!((ops[0].span_us - 4.0).abs() < 1e-9 && (ops[0].busy_us - 2.0).abs() < 1e-9, "{:?}", ops[0]);
     }
 
     /// A chain of ops each of whose first kernel starts inside the previous op's last: the ops'
@@ -379,32 +351,13 @@ mod tests {
     #[test]
     fn early_starts_are_counted_once_so_the_times_add_up_to_the_replay() {
         // Op 0: [0, 1000); op k > 0: [k * 1000 - 300, (k + 1) * 1000); twice.
-        let replay = |t: u64| {
-            (0..4u64)
-                .map(|k| {
-                    kernel(
-                        t + (k * 1_000).saturating_sub(300 * k.min(1)),
-                        if k == 0 { 1_000 } else { 1_300 },
-                        10,
-                    )
-                })
-                .collect::<Vec<_>>()
-        };
+        let replay = |t: u64| (0..4u64).map(|k| kernel(t + (k * 1_000).saturating_sub(300 * k.min(1)), if k == 0 { 1_000 } else { 1_300 }, 10)).collect::<Vec<_>>();
         let activities = [replay(0), replay(50_000)].concat();
         let ranges: Vec<_> = (0..4).map(|k| Some(k..k + 1)).collect();
         let ops = op_kernels(&activities, 4, 2, &ranges, &SM).unwrap();
-        let (times, spans): (f64, f64) = (
-            ops.iter().map(|o| o.busy_us).sum(),
-            ops.iter().map(|o| o.span_us).sum(),
-        );
-        assert!(
-            (times - 4.0).abs() < 1e-9 && (spans - 4.9).abs() < 1e-9,
-            "{ops:?}"
-        );
-        assert!(
-            ops.iter().all(|o| (o.busy_us - 1.0).abs() < 1e-9),
-            "{ops:?}"
-        );
+        let (times, spans): (f64, f64) = (ops.iter().map(|o| o.busy_us).sum(), ops.iter().map(|o| o.span_us).sum());
+        assert!((times - 4.0).abs() < 1e-9 && (spans - 4.9).abs() < 1e-9, "{ops:?}");
+        assert!(ops.iter().all(|o| (o.busy_us - 1.0).abs() < 1e-9), "{ops:?}");
     }
 
     #[test]
@@ -412,12 +365,7 @@ mod tests {
         let ranges = vec![Some(0..3), None, Some(3..4)];
         // Op 0 forks (0 -> 1, 0 -> 2) and joins into op 2's node 3.
         assert!(ops_in_capture_order(4, &[(0, 1), (0, 2), (1, 3), (2, 3)], &ranges).is_ok());
-        let error = ops_in_capture_order(4, &[(0, 1), (3, 2)], &ranges)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            error.contains("from node 3 (op 2) back to node 2 (op 0)"),
-            "{error}"
-        );
+        let error = ops_in_capture_order(4, &[(0, 1), (3, 2)], &ranges).unwrap_err().to_string();
+        assert!(error.contains("from node 3 (op 2) back to node 2 (op 0)"), "{error}");
     }
 }

@@ -24,11 +24,7 @@ struct TrialBlocks {
     warmup: usize,
     timed: usize,
 }
-const LAYOUT_TRIAL: TrialBlocks = TrialBlocks {
-    rounds: 3,
-    warmup: 10,
-    timed: 20,
-};
+const LAYOUT_TRIAL: TrialBlocks = TrialBlocks { rounds: 3, warmup: 10, timed: 20 };
 
 /// A model without grouped convolutions gets a layout trial when its first prepare took less than
 /// this: the trial then keeps its prepare under about a second. (On the H200 at batch 1, NHWC made
@@ -46,21 +42,11 @@ pub(crate) fn worth_a_trial(applied: &Applied, first_seconds: f64) -> bool {
 /// times both, and returns the faster with both times in its report (`first` alone, without a
 /// trial, when the model cannot run in the other layout). The other graph is dropped
 /// before this returns, so its memory goes back to the allocator.
-pub(crate) fn keep_faster(
-    source: &Source,
-    inputs: &[Tensor],
-    options: &PrepareOptions,
-    first: Prepared,
-    first_nhwc: bool,
-) -> Result<Prepared> {
+pub(crate) fn keep_faster(source: &Source, inputs: &[Tensor], options: &PrepareOptions, first: Prepared, first_nhwc: bool) -> Result<Prepared> {
     let started = Instant::now();
     let first_seconds = first.report.seconds.total;
     // A layout the model cannot run in (a `view` of a channels-last output) leaves the other.
-    let Ok((second, _)) = inference::prepare(
-        source,
-        inputs,
-        &options.clone().channels_last(Some(!first_nhwc)),
-    ) else {
+    let Ok((second, _)) = inference::prepare(source, inputs, &options.clone().channels_last(Some(!first_nhwc))) else {
         return Ok(first);
     };
     let candidates = [first, second];
@@ -75,17 +61,9 @@ pub(crate) fn keep_faster(
         s[s.len() / 2]
     });
     let [first, second] = candidates;
-    let (mut kept, dropped) = if second_us < first_us {
-        (second, first)
-    } else {
-        (first, second)
-    };
+    let (mut kept, dropped) = if second_us < first_us { (second, first) } else { (first, second) };
     drop(dropped);
-    let (nchw_us, nhwc_us) = if first_nhwc {
-        (second_us, first_us)
-    } else {
-        (first_us, second_us)
-    };
+    let (nchw_us, nhwc_us) = if first_nhwc { (second_us, first_us) } else { (first_us, second_us) };
     kept.report.layout_trial = Some(LayoutTrial { nchw_us, nhwc_us });
     // Steps are the kept graph's own; the total is the whole prepare's.
     let seconds = &mut kept.report.seconds;

@@ -56,19 +56,13 @@ mod source;
 pub mod trace;
 mod training;
 
-pub use cuda::{
-    conv_tf32, cuda_allocated_bytes, cuda_empty_cache, cuda_synchronize, cuda_time, cuda_time_each,
-    relative_error, set_conv_tf32,
-};
+pub use cuda::{conv_tf32, cuda_allocated_bytes, cuda_empty_cache, cuda_synchronize, cuda_time, cuda_time_each, relative_error, set_conv_tf32};
 pub use error::{NimbleError, Result};
 pub use kernel_times::KERNEL_TIMING_REPLAYS;
 pub use nimble::Nimble;
 pub use nimble_cuda::CaptureMode;
 pub use optimizer::{FusedOptimizer, Optimizer};
-pub use options::{
-    set_conv_relu, set_linear_gemm, BackwardStreams, ConvRelu, LayoutTrial, LinearGemm,
-    PrepareOptions, PrepareReport, PrepareSeconds,
-};
+pub use options::{set_conv_relu, set_linear_gemm, BackwardStreams, ConvRelu, LayoutTrial, LinearGemm, PrepareOptions, PrepareReport, PrepareSeconds};
 pub use output::{Layout, Value};
 pub use profile::{profile, DeviceProfile, KernelLaunch, SmLimits};
 pub use trace::{record, TensorDevice, TensorUse, Trace, TracedOp, TracedParam};

@@ -59,10 +59,7 @@ impl Nimble {
 
     /// Wraps a function of tensors to tensors that takes tch's `train` flag.
     pub fn from_fn_t(forward: impl Fn(&[Tensor], bool) -> Vec<Tensor> + 'static) -> Nimble {
-        Nimble {
-            prepared: None,
-            source: Source::Rust(Box::new(forward)),
-        }
+        Nimble { prepared: None, source: Source::Rust(Box::new(forward)) }
     }
 
     /// Loads a `torch.jit.save`d TorchScript module onto `device`.
@@ -70,16 +67,9 @@ impl Nimble {
         let device = match device {
             Device::Cpu => None,
             Device::Cuda(i) => Some(i),
-            other => {
-                return Err(NimbleError::InvalidInput(format!(
-                    "device {other:?} is not supported, expected cpu or cuda"
-                )))
-            }
+            other => return Err(NimbleError::InvalidInput(format!("device {other:?} is not supported, expected cpu or cuda"))),
         };
-        Ok(Nimble {
-            prepared: None,
-            source: Source::TorchScript(JitModule::load(path.as_ref(), device)?),
-        })
+        Ok(Nimble { prepared: None, source: Source::TorchScript(JitModule::load(path.as_ref(), device)?) })
     }
 
     /// A TorchScript model's forward arguments (after `self`): name, type (`Tensor` for every
@@ -120,10 +110,7 @@ impl Nimble {
         };
         self.prepared = None;
         let as_input = |e: NimbleError| match e {
-            NimbleError::Torch {
-                call: "jit_bind",
-                message,
-            } => NimbleError::InvalidInput(message),
+            NimbleError::Torch { call: "jit_bind", message } => NimbleError::InvalidInput(message),
             other => other,
         };
         // Every binding is checked first, so a bad one binds none.
@@ -142,11 +129,7 @@ impl Nimble {
     /// to the device folded into a constant for these shapes.
     pub fn trace(&self, inputs: &[Tensor], optimize: bool) -> Result<Trace> {
         check_inputs_given(inputs)?;
-        let optimized = if optimize {
-            Some(optimized_module(&self.source, inputs, &TRACE_REWRITES)?.0)
-        } else {
-            None
-        };
+        let optimized = if optimize { Some(optimized_module(&self.source, inputs, &TRACE_REWRITES)?.0) } else { None };
         // The graph `prepare` captures: host-made values copied to the device are constants.
         let (optimized, _) = with_host_values_folded(&self.source, optimized, inputs)?;
         let runner = self.source.runner(optimized.as_ref());
@@ -154,15 +137,7 @@ impl Nimble {
         let (trace, outputs) = record(|| runner.run(inputs, false))?;
         outputs?;
         // A second run must issue the same ops, or the model is not static.
-        scheduled_run(
-            &single_stream_schedule(&trace, None, crate::ffi::OpTiming::Off)?,
-            None,
-            0,
-            &runner,
-            inputs,
-            false,
-            "check",
-        )?;
+        scheduled_run(&single_stream_schedule(&trace, None, crate::ffi::OpTiming::Off)?, None, 0, &runner, inputs, false, "check")?;
         Ok(trace)
     }
 
@@ -193,24 +168,14 @@ impl Nimble {
 
     /// As [`Nimble::run_optimized`], with the rewrites' choices of `options` that change what
     /// the forward computes ([`PrepareOptions::fold_half_precision`]).
-    pub fn run_optimized_with(
-        &self,
-        inputs: &[Tensor],
-        options: &PrepareOptions,
-    ) -> Result<Vec<Tensor>> {
+    pub fn run_optimized_with(&self, inputs: &[Tensor], options: &PrepareOptions) -> Result<Vec<Tensor>> {
         check_inputs_given(inputs)?;
-        let rewrites = Rewrites {
-            fold_half_precision: options.fold_half_precision,
-            ..TRACE_REWRITES
-        };
+        let rewrites = Rewrites { fold_half_precision: options.fold_half_precision, ..TRACE_REWRITES };
         let (module, _) = optimized_module(&self.source, inputs, &rewrites)?;
         let (module, _) = with_host_values_folded(&self.source, Some(module), inputs)?;
-        Runner::Jit(module.as_ref().expect("a rewritten module stays one")).run_caught(
-            inputs,
-            false,
-            "optimized forward",
-        )
+        Runner::Jit(module.as_ref().expect("a rewritten module stays one")).run_caught(inputs, false, "optimized forward")
     }
+
 
     /// Traces, optimizes, schedules, pre-runs and captures the forward on inputs shaped like
     /// `inputs` (their values do not matter). Preparing again replaces the previous graph.
@@ -223,26 +188,14 @@ impl Nimble {
     /// forward (multi-stream) and its backward are captured as two graphs behind a custom
     /// autograd function, so `forward`'s outputs carry autograd history and `backward` replays
     /// the backward graph into the parameters' `.grad` (see [`Nimble::forward`]).
-    pub fn prepare(
-        &mut self,
-        inputs: &[Tensor],
-        options: PrepareOptions,
-    ) -> Result<&PrepareReport> {
+    pub fn prepare(&mut self, inputs: &[Tensor], options: PrepareOptions) -> Result<&PrepareReport> {
         self.prepared = None;
         let prepared = if options.training {
             training::prepare_autograd(&self.source, inputs, &options)?
         } else {
             let (prepared, applied) = inference::prepare(&self.source, inputs, &options)?;
-            if options.channels_last.is_none()
-                && layout::worth_a_trial(&applied, prepared.report.seconds.total)
-            {
-                layout::keep_faster(
-                    &self.source,
-                    inputs,
-                    &options,
-                    prepared,
-                    applied.channels_last,
-                )?
+            if options.channels_last.is_none() && layout::worth_a_trial(&applied, prepared.report.seconds.total) {
+                layout::keep_faster(&self.source, inputs, &options, prepared, applied.channels_last)?
             } else {
                 prepared
             }
@@ -286,30 +239,22 @@ impl Nimble {
     /// values into constants (`PrepareReport::host_values_folded`), only inputs of the prepared
     /// shapes are taken.
     pub fn eager(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        self.eager_runner(inputs)?
-            .run_caught(inputs, false, "eager")
+        self.eager_runner(inputs)?.run_caught(inputs, false, "eager")
     }
 
     /// Like [`Nimble::eager`], but returns the output in the structure the model returns it (see
     /// [`Nimble::forward_value`]): the reference a prepared model's output is checked against.
     pub fn eager_value(&self, inputs: &[Tensor]) -> Result<Value> {
-        let (tensors, layout) = self
-            .eager_runner(inputs)?
-            .run_structured_caught(inputs, "eager")?;
+        let (tensors, layout) = self.eager_runner(inputs)?.run_structured_caught(inputs, "eager")?;
         layout.fill(&tensors)
     }
 
     /// What runs the forward eagerly as prepared, after checking that a forward specialized to
     /// the prepared shapes gets those.
     fn eager_runner(&self, inputs: &[Tensor]) -> Result<Runner<'_>> {
-        let Some(prepared) = self.prepared.as_ref() else {
-            return Ok(self.runner(None));
-        };
+        let Some(prepared) = self.prepared.as_ref() else { return Ok(self.runner(None)) };
         if prepared.report.host_values_folded > 0 {
-            let (given, expected): (Vec<Vec<i64>>, Vec<Vec<i64>>) = (
-                inputs.iter().map(Tensor::size).collect(),
-                prepared.inputs.iter().map(Tensor::size).collect(),
-            );
+            let (given, expected): (Vec<Vec<i64>>, Vec<Vec<i64>>) = (inputs.iter().map(Tensor::size).collect(), prepared.inputs.iter().map(Tensor::size).collect());
             if given != expected {
                 return Err(NimbleError::InvalidInput(format!(
                     "the prepared forward computes {} value(s) from the input shapes {expected:?} once, at prepare (copies from the host to the GPU, \
@@ -335,31 +280,15 @@ impl Nimble {
     /// duration). What the simulator should be fed. Prepared for inference on CUDA only. The
     /// profiler stays loaded and slows later launches: call it after anything timed.
     pub fn kernel_timed_graph(&self) -> Result<TaskGraph> {
-        let prepared = self.prepared.as_ref().ok_or_else(|| {
-            NimbleError::InvalidInput(
-                "kernel_timed_graph needs a prepared model: call prepare first".into(),
-            )
-        })?;
+        let prepared = self.prepared.as_ref().ok_or_else(|| NimbleError::InvalidInput("kernel_timed_graph needs a prepared model: call prepare first".into()))?;
         if prepared.report.mode != "inference" {
-            return Err(NimbleError::InvalidInput(format!(
-                "kernel_timed_graph times an inference forward, but this model was prepared for {}",
-                prepared.report.mode
-            )));
+            return Err(NimbleError::InvalidInput(format!("kernel_timed_graph times an inference forward, but this model was prepared for {}", prepared.report.mode)));
         }
         let Some(Device::Cuda(device)) = prepared.inputs.first().map(Tensor::device) else {
-            return Err(NimbleError::InvalidInput(
-                "kernel_timed_graph needs a model prepared on CUDA inputs".into(),
-            ));
+            return Err(NimbleError::InvalidInput("kernel_timed_graph needs a model prepared on CUDA inputs".into()));
         };
         let runner = self.source.runner(prepared.module.as_ref());
-        crate::kernel_times::kernel_timed_graph(
-            &prepared.trace,
-            &prepared.task_graph,
-            device,
-            &runner,
-            &prepared.inputs,
-            nimble_cuda::CaptureMode::ThreadLocal,
-        )
+        crate::kernel_times::kernel_timed_graph(&prepared.trace, &prepared.task_graph, device, &runner, &prepared.inputs, nimble_cuda::CaptureMode::ThreadLocal)
     }
 
     /// The recorded trace of the prepared forward.
@@ -384,26 +313,16 @@ impl Nimble {
     pub fn export_torchscript(&self, inputs: &[Tensor], path: impl AsRef<Path>) -> Result<()> {
         check_inputs_given(inputs)?;
         let path = path.as_ref();
-        let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
-            NimbleError::InvalidInput(format!("{} is not a file path", path.display()))
-        })?;
+        let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| NimbleError::InvalidInput(format!("{} is not a file path", path.display())))?;
         let temporary = path.with_file_name(format!(".{name}.partial"));
         let mut traced = None;
-        self.source
-            .as_torchscript(inputs, &mut traced)?
-            .save(&temporary)?;
-        std::fs::rename(&temporary, path)
-            .map_err(|e| NimbleError::InvalidInput(format!("writing {}: {e}", path.display())))
+        self.source.as_torchscript(inputs, &mut traced)?.save(&temporary)?;
+        std::fs::rename(&temporary, path).map_err(|e| NimbleError::InvalidInput(format!("writing {}: {e}", path.display())))
     }
 
     /// Node kinds of the optimized TorchScript forward (after `prepare` with `optimize`).
     pub fn optimized_node_kinds(&self) -> Result<Option<Vec<(String, usize)>>> {
-        match self
-            .prepared
-            .as_ref()
-            .filter(|p| p.report.optimized)
-            .and_then(|p| p.module.as_ref())
-        {
+        match self.prepared.as_ref().filter(|p| p.report.optimized).and_then(|p| p.module.as_ref()) {
             Some(module) => Ok(Some(module.node_kinds()?)),
             None => Ok(None),
         }
@@ -417,21 +336,9 @@ impl Nimble {
     ///
     /// The learning rate and other hyper-parameters are part of the graph: prepare again to
     /// change them.
-    pub fn prepare_train_step(
-        &mut self,
-        inputs: &[Tensor],
-        targets: &Tensor,
-        options: PrepareOptions,
-        step: TrainStep,
-    ) -> Result<&PrepareReport> {
+    pub fn prepare_train_step(&mut self, inputs: &[Tensor], targets: &Tensor, options: PrepareOptions, step: TrainStep) -> Result<&PrepareReport> {
         self.prepared = None;
-        let prepared = self.prepared.insert(training::prepare_train_step(
-            &self.source,
-            inputs,
-            targets,
-            options,
-            step,
-        )?);
+        let prepared = self.prepared.insert(training::prepare_train_step(&self.source, inputs, targets, options, step)?);
         Ok(&prepared.report)
     }
 

@@ -11,38 +11,24 @@ use crate::source::{Runner, Source};
 
 /// The rewrites of `trace` and `run_optimized`: those prepare applies by default, less cuDNN's
 /// fusions and the channels-last layout (CUDA-only choices that change no op's meaning).
-pub(crate) const TRACE_REWRITES: Rewrites = Rewrites {
-    fuse_conv_relu: false,
-    fuse_kernels: true,
-    channels_last: Some(false),
-    freeze_on_host: false,
-    fold_half_precision: false,
-};
+pub(crate) const TRACE_REWRITES: Rewrites = Rewrites { fuse_conv_relu: false, fuse_kernels: true, channels_last: Some(false), freeze_on_host: false, fold_half_precision: false };
 
 /// The forward of `source` as a frozen, optimized TorchScript module, run twice (the first runs
 /// of a TorchScript module differ: profiling), and what the rewrites did.
-pub(crate) fn optimized_module(
-    source: &Source,
-    inputs: &[Tensor],
-    rewrites: &Rewrites,
-) -> Result<(JitModule, Applied)> {
+pub(crate) fn optimized_module(source: &Source, inputs: &[Tensor], rewrites: &Rewrites) -> Result<(JitModule, Applied)> {
     let mut rewrites = *rewrites;
     if !inputs.iter().any(|t| t.device().is_cuda()) {
         (rewrites.fuse_conv_relu, rewrites.channels_last) = (false, Some(false));
     }
-    let explain = |e: NimbleError| {
-        match e {
+    let explain = |e: NimbleError| match e {
         NimbleError::Torch { message, .. } | NimbleError::ForwardFailed { message, .. } if message.contains("requires grad") => NimbleError::InvalidInput(format!(
             "the inference rewrites trace the forward into TorchScript, which cannot take parameters that require gradients: \
              call `freeze()` on the model's VarStore, or prepare with `optimize(false)` ({message})"
         )),
         other => other,
-    }
     };
     let mut traced = None;
-    let module = source
-        .as_torchscript(inputs, &mut traced)
-        .map_err(explain)?;
+    let module = source.as_torchscript(inputs, &mut traced).map_err(explain)?;
     let frozen_on_host = Cell::new(false);
     let optimized_and_run = |rewrites: &Rewrites| -> Result<(JitModule, Applied)> {
         let (optimized, applied) = module.optimized(rewrites)?;
@@ -53,19 +39,10 @@ pub(crate) fn optimized_module(
             // model's `view` of a convolution's output (which needs the contiguous layout), so
             // such a model keeps NCHW.
             Err(_) if applied.channels_last && rewrites.channels_last.is_none() => {
-                let (optimized, nchw) = module.optimized(&Rewrites {
-                    channels_last: Some(false),
-                    ..*rewrites
-                })?;
+                let (optimized, nchw) = module.optimized(&Rewrites { channels_last: Some(false), ..*rewrites })?;
                 warm_up(&optimized, inputs)?;
                 // No layout trial either: it would only fail the same way.
-                Ok((
-                    optimized,
-                    Applied {
-                        convs: false,
-                        ..nchw
-                    },
-                ))
+                Ok((optimized, Applied { convs: false, ..nchw }))
             }
             Err(e) => Err(e),
         }
@@ -74,10 +51,7 @@ pub(crate) fn optimized_module(
         // Frozen on a CPU copy, a constant the GPU would have kept can stay on the CPU and meet
         // a GPU tensor in an op that needs one device (the shim's freeze.cpp): frozen where the
         // module lives, the forward is what it would have been without that speed-up.
-        Err(_) if frozen_on_host.get() => optimized_and_run(&Rewrites {
-            freeze_on_host: false,
-            ..rewrites
-        }),
+        Err(_) if frozen_on_host.get() => optimized_and_run(&Rewrites { freeze_on_host: false, ..rewrites }),
         done => done,
     }
 }
@@ -87,11 +61,7 @@ pub(crate) fn optimized_module(
 /// computed on `inputs` (the shim's `host_values.cpp`), and how many it folded; `module` as it
 /// was when there are none (or the source is a Rust forward). A CUDA graph cannot capture such a
 /// copy, and on the graph's fixed shapes the value never changes.
-pub(crate) fn with_host_values_folded(
-    source: &Source,
-    module: Option<JitModule>,
-    inputs: &[Tensor],
-) -> Result<(Option<JitModule>, usize)> {
+pub(crate) fn with_host_values_folded(source: &Source, module: Option<JitModule>, inputs: &[Tensor]) -> Result<(Option<JitModule>, usize)> {
     let base = match (&module, source) {
         (Some(module), _) => module,
         (None, Source::TorchScript(module)) => module,

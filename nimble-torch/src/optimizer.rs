@@ -11,43 +11,19 @@ use crate::ffi::{self, AdamArgs, SgdArgs};
 /// libtorch's fused multi-tensor kernels.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Optimizer {
-    Sgd {
-        lr: f64,
-        momentum: f64,
-        dampening: f64,
-        weight_decay: f64,
-        nesterov: bool,
-    },
-    Adam {
-        lr: f64,
-        beta1: f64,
-        beta2: f64,
-        eps: f64,
-        weight_decay: f64,
-    },
+    Sgd { lr: f64, momentum: f64, dampening: f64, weight_decay: f64, nesterov: bool },
+    Adam { lr: f64, beta1: f64, beta2: f64, eps: f64, weight_decay: f64 },
 }
 
 impl Optimizer {
     /// Plain SGD with learning rate `lr` (add momentum and weight decay with the setters).
     pub fn sgd(lr: f64) -> Self {
-        Optimizer::Sgd {
-            lr,
-            momentum: 0.0,
-            dampening: 0.0,
-            weight_decay: 0.0,
-            nesterov: false,
-        }
+        Optimizer::Sgd { lr, momentum: 0.0, dampening: 0.0, weight_decay: 0.0, nesterov: false }
     }
 
     /// Adam with PyTorch's defaults (betas 0.9 and 0.999, eps 1e-8, no weight decay).
     pub fn adam(lr: f64) -> Self {
-        Optimizer::Adam {
-            lr,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: 0.0,
-        }
+        Optimizer::Adam { lr, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0 }
     }
 
     /// SGD's momentum (ignored by Adam).
@@ -69,9 +45,7 @@ impl Optimizer {
     /// L2 weight decay, added to the gradient (both optimizers).
     pub fn weight_decay(mut self, value: f64) -> Self {
         match &mut self {
-            Optimizer::Sgd { weight_decay, .. } | Optimizer::Adam { weight_decay, .. } => {
-                *weight_decay = value
-            }
+            Optimizer::Sgd { weight_decay, .. } | Optimizer::Adam { weight_decay, .. } => *weight_decay = value,
         }
         self
     }
@@ -79,19 +53,9 @@ impl Optimizer {
     pub(crate) fn check(&self) -> Result<()> {
         // False for NaN too.
         let non_negative = |x: f64| x >= 0.0;
-        let bad = |what: &str, value: f64, expected: &str| {
-            Err(NimbleError::InvalidInput(format!(
-                "optimizer {what} is {value}, expected {expected}"
-            )))
-        };
+        let bad = |what: &str, value: f64, expected: &str| Err(NimbleError::InvalidInput(format!("optimizer {what} is {value}, expected {expected}")));
         match *self {
-            Optimizer::Sgd {
-                lr,
-                momentum,
-                dampening,
-                weight_decay,
-                nesterov,
-            } => {
+            Optimizer::Sgd { lr, momentum, dampening, weight_decay, nesterov } => {
                 if !non_negative(lr) {
                     return bad("learning rate", lr, "a number ≥ 0");
                 }
@@ -104,43 +68,21 @@ impl Optimizer {
                 if dampening != 0.0 {
                     // Momentum buffers start at zero in a captured step; PyTorch's first step
                     // equals that only without dampening.
-                    return bad(
-                        "dampening",
-                        dampening,
-                        "0 (a captured step starts its momentum buffers at zero)",
-                    );
+                    return bad("dampening", dampening, "0 (a captured step starts its momentum buffers at zero)");
                 }
                 if !non_negative(weight_decay) {
                     return bad("weight decay", weight_decay, "a number ≥ 0");
                 }
             }
-            Optimizer::Adam {
-                lr,
-                beta1,
-                beta2,
-                eps,
-                weight_decay,
-            } => {
+            Optimizer::Adam { lr, beta1, beta2, eps, weight_decay } => {
                 if !non_negative(lr) {
                     return bad("learning rate", lr, "a number ≥ 0");
                 }
                 if !(0.0..1.0).contains(&beta1) || !(0.0..1.0).contains(&beta2) {
-                    return bad(
-                        "beta",
-                        if (0.0..1.0).contains(&beta1) {
-                            beta2
-                        } else {
-                            beta1
-                        },
-                        "in [0, 1)",
-                    );
+                    return bad("beta", if (0.0..1.0).contains(&beta1) { beta2 } else { beta1 }, "in [0, 1)");
                 }
                 if !non_negative(eps) || !non_negative(weight_decay) {
-                    return bad(
-                        "eps or weight decay",
-                        if eps >= 0.0 { weight_decay } else { eps },
-                        "a number ≥ 0",
-                    );
+                    return bad("eps or weight decay", if eps >= 0.0 { weight_decay } else { eps }, "a number ≥ 0");
                 }
             }
         }
@@ -173,10 +115,7 @@ impl FusedOptimizer {
     pub fn new(params: Vec<Tensor>, optimizer: Optimizer) -> Result<FusedOptimizer> {
         optimizer.check()?;
         if let Some(first) = params.first() {
-            if let Some(i) = params
-                .iter()
-                .position(|p| p.device() != first.device() || p.kind() != first.kind())
-            {
+            if let Some(i) = params.iter().position(|p| p.device() != first.device() || p.kind() != first.kind()) {
                 return Err(NimbleError::InvalidInput(format!(
                     "parameter {i} is {:?} on {:?}, expected {:?} on {:?} like parameter 0 (the fused kernels take one device and dtype)",
                     params[i].kind(),
@@ -203,58 +142,23 @@ impl FusedOptimizer {
 
 /// The optimizer's state tensors, allocated once so a captured step updates them in place.
 pub(crate) enum OptimizerState {
-    Sgd {
-        args: SgdArgs,
-        buffers: Vec<Tensor>,
-    },
-    Adam {
-        args: AdamArgs,
-        exp_avgs: Vec<Tensor>,
-        exp_avg_sqs: Vec<Tensor>,
-        steps: Vec<Tensor>,
-    },
+    Sgd { args: SgdArgs, buffers: Vec<Tensor> },
+    Adam { args: AdamArgs, exp_avgs: Vec<Tensor>, exp_avg_sqs: Vec<Tensor>, steps: Vec<Tensor> },
 }
 
 impl OptimizerState {
     pub(crate) fn new(optimizer: &Optimizer, params: &[Tensor]) -> OptimizerState {
         let zeros = || params.iter().map(Tensor::zeros_like).collect::<Vec<_>>();
         match *optimizer {
-            Optimizer::Sgd {
-                lr,
-                momentum,
-                dampening,
-                weight_decay,
-                nesterov,
-            } => OptimizerState::Sgd {
-                args: SgdArgs {
-                    lr,
-                    momentum,
-                    dampening,
-                    weight_decay,
-                    nesterov,
-                },
+            Optimizer::Sgd { lr, momentum, dampening, weight_decay, nesterov } => OptimizerState::Sgd {
+                args: SgdArgs { lr, momentum, dampening, weight_decay, nesterov },
                 buffers: if momentum != 0.0 { zeros() } else { Vec::new() },
             },
-            Optimizer::Adam {
-                lr,
-                beta1,
-                beta2,
-                eps,
-                weight_decay,
-            } => OptimizerState::Adam {
-                args: AdamArgs {
-                    lr,
-                    beta1,
-                    beta2,
-                    eps,
-                    weight_decay,
-                },
+            Optimizer::Adam { lr, beta1, beta2, eps, weight_decay } => OptimizerState::Adam {
+                args: AdamArgs { lr, beta1, beta2, eps, weight_decay },
                 exp_avgs: zeros(),
                 exp_avg_sqs: zeros(),
-                steps: params
-                    .iter()
-                    .map(|p| Tensor::zeros([], (Kind::Float, p.device())))
-                    .collect(),
+                steps: params.iter().map(|p| Tensor::zeros([], (Kind::Float, p.device()))).collect(),
             },
         }
     }
@@ -262,12 +166,7 @@ impl OptimizerState {
     pub(crate) fn step(&self, params: &[Tensor]) -> Result<()> {
         match self {
             OptimizerState::Sgd { args, buffers } => ffi::sgd_step(params, buffers, args),
-            OptimizerState::Adam {
-                args,
-                exp_avgs,
-                exp_avg_sqs,
-                steps,
-            } => ffi::adam_step(params, exp_avgs, exp_avg_sqs, steps, args),
+            OptimizerState::Adam { args, exp_avgs, exp_avg_sqs, steps } => ffi::adam_step(params, exp_avgs, exp_avg_sqs, steps, args),
         }
     }
 
@@ -277,28 +176,11 @@ impl OptimizerState {
         if which.is_empty() {
             return Ok(());
         }
-        let pick = |list: &[Tensor]| -> Vec<Tensor> {
-            if list.is_empty() {
-                Vec::new()
-            } else {
-                which.iter().map(|&i| list[i].shallow_clone()).collect()
-            }
-        };
+        let pick = |list: &[Tensor]| -> Vec<Tensor> { if list.is_empty() { Vec::new() } else { which.iter().map(|&i| list[i].shallow_clone()).collect() } };
         let params = pick(params);
         match self {
             OptimizerState::Sgd { args, buffers } => ffi::sgd_step(&params, &pick(buffers), args),
-            OptimizerState::Adam {
-                args,
-                exp_avgs,
-                exp_avg_sqs,
-                steps,
-            } => ffi::adam_step(
-                &params,
-                &pick(exp_avgs),
-                &pick(exp_avg_sqs),
-                &pick(steps),
-                args,
-            ),
+            OptimizerState::Adam { args, exp_avgs, exp_avg_sqs, steps } => ffi::adam_step(&params, &pick(exp_avgs), &pick(exp_avg_sqs), &pick(steps), args),
         }
     }
 
@@ -306,12 +188,7 @@ impl OptimizerState {
     pub(crate) fn reset(&self) {
         let all: Vec<&Tensor> = match self {
             OptimizerState::Sgd { buffers, .. } => buffers.iter().collect(),
-            OptimizerState::Adam {
-                exp_avgs,
-                exp_avg_sqs,
-                steps,
-                ..
-            } => exp_avgs.iter().chain(exp_avg_sqs).chain(steps).collect(),
+            OptimizerState::Adam { exp_avgs, exp_avg_sqs, steps, .. } => exp_avgs.iter().chain(exp_avg_sqs).chain(steps).collect(),
         };
         tch::no_grad(|| {
             for t in all {

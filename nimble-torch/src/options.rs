@@ -112,12 +112,7 @@ impl PrepareOptions {
     /// inference rewrites, thread-local capture, cuDNN benchmark on. Use with `prepare`
     /// (autograd mode) or `prepare_train_step` (whole step).
     pub fn training() -> Self {
-        PrepareOptions {
-            optimize: false,
-            training: true,
-            backward_streams: BackwardStreams::Forward,
-            ..PrepareOptions::inference()
-        }
+        PrepareOptions { optimize: false, training: true, backward_streams: BackwardStreams::Forward, ..PrepareOptions::inference() }
     }
 
     /// Picks the streams of the backward (training).
@@ -244,6 +239,7 @@ pub struct LayoutTrial {
     pub nchw_us: f64,
     pub nhwc_us: f64,
 }
+
 
 /// Wall-clock seconds of each step of `prepare`.
 #[derive(Clone, Debug, Default, Serialize)]

@@ -53,34 +53,19 @@ impl Layout {
 
     /// Reads the shim's JSON form (see `shim/jit.cpp`, `write_structure`).
     pub(crate) fn parse(text: &str) -> Result<Layout> {
-        let json: Json = serde_json::from_str(text).map_err(|e| {
-            NimbleError::Internal(format!("malformed output structure `{text}`: {e}"))
-        })?;
+        let json: Json = serde_json::from_str(text).map_err(|e| NimbleError::Internal(format!("malformed output structure `{text}`: {e}")))?;
         let layout = Layout::from_json(&json)?;
         let mut seen = Vec::new();
         layout.collect_indices(&mut seen);
-        if seen
-            .iter()
-            .enumerate()
-            .any(|(position, &index)| position != index)
-        {
-            return Err(NimbleError::Internal(format!(
-                "output structure `{text}` does not number its tensors in order"
-            )));
+        if seen.iter().enumerate().any(|(position, &index)| position != index) {
+            return Err(NimbleError::Internal(format!("output structure `{text}` does not number its tensors in order")));
         }
         Ok(layout)
     }
 
     fn from_json(json: &Json) -> Result<Layout> {
         let bad = || NimbleError::Internal(format!("malformed output structure element `{json}`"));
-        let items = |value: &Json| -> Result<Vec<Layout>> {
-            value
-                .as_array()
-                .ok_or_else(bad)?
-                .iter()
-                .map(Layout::from_json)
-                .collect()
-        };
+        let items = |value: &Json| -> Result<Vec<Layout>> { value.as_array().ok_or_else(bad)?.iter().map(Layout::from_json).collect() };
         Ok(match json {
             Json::Null => Layout::None,
             Json::Bool(b) => Layout::Bool(*b),
@@ -104,9 +89,7 @@ impl Layout {
                             .ok_or_else(bad)?
                             .iter()
                             .map(|entry| match entry.as_array().map(Vec::as_slice) {
-                                Some([key, value]) => {
-                                    Ok((Layout::from_json(key)?, Layout::from_json(value)?))
-                                }
+                                Some([key, value]) => Ok((Layout::from_json(key)?, Layout::from_json(value)?)),
                                 _ => Err(bad()),
                             })
                             .collect::<Result<_>>()?,
@@ -121,15 +104,12 @@ impl Layout {
     fn collect_indices(&self, out: &mut Vec<usize>) {
         match self {
             Layout::Tensor(i) => out.push(*i),
-            Layout::Tuple(items) | Layout::List(items) => {
-                items.iter().for_each(|item| item.collect_indices(out))
-            }
+            Layout::Tuple(items) | Layout::List(items) => items.iter().for_each(|item| item.collect_indices(out)),
             Layout::Dict(entries) => entries.iter().for_each(|(key, value)| {
                 key.collect_indices(out);
                 value.collect_indices(out);
             }),
-            Layout::None | Layout::Bool(_) | Layout::Int(_) | Layout::Float(_) | Layout::Str(_) => {
-            }
+            Layout::None | Layout::Bool(_) | Layout::Int(_) | Layout::Float(_) | Layout::Str(_) => {}
         }
     }
 
@@ -143,22 +123,13 @@ impl Layout {
     /// The output with `tensors` (the flat list, shallow clones taken) in their places.
     pub fn fill(&self, tensors: &[Tensor]) -> Result<Value> {
         if tensors.len() != self.tensor_count() {
-            return Err(NimbleError::Internal(format!(
-                "the output structure holds {} tensors, got {}",
-                self.tensor_count(),
-                tensors.len()
-            )));
+            return Err(NimbleError::Internal(format!("the output structure holds {} tensors, got {}", self.tensor_count(), tensors.len())));
         }
         Ok(self.fill_unchecked(tensors))
     }
 
     fn fill_unchecked(&self, tensors: &[Tensor]) -> Value {
-        let all = |items: &[Layout]| {
-            items
-                .iter()
-                .map(|item| item.fill_unchecked(tensors))
-                .collect()
-        };
+        let all = |items: &[Layout]| items.iter().map(|item| item.fill_unchecked(tensors)).collect();
         match self {
             Layout::Tensor(i) => Value::Tensor(tensors[*i].shallow_clone()),
             Layout::None => Value::None,
@@ -168,12 +139,7 @@ impl Layout {
             Layout::Str(s) => Value::Str(s.clone()),
             Layout::Tuple(items) => Value::Tuple(all(items)),
             Layout::List(items) => Value::List(all(items)),
-            Layout::Dict(entries) => Value::Dict(
-                entries
-                    .iter()
-                    .map(|(k, v)| (k.fill_unchecked(tensors), v.fill_unchecked(tensors)))
-                    .collect(),
-            ),
+            Layout::Dict(entries) => Value::Dict(entries.iter().map(|(k, v)| (k.fill_unchecked(tensors), v.fill_unchecked(tensors))).collect()),
         }
     }
 }
@@ -189,9 +155,7 @@ impl Value {
     fn collect<'a>(&'a self, out: &mut Vec<&'a Tensor>) {
         match self {
             Value::Tensor(t) => out.push(t),
-            Value::Tuple(items) | Value::List(items) => {
-                items.iter().for_each(|item| item.collect(out))
-            }
+            Value::Tuple(items) | Value::List(items) => items.iter().for_each(|item| item.collect(out)),
             Value::Dict(entries) => entries.iter().for_each(|(key, value)| {
                 key.collect(out);
                 value.collect(out);
@@ -213,33 +177,19 @@ mod tests {
         assert_eq!(layout.tensor_count(), 4);
         let tensors: Vec<Tensor> = (0..4).map(|i| Tensor::from(i as f32)).collect();
         let value = layout.fill(&tensors).unwrap();
-        let Value::Tuple(items) = &value else {
-            panic!("a tuple")
-        };
+        let Value::Tuple(items) = &value else { panic!("a tuple") };
         assert!(matches!(items[1], Value::None));
         assert!(matches!(items[2], Value::Int(3)));
         assert!(matches!(items[3], Value::Float(x) if x.is_nan()));
         assert!(matches!(&items[5], Value::Str(s) if s == "a\"b"));
-        let order: Vec<f64> = value
-            .tensors()
-            .iter()
-            .map(|t| t.double_value(&[]))
-            .collect();
+        let order: Vec<f64> = value.tensors().iter().map(|t| t.double_value(&[])).collect();
         assert_eq!(order, [0.0, 1.0, 2.0, 3.0]);
         assert!(layout.fill(&tensors[..3]).is_err());
     }
 
     #[test]
     fn malformed_structures_are_errors() {
-        for text in [
-            "",
-            "{",
-            r#"{"tensor":-1}"#,
-            r#"{"set":[]}"#,
-            r#"{"dict":[[null]]}"#,
-            "[1]",
-            r#"{"tuple":[{"tensor":1},{"tensor":0}]}"#,
-        ] {
+        for text in ["", "{", r#"{"tensor":-1}"#, r#"{"set":[]}"#, r#"{"dict":[[null]]}"#, "[1]", r#"{"tuple":[{"tensor":1},{"tensor":0}]}"#] {
             assert!(Layout::parse(text).is_err(), "{text} should be refused");
         }
     }
@@ -247,9 +197,6 @@ mod tests {
     #[test]
     fn a_rust_forward_is_one_tensor_or_a_tuple() {
         assert_eq!(Layout::of_list(1), Layout::Tensor(0));
-        assert_eq!(
-            Layout::of_list(2),
-            Layout::Tuple(vec![Layout::Tensor(0), Layout::Tensor(1)])
-        );
+        assert_eq!(Layout::of_list(2), Layout::Tuple(vec![Layout::Tensor(0), Layout::Tensor(1)]));
     }
 }

@@ -78,18 +78,8 @@ impl KernelLaunch {
             }
             Some(out)
         };
-        let number = |key: &str| {
-            value
-                .get(key)
-                .and_then(serde_json::Value::as_u64)
-                .unwrap_or(0)
-        };
-        Some(KernelLaunch {
-            grid: dims("grid")?,
-            block: dims("block")?,
-            registers_per_thread: number("registers per thread"),
-            shared_memory: number("shared memory"),
-        })
+        let number = |key: &str| value.get(key).and_then(serde_json::Value::as_u64).unwrap_or(0);
+        Some(KernelLaunch { grid: dims("grid")?, block: dims("block")?, registers_per_thread: number("registers per thread"), shared_memory: number("shared memory") })
     }
 
     pub fn blocks(&self) -> u64 {
@@ -108,10 +98,7 @@ impl KernelLaunch {
     pub fn sm_share(&self, sm: &SmLimits) -> f64 {
         let threads = self.threads_per_block().max(1);
         let mut per_sm = sm.max_blocks.min(sm.max_threads / threads);
-        if let Some(limit) = sm
-            .registers
-            .checked_div(self.registers_per_thread * threads)
-        {
+        if let Some(limit) = sm.registers.checked_div(self.registers_per_thread * threads) {
             per_sm = per_sm.min(limit);
         }
         if let Some(limit) = sm.shared_memory.checked_div(self.shared_memory) {
@@ -136,15 +123,8 @@ pub struct SmLimits {
 impl SmLimits {
     /// The limits of CUDA `device`.
     pub(crate) fn of_device(device: usize) -> crate::Result<SmLimits> {
-        let [multiprocessors, max_threads, max_blocks, registers, shared_memory] =
-            ffi::sm_limits(device)?;
-        Ok(SmLimits {
-            multiprocessors,
-            max_threads,
-            max_blocks,
-            registers,
-            shared_memory,
-        })
+        let [multiprocessors, max_threads, max_blocks, registers, shared_memory] = ffi::sm_limits(device)?;
+        Ok(SmLimits { multiprocessors, max_threads, max_blocks, registers, shared_memory })
     }
 }
 
@@ -189,9 +169,7 @@ impl DeviceProfile {
     /// Parses the shim's lines: `kind \t start_ns \t duration_ns \t stream \t name`, then
     /// optionally `\t metadata` (Kineto's JSON fragment, read for a kernel's launch).
     pub fn parse(text: &str) -> Result<DeviceProfile> {
-        let bad = |line: &str, what: &str| {
-            NimbleError::Internal(format!("device profile line {line:?}: {what}"))
-        };
+        let bad = |line: &str, what: &str| NimbleError::Internal(format!("device profile line {line:?}: {what}"));
         let mut activities = Vec::new();
         for line in text.lines().filter(|l| !l.is_empty()) {
             let fields: Vec<&str> = line.splitn(6, '\t').collect();
@@ -204,30 +182,16 @@ impl DeviceProfile {
                 "kernel" => ActivityKind::Kernel,
                 "memcpy" => ActivityKind::Memcpy,
                 "memset" => ActivityKind::Memset,
-                other => {
-                    return Err(bad(
-                        line,
-                        &format!("unknown kind `{other}`, expected kernel, memcpy or memset"),
-                    ))
-                }
+                other => return Err(bad(line, &format!("unknown kind `{other}`, expected kernel, memcpy or memset"))),
             };
-            let number = |s: &str, what: &str| {
-                s.parse::<u64>()
-                    .map_err(|_| bad(line, &format!("{what} `{s}` is not a whole number")))
-            };
+            let number = |s: &str, what: &str| s.parse::<u64>().map_err(|_| bad(line, &format!("{what} `{s}` is not a whole number")));
             activities.push(Activity {
                 kind,
                 name: name.to_string(),
                 start_ns: number(start, "start")?,
                 duration_ns: number(duration, "duration")?,
-                stream: stream
-                    .parse()
-                    .map_err(|_| bad(line, &format!("stream `{stream}` is not an integer")))?,
-                launch: if kind == ActivityKind::Kernel {
-                    KernelLaunch::from_metadata(metadata)
-                } else {
-                    None
-                },
+                stream: stream.parse().map_err(|_| bad(line, &format!("stream `{stream}` is not an integer")))?,
+                launch: if kind == ActivityKind::Kernel { KernelLaunch::from_metadata(metadata) } else { None },
             });
         }
         activities.sort_by_key(|a| (a.start_ns, a.end_ns()));
@@ -246,11 +210,7 @@ impl DeviceProfile {
                 runs.push(run_stats(&current));
                 current.clear();
             }
-            end = if current.is_empty() {
-                activity.end_ns()
-            } else {
-                end.max(activity.end_ns())
-            };
+            end = if current.is_empty() { activity.end_ns() } else { end.max(activity.end_ns()) };
             current.push(activity);
         }
         if !current.is_empty() {
@@ -261,8 +221,7 @@ impl DeviceProfile {
 
     /// Totals per name, the largest total first.
     pub fn by_name(&self) -> Vec<NameStats> {
-        let mut totals: std::collections::BTreeMap<(ActivityKind, &str), (usize, u64)> =
-            Default::default();
+        let mut totals: std::collections::BTreeMap<(ActivityKind, &str), (usize, u64)> = Default::default();
         for a in &self.activities {
             let entry = totals.entry((a.kind, &a.name)).or_default();
             entry.0 += 1;
@@ -270,19 +229,9 @@ impl DeviceProfile {
         }
         let mut stats: Vec<NameStats> = totals
             .into_iter()
-            .map(|((kind, name), (count, ns))| NameStats {
-                kind,
-                name: name.to_string(),
-                count,
-                total_us: ns as f64 / 1e3,
-                mean_us: ns as f64 / 1e3 / count as f64,
-            })
+            .map(|((kind, name), (count, ns))| NameStats { kind, name: name.to_string(), count, total_us: ns as f64 / 1e3, mean_us: ns as f64 / 1e3 / count as f64 })
             .collect();
-        stats.sort_by(|a, b| {
-            b.total_us
-                .total_cmp(&a.total_us)
-                .then_with(|| a.name.cmp(&b.name))
-        });
+        stats.sort_by(|a, b| b.total_us.total_cmp(&a.total_us).then_with(|| a.name.cmp(&b.name)));
         stats
     }
 }
@@ -312,18 +261,10 @@ impl DeviceProfile {
         while i < mine.len() && j < others.len() {
             let (start, end) = (mine[i].0.max(others[j].0), mine[i].1.min(others[j].1));
             shared += end.saturating_sub(start);
-            if mine[i].1 < others[j].1 {
-                i += 1
-            } else {
-                j += 1
-            }
+            if mine[i].1 < others[j].1 { i += 1 } else { j += 1 }
         }
         let busy = length(&mine);
-        Overlap {
-            busy_us: busy as f64 / 1e3,
-            others_busy_us: length(&others) as f64 / 1e3,
-            exposed_us: (busy - shared) as f64 / 1e3,
-        }
+        Overlap { busy_us: busy as f64 / 1e3, others_busy_us: length(&others) as f64 / 1e3, exposed_us: (busy - shared) as f64 / 1e3 }
     }
 }
 
@@ -356,10 +297,7 @@ fn run_stats(activities: &[&Activity]) -> RunStats {
     streams.dedup();
     RunStats {
         activities: activities.len(),
-        kernels: activities
-            .iter()
-            .filter(|a| a.kind == ActivityKind::Kernel)
-            .count(),
+        kernels: activities.iter().filter(|a| a.kind == ActivityKind::Kernel).count(),
         span_us: (end - start) as f64 / 1e3,
         busy_us: busy as f64 / 1e3,
         work_us: activities.iter().map(|a| a.duration_ns).sum::<u64>() as f64 / 1e3,
@@ -370,25 +308,12 @@ fn run_stats(activities: &[&Activity]) -> RunStats {
 /// Runs `body` with the device profiler on and returns its result with what the device ran;
 /// waits for the device (when there is one) before stopping. `chrome_trace`: also write the whole trace there
 /// (chrome://tracing or Perfetto). The profiler is stopped whether `body` succeeds or not.
-pub fn profile<T>(
-    chrome_trace: Option<&Path>,
-    body: impl FnOnce() -> Result<T>,
-) -> Result<(T, DeviceProfile)> {
+pub fn profile<T>(chrome_trace: Option<&Path>, body: impl FnOnce() -> Result<T>) -> Result<(T, DeviceProfile)> {
     let path = chrome_trace
-        .map(|p| {
-            p.to_str().ok_or_else(|| {
-                NimbleError::Internal(format!("the trace path {} is not UTF-8", p.display()))
-            })
-        })
+        .map(|p| p.to_str().ok_or_else(|| NimbleError::Internal(format!("the trace path {} is not UTF-8", p.display()))))
         .transpose()?;
     ffi::profile_begin()?;
-    let result = body().and_then(|value| {
-        if crate::cuda_available() {
-            ffi::cuda_synchronize().map(|()| value)
-        } else {
-            Ok(value)
-        }
-    });
+    let result = body().and_then(|value| if crate::cuda_available() { ffi::cuda_synchronize().map(|()| value) } else { Ok(value) });
     let text = ffi::profile_end(if result.is_ok() { path } else { None });
     let value = result?;
     Ok((value, DeviceProfile::parse(&text?)?))
@@ -415,23 +340,14 @@ mod tests {
         let profile = DeviceProfile::parse(&text).unwrap();
         let runs = profile.runs(100_000);
         assert_eq!(runs.len(), 2);
-        assert_eq!(
-            (runs[0].activities, runs[0].kernels, runs[0].streams),
-            (3, 2, 2)
-        );
+        assert_eq!((runs[0].activities, runs[0].kernels, runs[0].streams), (3, 2, 2));
         assert!((runs[0].span_us - 1.1).abs() < 1e-9, "{:?}", runs[0]);
         assert!((runs[0].busy_us - 0.9).abs() < 1e-9, "{:?}", runs[0]);
         assert!((runs[0].work_us - 1.2).abs() < 1e-9, "{:?}", runs[0]);
-        assert!(
-            (runs[1].span_us - 0.7).abs() < 1e-9 && (runs[1].busy_us - 0.6).abs() < 1e-9,
-            "{:?}",
-            runs[1]
-        );
+        assert!((runs[1].span_us - 0.7).abs() < 1e-9 && (runs[1].busy_us - 0.6).abs() < 1e-9, "{:?}", runs[1]);
         let names = profile.by_name();
         assert_eq!((names[0].name.as_str(), names[0].count), ("a", 3));
-        assert!(
-            (names[0].total_us - 1.1).abs() < 1e-9 && (names[0].mean_us - 1.1 / 3.0).abs() < 1e-9
-        );
+        assert!((names[0].total_us - 1.1).abs() < 1e-9 && (names[0].mean_us - 1.1 / 3.0).abs() < 1e-9);
         assert_eq!(names.last().unwrap().kind, ActivityKind::Memcpy);
     }
 
@@ -454,66 +370,34 @@ mod tests {
 
     #[test]
     fn a_malformed_line_is_named() {
-        let error = DeviceProfile::parse("kernel\t1\tx\t7\tk\n")
-            .unwrap_err()
-            .to_string();
+        let error = DeviceProfile::parse("kernel\t1\tx\t7\tk\n").unwrap_err().to_string();
         assert!(error.contains("duration `x`"), "{error}");
-        let error = DeviceProfile::parse("launch\t1\t2\t7\tk\n")
-            .unwrap_err()
-            .to_string();
+        let error = DeviceProfile::parse("launch\t1\t2\t7\tk\n").unwrap_err().to_string();
         assert!(error.contains("unknown kind `launch`"), "{error}");
         // Names may hold anything but a tab or a line break (the shim replaces those).
-        let profile =
-            DeviceProfile::parse(&line("kernel", 5, 1, 0, "void f<int, 2>(float*)")).unwrap();
+        let profile = DeviceProfile::parse(&line("kernel", 5, 1, 0, "void f<int, 2>(float*)")).unwrap();
         assert_eq!(profile.activities[0].name, "void f<int, 2>(float*)");
         assert_eq!(profile.activities[0].launch, None);
     }
 
-    const H200: SmLimits = SmLimits {
-        multiprocessors: 132,
-        max_threads: 2048,
-        max_blocks: 32,
-        registers: 65536,
-        shared_memory: 233_472,
-    };
+    const H200: SmLimits = SmLimits { multiprocessors: 132, max_threads: 2048, max_blocks: 32, registers: 65536, shared_memory: 233_472 };
 
     #[test]
     fn a_kernels_launch_is_read_from_its_metadata_and_sets_its_share() {
         let meta = r#""queued": 0, "device": 0, "stream": 7, "registers per thread": 32, "shared memory": 0, "blocks per SM": 0.5, "grid": [66, 1, 1], "block": [256, 1, 1], "est. achieved occupancy %": 6"#;
-        let text =
-            format!("kernel\t10\t5\t7\tk\t{meta}\nmemset\t20\t1\t7\tMemset\t\"device\": 0\n");
+        let text = format!("kernel\t10\t5\t7\tk\t{meta}\nmemset\t20\t1\t7\tMemset\t\"device\": 0\n");
         let profile = DeviceProfile::parse(&text).unwrap();
-        let launch = profile.activities[0]
-            .launch
-            .expect("a kernel with metadata");
-        assert_eq!(
-            (
-                launch.grid,
-                launch.block,
-                launch.registers_per_thread,
-                launch.shared_memory
-            ),
-            ([66, 1, 1], [256, 1, 1], 32, 0)
-        );
+        let launch = profile.activities[0].launch.expect("a kernel with metadata");
+        assert_eq!((launch.grid, launch.block, launch.registers_per_thread, launch.shared_memory), ([66, 1, 1], [256, 1, 1], 32, 0));
         assert_eq!(profile.activities[1].launch, None);
         // 8 blocks of 256 threads per SM: 66 of 1056 slots.
         assert!((launch.sm_share(&H200) - 66.0 / 1056.0).abs() < 1e-12);
         // Registers limit it to 2 blocks per SM (128 × 256 × 2 = 65536).
-        let heavy = KernelLaunch {
-            registers_per_thread: 128,
-            ..launch
-        };
+        let heavy = KernelLaunch { registers_per_thread: 128, ..launch };
         assert!((heavy.sm_share(&H200) - 66.0 / 264.0).abs() < 1e-12);
         // Shared memory to 1 block per SM; a grid of more than one wave fills the GPU.
-        let big = KernelLaunch {
-            shared_memory: 200_000,
-            grid: [64, 4, 1],
-            ..launch
-        };
+        let big = KernelLaunch { shared_memory: 200_000, grid: [64, 4, 1], ..launch };
         assert_eq!(big.sm_share(&H200), 1.0);
-        assert!(
-            KernelLaunch::from_metadata("not json").is_none()
-                && KernelLaunch::from_metadata("").is_none()
-        );
+        assert!(KernelLaunch::from_metadata("not json").is_none() && KernelLaunch::from_metadata("").is_none());
     }
 }

@@ -83,22 +83,11 @@ impl Prepared {
     /// Copies `inputs` and `targets` in, replays the whole training step, and returns the loss
     /// (see `Nimble::train_step`).
     pub(crate) fn train_step(&self, inputs: &[Tensor], targets: &Tensor) -> Result<Tensor> {
-        let Replay::Step {
-            loss,
-            targets: static_targets,
-            graph,
-            ..
-        } = &self.replay
-        else {
-            return Err(NimbleError::Training(
-                "train_step needs a model prepared with prepare_train_step".into(),
-            ));
+        let Replay::Step { loss, targets: static_targets, graph, .. } = &self.replay else {
+            return Err(NimbleError::Training("train_step needs a model prepared with prepare_train_step".into()));
         };
         copy_into(&self.inputs, inputs)?;
-        if targets.size() != static_targets.size()
-            || targets.kind() != static_targets.kind()
-            || targets.device() != static_targets.device()
-        {
+        if targets.size() != static_targets.size() || targets.kind() != static_targets.kind() || targets.device() != static_targets.device() {
             return Err(NimbleError::InvalidInput(format!(
                 "train_step targets are {:?} {:?} on {:?}, expected {:?} {:?} on {:?} (as at prepare)",
                 targets.kind(),
@@ -109,13 +98,7 @@ impl Prepared {
                 static_targets.device()
             )));
         }
-        static_targets
-            .shallow_clone()
-            .f_copy_(targets)
-            .map_err(|e| NimbleError::Torch {
-                call: "copy_",
-                message: e.to_string(),
-            })?;
+        static_targets.shallow_clone().f_copy_(targets).map_err(|e| NimbleError::Torch { call: "copy_", message: e.to_string() })?;
         graph.replay()?;
         Ok(loss.shallow_clone())
     }

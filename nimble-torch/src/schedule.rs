@@ -12,6 +12,7 @@ use crate::ffi::{CudaGraph, OpTiming, Schedule, ScheduleSpec};
 use crate::source::Runner;
 use crate::trace::Trace;
 
+
 /// How long the timing pass holds its stream before the ops (GPU clock cycles, about 50 ms on
 /// current GPUs), so all ops are queued when they run and their events time the GPU alone.
 const TIMING_GATE_CYCLES: i64 = 100_000_000;
@@ -26,14 +27,9 @@ pub(crate) fn scheduled_run(
     train: bool,
     pass: &'static str,
 ) -> Result<Vec<Tensor>> {
-    match schedule.pass(capture, gate_cycles, || {
-        runner.run_caught(inputs, train, pass)
-    })? {
+    match schedule.pass(capture, gate_cycles, || runner.run_caught(inputs, train, pass))? {
         Ok(outputs) => outputs,
-        Err(problem) => Err(NimbleError::OpMismatch {
-            pass,
-            detail: problem,
-        }),
+        Err(problem) => Err(NimbleError::OpMismatch { pass, detail: problem }),
     }
 }
 
@@ -42,12 +38,7 @@ pub(crate) fn check_capturable(trace: &Trace) -> Result<()> {
     if let Some((index, op)) = trace.first_host_sync() {
         let via = op.host_sync.clone().unwrap_or_default();
         let reason = crate::error::host_sync_reason(&op.name, &via);
-        return Err(NimbleError::HostSync {
-            index,
-            op: op.name.clone(),
-            via,
-            reason,
-        });
+        return Err(NimbleError::HostSync { index, op: op.name.clone(), via, reason });
     }
     if !trace.is_cuda() {
         return Err(NimbleError::InvalidInput("the forward ran no op on a CUDA tensor: move the model's parameters to the inputs' CUDA device".into()));
@@ -56,21 +47,12 @@ pub(crate) fn check_capturable(trace: &Trace) -> Result<()> {
 }
 
 /// The trace's task graph, the assigner's plan for it, and the schedule that issues it.
-pub(crate) fn plan_schedule(
-    trace: &Trace,
-    assigner: &dyn nimble_sched::StreamAssigner,
-    device: usize,
-) -> Result<(TaskGraph, StreamPlan, Schedule)> {
+pub(crate) fn plan_schedule(trace: &Trace, assigner: &dyn nimble_sched::StreamAssigner, device: usize) -> Result<(TaskGraph, StreamPlan, Schedule)> {
     let graph = trace.task_graph()?;
     let analysis = Analysis::new(&graph);
     let assigned = assigner.assign(&analysis);
     // Syncs for the order in which the ops will really be issued: the traced one.
-    let plan = StreamPlan::from_assignment(
-        &analysis,
-        assigned.algorithm.clone(),
-        &assigned.stream_of,
-        Some((0..graph.len()).collect()),
-    );
+    let plan = StreamPlan::from_assignment(&analysis, assigned.algorithm.clone(), &assigned.stream_of, Some((0..graph.len()).collect()));
     // A malformed assignment (a new algorithm's bug) is an error naming it, before the shim sees it.
     nimble_sched::verified(&analysis, &plan)?;
     let schedule = planned_schedule(trace, &graph, &plan, device)?;
@@ -78,28 +60,12 @@ pub(crate) fn plan_schedule(
 }
 
 /// The task graph with each op's GPU time from one gated single-stream pass (when `measure`).
-pub(crate) fn time_ops(
-    trace: &Trace,
-    graph: &TaskGraph,
-    device: usize,
-    measure: bool,
-    runner: &Runner<'_>,
-    inputs: &[Tensor],
-    train: bool,
-) -> Result<TaskGraph> {
+pub(crate) fn time_ops(trace: &Trace, graph: &TaskGraph, device: usize, measure: bool, runner: &Runner<'_>, inputs: &[Tensor], train: bool) -> Result<TaskGraph> {
     if !measure {
         return Ok(graph.clone());
     }
     let timing = single_stream_schedule(trace, Some(device), OpTiming::Events)?;
-    scheduled_run(
-        &timing,
-        None,
-        TIMING_GATE_CYCLES,
-        runner,
-        inputs,
-        train,
-        "timing",
-    )?;
+    scheduled_run(&timing, None, TIMING_GATE_CYCLES, runner, inputs, train, "timing")?;
     let durations = timing.durations_us()?;
     // Node ids are trace positions.
     Ok(graph.with_durations(|_, node| Some(durations[node.id as usize])))
@@ -107,12 +73,7 @@ pub(crate) fn time_ops(
 
 /// The plan (over the task graph's nodes, whose ids are trace positions) as per-op arrays over
 /// the whole trace: ops left out of the task graph run on the origin stream and wait on nothing.
-fn planned_schedule(
-    trace: &Trace,
-    graph: &TaskGraph,
-    plan: &StreamPlan,
-    device: usize,
-) -> Result<Schedule> {
+fn planned_schedule(trace: &Trace, graph: &TaskGraph, plan: &StreamPlan, device: usize) -> Result<Schedule> {
     let names: Vec<&str> = trace.ops.iter().map(|op| op.name.as_str()).collect();
     let n = trace.len();
     let op_of = |node: usize| graph.id_of(node) as usize;
@@ -126,31 +87,15 @@ fn planned_schedule(
         waits[op_of(v)].push(op_of(u));
         record_after[op_of(u)] = true;
     }
-    let spec = ScheduleSpec {
-        names: &names,
-        stream_of: &stream_of,
-        waits: &waits,
-        record: &record_after,
-        streams: plan.streams.max(1),
-    };
+    let spec = ScheduleSpec { names: &names, stream_of: &stream_of, waits: &waits, record: &record_after, streams: plan.streams.max(1) };
     Schedule::new(&spec, Some(device), OpTiming::Off)
 }
 
 /// Every op on one stream, no syncs: for timing ops, or (without a device) for checking that a
 /// run issues the traced op sequence.
-pub(crate) fn single_stream_schedule(
-    trace: &Trace,
-    device: Option<usize>,
-    timing: OpTiming,
-) -> Result<Schedule> {
+pub(crate) fn single_stream_schedule(trace: &Trace, device: Option<usize>, timing: OpTiming) -> Result<Schedule> {
     let n = trace.len();
     let names: Vec<&str> = trace.ops.iter().map(|op| op.name.as_str()).collect();
-    let spec = ScheduleSpec {
-        names: &names,
-        stream_of: &vec![0; n],
-        waits: &vec![Vec::new(); n],
-        record: &vec![false; n],
-        streams: 1,
-    };
+    let spec = ScheduleSpec { names: &names, stream_of: &vec![0; n], waits: &vec![Vec::new(); n], record: &vec![false; n], streams: 1 };
     Schedule::new(&spec, device, timing)
 }

@@ -31,11 +31,7 @@ impl Source {
 
     /// The source as a TorchScript module: itself, or `traced` filled with a trace of the Rust
     /// forward on `inputs`.
-    pub(crate) fn as_torchscript<'a>(
-        &'a self,
-        inputs: &[Tensor],
-        traced: &'a mut Option<JitModule>,
-    ) -> Result<&'a JitModule> {
+    pub(crate) fn as_torchscript<'a>(&'a self, inputs: &[Tensor], traced: &'a mut Option<JitModule>) -> Result<&'a JitModule> {
         match self {
             Source::TorchScript(module) => Ok(module),
             Source::Rust(f) => Ok(traced.insert(trace_to_torchscript(f, inputs)?)),
@@ -61,11 +57,7 @@ impl Runner<'_> {
 
     /// [`Runner::run`], also returning how the output is put together around its tensors (a
     /// Rust forward returns a list of tensors: one tensor, or a tuple of them).
-    pub(crate) fn run_structured(
-        &self,
-        inputs: &[Tensor],
-        train: bool,
-    ) -> Result<(Vec<Tensor>, Layout)> {
+    pub(crate) fn run_structured(&self, inputs: &[Tensor], train: bool) -> Result<(Vec<Tensor>, Layout)> {
         match self {
             Runner::Rust(_) => {
                 let tensors = self.run(inputs, train)?;
@@ -80,21 +72,12 @@ impl Runner<'_> {
     }
 
     /// Runs, turning a panic (tch's way to report libtorch errors) into an error.
-    pub(crate) fn run_caught(
-        &self,
-        inputs: &[Tensor],
-        train: bool,
-        pass: &'static str,
-    ) -> Result<Vec<Tensor>> {
+    pub(crate) fn run_caught(&self, inputs: &[Tensor], train: bool, pass: &'static str) -> Result<Vec<Tensor>> {
         caught(pass, || self.run(inputs, train))
     }
 
     /// [`Runner::run_structured`] for inference, a panic turned into an error.
-    pub(crate) fn run_structured_caught(
-        &self,
-        inputs: &[Tensor],
-        pass: &'static str,
-    ) -> Result<(Vec<Tensor>, Layout)> {
+    pub(crate) fn run_structured_caught(&self, inputs: &[Tensor], pass: &'static str) -> Result<(Vec<Tensor>, Layout)> {
         caught(pass, || self.run_structured(inputs, false))
     }
 }
@@ -111,10 +94,7 @@ fn in_mode<T>(train: bool, f: impl FnOnce() -> T) -> T {
 fn caught<T>(pass: &'static str, body: impl FnOnce() -> Result<T>) -> Result<T> {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(result) => result,
-        Err(panic) => Err(NimbleError::ForwardFailed {
-            pass,
-            message: panic_message(&panic),
-        }),
+        Err(panic) => Err(NimbleError::ForwardFailed { pass, message: panic_message(&panic) }),
     }
 }
 
@@ -132,10 +112,7 @@ pub(crate) fn trace_to_torchscript(f: &ForwardFn, inputs: &[Tensor]) -> Result<J
         }
     });
     if let Some(message) = failure {
-        return Err(NimbleError::ForwardFailed {
-            pass: "TorchScript trace",
-            message,
-        });
+        return Err(NimbleError::ForwardFailed { pass: "TorchScript trace", message });
     }
     result
 }

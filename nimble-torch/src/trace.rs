@@ -56,10 +56,7 @@ pub struct TracedOp {
 impl TracedOp {
     /// The op touches a CUDA tensor (so it may launch GPU work).
     pub fn touches_cuda(&self) -> bool {
-        self.inputs
-            .iter()
-            .chain(&self.outputs)
-            .any(|u| u.device == TensorDevice::Cuda)
+        self.inputs.iter().chain(&self.outputs).any(|u| u.device == TensorDevice::Cuda)
     }
 }
 
@@ -91,25 +88,17 @@ pub fn record<T>(body: impl FnOnce() -> T) -> Result<(Trace, T)> {
 
 /// Like [`record`], also collecting the forward's parameters and external tensors with their
 /// values before the forward (for training, which must leave them as it found them).
-pub(crate) fn record_with_state<T>(
-    body: impl FnOnce() -> T,
-) -> Result<(Trace, T, ffi::ExternalState)> {
+pub(crate) fn record_with_state<T>(body: impl FnOnce() -> T) -> Result<(Trace, T, ffi::ExternalState)> {
     record_inner(true, body)
 }
 
-fn record_inner<T>(
-    keep_state: bool,
-    body: impl FnOnce() -> T,
-) -> Result<(Trace, T, ffi::ExternalState)> {
+fn record_inner<T>(keep_state: bool, body: impl FnOnce() -> T) -> Result<(Trace, T, ffi::ExternalState)> {
     ffi::trace_begin(keep_state)?;
     let value = match catch_unwind(AssertUnwindSafe(body)) {
         Ok(value) => value,
         Err(panic) => {
             ffi::trace_abandon();
-            return Err(NimbleError::ForwardFailed {
-                pass: "trace",
-                message: panic_message(&panic),
-            });
+            return Err(NimbleError::ForwardFailed { pass: "trace", message: panic_message(&panic) });
         }
     };
     let (text, state) = ffi::trace_end()?;
@@ -155,10 +144,7 @@ impl Trace {
                     let shape = if fields[5].is_empty() {
                         Vec::new()
                     } else {
-                        fields[5]
-                            .split(',')
-                            .map(|d| d.parse().map_err(|_| bad(line)))
-                            .collect::<Result<_>>()?
+                        fields[5].split(',').map(|d| d.parse().map_err(|_| bad(line))).collect::<Result<_>>()?
                     };
                     let use_ = TensorUse {
                         storage: fields[1].parse().map_err(|_| bad(line))?,
@@ -200,10 +186,7 @@ impl Trace {
 
     /// The first op that synchronizes with the host, as (index, op).
     pub fn first_host_sync(&self) -> Option<(usize, &TracedOp)> {
-        self.ops
-            .iter()
-            .enumerate()
-            .find(|(_, op)| op.host_sync.is_some())
+        self.ops.iter().enumerate().find(|(_, op)| op.host_sync.is_some())
     }
 
     /// The ops that become task-graph nodes: those that write something (a fresh result or
@@ -228,12 +211,7 @@ impl Trace {
         let mut result = Vec::with_capacity(self.ops.len());
         for op in &self.ops {
             let mut reads: Vec<u64> = op.inputs.iter().map(|u| u.storage).collect();
-            let mut writes: Vec<u64> = op
-                .inputs
-                .iter()
-                .filter(|u| u.write)
-                .map(|u| u.storage)
-                .collect();
+            let mut writes: Vec<u64> = op.inputs.iter().filter(|u| u.write).map(|u| u.storage).collect();
             for out in &op.outputs {
                 let is_input = op.inputs.iter().any(|u| u.storage == out.storage);
                 let fresh = !is_input && !seen.contains(&out.storage);
@@ -303,10 +281,7 @@ impl Trace {
             let op = &self.ops[k];
             let mut node = Node::new(k as u64, op.name.clone());
             node.shapes = Some(op.outputs.iter().map(|u| u.shape.clone()).collect());
-            node.attrs.insert(
-                "input_shapes".into(),
-                json!(op.inputs.iter().map(|u| &u.shape).collect::<Vec<_>>()),
-            );
+            node.attrs.insert("input_shapes".into(), json!(op.inputs.iter().map(|u| &u.shape).collect::<Vec<_>>()));
             let params: Vec<_> = self
                 .params
                 .iter()
@@ -341,10 +316,7 @@ impl Trace {
         for op in &self.ops {
             *counts.entry(op.name.as_str()).or_default() += 1;
         }
-        let mut list: Vec<(String, usize)> = counts
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect();
+        let mut list: Vec<(String, usize)> = counts.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         list.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         list
     }
@@ -355,22 +327,10 @@ mod tests {
     use super::*;
 
     fn use_(storage: u64, write: bool) -> TensorUse {
-        TensorUse {
-            storage,
-            write,
-            device: TensorDevice::Cuda,
-            dtype: "Float".into(),
-            shape: vec![1],
-        }
+        TensorUse { storage, write, device: TensorDevice::Cuda, dtype: "Float".into(), shape: vec![1] }
     }
     fn op(name: &str, inputs: Vec<TensorUse>, outputs: Vec<TensorUse>) -> TracedOp {
-        TracedOp {
-            name: name.into(),
-            has_schema: true,
-            inputs,
-            outputs,
-            host_sync: None,
-        }
+        TracedOp { name: name.into(), has_schema: true, inputs, outputs, host_sync: None }
     }
 
     #[test]
@@ -382,32 +342,16 @@ mod tests {
                 op("aten::view", vec![use_(1, false)], vec![use_(1, false)]),
                 op("aten::sigmoid", vec![use_(1, false)], vec![use_(2, false)]),
                 op("aten::relu_", vec![use_(1, true)], vec![use_(1, false)]),
-                op(
-                    "aten::add",
-                    vec![use_(1, false), use_(2, false)],
-                    vec![use_(3, false)],
-                ),
+                op("aten::add", vec![use_(1, false), use_(2, false)], vec![use_(3, false)]),
             ],
             params: Vec::new(),
         };
         let deps = trace.dependencies();
         assert_eq!(deps[0], Vec::<usize>::new());
         assert_eq!(deps[1], vec![0], "a view reads its base");
-        assert_eq!(
-            deps[2],
-            vec![0],
-            "the view is no write: sigmoid needs only the conv"
-        );
-        assert_eq!(
-            deps[3],
-            vec![0, 1, 2],
-            "in place: after the writer and every reader since"
-        );
-        assert_eq!(
-            deps[4],
-            vec![2, 3],
-            "reads the in-place result and sigmoid's"
-        );
+        assert_eq!(deps[2], vec![0], "the view is no write: sigmoid needs only the conv");
+        assert_eq!(deps[3], vec![0, 1, 2], "in place: after the writer and every reader since");
+        assert_eq!(deps[4], vec![2, 3], "reads the in-place result and sigmoid's");
     }
 
     #[test]
@@ -430,19 +374,12 @@ mod tests {
         let mut cpu = op("aten::arange", vec![], vec![use_(5, false)]);
         cpu.outputs[0].device = TensorDevice::Cpu;
         let trace = Trace {
-            ops: vec![
-                op("aten::relu", vec![use_(0, false)], vec![use_(1, false)]),
-                cpu,
-                op("aten::neg", vec![use_(1, false)], vec![use_(2, false)]),
-            ],
+            ops: vec![op("aten::relu", vec![use_(0, false)], vec![use_(1, false)]), cpu, op("aten::neg", vec![use_(1, false)], vec![use_(2, false)])],
             params: Vec::new(),
         };
         assert_eq!(trace.task_ops(), vec![0, 2]);
         let durations = [1.0, 2.0, 3.0];
-        let graph = trace
-            .task_graph()
-            .unwrap()
-            .with_durations(|_, node| Some(durations[node.id as usize]));
+        let graph = trace.task_graph().unwrap().with_durations(|_, node| Some(durations[node.id as usize]));
         assert_eq!(graph.len(), 2);
         assert_eq!(graph.edge_count(), 1);
         assert_eq!(graph.node(1).id, 2);
@@ -453,36 +390,14 @@ mod tests {
     fn parse_round_trips_the_shim_format() {
         let text = "op\taten::add_\t1\t-\nin\t3\t1\t1\tFloat\t1,64\nin\t4\t0\t0\tFloat\t\nout\t3\t0\t1\tFloat\t1,64\nop\taten::item\t1\taten::_local_scalar_dense\nparam\t3\t256\tFloat\n";
         let trace = Trace::parse(text).unwrap();
-        assert_eq!(
-            trace.params,
-            vec![TracedParam {
-                storage: 3,
-                bytes: 256,
-                dtype: "Float".into()
-            }]
-        );
-        assert_eq!(
-            trace.task_graph().unwrap().node(0).attrs["params"],
-            json!([{"index": 0, "bytes": 256, "dtype": "Float"}])
-        );
+        assert_eq!(trace.params, vec![TracedParam { storage: 3, bytes: 256, dtype: "Float".into() }]);
+        assert_eq!(trace.task_graph().unwrap().node(0).attrs["params"], json!([{"index": 0, "bytes": 256, "dtype": "Float"}]));
         assert!(Trace::parse("param\t1\tmany\tFloat\n").is_err());
         assert_eq!(trace.len(), 2);
-        assert_eq!(
-            trace.ops[0].inputs[0],
-            TensorUse {
-                storage: 3,
-                write: true,
-                device: TensorDevice::Cuda,
-                dtype: "Float".into(),
-                shape: vec![1, 64]
-            }
-        );
+        assert_eq!(trace.ops[0].inputs[0], TensorUse { storage: 3, write: true, device: TensorDevice::Cuda, dtype: "Float".into(), shape: vec![1, 64] });
         assert_eq!(trace.ops[0].inputs[1].shape, Vec::<i64>::new());
         assert_eq!(trace.first_host_sync().unwrap().0, 1);
-        assert!(
-            Trace::parse("in\t1\t0\t0\tFloat\t1\n").is_err(),
-            "a tensor before any op"
-        );
+        assert!(Trace::parse("in\t1\t0\t0\tFloat\t1\n").is_err(), "a tensor before any op");
         assert!(Trace::parse("op\tx\n").is_err());
     }
 }

@@ -73,16 +73,9 @@ impl Loss {
             Loss::CrossEntropy => outputs[0].cross_entropy_for_logits(targets),
             Loss::Custom(f) => f(outputs, targets),
         };
-        let loss =
-            catch_unwind(AssertUnwindSafe(run)).map_err(|panic| NimbleError::ForwardFailed {
-                pass: "loss",
-                message: panic_message(&panic),
-            })?;
+        let loss = catch_unwind(AssertUnwindSafe(run)).map_err(|panic| NimbleError::ForwardFailed { pass: "loss", message: panic_message(&panic) })?;
         if loss.numel() != 1 {
-            return Err(NimbleError::InvalidInput(format!(
-                "the loss has shape {:?}, expected a scalar",
-                loss.size()
-            )));
+            return Err(NimbleError::InvalidInput(format!("the loss has shape {:?}, expected a scalar", loss.size())));
         }
         Ok(loss)
     }
@@ -100,11 +93,7 @@ pub struct TrainStep {
 impl TrainStep {
     /// Cross-entropy and `optimizer`, on one GPU.
     pub fn new(optimizer: Optimizer) -> Self {
-        TrainStep {
-            loss: Loss::CrossEntropy,
-            optimizer,
-            data_parallel: None,
-        }
+        TrainStep { loss: Loss::CrossEntropy, optimizer, data_parallel: None }
     }
 
     /// Makes the step one rank's share of a data-parallel step.
@@ -144,31 +133,12 @@ impl Setup {
 
     /// The forward's task graph with each op's GPU time (when the options ask for it).
     fn time_ops(&self, options: &PrepareOptions, runner: &Runner<'_>) -> Result<TaskGraph> {
-        time_ops(
-            &self.trace,
-            &self.graph,
-            self.device,
-            options.measure_durations,
-            runner,
-            &self.inputs,
-            true,
-        )
+        time_ops(&self.trace, &self.graph, self.device, options.measure_durations, runner, &self.inputs, true)
     }
 
     /// The prepared model, with its report.
-    fn finish(
-        mut self,
-        mode: &'static str,
-        replay: Replay,
-        layout: Layout,
-        task_graph: TaskGraph,
-        counts: Counts<'_>,
-    ) -> Prepared {
-        let Counts {
-            structure,
-            backward_kernel_nodes,
-            gradient_buckets,
-        } = counts;
+    fn finish(mut self, mode: &'static str, replay: Replay, layout: Layout, task_graph: TaskGraph, counts: Counts<'_>) -> Prepared {
+        let Counts { structure, backward_kernel_nodes, gradient_buckets } = counts;
         self.seconds.total = self.started.elapsed().as_secs_f64();
         let report = PrepareReport {
             mode,
@@ -191,17 +161,7 @@ impl Setup {
             layout_trial: None,
             seconds: self.seconds,
         };
-        Prepared {
-            replay,
-            _schedule: self.schedule,
-            inputs: self.inputs,
-            layout,
-            module: None,
-            trace: self.trace,
-            task_graph,
-            plan: self.plan,
-            report,
-        }
+        Prepared { replay, _schedule: self.schedule, inputs: self.inputs, layout, module: None, trace: self.trace, task_graph, plan: self.plan, report }
     }
 
     /// Puts back the values the parameters and buffers had before `prepare`.
@@ -224,13 +184,7 @@ struct Counts<'a> {
 fn put_back(external: &ExternalState) -> Result<()> {
     tch::no_grad(|| {
         for (tensor, value) in &external.saved {
-            tensor
-                .shallow_clone()
-                .f_copy_(value)
-                .map_err(|e| NimbleError::Torch {
-                    call: "copy_",
-                    message: e.to_string(),
-                })?;
+            tensor.shallow_clone().f_copy_(value).map_err(|e| NimbleError::Torch { call: "copy_", message: e.to_string() })?;
         }
         Ok(())
     })
@@ -277,183 +231,94 @@ fn check_trainable(outputs: &[Tensor], external: &ExternalState) -> Result<()> {
 fn passed<T>(result: std::result::Result<Result<T>, String>, pass: &'static str) -> Result<T> {
     match result {
         Ok(value) => value,
-        Err(problem) => Err(NimbleError::OpMismatch {
-            pass,
-            detail: problem,
-        }),
+        Err(problem) => Err(NimbleError::OpMismatch { pass, detail: problem }),
     }
 }
 
 /// What both modes start with: the checks, one recorded training forward and its plan.
 fn training_setup(source: &Source, inputs: &[Tensor], options: &PrepareOptions) -> Result<Setup> {
-    let started = Instant::now();
-    let mut seconds = PrepareSeconds::default();
-    let (device, assigner) = check_cuda_prepare(inputs, options)?;
-    if let Some(i) = inputs.iter().position(Tensor::requires_grad) {
-        return Err(NimbleError::InvalidInput(format!(
+        let started = Instant::now();
+        let mut seconds = PrepareSeconds::default();
+        let (device, assigner) = check_cuda_prepare(inputs, options)?;
+        if let Some(i) = inputs.iter().position(Tensor::requires_grad) {
+            return Err(NimbleError::InvalidInput(format!(
                 "input {i} requires gradients; training computes the parameters' gradients only (detach the input)"
             )));
+        }
+        let inputs: Vec<Tensor> = inputs.iter().map(|t| t.detach().copy()).collect();
+        let runner = source.runner(None);
+        let step = Instant::now();
+        // The first training forward: it records the parameters and buffers before they change.
+        let (trace, outputs, external) = record_with_state(|| runner.run_structured(&inputs, true))?;
+        let (outputs, layout) = outputs?;
+        check_capturable(&trace)?;
+        check_trainable(&outputs, &external)?;
+        drop(outputs);
+        seconds.trace = step.elapsed().as_secs_f64();
+        let step = Instant::now();
+        let (graph, plan, schedule) = plan_schedule(&trace, assigner.as_ref(), device)?;
+        seconds.schedule = step.elapsed().as_secs_f64();
+        Ok(Setup { device, inputs, trace, external, graph, plan, schedule, layout, seconds, started })
     }
-    let inputs: Vec<Tensor> = inputs.iter().map(|t| t.detach().copy()).collect();
-    let runner = source.runner(None);
-    let step = Instant::now();
-    // The first training forward: it records the parameters and buffers before they change.
-    let (trace, outputs, external) = record_with_state(|| runner.run_structured(&inputs, true))?;
-    let (outputs, layout) = outputs?;
-    check_capturable(&trace)?;
-    check_trainable(&outputs, &external)?;
-    drop(outputs);
-    seconds.trace = step.elapsed().as_secs_f64();
-    let step = Instant::now();
-    let (graph, plan, schedule) = plan_schedule(&trace, assigner.as_ref(), device)?;
-    seconds.schedule = step.elapsed().as_secs_f64();
-    Ok(Setup {
-        device,
-        inputs,
-        trace,
-        external,
-        graph,
-        plan,
-        schedule,
-        layout,
-        seconds,
-        started,
-    })
-}
 
 /// `prepare` with [`PrepareOptions::training`]: see the module documentation.
-pub(crate) fn prepare_autograd(
-    source: &Source,
-    inputs: &[Tensor],
-    options: &PrepareOptions,
-) -> Result<Prepared> {
-    let mut s = training_setup(source, inputs, options)?;
-    let runner = source.runner(None);
-    let mut seconds = std::mem::take(&mut s.seconds);
-    let one = s.one_stream(options);
-    let params = &s.external.params;
-    let result = (|| {
-        timed(&mut seconds.warmup, || {
-            for _ in 0..2 {
-                let outputs = runner.run_caught(&s.inputs, true, "warm-up")?;
-                ffi::backward(
-                    &outputs,
-                    Some(&ones_for(&outputs)),
-                    false,
-                    None,
-                    Some(params),
-                )?;
-            }
-            ffi::cuda_synchronize()
-        })?;
-        let task_graph = timed(&mut seconds.time_ops, || s.time_ops(options, &runner))?;
+pub(crate) fn prepare_autograd(source: &Source, inputs: &[Tensor], options: &PrepareOptions) -> Result<Prepared> {
+        let mut s = training_setup(source, inputs, options)?;
+        let runner = source.runner(None);
+        let mut seconds = std::mem::take(&mut s.seconds);
+        let one = s.one_stream(options);
+        let params = &s.external.params;
+        let result = (|| {
+            timed(&mut seconds.warmup, || {
+                for _ in 0..2 {
+                    let outputs = runner.run_caught(&s.inputs, true, "warm-up")?;
+                    ffi::backward(&outputs, Some(&ones_for(&outputs)), false, None, Some(params))?;
+                }
+                ffi::cuda_synchronize()
+            })?;
+            let task_graph = timed(&mut seconds.time_ops, || s.time_ops(options, &runner))?;
 
-        let step = Instant::now();
-        ffi::fresh_grad_accumulators(params)?;
-        let pre = s.schedule.pass_with_tail(
-            None,
-            0,
-            true,
-            || runner.run_caught(&s.inputs, true, "pre-run"),
-            |outputs| {
+            let step = Instant::now();
+            ffi::fresh_grad_accumulators(params)?;
+            let pre = s.schedule.pass_with_tail(None, 0, true, || runner.run_caught(&s.inputs, true, "pre-run"), |outputs| {
                 let outputs = outputs?;
-                ffi::backward(
-                    &outputs,
-                    Some(&ones_for(&outputs)),
-                    false,
-                    one,
-                    Some(params),
-                )
-            },
-        )?;
-        passed(pre, "pre-run")?;
-        ffi::cuda_synchronize()?;
-        seconds.prerun = step.elapsed().as_secs_f64();
+                ffi::backward(&outputs, Some(&ones_for(&outputs)), false, one, Some(params))
+            })?;
+            passed(pre, "pre-run")?;
+            ffi::cuda_synchronize()?;
+            seconds.prerun = step.elapsed().as_secs_f64();
 
-        let step = Instant::now();
-        ffi::fresh_grad_accumulators(params)?;
-        let forward_graph = CudaGraph::new()?;
-        let outputs = scheduled_run(
-            &s.schedule,
-            Some((&forward_graph, options.capture_mode)),
-            0,
-            &runner,
-            &s.inputs,
-            true,
-            "capture",
-        )?;
-        let grad_outputs: Vec<Tensor> = outputs.iter().map(Tensor::zeros_like).collect();
-        let backward_graph = CudaGraph::new()?;
-        // The parameters' gradients land in the backward graph's own tensors; autograd
-        // accumulates them into `.grad` (see the shim's ReplayFn).
-        let captured = s.schedule.pass_with_tail(
-            Some((&backward_graph, options.capture_mode)),
-            0,
-            false,
-            || (),
-            |()| ffi::backward(&outputs, Some(&grad_outputs), true, one, Some(params)),
-        )?;
-        let param_grads = passed(captured, "backward capture")?;
-        forward_graph.instantiate()?;
-        backward_graph.instantiate()?;
-        let forward_structure = forward_graph.structure()?;
-        let backward_structure = backward_graph.structure()?;
-        seconds.capture = step.elapsed().as_secs_f64();
-        Ok::<_, NimbleError>((
-            task_graph,
-            forward_graph,
-            backward_graph,
-            outputs,
-            grad_outputs,
-            param_grads,
-            forward_structure,
-            backward_structure,
-        ))
-    })();
-    // Whatever happened, the model keeps the values it had.
-    let restored = s.restore();
-    s.seconds = seconds;
-    let (
-        task_graph,
-        forward_graph,
-        backward_graph,
-        outputs,
-        grad_outputs,
-        param_grads,
-        forward_structure,
-        backward_structure,
-    ) = result?;
-    restored?;
-    // The captured forward's autograd graph is not needed any more (the backward graph has
-    // its kernels); keeping it would keep its gradient accumulators on the capture's streams.
-    let outputs: Vec<Tensor> = outputs.iter().map(Tensor::detach).collect();
-    let layout = std::mem::replace(&mut s.layout, Layout::of_list(0));
-    let state = TrainState::new(
-        &forward_graph,
-        &backward_graph,
-        &outputs,
-        &grad_outputs,
-        &s.external.params,
-        &param_grads,
-    )?;
-    let replay = Replay::Autograd {
-        state,
-        _outputs: outputs,
-        _grad_outputs: grad_outputs,
-        _forward: forward_graph,
-        _backward: backward_graph,
-    };
-    Ok(s.finish(
-        "autograd",
-        replay,
-        layout,
-        task_graph,
-        Counts {
-            structure: &forward_structure,
-            backward_kernel_nodes: backward_structure.kernel_count(),
-            gradient_buckets: 0,
-        },
-    ))
+            let step = Instant::now();
+            ffi::fresh_grad_accumulators(params)?;
+            let forward_graph = CudaGraph::new()?;
+            let outputs = scheduled_run(&s.schedule, Some((&forward_graph, options.capture_mode)), 0, &runner, &s.inputs, true, "capture")?;
+            let grad_outputs: Vec<Tensor> = outputs.iter().map(Tensor::zeros_like).collect();
+            let backward_graph = CudaGraph::new()?;
+            // The parameters' gradients land in the backward graph's own tensors; autograd
+            // accumulates them into `.grad` (see the shim's ReplayFn).
+            let captured = s.schedule.pass_with_tail(Some((&backward_graph, options.capture_mode)), 0, false, || (), |()| {
+                ffi::backward(&outputs, Some(&grad_outputs), true, one, Some(params))
+            })?;
+            let param_grads = passed(captured, "backward capture")?;
+            forward_graph.instantiate()?;
+            backward_graph.instantiate()?;
+            let forward_structure = forward_graph.structure()?;
+            let backward_structure = backward_graph.structure()?;
+            seconds.capture = step.elapsed().as_secs_f64();
+            Ok::<_, NimbleError>((task_graph, forward_graph, backward_graph, outputs, grad_outputs, param_grads, forward_structure, backward_structure))
+        })();
+        // Whatever happened, the model keeps the values it had.
+        let restored = s.restore();
+        s.seconds = seconds;
+        let (task_graph, forward_graph, backward_graph, outputs, grad_outputs, param_grads, forward_structure, backward_structure) = result?;
+        restored?;
+        // The captured forward's autograd graph is not needed any more (the backward graph has
+        // its kernels); keeping it would keep its gradient accumulators on the capture's streams.
+        let outputs: Vec<Tensor> = outputs.iter().map(Tensor::detach).collect();
+        let layout = std::mem::replace(&mut s.layout, Layout::of_list(0));
+        let state = TrainState::new(&forward_graph, &backward_graph, &outputs, &grad_outputs, &s.external.params, &param_grads)?;
+        let replay = Replay::Autograd { state, _outputs: outputs, _grad_outputs: grad_outputs, _forward: forward_graph, _backward: backward_graph };
+        Ok(s.finish("autograd", replay, layout, task_graph, Counts { structure: &forward_structure, backward_kernel_nodes: backward_structure.kernel_count(), gradient_buckets: 0 }))
 }
 
 /// [`Nimble::prepare_train_step`](crate::Nimble::prepare_train_step): the whole step as one graph.
@@ -462,151 +327,106 @@ pub(crate) fn prepare_autograd(
 /// shows which parameters get gradients, which makes the buckets (checked equal on every rank);
 /// from the second warm-up step on, the reducer's hooks launch the all-reduces during the
 /// backward, so the pre-run connects NCCL eagerly and the capture records them in the graph.
-pub(crate) fn prepare_train_step(
-    source: &Source,
-    inputs: &[Tensor],
-    targets: &Tensor,
-    options: PrepareOptions,
-    step: TrainStep,
-) -> Result<Prepared> {
-    let options = PrepareOptions {
-        training: true,
-        ..options
-    };
-    step.optimizer.check()?;
-    if let Some(dp) = &step.data_parallel {
-        dp.check()?;
-    }
-    let mut s = training_setup(source, inputs, &options)?;
-    let device = Device::Cuda(s.device);
-    if targets.device() != device {
-        return Err(NimbleError::InvalidInput(format!(
-            "the targets are on {:?}, expected {device:?} like the inputs",
-            targets.device()
-        )));
-    }
-    if let Some(dp) = &step.data_parallel {
-        if dp.comm.device() != s.device {
-            return Err(NimbleError::InvalidInput(format!("the inputs are on cuda:{}, but this rank's GPU is cuda:{}; put the model and data there", s.device, dp.comm.device())));
+pub(crate) fn prepare_train_step(source: &Source, inputs: &[Tensor], targets: &Tensor, options: PrepareOptions, step: TrainStep) -> Result<Prepared> {
+        let options = PrepareOptions { training: true, ..options };
+        step.optimizer.check()?;
+        if let Some(dp) = &step.data_parallel {
+            dp.check()?;
         }
-        let values: Vec<Tensor> = s
-            .external
-            .saved
-            .iter()
-            .map(|(_, value)| value.shallow_clone())
-            .collect();
-        dp.comm.broadcast(&values, 0)?;
-        s.restore()?;
-    }
-    let targets = targets.detach().copy();
-    let runner = source.runner(None);
-    let mut seconds = std::mem::take(&mut s.seconds);
-    let one = s.one_stream(&options);
-    let optimizer = OptimizerState::new(&step.optimizer, &s.external.params);
-    let params = &s.external.params;
-    let sync: std::cell::OnceCell<GradientSync> = std::cell::OnceCell::new();
-    let tail = |outputs: Result<Vec<Tensor>>, schedule: Option<&Schedule>| -> Result<Tensor> {
-        let outputs = outputs?;
-        if let Some(schedule) = schedule {
-            schedule.record_on_origin(&outputs)?;
+        let mut s = training_setup(source, inputs, &options)?;
+        let device = Device::Cuda(s.device);
+        if targets.device() != device {
+            return Err(NimbleError::InvalidInput(format!("the targets are on {:?}, expected {device:?} like the inputs", targets.device())));
         }
-        let loss = step.loss.compute(&outputs, &targets)?;
-        if let Some(sync) = sync.get() {
-            sync.arm()?;
-        }
-        // Eager (no schedule), everything runs on the current stream already.
-        ffi::backward(
-            std::slice::from_ref(&loss),
-            None,
-            false,
-            schedule.and(one),
-            None,
-        )?;
-        match sync.get() {
-            Some(sync) => {
-                sync.finish()?;
-                // Each bucket's update waits only for its own all-reduce (and the backward),
-                // so the earlier buckets' updates run while the last all-reduces finish.
-                for (bucket, members) in sync.members.iter().enumerate() {
-                    sync.wait(bucket)?;
-                    optimizer.step_some(params, members)?;
-                }
-                optimizer.step_some(params, &sync.unbucketed)?;
+        if let Some(dp) = &step.data_parallel {
+            if dp.comm.device() != s.device {
+                return Err(NimbleError::InvalidInput(format!("the inputs are on cuda:{}, but this rank's GPU is cuda:{}; put the model and data there", s.device, dp.comm.device())));
             }
-            None => optimizer.step(params)?,
+            let values: Vec<Tensor> = s.external.saved.iter().map(|(_, value)| value.shallow_clone()).collect();
+            dp.comm.broadcast(&values, 0)?;
+            s.restore()?;
         }
-        Ok(loss)
-    };
-    let result = (|| {
-        timed(&mut seconds.warmup, || {
-            for _ in 0..2 {
-                ffi::grads_reset(params)?;
-                let _loss = tail(runner.run_caught(&s.inputs, true, "warm-up"), None)?;
-                if let (Some(dp), None) = (&step.data_parallel, sync.get()) {
-                    let made = GradientSync::new(dp, params)?;
-                    let _ = sync.set(made);
-                }
+        let targets = targets.detach().copy();
+        let runner = source.runner(None);
+        let mut seconds = std::mem::take(&mut s.seconds);
+        let one = s.one_stream(&options);
+        let optimizer = OptimizerState::new(&step.optimizer, &s.external.params);
+        let params = &s.external.params;
+        let sync: std::cell::OnceCell<GradientSync> = std::cell::OnceCell::new();
+        let tail = |outputs: Result<Vec<Tensor>>, schedule: Option<&Schedule>| -> Result<Tensor> {
+            let outputs = outputs?;
+            if let Some(schedule) = schedule {
+                schedule.record_on_origin(&outputs)?;
             }
-            ffi::cuda_synchronize()
-        })?;
-        let task_graph = timed(&mut seconds.time_ops, || s.time_ops(&options, &runner))?;
+            let loss = step.loss.compute(&outputs, &targets)?;
+            if let Some(sync) = sync.get() {
+                sync.arm()?;
+            }
+            // Eager (no schedule), everything runs on the current stream already.
+            ffi::backward(std::slice::from_ref(&loss), None, false, schedule.and(one), None)?;
+            match sync.get() {
+                Some(sync) => {
+                    sync.finish()?;
+                    // Each bucket's update waits only for its own all-reduce (and the backward),
+                    // so the earlier buckets' updates run while the last all-reduces finish.
+                    for (bucket, members) in sync.members.iter().enumerate() {
+                        sync.wait(bucket)?;
+                        optimizer.step_some(params, members)?;
+                    }
+                    optimizer.step_some(params, &sync.unbucketed)?;
+                }
+                None => optimizer.step(params)?,
+            }
+            Ok(loss)
+        };
+        let result = (|| {
+            timed(&mut seconds.warmup, || {
+                for _ in 0..2 {
+                    ffi::grads_reset(params)?;
+                    let _loss = tail(runner.run_caught(&s.inputs, true, "warm-up"), None)?;
+                    if let (Some(dp), None) = (&step.data_parallel, sync.get()) {
+                        let made = GradientSync::new(dp, params)?;
+                        let _ = sync.set(made);
+                    }
+                }
+                ffi::cuda_synchronize()
+            })?;
+            let task_graph = timed(&mut seconds.time_ops, || s.time_ops(&options, &runner))?;
 
-        let started = Instant::now();
-        ffi::grads_reset(params)?;
-        ffi::fresh_grad_accumulators(params)?;
-        let pre = s.schedule.pass_with_tail(
-            None,
-            0,
-            true,
-            || runner.run_caught(&s.inputs, true, "pre-run"),
-            |o| tail(o, Some(&s.schedule)),
-        )?;
-        let _loss = passed(pre, "pre-run")?;
-        ffi::cuda_synchronize()?;
-        seconds.prerun = started.elapsed().as_secs_f64();
+            let started = Instant::now();
+            ffi::grads_reset(params)?;
+            ffi::fresh_grad_accumulators(params)?;
+            let pre = s.schedule.pass_with_tail(None, 0, true, || runner.run_caught(&s.inputs, true, "pre-run"), |o| tail(o, Some(&s.schedule)))?;
+            let _loss = passed(pre, "pre-run")?;
+            ffi::cuda_synchronize()?;
+            seconds.prerun = started.elapsed().as_secs_f64();
 
-        let started = Instant::now();
-        // Gradients are made afresh inside the graph (its pool), so nothing needs zeroing.
-        ffi::grads_reset(params)?;
-        ffi::fresh_grad_accumulators(params)?;
-        let graph = CudaGraph::new()?;
-        let captured = s.schedule.pass_with_tail(
-            Some((&graph, options.capture_mode)),
-            0,
-            true,
-            || runner.run_caught(&s.inputs, true, "capture"),
-            |o| tail(o, Some(&s.schedule)),
-        )?;
-        let loss = passed(captured, "capture")?;
-        graph.instantiate()?;
-        let structure = graph.structure()?;
-        seconds.capture = started.elapsed().as_secs_f64();
-        Ok::<_, NimbleError>((task_graph, graph, loss, structure))
-    })();
-    // The hooks go with the reducer; the graph keeps its all-reduces (and the communicator).
-    let buckets = sync.into_inner().map_or(0, |sync| sync.buckets());
-    let restored = s.restore();
-    optimizer.reset();
-    s.seconds = seconds;
-    let (task_graph, graph, loss, structure) = result?;
-    restored?;
-    let comm = step.data_parallel.as_ref().map(|dp| dp.comm.clone());
-    let replay = Replay::Step {
-        loss,
-        targets,
-        graph,
-        _optimizer: optimizer,
-        _comm: comm,
-    };
-    Ok(s.finish(
-        "step",
-        replay,
-        Layout::of_list(0),
-        task_graph,
-        Counts {
-            structure: &structure,
-            backward_kernel_nodes: 0,
-            gradient_buckets: buckets,
-        },
-    ))
+            let started = Instant::now();
+            // Gradients are made afresh inside the graph (its pool), so nothing needs zeroing.
+            ffi::grads_reset(params)?;
+            ffi::fresh_grad_accumulators(params)?;
+            let graph = CudaGraph::new()?;
+            let captured = s.schedule.pass_with_tail(
+                Some((&graph, options.capture_mode)),
+                0,
+                true,
+                || runner.run_caught(&s.inputs, true, "capture"),
+                |o| tail(o, Some(&s.schedule)),
+            )?;
+            let loss = passed(captured, "capture")?;
+            graph.instantiate()?;
+            let structure = graph.structure()?;
+            seconds.capture = started.elapsed().as_secs_f64();
+            Ok::<_, NimbleError>((task_graph, graph, loss, structure))
+        })();
+        // The hooks go with the reducer; the graph keeps its all-reduces (and the communicator).
+        let buckets = sync.into_inner().map_or(0, |sync| sync.buckets());
+        let restored = s.restore();
+        optimizer.reset();
+        s.seconds = seconds;
+        let (task_graph, graph, loss, structure) = result?;
+        restored?;
+        let comm = step.data_parallel.as_ref().map(|dp| dp.comm.clone());
+        let replay = Replay::Step { loss, targets, graph, _optimizer: optimizer, _comm: comm };
+        Ok(s.finish("step", replay, Layout::of_list(0), task_graph, Counts { structure: &structure, backward_kernel_nodes: 0, gradient_buckets: buckets }))
 }

@@ -19,10 +19,7 @@ fn assert_same_outputs(got: &[Tensor], expected: &[Tensor], bound: f64, case: &s
     assert_eq!(got.len(), expected.len());
     for (i, (got, want)) in got.iter().zip(expected).enumerate() {
         let error = relative_error(got, want);
-        assert!(
-            error < bound,
-            "{case}: output {i} differs from the model's by {error:.2e}"
-        );
+        assert!(error < bound, "{case}: output {i} differs from the model's by {error:.2e}");
     }
 }
 
@@ -35,12 +32,7 @@ type Forward = Rc<dyn Fn(&[Tensor]) -> Vec<Tensor>>;
 fn linear_block(width: i64, hidden: i64, device: Device) -> Forward {
     let opts = (Kind::Float, device);
     // Weights scaled by 1/sqrt(fan-in), biases of order 1.
-    let layer = |outputs: i64, inputs: i64| {
-        (
-            Tensor::randn([outputs, inputs], opts) / (inputs as f64).sqrt(),
-            Tensor::randn([outputs], opts),
-        )
-    };
+    let layer = |outputs: i64, inputs: i64| (Tensor::randn([outputs, inputs], opts) / (inputs as f64).sqrt(), Tensor::randn([outputs], opts));
     let (w1, b1) = layer(hidden, width);
     let (w2, b2) = layer(width, hidden);
     let (w3, b3) = layer(width, width);
@@ -69,15 +61,11 @@ fn linear_block(width: i64, hidden: i64, device: Device) -> Forward {
 /// additive one.
 fn masked_attention(tokens: i64, device: Device) -> Forward {
     let opts = (Kind::Float, device);
-    let causal = Tensor::ones([tokens, tokens], opts)
-        .tril(0)
-        .to_kind(Kind::Bool);
+    let causal = Tensor::ones([tokens, tokens], opts).tril(0).to_kind(Kind::Bool);
     let additive = Tensor::randn([1, 1, tokens, tokens], opts);
     Rc::new(move |xs: &[Tensor]| {
         let (k, v) = (&xs[0] * 0.5, &xs[0] - 1.0);
-        let attend = |q: &Tensor, mask: &Tensor| {
-            Tensor::scaled_dot_product_attention(q, &k, &v, Some(mask), 0.0, false, None, false)
-        };
+        let attend = |q: &Tensor, mask: &Tensor| Tensor::scaled_dot_product_attention(q, &k, &v, Some(mask), 0.0, false, None, false);
         // True everywhere here, as BERT's is without padding.
         let padding = xs[1].ge(-100.0).expand([1, 1, tokens, tokens], false);
         let first = attend(&xs[0], &padding);
@@ -88,10 +76,7 @@ fn masked_attention(tokens: i64, device: Device) -> Forward {
 }
 
 fn inputs(shapes: &[&[i64]], device: Device) -> Vec<Tensor> {
-    shapes
-        .iter()
-        .map(|shape| Tensor::randn(*shape, (Kind::Float, device)))
-        .collect()
+    shapes.iter().map(|shape| Tensor::randn(*shape, (Kind::Float, device))).collect()
 }
 
 fn nimble_of(forward: &Forward) -> Nimble {
@@ -109,29 +94,12 @@ fn linear_layers_take_their_activation_or_residual_and_nothing_else_reads() {
     let trace = nimble.trace(&xs, true).unwrap();
     let histogram = trace.op_histogram();
     assert_eq!(count(&trace, "nimble::linear"), 6, "{histogram:?}");
-    assert_eq!(
-        count(&trace, "aten::linear") + count(&trace, "aten::gelu") + count(&trace, "aten::addmm"),
-        0,
-        "{histogram:?}"
-    );
-    assert_eq!(
-        (count(&trace, "aten::add"), count(&trace, "aten::relu")),
-        (1, 1),
-        "{histogram:?}"
-    );
+    assert_eq!(count(&trace, "aten::linear") + count(&trace, "aten::gelu") + count(&trace, "aten::addmm"), 0, "{histogram:?}");
+    assert_eq!((count(&trace, "aten::add"), count(&trace, "aten::relu")), (1, 1), "{histogram:?}");
     assert_same_outputs(&nimble.run_optimized(&xs).unwrap(), &expected, 1e-5, "cpu");
     // Without the rewrites the layers stay ATen's.
     let plain = nimble.trace(&xs, false).unwrap();
-    assert_eq!(
-        (
-            count(&plain, "nimble::linear"),
-            count(&plain, "aten::linear"),
-            count(&plain, "aten::addmm")
-        ),
-        (0, 5, 1),
-        "{:?}",
-        plain.op_histogram()
-    );
+    assert_eq!((count(&plain, "nimble::linear"), count(&plain, "aten::linear"), count(&plain, "aten::addmm")), (0, 5, 1), "{:?}", plain.op_histogram());
 }
 
 #[test]
@@ -146,11 +114,7 @@ fn every_attention_mask_goes_through_nimble_attention_mask_and_attention_compute
     // The padding mask two attentions share is converted once; the second takes it through `to`.
     assert_eq!(count(&trace, "nimble::attention_mask"), 3, "{histogram:?}");
     assert_eq!(count(&trace, "aten::to"), 1, "{histogram:?}");
-    assert_eq!(
-        count(&trace, "aten::scaled_dot_product_attention"),
-        4,
-        "{histogram:?}"
-    );
+    assert_eq!(count(&trace, "aten::scaled_dot_product_attention"), 4, "{histogram:?}");
     assert_same_outputs(&nimble.run_optimized(&xs).unwrap(), &expected, 1e-5, "cpu");
 }
 
@@ -172,13 +136,7 @@ fn on_cuda_both_gemm_ways_and_the_converted_masks_match_the_model_captured() {
         tch::manual_seed(11);
         let forward = linear_block(width, hidden, cuda);
         let mut nimble = nimble_of(&forward);
-        let report = nimble
-            .prepare(
-                &inputs(&[&[1, rows, width], &[1, rows, width]], cuda),
-                PrepareOptions::inference(),
-            )
-            .unwrap()
-            .clone();
+        let report = nimble.prepare(&inputs(&[&[1, rows, width], &[1, rows, width]], cuda), PrepareOptions::inference()).unwrap().clone();
         assert_eq!(report.fused_ops, 6, "{case}: {report:?}");
         for _ in 0..3 {
             let xs = inputs(&[&[1, rows, width], &[1, rows, width]], cuda);
@@ -192,12 +150,7 @@ fn on_cuda_both_gemm_ways_and_the_converted_masks_match_the_model_captured() {
     tch::manual_seed(12);
     let forward = masked_attention(128, cuda);
     let mut nimble = nimble_of(&forward);
-    nimble
-        .prepare(
-            &inputs(&[&[1, 12, 128, 64], &[1, 1, 128, 1]], cuda),
-            PrepareOptions::inference(),
-        )
-        .unwrap();
+    nimble.prepare(&inputs(&[&[1, 12, 128, 64], &[1, 1, 128, 1]], cuda), PrepareOptions::inference()).unwrap();
     for _ in 0..3 {
         let xs = inputs(&[&[1, 12, 128, 64], &[1, 1, 128, 1]], cuda);
         let expected = tch::no_grad(|| forward(&xs));

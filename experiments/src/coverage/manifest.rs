@@ -46,15 +46,10 @@ impl Manifest {
     /// Reads and checks `path`.
     pub fn read(path: &Path) -> Result<Manifest, String> {
         let text = nimble_graph::json::read_text(path).map_err(|e| format!("{e} (expected the manifest.json that experiments/python/export_torchscript.py DIR writes)"))?;
-        let manifest: Manifest = serde_json::from_str(&text)
-            .map_err(|e| format!("{}: not an exporter manifest: {e}", path.display()))?;
+        let manifest: Manifest = serde_json::from_str(&text).map_err(|e| format!("{}: not an exporter manifest: {e}", path.display()))?;
         for entry in &manifest.models {
             if entry.error.is_none() && entry.inputs.is_empty() {
-                return Err(format!(
-                    "{}: model `{}` has neither inputs nor an export error",
-                    path.display(),
-                    entry.name
-                ));
+                return Err(format!("{}: model `{}` has neither inputs nor an export error", path.display(), entry.name));
             }
         }
         Ok(manifest)
@@ -66,17 +61,10 @@ impl Manifest {
         for name in only {
             if !self.models.iter().any(|e| &e.name == name) {
                 let names: Vec<&str> = self.models.iter().map(|e| e.name.as_str()).collect();
-                return Err(format!(
-                    "--only: `{name}` is not in the manifest, which has {}",
-                    names.join(", ")
-                ));
+                return Err(format!("--only: `{name}` is not in the manifest, which has {}", names.join(", ")));
             }
         }
-        Ok(self
-            .models
-            .iter()
-            .filter(|e| only.is_empty() || only.contains(&e.name))
-            .collect())
+        Ok(self.models.iter().filter(|e| only.is_empty() || only.contains(&e.name)).collect())
     }
 }
 
@@ -91,11 +79,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("manifest.json");
         let model = r#"{"name": "m", "file": "m.pt", "source": "s", "inputs": ["1x3:float32"]}"#;
-        std::fs::write(
-            &path,
-            format!(r#"{{"torch": "2.11.0", "device": "cuda", "batch": 1, "models": [{model}]}}"#),
-        )
-        .unwrap();
+        std::fs::write(&path, format!(r#"{{"torch": "2.11.0", "device": "cuda", "batch": 1, "models": [{model}]}}"#)).unwrap();
         assert!(Manifest::read(&path).unwrap().versions.is_empty());
         std::fs::write(&path, format!(r#"{{"torch": "2.11.0", "versions": {{"timm": "1.0.29"}}, "device": "cuda", "batch": 1, "models": [{model}]}}"#)).unwrap();
         assert_eq!(Manifest::read(&path).unwrap().versions["timm"], "1.0.29");
@@ -104,19 +88,10 @@ mod tests {
 
     #[test]
     fn manifest_selection_names_what_is_unknown() {
-        let manifest = Manifest {
-            torch: "2.11.0".into(),
-            device: "cuda".into(),
-            batch: 1,
-            versions: Default::default(),
-            models: vec![entry("a"), entry("b")],
-        };
+        let manifest = Manifest { torch: "2.11.0".into(), device: "cuda".into(), batch: 1, versions: Default::default(), models: vec![entry("a"), entry("b")] };
         assert_eq!(manifest.select(&["b".into()]).unwrap().len(), 1);
         assert_eq!(manifest.select(&[]).unwrap().len(), 2);
         let error = manifest.select(&["zz".into()]).unwrap_err();
-        assert!(
-            error.contains("`zz` is not in the manifest, which has a, b"),
-            "{error}"
-        );
+        assert!(error.contains("`zz` is not in the manifest, which has a, b"), "{error}");
     }
 }

@@ -58,8 +58,7 @@ impl Status {
             Status::Mismatch
         } else if m.contains("capture") {
             Status::Capture
-        } else if m.contains("jit_load") || m.contains("--input") || m.contains("forward argument")
-        {
+        } else if m.contains("jit_load") || m.contains("--input") || m.contains("forward argument") {
             Status::Load
         } else {
             Status::Other
@@ -101,13 +100,8 @@ pub struct AgainstOneStream {
 impl AgainstOneStream {
     pub fn new(graph_us: &[f64], nimble_us: &[f64]) -> AgainstOneStream {
         let (graph, nimble) = (median(graph_us), median(nimble_us));
-        let error = (median_standard_error(graph_us).powi(2)
-            + median_standard_error(nimble_us).powi(2))
-        .sqrt();
-        AgainstOneStream {
-            ratio: nimble / graph,
-            sampling_noise: 2.0 * error / graph,
-        }
+        let error = (median_standard_error(graph_us).powi(2) + median_standard_error(nimble_us).powi(2)).sqrt();
+        AgainstOneStream { ratio: nimble / graph, sampling_noise: 2.0 * error / graph }
     }
 }
 
@@ -194,18 +188,8 @@ pub struct ModelOutcome {
 
 impl ModelOutcome {
     /// A model that did not run, with the class and message of why.
-    pub fn failed(
-        entry: &ManifestEntry,
-        part: usize,
-        status: Status,
-        error: String,
-        process_s: f64,
-    ) -> ModelOutcome {
-        ModelOutcome {
-            status,
-            error: Some(error),
-            ..ModelOutcome::unmeasured(entry, part, process_s)
-        }
+    pub fn failed(entry: &ManifestEntry, part: usize, status: Status, error: String, process_s: f64) -> ModelOutcome {
+        ModelOutcome { status, error: Some(error), ..ModelOutcome::unmeasured(entry, part, process_s) }
     }
 
     /// What the manifest says of `entry`, nothing measured yet.
@@ -232,59 +216,27 @@ impl ModelOutcome {
 
     /// The outcome read from the `infer` record the model's process wrote (rows of eager and of
     /// the graph and nimble modes, with and without the rewrites).
-    pub fn from_infer_record(
-        entry: &ManifestEntry,
-        part: usize,
-        record: &serde_json::Value,
-        process_s: f64,
-    ) -> Result<ModelOutcome, String> {
-        let rows = record["rows"]
-            .as_array()
-            .ok_or("the infer record has no `rows`")?;
+    pub fn from_infer_record(entry: &ManifestEntry, part: usize, record: &serde_json::Value, process_s: f64) -> Result<ModelOutcome, String> {
+        let rows = record["rows"].as_array().ok_or("the infer record has no `rows`")?;
         let row = |mode: &str, optimized: bool| {
-            rows.iter()
-                .find(|r| r["mode"] == mode && (mode == "eager" || r["optimized"] == optimized))
-                .ok_or_else(|| {
-                    format!("the infer record lacks the {mode} row (rewrites {optimized})")
-                })
+            rows.iter().find(|r| r["mode"] == mode && (mode == "eager" || r["optimized"] == optimized)).ok_or_else(|| format!("the infer record lacks the {mode} row (rewrites {optimized})"))
         };
         let samples = |row: &serde_json::Value| -> Result<Vec<f64>, String> {
-            row["latency"]["samples_us"]
-                .as_array()
-                .ok_or("a row without latency samples")?
-                .iter()
-                .map(|v| {
-                    v.as_f64()
-                        .ok_or_else(|| "a latency sample that is not a number".to_string())
-                })
-                .collect()
+            row["latency"]["samples_us"].as_array().ok_or("a row without latency samples")?.iter().map(|v| v.as_f64().ok_or_else(|| "a latency sample that is not a number".to_string())).collect()
         };
         let eager = samples(row("eager", false)?)?;
         let modes = |optimized: bool| -> Result<GraphModes, String> {
             let (graph, nimble) = (row("graph", optimized)?, row("nimble", optimized)?);
             let (graph_us, nimble_us) = (samples(graph)?, samples(nimble)?);
             let prepare = &nimble["prepare"];
-            let count = |key: &str| {
-                prepare[key]
-                    .as_u64()
-                    .map(|n| n as usize)
-                    .ok_or_else(|| format!("the nimble row's prepare report lacks `{key}`"))
-            };
-            let error =
-                |r: &serde_json::Value| r["relative_error"].as_f64().unwrap_or(f64::INFINITY);
+            let count = |key: &str| prepare[key].as_u64().map(|n| n as usize).ok_or_else(|| format!("the nimble row's prepare report lacks `{key}`"));
+            let error = |r: &serde_json::Value| r["relative_error"].as_f64().unwrap_or(f64::INFINITY);
             Ok(GraphModes {
                 graph_ms: median(&graph_us) / 1000.0,
                 nimble_ms: median(&nimble_us) / 1000.0,
                 relative_error: error(graph).max(error(nimble)),
-                timed_relative_error: [graph, nimble]
-                    .iter()
-                    .filter_map(|r| r["timed_relative_error"].as_f64())
-                    .reduce(f64::max),
-                tolerance: if optimized {
-                    crate::tolerance::OPTIMIZED_TOLERANCE
-                } else {
-                    crate::tolerance::RAW_TOLERANCE
-                },
+                timed_relative_error: [graph, nimble].iter().filter_map(|r| r["timed_relative_error"].as_f64()).reduce(f64::max),
+                tolerance: if optimized { crate::tolerance::OPTIMIZED_TOLERANCE } else { crate::tolerance::RAW_TOLERANCE },
                 against_one_stream: AgainstOneStream::new(&graph_us, &nimble_us),
                 streams: count("streams")?,
                 syncs: count("syncs")?,
@@ -292,20 +244,13 @@ impl ModelOutcome {
                 kernel_nodes: count("kernel_nodes")?,
                 channels_last: prepare["channels_last"].as_bool().unwrap_or(false),
                 graph_channels_last: graph["prepare"]["channels_last"].as_bool().unwrap_or(false),
-                prepare_s: prepare["seconds"]["total"]
-                    .as_f64()
-                    .ok_or("the nimble row's prepare report lacks `seconds.total`")?,
+                prepare_s: prepare["seconds"]["total"].as_f64().ok_or("the nimble row's prepare report lacks `seconds.total`")?,
             })
         };
         let optimized = modes(true)?;
         let checked = rows.iter().filter(|r| r["mode"] != "eager");
-        let reference_scale = checked
-            .clone()
-            .filter_map(|r| r["reference_scale"].as_f64())
-            .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.min(x))));
-        let input_sensitive = checked
-            .filter_map(|r| r["input_sensitive"].as_bool())
-            .reduce(|a, b| a && b);
+        let reference_scale = checked.clone().filter_map(|r| r["reference_scale"].as_f64()).fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.min(x))));
+        let input_sensitive = checked.filter_map(|r| r["input_sensitive"].as_bool()).reduce(|a, b| a && b);
         Ok(ModelOutcome {
             status: Status::Ok,
             eager_ms: Some(median(&eager) / 1000.0),
@@ -313,11 +258,8 @@ impl ModelOutcome {
             raw: Some(modes(false)?),
             reference_scale,
             input_sensitive,
-            vacuous_check: reference_scale.is_some_and(|s| s == 0.0)
-                || input_sensitive == Some(false),
-            allocated_after_drop_bytes: rows
-                .iter()
-                .find_map(|r| r["allocated_after_drop_bytes"].as_i64()),
+            vacuous_check: reference_scale.is_some_and(|s| s == 0.0) || input_sensitive == Some(false),
+            allocated_after_drop_bytes: rows.iter().find_map(|r| r["allocated_after_drop_bytes"].as_i64()),
             ..ModelOutcome::unmeasured(entry, part, process_s)
         })
     }
@@ -331,10 +273,7 @@ impl ModelOutcome {
     /// layout: two preparations of the same graph, whose ratio shows how much two preparations
     /// of one graph differ.
     pub fn same_plan(&self) -> impl Iterator<Item = &GraphModes> {
-        [&self.optimized, &self.raw]
-            .into_iter()
-            .flatten()
-            .filter(|g| g.streams == 1 && g.channels_last == g.graph_channels_last)
+        [&self.optimized, &self.raw].into_iter().flatten().filter(|g| g.streams == 1 && g.channels_last == g.graph_channels_last)
     }
 
     /// Nimble's speedup over its own one-stream graph, rewrites on.
@@ -368,29 +307,15 @@ pub(crate) mod tests {
         let graph: Vec<f64> = (0..100).map(|i| 1000.0 + (i % 10) as f64).collect();
         let slower: Vec<f64> = graph.iter().map(|x| x * 1.05).collect();
         let check = AgainstOneStream::new(&graph, &slower);
-        assert!(
-            (check.ratio - 1.05).abs() < 1e-9 && check.sampling_noise < 0.01,
-            "{check:?}"
-        );
-        let noisy: Vec<f64> = (0..100)
-            .map(|i| 1000.0 + 400.0 * ((i * 37 % 100) as f64 / 100.0))
-            .collect();
+        assert!((check.ratio - 1.05).abs() < 1e-9 && check.sampling_noise < 0.01, "{check:?}");
+        let noisy: Vec<f64> = (0..100).map(|i| 1000.0 + 400.0 * ((i * 37 % 100) as f64 / 100.0)).collect();
         let shifted: Vec<f64> = noisy.iter().map(|x| x * 1.03).collect();
         let check = AgainstOneStream::new(&noisy, &shifted);
         assert!(check.sampling_noise > 0.03, "{check:?}");
     }
 
     pub(crate) fn entry(name: &str) -> ManifestEntry {
-        ManifestEntry {
-            name: name.into(),
-            file: format!("{name}.pt"),
-            source: "test".into(),
-            inputs: vec!["1x3x8x8:float32".into()],
-            parameters: Some(10),
-            export_s: None,
-            error: None,
-            weights: vec![],
-        }
+        ManifestEntry { name: name.into(), file: format!("{name}.pt"), source: "test".into(), inputs: vec!["1x3x8x8:float32".into()], parameters: Some(10), export_s: None, error: None, weights: vec![] }
     }
 
     fn row(mode: &str, optimized: bool, us: f64, extra: serde_json::Value) -> serde_json::Value {
@@ -420,20 +345,13 @@ pub(crate) mod tests {
 
     #[test]
     fn an_infer_record_becomes_an_outcome_with_its_checks() {
-        let outcome =
-            ModelOutcome::from_infer_record(&entry("m"), 0, &infer_record(), 3.0).unwrap();
+        let outcome = ModelOutcome::from_infer_record(&entry("m"), 0, &infer_record(), 3.0).unwrap();
         assert_eq!(outcome.status, Status::Ok);
         assert_eq!(outcome.speedup_over_eager(), Some(8.0));
         assert_eq!(outcome.speedup_over_one_stream(), Some(2.0));
         let raw = outcome.raw.as_ref().unwrap();
-        assert!(
-            (raw.against_one_stream.ratio - 1300.0 / 1200.0).abs() < 1e-12
-                && raw.against_one_stream.sampling_noise == 0.0
-        );
-        assert!(
-            outcome.vacuous_check,
-            "one row saw the same output for two inputs"
-        );
+        assert!((raw.against_one_stream.ratio - 1300.0 / 1200.0).abs() < 1e-12 && raw.against_one_stream.sampling_noise == 0.0);
+        assert!(outcome.vacuous_check, "one row saw the same output for two inputs");
         let mut record = infer_record();
         record["rows"].as_array_mut().unwrap().remove(2);
         let error = ModelOutcome::from_infer_record(&entry("m"), 0, &record, 3.0).unwrap_err();
@@ -442,38 +360,19 @@ pub(crate) mod tests {
 
     #[test]
     fn memory_kept_after_drop_is_read_from_the_graph_rows_and_summarized() {
-        assert_eq!(
-            ModelOutcome::from_infer_record(&entry("m"), 0, &infer_record(), 3.0)
-                .unwrap()
-                .allocated_after_drop_bytes,
-            None
-        );
+        assert_eq!(ModelOutcome::from_infer_record(&entry("m"), 0, &infer_record(), 3.0).unwrap().allocated_after_drop_bytes, None);
         let with = |bytes: i64| {
             let mut record = infer_record();
-            for row in record["rows"]
-                .as_array_mut()
-                .unwrap()
-                .iter_mut()
-                .filter(|r| r["mode"] != "eager")
-            {
+            for row in record["rows"].as_array_mut().unwrap().iter_mut().filter(|r| r["mode"] != "eager") {
                 row["allocated_after_drop_bytes"] = serde_json::json!(bytes);
             }
             record
         };
-        let kept =
-            ModelOutcome::from_infer_record(&entry("kept"), 0, &with(33 << 20), 3.0).unwrap();
-        let freed =
-            ModelOutcome::from_infer_record(&entry("freed"), 0, &with(-(32 << 20)), 3.0).unwrap();
-        let unmeasured =
-            ModelOutcome::from_infer_record(&entry("old"), 0, &infer_record(), 3.0).unwrap();
+        let kept = ModelOutcome::from_infer_record(&entry("kept"), 0, &with(33 << 20), 3.0).unwrap();
+        let freed = ModelOutcome::from_infer_record(&entry("freed"), 0, &with(-(32 << 20)), 3.0).unwrap();
+        let unmeasured = ModelOutcome::from_infer_record(&entry("old"), 0, &infer_record(), 3.0).unwrap();
         assert_eq!(kept.allocated_after_drop_bytes, Some(33 << 20));
         let summary = record::Summary::of(&[kept, freed, unmeasured]);
-        assert_eq!(
-            (
-                summary.memory_after_drop_measured,
-                summary.memory_kept_after_drop
-            ),
-            (2, vec!["kept".to_string()])
-        );
+        assert_eq!((summary.memory_after_drop_measured, summary.memory_kept_after_drop), (2, vec!["kept".to_string()]));
     }
 }

@@ -33,12 +33,7 @@ pub struct CoverageRecord {
 impl CoverageRecord {
     pub fn new(part: Part, models: Vec<ModelOutcome>) -> CoverageRecord {
         let summary = Summary::of(&models);
-        CoverageRecord {
-            experiment: "coverage".into(),
-            parts: vec![part],
-            models,
-            summary,
-        }
+        CoverageRecord { experiment: "coverage".into(), parts: vec![part], models, summary }
     }
 
     /// One record of several measured in parts (the parts renumbered). Each model once, except
@@ -49,10 +44,7 @@ impl CoverageRecord {
         let mut models: Vec<ModelOutcome> = Vec::new();
         for record in records {
             if record.experiment != "coverage" {
-                return Err(format!(
-                    "a record of experiment `{}`, expected `coverage`",
-                    record.experiment
-                ));
+                return Err(format!("a record of experiment `{}`, expected `coverage`", record.experiment));
             }
             let offset = parts.len();
             parts.extend(record.parts);
@@ -66,12 +58,7 @@ impl CoverageRecord {
             }
         }
         let summary = Summary::of(&models);
-        Ok(CoverageRecord {
-            experiment: "coverage".into(),
-            parts,
-            models,
-            summary,
-        })
+        Ok(CoverageRecord { experiment: "coverage".into(), parts, models, summary })
     }
 }
 
@@ -139,85 +126,36 @@ impl Summary {
         for model in models {
             *statuses.entry(model.status.name().to_string()).or_insert(0) += 1;
         }
-        let geomean = |values: Vec<f64>| {
-            if values.is_empty() {
-                f64::NAN
-            } else {
-                (values.iter().map(|v| v.ln()).sum::<f64>() / values.len() as f64).exp()
-            }
-        };
-        let prepare: Vec<(f64, &str)> = ran
-            .iter()
-            .filter_map(|m| Some((m.optimized.as_ref()?.prepare_s, m.name.as_str())))
-            .collect();
+        let geomean = |values: Vec<f64>| if values.is_empty() { f64::NAN } else { (values.iter().map(|v| v.ln()).sum::<f64>() / values.len() as f64).exp() };
+        let prepare: Vec<(f64, &str)> = ran.iter().filter_map(|m| Some((m.optimized.as_ref()?.prepare_s, m.name.as_str()))).collect();
         let slowest = prepare.iter().copied().max_by(|a, b| a.0.total_cmp(&b.0));
-        let same: Vec<f64> = ran
-            .iter()
-            .flat_map(|m| m.same_plan())
-            .map(|g| g.against_one_stream.ratio)
-            .collect();
-        let noise = same
-            .iter()
-            .map(|r| (r - 1.0).abs())
-            .fold(NOISE_FLOOR, f64::max);
+        let same: Vec<f64> = ran.iter().flat_map(|m| m.same_plan()).map(|g| g.against_one_stream.ratio).collect();
+        let noise = same.iter().map(|r| (r - 1.0).abs()).fold(NOISE_FLOOR, f64::max);
         // Models slower than their one-stream graph by more than `bound` (and their own sampling
         // noise) under either rewrite setting.
         let slower = |bound: f64| -> Vec<String> {
             ran.iter()
-                .filter(|m| {
-                    [&m.optimized, &m.raw].into_iter().flatten().any(|g| {
-                        g.against_one_stream.ratio
-                            > 1.0 + bound.max(g.against_one_stream.sampling_noise)
-                    })
-                })
+                .filter(|m| [&m.optimized, &m.raw].into_iter().flatten().any(|g| g.against_one_stream.ratio > 1.0 + bound.max(g.against_one_stream.sampling_noise)))
                 .map(|m| m.name.clone())
                 .collect()
         };
         Summary {
             population: models.len(),
             ok: ran.len(),
-            ok_fraction: if models.is_empty() {
-                0.0
-            } else {
-                ran.len() as f64 / models.len() as f64
-            },
+            ok_fraction: if models.is_empty() { 0.0 } else { ran.len() as f64 / models.len() as f64 },
             statuses,
-            geomean_speedup_over_eager: geomean(
-                ran.iter().filter_map(|m| m.speedup_over_eager()).collect(),
-            ),
-            geomean_speedup_over_one_stream: geomean(
-                ran.iter()
-                    .filter_map(|m| m.speedup_over_one_stream())
-                    .collect(),
-            ),
-            same_plan: SamePlan {
-                pairs: same.len(),
-                lowest: same.iter().copied().fold(f64::NAN, f64::min),
-                highest: same.iter().copied().fold(f64::NAN, f64::max),
-            },
+            geomean_speedup_over_eager: geomean(ran.iter().filter_map(|m| m.speedup_over_eager()).collect()),
+            geomean_speedup_over_one_stream: geomean(ran.iter().filter_map(|m| m.speedup_over_one_stream()).collect()),
+            same_plan: SamePlan { pairs: same.len(), lowest: same.iter().copied().fold(f64::NAN, f64::min), highest: same.iter().copied().fold(f64::NAN, f64::max) },
             noise,
             slower_than_one_stream: slower(noise),
-            slower_within_noise: slower(NOISE_FLOOR)
-                .into_iter()
-                .filter(|m| !slower(noise).contains(m))
-                .collect(),
-            vacuous_checks: ran
-                .iter()
-                .filter(|m| m.vacuous_check)
-                .map(|m| m.name.clone())
-                .collect(),
+            slower_within_noise: slower(NOISE_FLOOR).into_iter().filter(|m| !slower(noise).contains(m)).collect(),
+            vacuous_checks: ran.iter().filter(|m| m.vacuous_check).map(|m| m.name.clone()).collect(),
             prepare_median_s: median(&prepare.iter().map(|p| p.0).collect::<Vec<_>>()),
             prepare_max_s: slowest.map_or(f64::NAN, |s| s.0),
             prepare_max_model: slowest.map_or(String::new(), |s| s.1.to_string()),
-            memory_after_drop_measured: ran
-                .iter()
-                .filter(|m| m.allocated_after_drop_bytes.is_some())
-                .count(),
-            memory_kept_after_drop: ran
-                .iter()
-                .filter(|m| m.allocated_after_drop_bytes.is_some_and(|b| b > 0))
-                .map(|m| m.name.clone())
-                .collect(),
+            memory_after_drop_measured: ran.iter().filter(|m| m.allocated_after_drop_bytes.is_some()).count(),
+            memory_kept_after_drop: ran.iter().filter(|m| m.allocated_after_drop_bytes.is_some_and(|b| b > 0)).map(|m| m.name.clone()).collect(),
         }
     }
 }
@@ -233,13 +171,7 @@ mod tests {
         let mut faster = ok.clone();
         faster.name = "b".into();
         faster.eager_ms = Some(1.0);
-        let failed = ModelOutcome::failed(
-            &entry("c"),
-            0,
-            Status::HostSync,
-            "the forward synchronizes with the host".into(),
-            1.0,
-        );
+        let failed = ModelOutcome::failed(&entry("c"), 0, Status::HostSync, "the forward synchronizes with the host".into(), 1.0);
         let summary = Summary::of(&[ok.clone(), faster.clone(), failed.clone()]);
         assert_eq!((summary.population, summary.ok), (3, 2));
         assert_eq!(summary.statuses["host-sync"], 1);
@@ -255,14 +187,7 @@ mod tests {
         let raw = same.raw.as_mut().unwrap();
         (raw.streams, raw.against_one_stream.ratio) = (1, 1.1);
         let summary = Summary::of(&[ok, same, failed]);
-        assert_eq!(
-            summary.same_plan,
-            SamePlan {
-                pairs: 1,
-                lowest: 1.1,
-                highest: 1.1
-            }
-        );
+        assert_eq!(summary.same_plan, SamePlan { pairs: 1, lowest: 1.1, highest: 1.1 });
         assert!((summary.noise - 0.1).abs() < 1e-12);
         assert!(summary.slower_than_one_stream.is_empty());
         assert_eq!(summary.slower_within_noise, vec!["a", "same"]);
@@ -288,38 +213,18 @@ mod tests {
             exporter: serde_json::json!({}),
             timeout_s: 1.0,
         };
-        let outcome =
-            |name: &str| ModelOutcome::failed(&entry(name), 0, Status::Other, "x".into(), 0.0);
-        let merged = CoverageRecord::merge(vec![
-            CoverageRecord::new(part(), vec![outcome("a")]),
-            CoverageRecord::new(part(), vec![outcome("b")]),
-        ])
-        .unwrap();
+        let outcome = |name: &str| ModelOutcome::failed(&entry(name), 0, Status::Other, "x".into(), 0.0);
+        let merged = CoverageRecord::merge(vec![CoverageRecord::new(part(), vec![outcome("a")]), CoverageRecord::new(part(), vec![outcome("b")])]).unwrap();
         assert_eq!(merged.parts.len(), 2);
         assert_eq!(merged.models[1].part, 1);
         assert_eq!(merged.summary.population, 2);
         // A failure measured again after a fix: the later outcome replaces it, in its own part.
         let mut fixed = outcome("a");
         fixed.status = Status::Ok;
-        let again = CoverageRecord::merge(vec![
-            CoverageRecord::new(part(), vec![outcome("a"), outcome("b")]),
-            CoverageRecord::new(part(), vec![fixed.clone()]),
-        ])
-        .unwrap();
-        assert_eq!(
-            (
-                again.models.len(),
-                again.models[0].status,
-                again.models[0].part
-            ),
-            (2, Status::Ok, 1)
-        );
+        let again = CoverageRecord::merge(vec![CoverageRecord::new(part(), vec![outcome("a"), outcome("b")]), CoverageRecord::new(part(), vec![fixed.clone()])]).unwrap();
+        assert_eq!((again.models.len(), again.models[0].status, again.models[0].part), (2, Status::Ok, 1));
         // A success measured twice is a mistake.
-        let twice = CoverageRecord::merge(vec![
-            CoverageRecord::new(part(), vec![fixed.clone()]),
-            CoverageRecord::new(part(), vec![fixed]),
-        ])
-        .unwrap_err();
+        let twice = CoverageRecord::merge(vec![CoverageRecord::new(part(), vec![fixed.clone()]), CoverageRecord::new(part(), vec![fixed])]).unwrap_err();
         assert!(twice.contains("`a` is in more than one record"), "{twice}");
     }
 }

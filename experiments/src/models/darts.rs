@@ -38,57 +38,17 @@ use Primitive::*;
 
 /// `DARTS_V2` (the DARTS paper's ImageNet network).
 pub const DARTS_V2: Genotype = Genotype {
-    normal: &[
-        (SepConv3, 0),
-        (SepConv3, 1),
-        (SepConv3, 0),
-        (SepConv3, 1),
-        (SepConv3, 1),
-        (Skip, 0),
-        (Skip, 0),
-        (DilConv3, 2),
-    ],
+    normal: &[(SepConv3, 0), (SepConv3, 1), (SepConv3, 0), (SepConv3, 1), (SepConv3, 1), (Skip, 0), (Skip, 0), (DilConv3, 2)],
     normal_concat: &[2, 3, 4, 5],
-    reduce: &[
-        (MaxPool3, 0),
-        (MaxPool3, 1),
-        (Skip, 2),
-        (MaxPool3, 1),
-        (MaxPool3, 0),
-        (Skip, 2),
-        (Skip, 2),
-        (MaxPool3, 1),
-    ],
+    reduce: &[(MaxPool3, 0), (MaxPool3, 1), (Skip, 2), (MaxPool3, 1), (MaxPool3, 0), (Skip, 2), (Skip, 2), (MaxPool3, 1)],
     reduce_concat: &[2, 3, 4, 5],
 };
 
 /// `AmoebaNet` (AmoebaNet-A's cells as the DARTS code transcribes them).
 pub const AMOEBA: Genotype = Genotype {
-    normal: &[
-        (AvgPool3, 0),
-        (MaxPool3, 1),
-        (SepConv3, 0),
-        (SepConv5, 2),
-        (SepConv3, 0),
-        (AvgPool3, 3),
-        (SepConv3, 1),
-        (Skip, 1),
-        (Skip, 0),
-        (AvgPool3, 1),
-    ],
+    normal: &[(AvgPool3, 0), (MaxPool3, 1), (SepConv3, 0), (SepConv5, 2), (SepConv3, 0), (AvgPool3, 3), (SepConv3, 1), (Skip, 1), (Skip, 0), (AvgPool3, 1)],
     normal_concat: &[4, 5, 6],
-    reduce: &[
-        (AvgPool3, 0),
-        (SepConv3, 1),
-        (MaxPool3, 0),
-        (SepConv7, 2),
-        (SepConv7, 0),
-        (AvgPool3, 1),
-        (MaxPool3, 0),
-        (MaxPool3, 1),
-        (Conv7x1_1x7, 0),
-        (SepConv3, 5),
-    ],
+    reduce: &[(AvgPool3, 0), (SepConv3, 1), (MaxPool3, 0), (SepConv7, 2), (SepConv7, 0), (AvgPool3, 1), (MaxPool3, 0), (MaxPool3, 1), (Conv7x1_1x7, 0), (SepConv3, 5)],
     reduce_concat: &[3, 4, 6],
 };
 
@@ -123,23 +83,18 @@ impl Sequential {
     }
 
     fn forward_t(&self, x: &Tensor, train: bool) -> Tensor {
-        self.0
-            .iter()
-            .fold(x.shallow_clone(), |x, layer| match layer {
-                Layer::Relu => x.relu(),
-                Layer::Conv(conv) => x.apply(conv),
-                Layer::Bn(bn) => x.apply_t(bn, train),
-            })
+        self.0.iter().fold(x.shallow_clone(), |x, layer| match layer {
+            Layer::Relu => x.relu(),
+            Layer::Conv(conv) => x.apply(conv),
+            Layer::Bn(bn) => x.apply_t(bn, train),
+        })
     }
 }
 
 /// `ReLUConvBN` (a 1×1 here), `SepConv` and `DilConv`: all under `p.op`.
 fn relu_conv_bn(p: &Path, cin: i64, cout: i64) -> Sequential {
     let p = p / "op";
-    Sequential::default()
-        .relu()
-        .conv(&p, Conv::square(1), cin, cout)
-        .bn(&p, cout)
+    Sequential::default().relu().conv(&p, Conv::square(1), cin, cout).bn(&p, cout)
 }
 
 fn sep_conv(p: &Path, c: i64, kernel: i64, stride: i64) -> Sequential {
@@ -147,12 +102,7 @@ fn sep_conv(p: &Path, c: i64, kernel: i64, stride: i64) -> Sequential {
     let pad = kernel / 2;
     Sequential::default()
         .relu()
-        .conv(
-            &p,
-            Conv::square(kernel).stride(stride).pad(pad).groups(c),
-            c,
-            c,
-        )
+        .conv(&p, Conv::square(kernel).stride(stride).pad(pad).groups(c), c, c)
         .conv(&p, Conv::square(1), c, c)
         .bn(&p, c)
         .relu()
@@ -163,20 +113,7 @@ fn sep_conv(p: &Path, c: i64, kernel: i64, stride: i64) -> Sequential {
 
 fn dil_conv(p: &Path, c: i64, kernel: i64, stride: i64) -> Sequential {
     let p = p / "op";
-    Sequential::default()
-        .relu()
-        .conv(
-            &p,
-            Conv::square(kernel)
-                .stride(stride)
-                .pad(kernel - 1)
-                .dilation(2)
-                .groups(c),
-            c,
-            c,
-        )
-        .conv(&p, Conv::square(1), c, c)
-        .bn(&p, c)
+    Sequential::default().relu().conv(&p, Conv::square(kernel).stride(stride).pad(kernel - 1).dilation(2).groups(c), c, c).conv(&p, Conv::square(1), c, c).bn(&p, c)
 }
 
 /// `FactorizedReduce`: two stride-2 1×1 convolutions, the second shifted by one pixel.
@@ -254,25 +191,9 @@ struct Cell {
 
 impl Cell {
     #[allow(clippy::too_many_arguments)]
-    fn new(
-        p: &Path,
-        genotype: &Genotype,
-        c_prev_prev: i64,
-        c_prev: i64,
-        c: i64,
-        reduction: bool,
-        reduction_prev: bool,
-    ) -> Self {
-        let pre0 = if reduction_prev {
-            Ok(FactorizedReduce::new(&(p / "preprocess0"), c_prev_prev, c))
-        } else {
-            Err(relu_conv_bn(&(p / "preprocess0"), c_prev_prev, c))
-        };
-        let (steps, concat) = if reduction {
-            (genotype.reduce, genotype.reduce_concat)
-        } else {
-            (genotype.normal, genotype.normal_concat)
-        };
+    fn new(p: &Path, genotype: &Genotype, c_prev_prev: i64, c_prev: i64, c: i64, reduction: bool, reduction_prev: bool) -> Self {
+        let pre0 = if reduction_prev { Ok(FactorizedReduce::new(&(p / "preprocess0"), c_prev_prev, c)) } else { Err(relu_conv_bn(&(p / "preprocess0"), c_prev_prev, c)) };
+        let (steps, concat) = if reduction { (genotype.reduce, genotype.reduce_concat) } else { (genotype.normal, genotype.normal_concat) };
         let ops_path = p / "_ops";
         let ops = steps
             .iter()
@@ -282,12 +203,7 @@ impl Cell {
                 (Op::new(&(&ops_path / k), primitive, c, stride), input)
             })
             .collect();
-        Cell {
-            pre0,
-            pre1: relu_conv_bn(&(p / "preprocess1"), c_prev, c),
-            ops,
-            concat,
-        }
+        Cell { pre0, pre1: relu_conv_bn(&(p / "preprocess1"), c_prev, c), ops, concat }
     }
 
     fn forward_t(&self, s0: &Tensor, s1: &Tensor, train: bool) -> Tensor {
@@ -301,10 +217,7 @@ impl Cell {
             let h2 = pair[1].0.forward_t(&states[pair[1].1], train);
             states.push(h1 + h2);
         }
-        Tensor::cat(
-            &self.concat.iter().map(|&i| &states[i]).collect::<Vec<_>>(),
-            1,
-        )
+        Tensor::cat(&self.concat.iter().map(|&i| &states[i]).collect::<Vec<_>>(), 1)
     }
 }
 
@@ -328,10 +241,7 @@ impl NetworkImageNet {
             .conv(&s0, Conv::square(3).stride(2).pad(1), c / 2, c)
             .bn(&s0, c);
         let s1 = p / "stem1";
-        let stem1 = Sequential::default()
-            .relu()
-            .conv(&s1, Conv::square(3).stride(2).pad(1), c, c)
-            .bn(&s1, c);
+        let stem1 = Sequential::default().relu().conv(&s1, Conv::square(3).stride(2).pad(1), c, c).bn(&s1, c);
         let (mut c_prev_prev, mut c_prev, mut c_curr) = (c, c, c);
         let mut reduction_prev = true;
         let mut cells = Vec::new();
@@ -340,25 +250,12 @@ impl NetworkImageNet {
             if reduction {
                 c_curr *= 2;
             }
-            let cell = Cell::new(
-                &(p / "cells" / i),
-                genotype,
-                c_prev_prev,
-                c_prev,
-                c_curr,
-                reduction,
-                reduction_prev,
-            );
+            let cell = Cell::new(&(p / "cells" / i), genotype, c_prev_prev, c_prev, c_curr, reduction, reduction_prev);
             reduction_prev = reduction;
             (c_prev_prev, c_prev) = (c_prev, cell.concat.len() as i64 * c_curr);
             cells.push(cell);
         }
-        NetworkImageNet {
-            stem0,
-            stem1,
-            cells,
-            classifier: nn::linear(p / "classifier", c_prev, classes, Default::default()),
-        }
+        NetworkImageNet { stem0, stem1, cells, classifier: nn::linear(p / "classifier", c_prev, classes, Default::default()) }
     }
 }
 

@@ -11,15 +11,8 @@ use super::layers::{Act, Classifier, Conv, ConvBn};
 
 /// (expansion, kernel, stride, input channels, output channels, layers) of B0, torchvision's
 /// table; the other sizes scale channels and layers.
-const BASE: [(i64, i64, i64, i64, i64, i64); 7] = [
-    (1, 3, 1, 32, 16, 1),
-    (6, 3, 2, 16, 24, 2),
-    (6, 5, 2, 24, 40, 2),
-    (6, 3, 2, 40, 80, 3),
-    (6, 5, 1, 80, 112, 3),
-    (6, 5, 2, 112, 192, 4),
-    (6, 3, 1, 192, 320, 1),
-];
+const BASE: [(i64, i64, i64, i64, i64, i64); 7] =
+    [(1, 3, 1, 32, 16, 1), (6, 3, 2, 16, 24, 2), (6, 5, 2, 24, 40, 2), (6, 3, 2, 40, 80, 3), (6, 5, 1, 80, 112, 3), (6, 5, 2, 112, 192, 4), (6, 3, 1, 192, 320, 1)];
 
 /// One EfficientNet size: width and depth multipliers, dropout, batch-norm epsilon.
 #[derive(Clone, Copy, Debug)]
@@ -44,12 +37,7 @@ impl Scale {
             7 => (2.0, 3.1, 0.5),
             _ => return None,
         };
-        Some(Scale {
-            width,
-            depth,
-            dropout,
-            eps: if n >= 5 { 1e-3 } else { 1e-5 },
-        })
+        Some(Scale { width, depth, dropout, eps: if n >= 5 { 1e-3 } else { 1e-5 } })
     }
 
     fn channels(&self, c: i64) -> i64 {
@@ -80,19 +68,11 @@ struct SqueezeExcitation {
 
 impl SqueezeExcitation {
     fn new(p: &Path, channels: i64, squeeze: i64) -> Self {
-        SqueezeExcitation {
-            fc1: Conv::square(1).bias().build(p / "fc1", channels, squeeze),
-            fc2: Conv::square(1).bias().build(p / "fc2", squeeze, channels),
-        }
+        SqueezeExcitation { fc1: Conv::square(1).bias().build(p / "fc1", channels, squeeze), fc2: Conv::square(1).bias().build(p / "fc2", squeeze, channels) }
     }
 
     fn forward(&self, x: &Tensor) -> Tensor {
-        let scale = x
-            .adaptive_avg_pool2d([1, 1])
-            .apply(&self.fc1)
-            .silu()
-            .apply(&self.fc2)
-            .sigmoid();
+        let scale = x.adaptive_avg_pool2d([1, 1]).apply(&self.fc1).silu().apply(&self.fc2).sigmoid();
         scale * x
     }
 }
@@ -108,15 +88,7 @@ struct MbConv {
 
 impl MbConv {
     #[allow(clippy::too_many_arguments)]
-    fn new(
-        p: &Path,
-        cin: i64,
-        cout: i64,
-        expand_ratio: i64,
-        kernel: i64,
-        stride: i64,
-        eps: f64,
-    ) -> Self {
+    fn new(p: &Path, cin: i64, cout: i64, expand_ratio: i64, kernel: i64, stride: i64, eps: f64) -> Self {
         let p = p / "block";
         let expanded = make_divisible((cin * expand_ratio) as f64, 8);
         let mut at = 0;
@@ -124,25 +96,11 @@ impl MbConv {
             at += 1;
             &p / (at - 1)
         };
-        let expand = (expanded != cin)
-            .then(|| ConvBn::sequential(&next(), cin, expanded, Conv::square(1), eps, Act::Silu));
-        let depthwise = ConvBn::sequential(
-            &next(),
-            expanded,
-            expanded,
-            Conv::square(kernel).stride(stride).same().groups(expanded),
-            eps,
-            Act::Silu,
-        );
+        let expand = (expanded != cin).then(|| ConvBn::sequential(&next(), cin, expanded, Conv::square(1), eps, Act::Silu));
+        let depthwise = ConvBn::sequential(&next(), expanded, expanded, Conv::square(kernel).stride(stride).same().groups(expanded), eps, Act::Silu);
         let se = SqueezeExcitation::new(&next(), expanded, (cin / 4).max(1));
         let project = ConvBn::sequential(&next(), expanded, cout, Conv::square(1), eps, Act::None);
-        MbConv {
-            expand,
-            depthwise,
-            se,
-            project,
-            residual: stride == 1 && cin == cout,
-        }
+        MbConv { expand, depthwise, se, project, residual: stride == 1 && cin == cout }
     }
 
     fn forward_t(&self, x: &Tensor, train: bool) -> Tensor {
@@ -150,10 +108,7 @@ impl MbConv {
             Some(expand) => expand.forward_t(x, train),
             None => x.shallow_clone(),
         };
-        let y = self.project.forward_t(
-            &self.se.forward(&self.depthwise.forward_t(&y, train)),
-            train,
-        );
+        let y = self.project.forward_t(&self.se.forward(&self.depthwise.forward_t(&y, train)), train);
         // Stochastic depth is the identity in evaluation; Nimble's experiments keep it off.
         if self.residual {
             y + x
@@ -177,14 +132,7 @@ impl EfficientNet {
         let features = p / "features";
         let eps = scale.eps;
         let first = scale.channels(BASE[0].3);
-        let stem = ConvBn::sequential(
-            &(&features / 0),
-            3,
-            first,
-            Conv::square(3).stride(2).same(),
-            eps,
-            Act::Silu,
-        );
+        let stem = ConvBn::sequential(&(&features / 0), 3, first, Conv::square(3).stride(2).same(), eps, Act::Silu);
         let mut blocks = Vec::new();
         let mut cin = first;
         for (stage, &(expand, kernel, stride, _, cout, layers)) in BASE.iter().enumerate() {
@@ -192,46 +140,22 @@ impl EfficientNet {
             let stage_path = &features / (stage + 1);
             for i in 0..scale.layers(layers) {
                 let stride = if i == 0 { stride } else { 1 };
-                blocks.push(MbConv::new(
-                    &(&stage_path / i),
-                    cin,
-                    cout,
-                    expand,
-                    kernel,
-                    stride,
-                    eps,
-                ));
+                blocks.push(MbConv::new(&(&stage_path / i), cin, cout, expand, kernel, stride, eps));
                 cin = cout;
             }
         }
         let last_channels = 4 * cin;
-        let last = ConvBn::sequential(
-            &(&features / (BASE.len() + 1)),
-            cin,
-            last_channels,
-            Conv::square(1),
-            eps,
-            Act::Silu,
-        );
-        EfficientNet {
-            stem,
-            blocks,
-            last,
-            head: Classifier::new(p / "classifier" / 1, scale.dropout, last_channels, classes),
-        }
+        let last = ConvBn::sequential(&(&features / (BASE.len() + 1)), cin, last_channels, Conv::square(1), eps, Act::Silu);
+        EfficientNet { stem, blocks, last, head: Classifier::new(p / "classifier" / 1, scale.dropout, last_channels, classes) }
     }
 }
 
 impl ModuleT for EfficientNet {
     fn forward_t(&self, x: &Tensor, train: bool) -> Tensor {
         let x = self.stem.forward_t(x, train);
-        let x = self
-            .blocks
-            .iter()
-            .fold(x, |x, block| block.forward_t(&x, train));
+        let x = self.blocks.iter().fold(x, |x, block| block.forward_t(&x, train));
         let x = self.last.forward_t(&x, train);
-        self.head
-            .forward_t(&x.adaptive_avg_pool2d([1, 1]).flatten(1, -1), train)
+        self.head.forward_t(&x.adaptive_avg_pool2d([1, 1]).flatten(1, -1), train)
     }
 }
 
@@ -243,10 +167,7 @@ mod tests {
     fn channel_rounding_matches_torchvision() {
         // B5 widens by 1.6: 32 -> 48 (51.2 rounds down to 48, within 10%), 16 -> 24, 320 -> 512.
         let b5 = Scale::b(5).unwrap();
-        assert_eq!(
-            (b5.channels(32), b5.channels(16), b5.channels(320)),
-            (48, 24, 512)
-        );
+        assert_eq!((b5.channels(32), b5.channels(16), b5.channels(320)), (48, 24, 512));
         assert_eq!(b5.layers(3), 7);
         assert_eq!(make_divisible(3.0, 8), 8);
         assert!(Scale::b(8).is_none());

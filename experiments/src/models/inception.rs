@@ -36,10 +36,7 @@ impl InceptionA {
     fn new(p: &Path, cin: i64, pool_features: i64) -> Self {
         InceptionA {
             b1: basic(p, "branch1x1", cin, 64, Conv::square(1)),
-            b5: vec![
-                basic(p, "branch5x5_1", cin, 48, Conv::square(1)),
-                basic(p, "branch5x5_2", 48, 64, Conv::square(5).pad(2)),
-            ],
+            b5: vec![basic(p, "branch5x5_1", cin, 48, Conv::square(1)), basic(p, "branch5x5_2", 48, 64, Conv::square(5).pad(2))],
             b3: vec![
                 basic(p, "branch3x3dbl_1", cin, 64, Conv::square(1)),
                 basic(p, "branch3x3dbl_2", 64, 96, Conv::square(3).pad(1)),
@@ -131,10 +128,7 @@ struct InceptionD {
 impl InceptionD {
     fn new(p: &Path, cin: i64) -> Self {
         InceptionD {
-            b3: vec![
-                basic(p, "branch3x3_1", cin, 192, Conv::square(1)),
-                basic(p, "branch3x3_2", 192, 320, Conv::square(3).stride(2)),
-            ],
+            b3: vec![basic(p, "branch3x3_1", cin, 192, Conv::square(1)), basic(p, "branch3x3_2", 192, 320, Conv::square(3).stride(2))],
             b7x3: vec![
                 basic(p, "branch7x7x3_1", cin, 192, Conv::square(1)),
                 basic(p, "branch7x7x3_2", 192, 192, Conv::rect(1, 7).pads(0, 3)),
@@ -184,21 +178,9 @@ impl InceptionE {
     fn forward_t(&self, x: &Tensor, train: bool) -> Tensor {
         let b1 = self.b1.forward_t(x, train);
         let b3 = self.b3_1.forward_t(x, train);
-        let b3 = Tensor::cat(
-            &[
-                self.b3_2a.forward_t(&b3, train),
-                self.b3_2b.forward_t(&b3, train),
-            ],
-            1,
-        );
+        let b3 = Tensor::cat(&[self.b3_2a.forward_t(&b3, train), self.b3_2b.forward_t(&b3, train)], 1);
         let dbl = self.dbl_2.forward_t(&self.dbl_1.forward_t(x, train), train);
-        let dbl = Tensor::cat(
-            &[
-                self.dbl_3a.forward_t(&dbl, train),
-                self.dbl_3b.forward_t(&dbl, train),
-            ],
-            1,
-        );
+        let dbl = Tensor::cat(&[self.dbl_3a.forward_t(&dbl, train), self.dbl_3b.forward_t(&dbl, train)], 1);
         let pool = self.pool.forward_t(&avg_pool_3x3_s1(x), train);
         Tensor::cat(&[b1, b3, dbl, pool], 1)
     }
@@ -246,15 +228,8 @@ impl InceptionV3 {
                 basic(p, "Conv2d_2a_3x3", 32, 32, Conv::square(3)),
                 basic(p, "Conv2d_2b_3x3", 32, 64, Conv::square(3).pad(1)),
             ],
-            stem2: vec![
-                basic(p, "Conv2d_3b_1x1", 64, 80, Conv::square(1)),
-                basic(p, "Conv2d_4a_3x3", 80, 192, Conv::square(3)),
-            ],
-            a: vec![
-                InceptionA::new(&(p / "Mixed_5b"), 192, 32),
-                InceptionA::new(&(p / "Mixed_5c"), 256, 64),
-                InceptionA::new(&(p / "Mixed_5d"), 288, 64),
-            ],
+            stem2: vec![basic(p, "Conv2d_3b_1x1", 64, 80, Conv::square(1)), basic(p, "Conv2d_4a_3x3", 80, 192, Conv::square(3))],
+            a: vec![InceptionA::new(&(p / "Mixed_5b"), 192, 32), InceptionA::new(&(p / "Mixed_5c"), 256, 64), InceptionA::new(&(p / "Mixed_5d"), 288, 64)],
             b: InceptionB::new(&(p / "Mixed_6a"), 288),
             c: vec![
                 InceptionC::new(&(p / "Mixed_6b"), 768, 128),
@@ -264,10 +239,7 @@ impl InceptionV3 {
             ],
             _aux: InceptionAux::new(&(p / "AuxLogits"), 768, classes),
             d: InceptionD::new(&(p / "Mixed_7a"), 768),
-            e: vec![
-                InceptionE::new(&(p / "Mixed_7b"), 1280),
-                InceptionE::new(&(p / "Mixed_7c"), 2048),
-            ],
+            e: vec![InceptionE::new(&(p / "Mixed_7b"), 1280), InceptionE::new(&(p / "Mixed_7c"), 2048)],
             fc: nn::linear(p / "fc", 2048, classes, Default::default()),
         }
     }
@@ -289,10 +261,7 @@ impl ModuleT for InceptionV3 {
             x = e.forward_t(&x, train);
         }
         // torchvision: adaptive average pool, dropout, flatten, fc.
-        let x = x
-            .adaptive_avg_pool2d([1, 1])
-            .dropout(0.5, train)
-            .flatten(1, -1);
+        let x = x.adaptive_avg_pool2d([1, 1]).dropout(0.5, train).flatten(1, -1);
         x.apply(&self.fc)
     }
 }

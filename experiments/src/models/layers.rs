@@ -26,14 +26,7 @@ impl Conv {
 
     /// A `kh`×`kw` convolution, stride 1, no padding, no bias.
     pub fn rect(kh: i64, kw: i64) -> Self {
-        Conv {
-            kernel: [kh, kw],
-            stride: [1, 1],
-            padding: [0, 0],
-            dilation: 1,
-            groups: 1,
-            bias: false,
-        }
+        Conv { kernel: [kh, kw], stride: [1, 1], padding: [0, 0], dilation: 1, groups: 1, bias: false }
     }
 
     pub fn stride(mut self, s: i64) -> Self {
@@ -59,10 +52,7 @@ impl Conv {
     /// Padding that keeps the size at stride 1: `(k - 1) / 2 * dilation`, as torchvision's
     /// `Conv2dNormActivation` computes it.
     pub fn same(mut self) -> Self {
-        self.padding = [
-            (self.kernel[0] - 1) / 2 * self.dilation,
-            (self.kernel[1] - 1) / 2 * self.dilation,
-        ];
+        self.padding = [(self.kernel[0] - 1) / 2 * self.dilation, (self.kernel[1] - 1) / 2 * self.dilation];
         self
     }
 
@@ -97,15 +87,7 @@ impl Conv {
 
 /// Batch normalisation over channels with PyTorch's initial values.
 pub fn batch_norm(p: Path, channels: i64, eps: f64) -> nn::BatchNorm {
-    nn::batch_norm2d(
-        p,
-        channels,
-        nn::BatchNormConfig {
-            eps,
-            ws_init: nn::Init::Const(1.0),
-            ..Default::default()
-        },
-    )
+    nn::batch_norm2d(p, channels, nn::BatchNormConfig { eps, ws_init: nn::Init::Const(1.0), ..Default::default() })
 }
 
 /// The activation after a convolution and its normalisation.
@@ -139,21 +121,8 @@ pub struct ConvBn {
 impl ConvBn {
     /// Variables named `conv_name.weight` and `bn_name.*` under `p`.
     #[allow(clippy::too_many_arguments)]
-    pub fn named(
-        p: &Path,
-        conv_name: &str,
-        bn_name: &str,
-        cin: i64,
-        cout: i64,
-        conv: Conv,
-        eps: f64,
-        act: Act,
-    ) -> Self {
-        ConvBn {
-            conv: conv.build(p / conv_name, cin, cout),
-            bn: batch_norm(p / bn_name, cout, eps),
-            act,
-        }
+    pub fn named(p: &Path, conv_name: &str, bn_name: &str, cin: i64, cout: i64, conv: Conv, eps: f64, act: Act) -> Self {
+        ConvBn { conv: conv.build(p / conv_name, cin, cout), bn: batch_norm(p / bn_name, cout, eps), act }
     }
 
     /// torchvision's `Conv2dNormActivation`: the convolution is `p.0`, the norm `p.1`.
@@ -164,9 +133,7 @@ impl ConvBn {
 
 /// Runs `layers` in order.
 pub fn run_all(layers: &[ConvBn], x: &Tensor, train: bool) -> Tensor {
-    layers
-        .iter()
-        .fold(x.shallow_clone(), |x, layer| layer.forward_t(&x, train))
+    layers.iter().fold(x.shallow_clone(), |x, layer| layer.forward_t(&x, train))
 }
 
 impl ModuleT for ConvBn {
@@ -184,10 +151,7 @@ pub struct Classifier {
 
 impl Classifier {
     pub fn new(p: Path, dropout: f64, cin: i64, classes: i64) -> Self {
-        Classifier {
-            dropout,
-            linear: nn::linear(p, cin, classes, Default::default()),
-        }
+        Classifier { dropout, linear: nn::linear(p, cin, classes, Default::default()) }
     }
 
     pub fn forward_t(&self, x: &Tensor, train: bool) -> Tensor {

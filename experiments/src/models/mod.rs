@@ -86,124 +86,29 @@ pub const TRAINING_BATCHES: [i64; 3] = [32, 64, 128];
 
 macro_rules! model {
     ($name:literal, $title:literal, $res:literal, $reference:literal, $params:literal, $ops:literal, $training:literal) => {
-        ModelInfo {
-            name: $name,
-            title: $title,
-            resolution: $res,
-            reference: $reference,
-            reference_params: $params,
-            reference_ops: $ops,
-            training: $training,
-        }
+        ModelInfo { name: $name, title: $title, resolution: $res, reference: $reference, reference_params: $params, reference_ops: $ops, training: $training }
     };
 }
 
 /// Every model, in the order tables list them (the paper's).
 pub const MODELS: &[ModelInfo] = &[
-    model!(
-        "resnet50",
-        "ResNet-50",
-        224,
-        "torchvision.models.resnet50",
-        25_557_032,
-        175,
-        true
-    ),
-    model!(
-        "resnet101",
-        "ResNet-101",
-        224,
-        "torchvision.models.resnet101",
-        44_549_160,
-        345,
-        false
-    ),
-    model!(
-        "inception-v3",
-        "Inception-v3",
-        299,
-        "torchvision.models.inception_v3 (aux_logits=True)",
-        27_161_264,
-        314,
-        false
-    ),
-    model!(
-        "mobilenet-v2",
-        "MobileNetV2",
-        224,
-        "torchvision.models.mobilenet_v2",
-        3_504_872,
-        153,
-        true
-    ),
-    model!(
-        "efficientnet-b0",
-        "EfficientNet-B0",
-        224,
-        "torchvision.models.efficientnet_b0",
-        5_288_548,
-        240,
-        true
-    ),
-    model!(
-        "efficientnet-b5",
-        "EfficientNet-B5",
-        456,
-        "torchvision.models.efficientnet_b5",
-        30_389_784,
-        579,
-        false
-    ),
-    model!(
-        "nasnet-a-large",
-        "NASNet-A large",
-        331,
-        "pretrainedmodels.nasnetalarge",
-        88_753_150,
-        1275,
-        false
-    ),
-    model!(
-        "nasnet-a-mobile",
-        "NASNet-A mobile",
-        224,
-        "pretrainedmodels.nasnetamobile",
-        5_289_978,
-        1012,
-        false
-    ),
-    model!(
-        "darts",
-        "DARTS",
-        224,
-        "DARTS NetworkImageNet(C=48, layers=14, genotype DARTS_V2)",
-        4_718_752,
-        715,
-        false
-    ),
-    model!(
-        "amoebanet",
-        "AmoebaNet",
-        224,
-        "DARTS NetworkImageNet(C=48, layers=14, genotype AmoebaNet)",
-        4_627_360,
-        705,
-        false
-    ),
+    model!("resnet50", "ResNet-50", 224, "torchvision.models.resnet50", 25_557_032, 175, true),
+    model!("resnet101", "ResNet-101", 224, "torchvision.models.resnet101", 44_549_160, 345, false),
+    model!("inception-v3", "Inception-v3", 299, "torchvision.models.inception_v3 (aux_logits=True)", 27_161_264, 314, false),
+    model!("mobilenet-v2", "MobileNetV2", 224, "torchvision.models.mobilenet_v2", 3_504_872, 153, true),
+    model!("efficientnet-b0", "EfficientNet-B0", 224, "torchvision.models.efficientnet_b0", 5_288_548, 240, true),
+    model!("efficientnet-b5", "EfficientNet-B5", 456, "torchvision.models.efficientnet_b5", 30_389_784, 579, false),
+    model!("nasnet-a-large", "NASNet-A large", 331, "pretrainedmodels.nasnetalarge", 88_753_150, 1275, false),
+    model!("nasnet-a-mobile", "NASNet-A mobile", 224, "pretrainedmodels.nasnetamobile", 5_289_978, 1012, false),
+    model!("darts", "DARTS", 224, "DARTS NetworkImageNet(C=48, layers=14, genotype DARTS_V2)", 4_718_752, 715, false),
+    model!("amoebanet", "AmoebaNet", 224, "DARTS NetworkImageNet(C=48, layers=14, genotype AmoebaNet)", 4_627_360, 705, false),
 ];
 
 /// Looks a model up by name.
 pub fn info(name: &str) -> Result<ModelInfo, String> {
-    MODELS
-        .iter()
-        .find(|m| m.name == name)
-        .copied()
-        .ok_or_else(|| {
-            format!(
-                "unknown model `{name}`; known models: {}",
-                MODELS.iter().map(|m| m.name).collect::<Vec<_>>().join(", ")
-            )
-        })
+    MODELS.iter().find(|m| m.name == name).copied().ok_or_else(|| {
+        format!("unknown model `{name}`; known models: {}", MODELS.iter().map(|m| m.name).collect::<Vec<_>>().join(", "))
+    })
 }
 
 /// A built model: its network and the VarStore that owns its parameters (frozen: no
@@ -221,10 +126,7 @@ pub struct Model {
 impl Model {
     /// A fresh input batch of this model's shape on its device (standard normal values).
     pub fn input(&self, batch: i64) -> Tensor {
-        Tensor::randn(
-            self.info.input_shape(self.dataset, batch),
-            (self.kind, self.device),
-        )
+        Tensor::randn(self.info.input_shape(self.dataset, batch), (self.kind, self.device))
     }
 
     /// The forward in evaluation mode.
@@ -258,21 +160,13 @@ impl Model {
 
     /// A fresh batch of class-index targets for this model's dataset on its device.
     pub fn targets(&self, batch: i64) -> Tensor {
-        Tensor::randint(
-            self.dataset.classes(),
-            [batch],
-            (tch::Kind::Int64, self.device),
-        )
+        Tensor::randint(self.dataset.classes(), [batch], (tch::Kind::Int64, self.device))
     }
 
     /// The number of parameters (batch-norm running statistics are buffers, not counted), as
     /// PyTorch's `sum(p.numel() for p in model.parameters())`.
     pub fn parameter_count(&self) -> i64 {
-        self.vs
-            .trainable_variables()
-            .iter()
-            .map(|t| t.numel() as i64)
-            .sum()
+        self.vs.trainable_variables().iter().map(|t| t.numel() as i64).sum()
     }
 
     /// The VarStore holding the parameters and buffers, named as the reference's state_dict.
@@ -286,12 +180,7 @@ impl Model {
         let trace = self.nimble().trace(&[self.input(batch)], false)?;
         let graph = trace.task_graph()?;
         let width = graph.width(&graph.reachability());
-        Ok(GraphStats {
-            ops: trace.len(),
-            tasks: graph.len(),
-            edges: graph.edge_count(),
-            width,
-        })
+        Ok(GraphStats { ops: trace.len(), tasks: graph.len(), edges: graph.edge_count(), width })
     }
 
     /// Loads weights (and batch-norm statistics) from a `.safetensors` file or a tch `.ot`
@@ -302,19 +191,10 @@ impl Model {
         let read = match path.extension().and_then(|e| e.to_str()) {
             Some("safetensors") => Tensor::read_safetensors(path),
             Some("ot") => Tensor::load_multi(path),
-            _ => {
-                return Err(format!(
-                    "{}: expected a .safetensors or .ot weight file",
-                    path.display()
-                ))
-            }
+            _ => return Err(format!("{}: expected a .safetensors or .ot weight file", path.display())),
         };
-        let context =
-            |what: String| format!("loading {} into {}: {what}", path.display(), self.info.name);
-        let file: std::collections::HashMap<String, Tensor> = read
-            .map_err(|e| context(e.to_string()))?
-            .into_iter()
-            .collect();
+        let context = |what: String| format!("loading {} into {}: {what}", path.display(), self.info.name);
+        let file: std::collections::HashMap<String, Tensor> = read.map_err(|e| context(e.to_string()))?.into_iter().collect();
         // Checked in name order before anything is copied, so the error names the first problem
         // (tch's own load visits the variables in hash order, and copies as it goes).
         let mut variables: Vec<(String, Tensor)> = self.vs.variables().into_iter().collect();
@@ -323,11 +203,7 @@ impl Model {
             match file.get(name) {
                 None => return Err(context(format!("the file has no `{name}`"))),
                 Some(value) if value.size() != variable.size() => {
-                    return Err(context(format!(
-                        "`{name}` is {:?} in the file, expected {:?}",
-                        value.size(),
-                        variable.size()
-                    )))
+                    return Err(context(format!("`{name}` is {:?} in the file, expected {:?}", value.size(), variable.size())))
                 }
                 Some(_) => {}
             }
@@ -353,15 +229,8 @@ pub struct GraphStats {
 pub fn build(name: &str, dataset: Dataset, device: Device) -> Result<Model, String> {
     let info = info(name)?;
     if dataset == Dataset::Cifar10 && !info.training {
-        let trained: Vec<_> = MODELS
-            .iter()
-            .filter(|m| m.training)
-            .map(|m| m.name)
-            .collect();
-        return Err(format!(
-            "`{name}` has no CIFAR-10 variant; the training models are {}",
-            trained.join(", ")
-        ));
+        let trained: Vec<_> = MODELS.iter().filter(|m| m.training).map(|m| m.name).collect();
+        return Err(format!("`{name}` has no CIFAR-10 variant; the training models are {}", trained.join(", ")));
     }
     let classes = dataset.classes();
     let mut vs = nn::VarStore::new(device);
@@ -371,41 +240,14 @@ pub fn build(name: &str, dataset: Dataset, device: Device) -> Result<Model, Stri
         "resnet101" => Rc::new(tch::vision::resnet::resnet101(&p, classes)),
         "inception-v3" => Rc::new(inception::InceptionV3::new(&p, classes)),
         "mobilenet-v2" => Rc::new(mobilenet::MobileNetV2::new(&p, classes)),
-        "efficientnet-b0" => Rc::new(efficientnet::EfficientNet::new(
-            &p,
-            efficientnet::Scale::b(0).expect("B0"),
-            classes,
-        )),
-        "efficientnet-b5" => Rc::new(efficientnet::EfficientNet::new(
-            &p,
-            efficientnet::Scale::b(5).expect("B5"),
-            classes,
-        )),
+        "efficientnet-b0" => Rc::new(efficientnet::EfficientNet::new(&p, efficientnet::Scale::b(0).expect("B0"), classes)),
+        "efficientnet-b5" => Rc::new(efficientnet::EfficientNet::new(&p, efficientnet::Scale::b(5).expect("B5"), classes)),
         "nasnet-a-large" => Rc::new(nasnet::NasNet::new(&p, nasnet::Size::Large, classes)),
         "nasnet-a-mobile" => Rc::new(nasnet::NasNet::new(&p, nasnet::Size::Mobile, classes)),
-        "darts" => Rc::new(darts::NetworkImageNet::new(
-            &p,
-            &darts::DARTS_V2,
-            48,
-            14,
-            classes,
-        )),
-        "amoebanet" => Rc::new(darts::NetworkImageNet::new(
-            &p,
-            &darts::AMOEBA,
-            48,
-            14,
-            classes,
-        )),
+        "darts" => Rc::new(darts::NetworkImageNet::new(&p, &darts::DARTS_V2, 48, 14, classes)),
+        "amoebanet" => Rc::new(darts::NetworkImageNet::new(&p, &darts::AMOEBA, 48, 14, classes)),
         _ => unreachable!("info() knows every name"),
     };
     vs.freeze();
-    Ok(Model {
-        info,
-        dataset,
-        device,
-        kind: tch::Kind::Float,
-        net,
-        vs,
-    })
+    Ok(Model { info, dataset, device, kind: tch::Kind::Float, net, vs })
 }

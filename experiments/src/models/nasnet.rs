@@ -63,11 +63,7 @@ struct Separable {
 impl Separable {
     fn new(p: &Path, cin: i64, cout: i64, kernel: i64, stride: i64, padding: i64) -> Self {
         Separable {
-            depthwise: Conv::square(kernel)
-                .stride(stride)
-                .pad(padding)
-                .groups(cin)
-                .build(p / "depthwise_conv2d", cin, cin),
+            depthwise: Conv::square(kernel).stride(stride).pad(padding).groups(cin).build(p / "depthwise_conv2d", cin, cin),
             pointwise: Conv::square(1).build(p / "pointwise_conv2d", cin, cout),
         }
     }
@@ -101,15 +97,7 @@ struct Branch {
 
 impl Branch {
     #[allow(clippy::too_many_arguments)]
-    fn new(
-        p: &Path,
-        cin: i64,
-        cout: i64,
-        kernel: i64,
-        stride: i64,
-        stem: bool,
-        shift: Shift,
-    ) -> Self {
+    fn new(p: &Path, cin: i64, cout: i64, kernel: i64, stride: i64, stem: bool, shift: Shift) -> Self {
         let padding = kernel / 2;
         let mid = if stem { cout } else { cin };
         Branch {
@@ -135,20 +123,12 @@ impl Branch {
 /// The pools of the reduction cells.
 #[derive(Clone, Copy, Debug)]
 enum Pool {
-    Max {
-        stride: i64,
-    },
-    Avg {
-        stride: i64,
-    },
+    Max { stride: i64 },
+    Avg { stride: i64 },
     /// `MaxPoolPad` / `AvgPoolPad`: pad top-left, pool with stride 2, crop; `contiguous` as
     /// the mobile network's copy does.
-    MaxPad {
-        contiguous: bool,
-    },
-    AvgPad {
-        contiguous: bool,
-    },
+    MaxPad { contiguous: bool },
+    AvgPad { contiguous: bool },
 }
 
 impl Pool {
@@ -182,10 +162,7 @@ struct ReluConvBn {
 
 impl ReluConvBn {
     fn new(p: &Path, cin: i64, cout: i64) -> Self {
-        ReluConvBn {
-            conv: Conv::square(1).build(p / "conv", cin, cout),
-            bn: batch_norm(p / "bn", cout, EPS),
-        }
+        ReluConvBn { conv: Conv::square(1).build(p / "conv", cin, cout), bn: batch_norm(p / "bn", cout, EPS) }
     }
 
     fn forward_t(&self, x: &Tensor, train: bool) -> Tensor {
@@ -250,19 +227,8 @@ impl ReductionCell {
     /// `b_in`/`b_stem`: the second input's channels and whether its branches are the stem
     /// variant (only `CellStem0`'s are); `shift` and pools as the cell kind has them.
     #[allow(clippy::too_many_arguments)]
-    fn new(
-        p: &Path,
-        prologue: Prologue,
-        filters: i64,
-        b_in: i64,
-        b_stem: bool,
-        shift: Shift,
-        max: Pool,
-        avg: Pool,
-    ) -> Self {
-        let branch = |name: &str, cin: i64, kernel: i64, stride: i64, stem: bool| {
-            Branch::new(&(p / name), cin, filters, kernel, stride, stem, shift)
-        };
+    fn new(p: &Path, prologue: Prologue, filters: i64, b_in: i64, b_stem: bool, shift: Shift, max: Pool, avg: Pool) -> Self {
+        let branch = |name: &str, cin: i64, kernel: i64, stride: i64, stem: bool| Branch::new(&(p / name), cin, filters, kernel, stride, stem, shift);
         ReductionCell {
             prologue,
             left0: branch("comb_iter_0_left", filters, 5, 2, false),
@@ -284,13 +250,7 @@ impl ReductionCell {
                 let a = conv.forward_t(x, train);
                 (a, paths.forward_t(conv0, train))
             }
-            (
-                Prologue::Reduction {
-                    prev: prev_conv,
-                    this,
-                },
-                Some(prev),
-            ) => {
+            (Prologue::Reduction { prev: prev_conv, this }, Some(prev)) => {
                 let b = prev_conv.forward_t(prev, train);
                 (this.forward_t(x, train), b)
             }
@@ -318,27 +278,11 @@ struct NormalCell {
 }
 
 impl NormalCell {
-    fn new(
-        p: &Path,
-        first: bool,
-        in_left: i64,
-        out_left: i64,
-        in_right: i64,
-        out_right: i64,
-    ) -> Self {
-        let branch = |name: &str, c: i64, kernel: i64| {
-            Branch::new(&(p / name), c, c, kernel, 1, false, Shift::None)
-        };
+    fn new(p: &Path, first: bool, in_left: i64, out_left: i64, in_right: i64, out_right: i64) -> Self {
+        let branch = |name: &str, c: i64, kernel: i64| Branch::new(&(p / name), c, c, kernel, 1, false, Shift::None);
         // The first cell's factorized paths give `out_left` channels each, `2 · out_left` in
         // all (equal to `out_right`).
-        let (prev, left) = if first {
-            (Ok(FactorizedPaths::new(p, in_left, out_left)), 2 * out_left)
-        } else {
-            (
-                Err(ReluConvBn::new(&(p / "conv_prev_1x1"), in_left, out_left)),
-                out_left,
-            )
-        };
+        let (prev, left) = if first { (Ok(FactorizedPaths::new(p, in_left, out_left)), 2 * out_left) } else { (Err(ReluConvBn::new(&(p / "conv_prev_1x1"), in_left, out_left)), out_left) };
         NormalCell {
             prev,
             this: ReluConvBn::new(&(p / "conv_1x1"), in_right, out_right),
@@ -391,36 +335,15 @@ impl NasNet {
         let mobile = size == Size::Mobile;
         let shift = if mobile { Shift::PadCrop } else { Shift::None };
         let (max_s2, avg_s2) = (Pool::Max { stride: 2 }, Pool::Avg { stride: 2 });
-        let (max_pad, avg_pad) = (
-            Pool::MaxPad { contiguous: mobile },
-            Pool::AvgPad { contiguous: mobile },
-        );
-        let (max1, avg1) = if mobile {
-            (max_pad, avg_pad)
-        } else {
-            (max_s2, avg_s2)
-        };
+        let (max_pad, avg_pad) = (Pool::MaxPad { contiguous: mobile }, Pool::AvgPad { contiguous: mobile });
+        let (max1, avg1) = if mobile { (max_pad, avg_pad) } else { (max_s2, avg_s2) };
 
-        let conv0 = Conv::square(3)
-            .stride(2)
-            .build(p / "conv0" / "conv", 3, stem);
+        let conv0 = Conv::square(3).stride(2).build(p / "conv0" / "conv", 3, stem);
         let bn0 = batch_norm(p / "conv0" / "bn", stem, EPS);
         let s0 = &(p / "cell_stem_0");
-        let stem0 = ReductionCell::new(
-            s0,
-            Prologue::Stem0(ReluConvBn::new(&(s0 / "conv_1x1"), stem, f / 4)),
-            f / 4,
-            stem,
-            true,
-            Shift::None,
-            max_s2,
-            avg_s2,
-        );
+        let stem0 = ReductionCell::new(s0, Prologue::Stem0(ReluConvBn::new(&(s0 / "conv_1x1"), stem, f / 4)), f / 4, stem, true, Shift::None, max_s2, avg_s2);
         let s1 = &(p / "cell_stem_1");
-        let prologue = Prologue::Stem1(
-            ReluConvBn::new(&(s1 / "conv_1x1"), f, f / 2),
-            FactorizedPaths::new(s1, stem, f / 4),
-        );
+        let prologue = Prologue::Stem1(ReluConvBn::new(&(s1 / "conv_1x1"), f, f / 2), FactorizedPaths::new(s1, stem, f / 4));
         let stem1 = ReductionCell::new(s1, prologue, f / 2, f / 2, false, shift, max1, avg1);
 
         // Output channels: normal cells 6·m·f, reductions 4·m·f, in stages m = 1, 2, 4.
@@ -429,26 +352,10 @@ impl NasNet {
         for (stage, m) in [1, 2, 4].into_iter().enumerate() {
             if stage > 0 {
                 let r = &(p / format!("reduction_cell_{}", stage - 1));
-                let prologue = Prologue::Reduction {
-                    prev: ReluConvBn::new(&(r / "conv_prev_1x1"), in_prev, m * f),
-                    this: ReluConvBn::new(&(r / "conv_1x1"), in_this, m * f),
-                };
+                let prologue = Prologue::Reduction { prev: ReluConvBn::new(&(r / "conv_prev_1x1"), in_prev, m * f), this: ReluConvBn::new(&(r / "conv_1x1"), in_this, m * f) };
                 // The first reduction always pads and crops; the second as the stem does.
-                let (rshift, rmax, ravg) = if stage == 1 {
-                    (Shift::PadCrop, max_pad, avg_pad)
-                } else {
-                    (shift, max1, avg1)
-                };
-                cells.push(Cell::Reduction(ReductionCell::new(
-                    r,
-                    prologue,
-                    m * f,
-                    m * f,
-                    false,
-                    rshift,
-                    rmax,
-                    ravg,
-                )));
+                let (rshift, rmax, ravg) = if stage == 1 { (Shift::PadCrop, max_pad, avg_pad) } else { (shift, max1, avg1) };
+                cells.push(Cell::Reduction(ReductionCell::new(r, prologue, m * f, m * f, false, rshift, rmax, ravg)));
                 // The next cell's previous input is a normal cell's output either way (see
                 // `forward_t`), as wide as `in_this` was.
                 (in_prev, in_this) = (in_this, 4 * m * f);
@@ -458,26 +365,11 @@ impl NasNet {
                 let c = &(p / format!("cell_{}", 6 * stage + i));
                 let first = i == 0;
                 let out_left = if first { m * f / 2 } else { m * f };
-                cells.push(Cell::Normal(NormalCell::new(
-                    c,
-                    first,
-                    in_prev,
-                    out_left,
-                    in_this,
-                    m * f,
-                )));
+                cells.push(Cell::Normal(NormalCell::new(c, first, in_prev, out_left, in_this, m * f)));
                 (in_prev, in_this) = (in_this, 6 * m * f);
             }
         }
-        NasNet {
-            size,
-            conv0,
-            bn0,
-            stem0,
-            stem1,
-            cells,
-            linear: nn::linear(p / "last_linear", 24 * f, classes, Default::default()),
-        }
+        NasNet { size, conv0, bn0, stem0, stem1, cells, linear: nn::linear(p / "last_linear", 24 * f, classes, Default::default()) }
     }
 }
 
@@ -499,25 +391,14 @@ impl ModuleT for NasNet {
                     r.forward_t(&outputs[n - 1], Some(&outputs[n - 2]), train)
                 }
                 Cell::Normal(c) => {
-                    let prev = if std::mem::take(&mut after_reduction) && self.size == Size::Large {
-                        &outputs[n - 3]
-                    } else {
-                        &outputs[n - 2]
-                    };
+                    let prev = if std::mem::take(&mut after_reduction) && self.size == Size::Large { &outputs[n - 3] } else { &outputs[n - 2] };
                     c.forward_t(&outputs[n - 1], prev, train)
                 }
             };
             outputs.push(out);
         }
         let x = outputs.pop().expect("the last cell's output").relu();
-        let x = x.avg_pool2d(
-            [self.size.pool(), self.size.pool()],
-            [1, 1],
-            [0, 0],
-            false,
-            true,
-            None::<i64>,
-        );
+        let x = x.avg_pool2d([self.size.pool(), self.size.pool()], [1, 1], [0, 0], false, true, None::<i64>);
         let x = x.view([x.size()[0], -1]);
         x.dropout(0.5, train).apply(&self.linear)
     }

@@ -27,8 +27,9 @@ impl StreamAssigner for Greedy {
         let mut streams = 0;
         for &v in graph.topological_order() {
             let first_input = graph.predecessors(v).first().copied();
-            let inherits = first_input
-                .filter(|&u| graph.successors(u).iter().min_by_key(|&&w| position[w]) == Some(&v));
+            let inherits = first_input.filter(|&u| {
+                graph.successors(u).iter().min_by_key(|&&w| position[w]) == Some(&v)
+            });
             stream_of[v] = match inherits {
                 Some(u) => stream_of[u],
                 None => {

@@ -25,12 +25,7 @@ impl StreamAssigner for Level {
         let mut used_in_level: Vec<usize> = Vec::new();
         let mut stream_of = vec![0; graph.len()];
         for &v in graph.topological_order() {
-            level[v] = graph
-                .predecessors(v)
-                .iter()
-                .map(|&u| level[u] + 1)
-                .max()
-                .unwrap_or(0);
+            level[v] = graph.predecessors(v).iter().map(|&u| level[u] + 1).max().unwrap_or(0);
             if used_in_level.len() <= level[v] {
                 used_in_level.resize(level[v] + 1, 0);
             }

@@ -109,17 +109,9 @@ pub fn by_name(spec: &str) -> Result<Box<dyn StreamAssigner>> {
         Some((name, argument)) => (name, Some(argument)),
         None => (spec, None),
     };
-    let info =
-        ALGORITHMS
-            .iter()
-            .find(|a| a.name == name)
-            .ok_or_else(|| SchedError::UnknownAlgorithm {
-                name: spec.into(),
-                known: ALGORITHMS
-                    .iter()
-                    .map(|a| a.usage)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })?;
+    let info = ALGORITHMS.iter().find(|a| a.name == name).ok_or_else(|| SchedError::UnknownAlgorithm {
+        name: spec.into(),
+        known: ALGORITHMS.iter().map(|a| a.usage).collect::<Vec<_>>().join(", "),
+    })?;
     (info.build)(argument)
 }

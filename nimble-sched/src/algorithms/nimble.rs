@@ -26,18 +26,12 @@ pub fn chain_decomposition(analysis: &Analysis<'_>) -> Chains {
     let matching = match analysis.stream_classes() {
         None => hopcroft_karp(n, analysis.meg_successors()),
         // A chain never joins nodes of two stream classes.
-        Some(class) => hopcroft_karp(
-            n,
-            &analysis
-                .meg_successors()
-                .filtered(|u, v| class[v] == class[u]),
-        ),
+        Some(class) => {
+            hopcroft_karp(n, &analysis.meg_successors().filtered(|u, v| class[v] == class[u]))
+        }
     };
     let chains = follow(&matching, n);
-    Chains {
-        matching_size: matching.size(),
-        chains,
-    }
+    Chains { matching_size: matching.size(), chains }
 }
 
 /// The reference implementation's second step: chain `i` may run before chain `j` on one
@@ -68,38 +62,26 @@ pub fn merge_chains(analysis: &Analysis<'_>, chains: &Chains) -> (usize, Adjacen
     // relation is built as rows of its own.
     let reach = analysis.reachability();
     let c = chains.chains.len();
-    let tails = reach.rows_at(
-        chains
-            .chains
-            .iter()
-            .map(|chain| reach.position()[*chain.last().expect("chains are non-empty")]),
-    );
+    let tails = reach.rows_at(chains.chains.iter().map(|chain| reach.position()[*chain.last().expect("chains are non-empty")]));
     let tail_row = |chain: usize| tails.row(chain);
     let classes = analysis.stream_classes();
     let class_of_chain = |chain: usize| classes.map_or(0, |class| class[chains.chains[chain][0]]);
     let pairs: Vec<(usize, usize)> = if reach.in_index_order() && classes.is_none() {
-        hopcroft_karp_rows(c, &heads, tail_row)
-            .pairs()
-            .map(|(chain, head)| (chain, chain_of_head[head]))
-            .collect()
+        hopcroft_karp_rows(c, &heads, tail_row).pairs().map(|(chain, head)| (chain, chain_of_head[head])).collect()
     } else {
         let order = analysis.graph().topological_order();
         let mut related = BitMatrix::new(c, c);
         for chain in 0..c {
             let row = tail_row(chain);
             for q in nimble_graph::bitset::ones(row.words).map(|bit| bit + 64 * row.first_word) {
-                if heads.contains(order[q])
-                    && class_of_chain(chain_of_head[order[q]]) == class_of_chain(chain)
-                {
+                if heads.contains(order[q]) && class_of_chain(chain_of_head[order[q]]) == class_of_chain(chain) {
                     related.set(chain, chain_of_head[order[q]]);
                 }
             }
         }
         let mut all = BitSet::new(c);
         (0..c).for_each(|chain| all.insert(chain));
-        hopcroft_karp_rows(c, &all, |chain| related.row_ref(chain))
-            .pairs()
-            .collect()
+        hopcroft_karp_rows(c, &all, |chain| related.row_ref(chain)).pairs().collect()
     };
     let mut matching = Matching::empty(chains.chains.len(), chains.chains.len());
     for (tail_chain, head_chain) in pairs {
@@ -115,9 +97,7 @@ pub fn merge_chains(analysis: &Analysis<'_>, chains: &Chains) -> (usize, Adjacen
 fn follow(matching: &Matching, n: usize) -> Adjacency {
     let mut sequences = Adjacency::with_capacity(n - matching.size(), n);
     for head in (0..n).filter(|&v| matching.left_of[v].is_none()) {
-        sequences.push_list(std::iter::successors(Some(head), |&current| {
-            matching.right_of[current]
-        }));
+        sequences.push_list(std::iter::successors(Some(head), |&current| matching.right_of[current]));
     }
     sequences
 }
@@ -159,11 +139,7 @@ pub struct Nimble {
 
 impl StreamAssigner for Nimble {
     fn name(&self) -> String {
-        if self.merge_chains {
-            "nimble".into()
-        } else {
-            "nimble-chains".into()
-        }
+        if self.merge_chains { "nimble".into() } else { "nimble-chains".into() }
     }
 
     fn assign(&self, analysis: &Analysis<'_>) -> StreamPlan {

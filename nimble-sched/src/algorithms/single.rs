@@ -15,11 +15,6 @@ impl StreamAssigner for Single {
     }
 
     fn assign(&self, analysis: &Analysis<'_>) -> StreamPlan {
-        StreamPlan::from_assignment(
-            analysis,
-            self.name(),
-            &vec![0; analysis.graph().len()],
-            None,
-        )
+        StreamPlan::from_assignment(analysis, self.name(), &vec![0; analysis.graph().len()], None)
     }
 }

@@ -15,38 +15,12 @@ pub(crate) const UNIQUE_ID_BYTES: usize = 128;
 extern "C" {
     fn ns_nccl_version(out: *mut c_int) -> c_int;
     fn ns_nccl_unique_id(out: *mut u8, n: c_int) -> c_int;
-    fn ns_comm_new(
-        id: *const u8,
-        n: c_int,
-        world: c_int,
-        rank: c_int,
-        device: c_int,
-        out: *mut *mut c_void,
-    ) -> c_int;
+    fn ns_comm_new(id: *const u8, n: c_int, world: c_int, rank: c_int, device: c_int, out: *mut *mut c_void) -> c_int;
     fn ns_comm_free(comm: *mut c_void);
-    fn ns_comm_broadcast(
-        comm: *mut c_void,
-        tensors: *const *mut c_void,
-        n: c_int,
-        root: c_int,
-    ) -> c_int;
-    fn ns_comm_all_gather_i64(
-        comm: *mut c_void,
-        mine: *const i64,
-        n: c_int,
-        all: *mut i64,
-    ) -> c_int;
+    fn ns_comm_broadcast(comm: *mut c_void, tensors: *const *mut c_void, n: c_int, root: c_int) -> c_int;
+    fn ns_comm_all_gather_i64(comm: *mut c_void, mine: *const i64, n: c_int, all: *mut i64) -> c_int;
     fn ns_comm_all_reduce_mean(comm: *mut c_void, tensors: *const *mut c_void, n: c_int) -> c_int;
-    fn ns_reducer_new(
-        comm: *mut c_void,
-        params: *const *mut c_void,
-        n: c_int,
-        bucket_of: *const c_int,
-        n_buckets: c_int,
-        high_priority: c_int,
-        pack_below: c_longlong,
-        out: *mut *mut c_void,
-    ) -> c_int;
+    fn ns_reducer_new(comm: *mut c_void, params: *const *mut c_void, n: c_int, bucket_of: *const c_int, n_buckets: c_int, high_priority: c_int, pack_below: c_longlong, out: *mut *mut c_void) -> c_int;
     fn ns_reducer_free(reducer: *mut c_void);
     fn ns_reducer_arm(reducer: *mut c_void) -> c_int;
     fn ns_reducer_finish(reducer: *mut c_void) -> c_int;
@@ -65,9 +39,7 @@ pub(crate) fn nccl_version() -> Result<i32> {
 pub(crate) fn nccl_unique_id() -> Result<[u8; UNIQUE_ID_BYTES]> {
     let mut id = [0u8; UNIQUE_ID_BYTES];
     // SAFETY: the shim writes exactly UNIQUE_ID_BYTES bytes, the length it is told and checks.
-    check("nccl_unique_id", unsafe {
-        ns_nccl_unique_id(id.as_mut_ptr(), UNIQUE_ID_BYTES as c_int)
-    })?;
+    check("nccl_unique_id", unsafe { ns_nccl_unique_id(id.as_mut_ptr(), UNIQUE_ID_BYTES as c_int) })?;
     Ok(id)
 }
 
@@ -79,24 +51,10 @@ pub(crate) struct RawComm {
 impl RawComm {
     /// Joins the communicator `id` of `world` ranks as `rank` on GPU `device`; blocks until every
     /// rank has joined.
-    pub(crate) fn new(
-        id: &[u8; UNIQUE_ID_BYTES],
-        world: usize,
-        rank: usize,
-        device: usize,
-    ) -> Result<RawComm> {
+    pub(crate) fn new(id: &[u8; UNIQUE_ID_BYTES], world: usize, rank: usize, device: usize) -> Result<RawComm> {
         let mut raw = ptr::null_mut();
         // SAFETY: the id is UNIQUE_ID_BYTES long; on success the shim writes a handle we own.
-        check("nccl_comm_init", unsafe {
-            ns_comm_new(
-                id.as_ptr(),
-                UNIQUE_ID_BYTES as c_int,
-                world as c_int,
-                rank as c_int,
-                device as c_int,
-                &mut raw,
-            )
-        })?;
+        check("nccl_comm_init", unsafe { ns_comm_new(id.as_ptr(), UNIQUE_ID_BYTES as c_int, world as c_int, rank as c_int, device as c_int, &mut raw) })?;
         Ok(RawComm { raw })
     }
 
@@ -104,23 +62,14 @@ impl RawComm {
     pub(crate) fn broadcast(&self, tensors: &[Tensor], root: usize) -> Result<()> {
         let ts = tensor_ptrs(tensors);
         // SAFETY: a live handle and live tensors for the call.
-        check("nccl_broadcast", unsafe {
-            ns_comm_broadcast(self.raw, ts.as_ptr(), ts.len() as c_int, root as c_int)
-        })
+        check("nccl_broadcast", unsafe { ns_comm_broadcast(self.raw, ts.as_ptr(), ts.len() as c_int, root as c_int) })
     }
 
     /// Every rank's `mine` (each rank passing the same length), rank by rank.
     pub(crate) fn all_gather(&self, mine: &[i64], world: usize) -> Result<Vec<i64>> {
         let mut all = vec![0i64; mine.len() * world];
         // SAFETY: `all` has room for world × mine.len() integers, what the shim writes.
-        check("nccl_all_gather", unsafe {
-            ns_comm_all_gather_i64(
-                self.raw,
-                mine.as_ptr(),
-                mine.len() as c_int,
-                all.as_mut_ptr(),
-            )
-        })?;
+        check("nccl_all_gather", unsafe { ns_comm_all_gather_i64(self.raw, mine.as_ptr(), mine.len() as c_int, all.as_mut_ptr()) })?;
         Ok(all)
     }
 
@@ -128,9 +77,7 @@ impl RawComm {
     pub(crate) fn all_reduce_mean(&self, tensors: &[Tensor]) -> Result<()> {
         let ts = tensor_ptrs(tensors);
         // SAFETY: a live handle and live tensors for the call.
-        check("nccl_all_reduce", unsafe {
-            ns_comm_all_reduce_mean(self.raw, ts.as_ptr(), ts.len() as c_int)
-        })
+        check("nccl_all_reduce", unsafe { ns_comm_all_reduce_mean(self.raw, ts.as_ptr(), ts.len() as c_int) })
     }
 }
 
@@ -153,43 +100,18 @@ impl Reducer {
     /// priority, or of normal priority like the compute's. Gradients of fewer than `pack_below`
     /// bytes (all of them when `None`) are packed into one all-reduce per bucket; larger ones are
     /// all-reduced in place, in the same NCCL group.
-    pub(crate) fn new(
-        comm: &RawComm,
-        params: &[Tensor],
-        bucket_of: &[Option<usize>],
-        high_priority: bool,
-        pack_below: Option<usize>,
-    ) -> Result<Reducer> {
+    pub(crate) fn new(comm: &RawComm, params: &[Tensor], bucket_of: &[Option<usize>], high_priority: bool, pack_below: Option<usize>) -> Result<Reducer> {
         if params.len() != bucket_of.len() {
-            return Err(NimbleError::Internal(format!(
-                "reducer: {} parameters but {} bucket numbers",
-                params.len(),
-                bucket_of.len()
-            )));
+            return Err(NimbleError::Internal(format!("reducer: {} parameters but {} bucket numbers", params.len(), bucket_of.len())));
         }
         let ps = tensor_ptrs(params);
-        let buckets: Vec<c_int> = bucket_of
-            .iter()
-            .map(|b| b.map_or(-1, |b| b as c_int))
-            .collect();
+        let buckets: Vec<c_int> = bucket_of.iter().map(|b| b.map_or(-1, |b| b as c_int)).collect();
         let n_buckets = bucket_of.iter().flatten().max().map_or(0, |b| b + 1);
-        let pack_below: c_longlong =
-            pack_below.map_or(-1, |b| b.min(i64::MAX as usize) as c_longlong);
+        let pack_below: c_longlong = pack_below.map_or(-1, |b| b.min(i64::MAX as usize) as c_longlong);
         let mut raw = ptr::null_mut();
         // SAFETY: as many bucket numbers as parameters (checked above; the shim checks their range); live
         // tensors; on success the shim writes a handle we own.
-        check("reducer_new", unsafe {
-            ns_reducer_new(
-                comm.raw,
-                ps.as_ptr(),
-                ps.len() as c_int,
-                buckets.as_ptr(),
-                n_buckets as c_int,
-                high_priority as c_int,
-                pack_below,
-                &mut raw,
-            )
-        })?;
+        check("reducer_new", unsafe { ns_reducer_new(comm.raw, ps.as_ptr(), ps.len() as c_int, buckets.as_ptr(), n_buckets as c_int, high_priority as c_int, pack_below, &mut raw) })?;
         Ok(Reducer { raw })
     }
 
@@ -208,8 +130,7 @@ impl Reducer {
     /// After `finish`: the current stream waits for bucket `bucket`'s all-reduce (and so for
     /// every earlier bucket's).
     pub(crate) fn wait(&self, bucket: usize) -> Result<()> {
-        let bucket = c_int::try_from(bucket)
-            .map_err(|_| NimbleError::Internal(format!("bucket {bucket} does not fit a C int")))?;
+        let bucket = c_int::try_from(bucket).map_err(|_| NimbleError::Internal(format!("bucket {bucket} does not fit a C int")))?;
         // SAFETY: a live handle; the shim checks the bucket's range.
         check("reducer_wait", unsafe { ns_reducer_wait(self.raw, bucket) })
     }

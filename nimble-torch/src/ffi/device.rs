@@ -32,9 +32,7 @@ extern "C" {
 pub(crate) fn channels_last_copy(tensor: &Tensor) -> Result<Tensor> {
     let mut out = ptr::null_mut();
     // SAFETY: a live tensor; on success the shim writes a new `at::Tensor*` that we adopt.
-    check("channels_last_copy", unsafe {
-        ns_channels_last_copy(tensor.as_ptr() as *mut c_void, &mut out)
-    })?;
+    check("channels_last_copy", unsafe { ns_channels_last_copy(tensor.as_ptr() as *mut c_void, &mut out) })?;
     // SAFETY: a fresh tensor nothing else owns.
     Ok(unsafe { adopt_tensors(&mut out, 1) }.remove(0))
 }
@@ -63,18 +61,14 @@ pub(crate) fn cuda_synchronize() -> Result<()> {
 pub(crate) fn cuda_allocated_bytes(device: usize) -> Result<u64> {
     let mut bytes = 0i64;
     // SAFETY: writes one integer.
-    check("allocated_bytes", unsafe {
-        ns_cuda_allocated_bytes(device as c_int, &mut bytes)
-    })?;
+    check("allocated_bytes", unsafe { ns_cuda_allocated_bytes(device as c_int, &mut bytes) })?;
     Ok(bytes.max(0) as u64)
 }
 
 /// Lets float32 CUDA convolutions run in TF32, or not.
 pub(crate) fn set_conv_tf32(allow: bool) -> Result<()> {
     // SAFETY: sets a flag of libtorch's global context.
-    check("set_conv_tf32", unsafe {
-        ns_set_conv_tf32(c_int::from(allow))
-    })
+    check("set_conv_tf32", unsafe { ns_set_conv_tf32(c_int::from(allow)) })
 }
 
 /// Whether float32 CUDA convolutions may run in TF32.
@@ -96,9 +90,7 @@ pub(crate) fn cuda_empty_cache() -> Result<()> {
 pub(crate) fn sm_limits(device: usize) -> Result<[u64; 5]> {
     let mut out = [0i64; 5];
     // SAFETY: the shim writes five integers.
-    check("sm_limits", unsafe {
-        ns_sm_limits(device as c_int, out.as_mut_ptr())
-    })?;
+    check("sm_limits", unsafe { ns_sm_limits(device as c_int, out.as_mut_ptr()) })?;
     Ok(out.map(|v| v.max(1) as u64))
 }
 
@@ -110,16 +102,11 @@ pub(crate) fn profile_begin() -> Result<()> {
 /// Stops the profiler: one line per device activity (see the shim), and the Chrome trace
 /// written to `chrome_trace` when given.
 pub(crate) fn profile_end(chrome_trace: Option<&str>) -> Result<String> {
-    let path = chrome_trace
-        .map(CString::new)
-        .transpose()
-        .map_err(|_| NimbleError::Internal("the trace path contains a NUL byte".into()))?;
+    let path = chrome_trace.map(CString::new).transpose().map_err(|_| NimbleError::Internal("the trace path contains a NUL byte".into()))?;
     let mut out = ptr::null_mut();
     // SAFETY: the path is NUL-terminated or null; on success the shim writes a malloc'd string
     // that take_string frees.
-    check("profile_end", unsafe {
-        ns_profile_end(path.as_ref().map_or(ptr::null(), |p| p.as_ptr()), &mut out)
-    })?;
+    check("profile_end", unsafe { ns_profile_end(path.as_ref().map_or(ptr::null(), |p| p.as_ptr()), &mut out) })?;
     Ok(take_string(out))
 }
 
@@ -155,9 +142,7 @@ impl Timer {
     pub(crate) fn elapsed(&self) -> Result<f64> {
         let mut ms = 0f32;
         // SAFETY: a live timer; writes one float.
-        check("timer_elapsed", unsafe {
-            ns_timer_elapsed(self.raw, &mut ms)
-        })?;
+        check("timer_elapsed", unsafe { ns_timer_elapsed(self.raw, &mut ms) })?;
         Ok(f64::from(ms))
     }
 }

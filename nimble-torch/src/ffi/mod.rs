@@ -51,34 +51,21 @@ pub(super) fn check(call: &'static str, status: c_int) -> Result<()> {
     }
     // SAFETY: the shim keeps a NUL-terminated per-thread message that lives until the next
     // failing call on this thread; we copy it out at once.
-    let message = unsafe { CStr::from_ptr(ns_last_error()) }
-        .to_string_lossy()
-        .into_owned();
-    Err(NimbleError::Torch {
-        call,
-        message: summary(message),
-    })
+    let message = unsafe { CStr::from_ptr(ns_last_error()) }.to_string_lossy().into_owned();
+    Err(NimbleError::Torch { call, message: summary(message) })
 }
 
 /// The TorchScript interpreter's errors carry two tracebacks before the line that says what
 /// went wrong; that line is the message. Loading a module that calls an operator libtorch does
 /// not have (a C++ extension's, such as torchvision's) says which and what it means.
 fn summary(message: String) -> String {
-    if let Some(op) = message
-        .lines()
-        .find_map(|line| line.trim().strip_prefix("Unknown builtin op: "))
-    {
+    if let Some(op) = message.lines().find_map(|line| line.trim().strip_prefix("Unknown builtin op: ")) {
         return unknown_operator(op.trim_end_matches('.'));
     }
     if !message.contains("Traceback of TorchScript") {
         return message;
     }
-    match message
-        .lines()
-        .rev()
-        .map(str::trim)
-        .find(|line| !line.is_empty())
-    {
+    match message.lines().rev().map(str::trim).find(|line| !line.is_empty()) {
         Some(last) => format!("{last} (in the TorchScript module's forward)"),
         None => message,
     }
@@ -90,9 +77,7 @@ fn unknown_operator(op: &str) -> String {
         "the module calls `{op}`, an operator of a C++ extension that this libtorch has not loaded (a TorchScript file names such operators, it does not contain them)"
     );
     if op.starts_with("torchvision::") {
-        message.push_str(
-            "; in Python, `import torchvision` before `nimble_rs.Nimble` registers torchvision's",
-        );
+        message.push_str("; in Python, `import torchvision` before `nimble_rs.Nimble` registers torchvision's");
         let reason = crate::error::host_sync_reason(op, op);
         if reason.contains("non-maximum suppression") {
             // The refusal the engine would give once the operator loaded: a host sync.
@@ -141,33 +126,11 @@ mod tests {
         // torchvision's C++ library not loaded (shortened).
         let loaded = "\nUnknown builtin op: torchvision::nms.\nCould not find any similar ops to torchvision::nms. This op may not exist or may not be currently supported in TorchScript.\n:\n  File \"code/__torch__/torchvision/ops/boxes.py\", line 6\n";
         let message = summary(loaded.to_string());
-        assert!(
-            message.starts_with("the module calls `torchvision::nms`"),
-            "{message}"
-        );
-        assert!(
-            message.contains("import torchvision")
-                && message.contains("synchronizes with the host")
-                && message.contains("non-maximum suppression"),
-            "{message}"
-        );
-        let other = summary(
-            loaded
-                .replace("torchvision::nms", "my_ops::fused")
-                .to_string(),
-        );
-        assert!(
-            other.starts_with("the module calls `my_ops::fused`") && !other.contains("host"),
-            "{other}"
-        );
-        let deform = summary(
-            loaded
-                .replace("torchvision::nms", "torchvision::deform_conv2d")
-                .to_string(),
-        );
-        assert!(
-            deform.contains("import torchvision") && !deform.contains("synchronizes"),
-            "{deform}"
-        );
+        assert!(message.starts_with("the module calls `torchvision::nms`"), "{message}");
+        assert!(message.contains("import torchvision") && message.contains("synchronizes with the host") && message.contains("non-maximum suppression"), "{message}");
+        let other = summary(loaded.replace("torchvision::nms", "my_ops::fused").to_string());
+        assert!(other.starts_with("the module calls `my_ops::fused`") && !other.contains("host"), "{other}");
+        let deform = summary(loaded.replace("torchvision::nms", "torchvision::deform_conv2d").to_string());
+        assert!(deform.contains("import torchvision") && !deform.contains("synchronizes"), "{deform}");
     }
 }

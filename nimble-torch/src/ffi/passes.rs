@@ -10,26 +10,9 @@ use super::{check, take_string, tensor_ptrs};
 use crate::error::{NimbleError, Result};
 
 extern "C" {
-    fn ns_schedule_new(
-        n: c_int,
-        names: *const c_char,
-        stream_of: *const c_int,
-        wait_counts: *const c_int,
-        wait_list: *const c_int,
-        record: *const u8,
-        n_streams: c_int,
-        device: c_int,
-        timing: c_int,
-        out: *mut *mut c_void,
-    ) -> c_int;
+    fn ns_schedule_new(n: c_int, names: *const c_char, stream_of: *const c_int, wait_counts: *const c_int, wait_list: *const c_int, record: *const u8, n_streams: c_int, device: c_int, timing: c_int, out: *mut *mut c_void) -> c_int;
     fn ns_schedule_free(s: *mut c_void);
-    fn ns_pass_begin(
-        s: *mut c_void,
-        graph: *mut c_void,
-        capture_mode: c_int,
-        gate_cycles: i64,
-        arm: c_int,
-    ) -> c_int;
+    fn ns_pass_begin(s: *mut c_void, graph: *mut c_void, capture_mode: c_int, gate_cycles: i64, arm: c_int) -> c_int;
     fn ns_pass_disarm(s: *mut c_void, problem: *mut *mut c_char) -> c_int;
     fn ns_pass_end(s: *mut c_void, graph: *mut c_void, problem: *mut *mut c_char) -> c_int;
     fn ns_record_on_origin(s: *mut c_void, tensors: *const *mut c_void, n: c_int) -> c_int;
@@ -70,18 +53,10 @@ pub(crate) struct ScheduleSpec<'a> {
 impl Schedule {
     /// A schedule on CUDA `device`, or (`None`) a check-only one that compares the op sequence
     /// of a pass with the trace and schedules nothing.
-    pub(crate) fn new(
-        spec: &ScheduleSpec<'_>,
-        device: Option<usize>,
-        timing: OpTiming,
-    ) -> Result<Schedule> {
+    pub(crate) fn new(spec: &ScheduleSpec<'_>, device: Option<usize>, timing: OpTiming) -> Result<Schedule> {
         let n = spec.names.len();
-        assert!(
-            spec.stream_of.len() == n && spec.waits.len() == n && spec.record.len() == n,
-            "schedule arrays cover every op"
-        );
-        let names = CString::new(spec.names.join("\n"))
-            .map_err(|_| NimbleError::Internal("an op name contains a NUL byte".into()))?;
+        assert!(spec.stream_of.len() == n && spec.waits.len() == n && spec.record.len() == n, "schedule arrays cover every op");
+        let names = CString::new(spec.names.join("\n")).map_err(|_| NimbleError::Internal("an op name contains a NUL byte".into()))?;
         let stream_of: Vec<c_int> = spec.stream_of.iter().map(|&s| s as c_int).collect();
         let wait_counts: Vec<c_int> = spec.waits.iter().map(|w| w.len() as c_int).collect();
         let wait_list: Vec<c_int> = spec.waits.iter().flatten().map(|&p| p as c_int).collect();
@@ -158,9 +133,7 @@ impl Schedule {
             Some(CaptureMode::Relaxed) => 2,
         };
         // SAFETY: `self.raw` and `graph_raw` are live shim objects owned by us.
-        check("pass_begin", unsafe {
-            ns_pass_begin(self.raw, graph_raw, capture_mode, gate_cycles, arm as c_int)
-        })?;
+        check("pass_begin", unsafe { ns_pass_begin(self.raw, graph_raw, capture_mode, gate_cycles, arm as c_int) })?;
         struct End {
             schedule: *mut c_void,
             graph: *mut c_void,
@@ -171,9 +144,7 @@ impl Schedule {
                 self.done = true;
                 let mut problem = ptr::null_mut();
                 // SAFETY: ends the pass begun above, once.
-                check("pass_end", unsafe {
-                    ns_pass_end(self.schedule, self.graph, &mut problem)
-                })?;
+                check("pass_end", unsafe { ns_pass_end(self.schedule, self.graph, &mut problem) })?;
                 Ok(take_string(problem))
             }
         }
@@ -184,18 +155,12 @@ impl Schedule {
                 }
             }
         }
-        let mut end = End {
-            schedule: self.raw,
-            graph: graph_raw,
-            done: false,
-        };
+        let mut end = End { schedule: self.raw, graph: graph_raw, done: false };
         let value = forward();
         if has_tail {
             let mut problem = ptr::null_mut();
             // SAFETY: the pass begun above is open; the shim writes a malloc'd string.
-            check("pass_disarm", unsafe {
-                ns_pass_disarm(self.raw, &mut problem)
-            })?;
+            check("pass_disarm", unsafe { ns_pass_disarm(self.raw, &mut problem) })?;
             let problem = take_string(problem);
             if !problem.is_empty() {
                 drop(value);
@@ -205,11 +170,7 @@ impl Schedule {
         }
         let value = tail(value);
         let problem = end.end()?;
-        Ok(if problem.is_empty() {
-            Ok(value)
-        } else {
-            Err(problem)
-        })
+        Ok(if problem.is_empty() { Ok(value) } else { Err(problem) })
     }
 
     /// Marks `tensors` as read on the origin stream (they may come from any planned stream), so
@@ -217,18 +178,14 @@ impl Schedule {
     pub(crate) fn record_on_origin(&self, tensors: &[Tensor]) -> Result<()> {
         let ptrs = tensor_ptrs(tensors);
         // SAFETY: a live schedule and tensors for the call.
-        check("record_on_origin", unsafe {
-            ns_record_on_origin(self.raw, ptrs.as_ptr(), ptrs.len() as c_int)
-        })
+        check("record_on_origin", unsafe { ns_record_on_origin(self.raw, ptrs.as_ptr(), ptrs.len() as c_int) })
     }
 
     /// Per-op GPU time of the last (timing) pass, in microseconds.
     pub(crate) fn durations_us(&self) -> Result<Vec<f64>> {
         let mut out = vec![0f32; self.ops];
         // SAFETY: the buffer holds one float per op, as the shim checks.
-        check("schedule_durations", unsafe {
-            ns_schedule_durations(self.raw, out.as_mut_ptr(), self.ops as c_int)
-        })?;
+        check("schedule_durations", unsafe { ns_schedule_durations(self.raw, out.as_mut_ptr(), self.ops as c_int) })?;
         Ok(out.into_iter().map(f64::from).collect())
     }
 
@@ -237,13 +194,8 @@ impl Schedule {
     pub(crate) fn node_ranges(&self) -> Result<Vec<Option<std::ops::Range<usize>>>> {
         let mut out = vec![0 as c_int; 2 * self.ops];
         // SAFETY: the buffer holds two ints per op, as the shim checks.
-        check("schedule_node_ranges", unsafe {
-            ns_schedule_node_ranges(self.raw, out.as_mut_ptr(), self.ops as c_int)
-        })?;
-        Ok(out
-            .chunks(2)
-            .map(|r| (r[0] >= 0 && r[1] >= r[0]).then(|| r[0] as usize..r[1] as usize))
-            .collect())
+        check("schedule_node_ranges", unsafe { ns_schedule_node_ranges(self.raw, out.as_mut_ptr(), self.ops as c_int) })?;
+        Ok(out.chunks(2).map(|r| (r[0] >= 0 && r[1] >= r[0]).then(|| r[0] as usize..r[1] as usize)).collect())
     }
 }
 
@@ -269,9 +221,7 @@ impl CudaGraph {
 
     pub(crate) fn instantiate(&self) -> Result<()> {
         // SAFETY: a live graph, captured.
-        check("graph_instantiate", unsafe {
-            ns_graph_instantiate(self.raw)
-        })
+        check("graph_instantiate", unsafe { ns_graph_instantiate(self.raw) })
     }
 
     /// Launches the graph on the current stream.

@@ -10,22 +10,14 @@ use crate::error::Result;
 
 extern "C" {
     fn ns_trace_begin(keep_state: c_int) -> c_int;
-    fn ns_trace_end(
-        out: *mut *mut c_char,
-        params: *mut *mut *mut c_void,
-        n_params: *mut c_int,
-        state: *mut *mut *mut c_void,
-        n_state: *mut c_int,
-    ) -> c_int;
+    fn ns_trace_end(out: *mut *mut c_char, params: *mut *mut *mut c_void, n_params: *mut c_int, state: *mut *mut *mut c_void, n_state: *mut c_int) -> c_int;
 }
 
 /// Starts recording the top-level ATen ops run on this thread; with `keep_state`, also the
 /// forward's external tensors (see [`ExternalState`]).
 pub(crate) fn trace_begin(keep_state: bool) -> Result<()> {
     // SAFETY: no pointers; the shim refuses to nest.
-    check("trace_begin", unsafe {
-        ns_trace_begin(keep_state as c_int)
-    })
+    check("trace_begin", unsafe { ns_trace_begin(keep_state as c_int) })
 }
 
 /// What a forward reads that it did not make: the parameters (leaves that require gradients)
@@ -41,19 +33,10 @@ pub(crate) struct ExternalState {
 /// (empty unless the trace kept it).
 pub(crate) fn trace_end() -> Result<(String, ExternalState)> {
     let mut out = ptr::null_mut();
-    let (mut params, mut n_params, mut state, mut n_state) =
-        (ptr::null_mut(), 0, ptr::null_mut(), 0);
+    let (mut params, mut n_params, mut state, mut n_state) = (ptr::null_mut(), 0, ptr::null_mut(), 0);
     // SAFETY: the shim writes a malloc'd string and two malloc'd arrays of new tensors (n_params
     // and 2·n_state of them) on success.
-    check("trace_end", unsafe {
-        ns_trace_end(
-            &mut out,
-            &mut params,
-            &mut n_params,
-            &mut state,
-            &mut n_state,
-        )
-    })?;
+    check("trace_end", unsafe { ns_trace_end(&mut out, &mut params, &mut n_params, &mut state, &mut n_state) })?;
     let text = take_string(out);
     // SAFETY: see above; each array is adopted once and freed.
     let (params, flat) = unsafe {
@@ -75,13 +58,5 @@ pub(crate) fn trace_end() -> Result<(String, ExternalState)> {
 pub(crate) fn trace_abandon() {
     // SAFETY: a null out pointer tells the shim to discard the trace; an error (none running) is
     // fine to ignore here.
-    let _ = unsafe {
-        ns_trace_end(
-            ptr::null_mut(),
-            ptr::null_mut(),
-            ptr::null_mut(),
-            ptr::null_mut(),
-            ptr::null_mut(),
-        )
-    };
+    let _ = unsafe { ns_trace_end(ptr::null_mut(), ptr::null_mut(), ptr::null_mut(), ptr::null_mut(), ptr::null_mut()) };
 }

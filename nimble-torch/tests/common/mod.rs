@@ -21,48 +21,29 @@ pub fn gpu() -> Option<std::sync::MutexGuard<'static, ()>> {
     if std::env::var("NIMBLE_REQUIRE_GPU").as_deref() == Ok("1") {
         panic!("NIMBLE_REQUIRE_GPU=1 but libtorch sees no CUDA device");
     }
-    eprintln!(
-        "notice: no CUDA device; skipping this GPU test (set NIMBLE_REQUIRE_GPU=1 to fail instead)"
-    );
+    eprintln!("notice: no CUDA device; skipping this GPU test (set NIMBLE_REQUIRE_GPU=1 to fail instead)");
     None
 }
 
 /// A forward with each pattern Nimble's fused kernels take and two they must leave alone, with
 /// random weights on `device`. Its inputs come from [`fusable_inputs`]. The rewrites make it one
 /// `nimble::squeeze_excite`, three `nimble::conv2d_fused` and two plain convolutions.
-pub fn fusable_forward(
-    device: tch::Device,
-) -> impl Fn(&[tch::Tensor]) -> Vec<tch::Tensor> + 'static {
+pub fn fusable_forward(device: tch::Device) -> impl Fn(&[tch::Tensor]) -> Vec<tch::Tensor> + 'static {
     use tch::{Kind, Tensor};
     tch::manual_seed(3);
     let opts = (Kind::Float, device);
     // Weights scaled by 1/sqrt(fan-in), so that every output is of order 1.
-    let weights = |shape: [i64; 4]| {
-        Tensor::randn(shape, opts) / ((shape[1] * shape[2] * shape[3]) as f64).sqrt()
-    };
+    let weights = |shape: [i64; 4]| Tensor::randn(shape, opts) / ((shape[1] * shape[2] * shape[3]) as f64).sqrt();
     // Five convolutions with their own weights (identical ones would be merged into one).
-    let convs: Vec<(Tensor, Tensor)> = (0..5)
-        .map(|_| (weights([8, 4, 3, 3]), Tensor::randn([8], opts)))
-        .collect();
-    let (w1, b1, w2, b2) = (
-        weights([2, 8, 1, 1]),
-        Tensor::randn([2], opts),
-        weights([8, 2, 1, 1]),
-        Tensor::randn([8], opts),
-    );
+    let convs: Vec<(Tensor, Tensor)> = (0..5).map(|_| (weights([8, 4, 3, 3]), Tensor::randn([8], opts))).collect();
+    let (w1, b1, w2, b2) = (weights([2, 8, 1, 1]), Tensor::randn([2], opts), weights([8, 2, 1, 1]), Tensor::randn([8], opts));
     move |xs: &[Tensor]| {
-        let conv =
-            |i: usize| xs[0].conv2d(&convs[i].0, Some(&convs[i].1), [1, 1], [1, 1], [1, 1], 1);
+        let conv = |i: usize| xs[0].conv2d(&convs[i].0, Some(&convs[i].1), [1, 1], [1, 1], [1, 1], 1);
         // Fused: ReLU6; squeeze-and-excitation with ReLU; residuals of the output's shape and
         // broadcast ones (a constant one would be folded into the bias instead).
         let relu6 = conv(0).relu6();
-        let gate = relu6
-            .adaptive_avg_pool2d([1, 1])
-            .conv2d(&w1, Some(&b1), [1, 1], [0, 0], [1, 1], 1)
-            .relu();
-        let gate = gate
-            .conv2d(&w2, Some(&b2), [1, 1], [0, 0], [1, 1], 1)
-            .sigmoid();
+        let gate = relu6.adaptive_avg_pool2d([1, 1]).conv2d(&w1, Some(&b1), [1, 1], [0, 0], [1, 1], 1).relu();
+        let gate = gate.conv2d(&w2, Some(&b2), [1, 1], [0, 0], [1, 1], 1).sigmoid();
         let excited = gate * &relu6;
         let broadcast = conv(1) + &xs[1];
         let residual = &xs[2] + conv(4);
@@ -75,24 +56,14 @@ pub fn fusable_forward(
 
 /// Inputs for [`fusable_forward`]: x (`batch` × 4 × `h` × `w`, channels-last if asked), a
 /// residual that broadcasts and one of the convolutions' output shape.
-pub fn fusable_inputs(
-    batch: i64,
-    h: i64,
-    w: i64,
-    device: tch::Device,
-    channels_last: bool,
-) -> Vec<tch::Tensor> {
+pub fn fusable_inputs(batch: i64, h: i64, w: i64, device: tch::Device, channels_last: bool) -> Vec<tch::Tensor> {
     use tch::{Kind, Tensor};
     let opts = (Kind::Float, device);
     let mut x = Tensor::randn([batch, 4, h, w], opts);
     if channels_last {
         x = x.permute([0, 2, 3, 1]).contiguous().permute([0, 3, 1, 2]);
     }
-    vec![
-        x,
-        Tensor::randn([batch, 8, 1, 1], opts),
-        Tensor::randn([batch, 8, h, w], opts),
-    ]
+    vec![x, Tensor::randn([batch, 8, 1, 1], opts), Tensor::randn([batch, 8, h, w], opts)]
 }
 
 /// The directory holding the TorchScript modules of `tests/fixtures/make_modules.py`, made once

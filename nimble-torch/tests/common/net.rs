@@ -19,19 +19,7 @@ pub struct Net {
 
 impl Net {
     pub fn new(p: &nn::Path, dropout: f64) -> Net {
-        let conv = |name: &str, cin, cout, k| {
-            nn::conv2d(
-                p / name,
-                cin,
-                cout,
-                k,
-                nn::ConvConfig {
-                    padding: k / 2,
-                    bias: false,
-                    ..Default::default()
-                },
-            )
-        };
+        let conv = |name: &str, cin, cout, k| nn::conv2d(p / name, cin, cout, k, nn::ConvConfig { padding: k / 2, bias: false, ..Default::default() });
         Net {
             stem: conv("stem", 3, 16, 3),
             stem_bn: nn::batch_norm2d(p / "stem_bn", 16, Default::default()),
@@ -50,10 +38,6 @@ impl ModuleT for Net {
         let y = x.apply(&self.stem).apply_t(&self.stem_bn, train).relu();
         let a = y.apply(&self.left).apply_t(&self.left_bn, train).relu();
         let b = y.apply(&self.right).apply_t(&self.right_bn, train).relu();
-        (a + b)
-            .adaptive_avg_pool2d([1, 1])
-            .flatten(1, -1)
-            .dropout(self.dropout, train)
-            .apply(&self.fc)
+        (a + b).adaptive_avg_pool2d([1, 1]).flatten(1, -1).dropout(self.dropout, train).apply(&self.fc)
     }
 }
