@@ -6,7 +6,9 @@
 # round, timed). Builds nothing (.gpu/, scripts/build-gpu-binaries.sh). With RUST_TESTS=1 the
 # nimble-torch GPU tests run first (required). Results are packed into $OUT/half.tgz, the table
 # printed last.
-#   usage: [SAME_PROCESS="resnet50,googlenet:bfloat16 ..."] scripts/device/run-half-precision.sh SECONDS [FAMILY_MODELS]
+#   usage: [SAME_PROCESS="resnet50,googlenet:bfloat16 ..."] scripts/device/run-half-precision.sh SECONDS ["a,b c,d ..."]
+#   (each space-separated group of family models in a process of its own, run side by side;
+#   CHECKS=N fresh inputs per model, default 3)
 set -uo pipefail
 budget=${1:?seconds for the family models}
 models=${2:-}
@@ -32,11 +34,20 @@ for cell in ${SAME_PROCESS:-}; do
     [ "$cell_status" = 0 ] || status=$cell_status
     { echo "== $cell (status $cell_status)"; cat "$out/$name.table"; grep -E "failed|Error" "$out/$name.log" | tail -5; } >> "$out/half.txt"
 done
-if [ -n "$models" ]; then
-    (cd experiments/python && timeout "$((budget + 120))" python3 half_precision.py --out "$out/half-precision.json" --models "$models" --seconds "$budget" \
-        --commit "$commit" > "$out/half-precision.table" 2> "$out/half-precision.log")
+# Each space-separated group of family models runs in a process of its own, all at once (no
+# timing is taken, and Inductor's compiles, most of the time, spread over the cores).
+group=0
+pids=()
+for models_group in $models; do
+    group=$((group + 1))
+    (cd experiments/python && timeout "$((budget + 120))" python3 half_precision.py --out "$out/half-precision-$group.json" --models "$models_group" --seconds "$budget" --checks "${CHECKS:-3}" \
+        --commit "$commit" > "$out/half-precision-$group.table" 2> "$out/half-precision-$group.log") &
+    pids+=($!)
+done
+for i in "${!pids[@]}"; do
+    wait "${pids[$i]}"
     family_status=$?
     [ "$family_status" = 0 ] || status=$family_status
-    { echo "== families (status $family_status)"; cat "$out/half-precision.table"; grep -E "failed|Error" "$out/half-precision.log" | tail -5; } >> "$out/half.txt"
-fi
+    { echo "== families, group $((i + 1)) (status $family_status)"; cat "$out/half-precision-$((i + 1)).table"; grep -E "failed|Error" "$out/half-precision-$((i + 1)).log" | tail -5; } >> "$out/half.txt"
+done
 finish_packed half "$status"
