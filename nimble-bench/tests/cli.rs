@@ -880,37 +880,3 @@ fn every_command_gives_one_simulated_answer_per_graph() {
     }
     assert_eq!(checked, 20);
 }
-
-#[test]
-fn half_precision_records_hold_nimble_at_most_the_compilers_distance_as_published() {
-    // docs/python.md, "Half precision in nimble_rs.Nimble" (e570ab3, BatchNorm no longer folded
-    // into half-precision weights): relative max-abs distance from eager, Nimble / reduce-overhead.
-    let published = [
-        ("same-process-e570ab3-bfloat16-b1-bn-cnns.json", "googlenet", "0", "0.016"),
-        ("same-process-e570ab3-bfloat16-b1-bn-cnns.json", "inception-v3", "0.099", "0.111"),
-        ("same-process-e570ab3-bfloat16-b1-bn-cnns.json", "resnet50", "0.018", "0.084"),
-        ("same-process-e570ab3-bfloat16-b1-bn-cnns.json", "mobilenet-v2", "0", "0.049"),
-        ("same-process-e570ab3-float16-b1-resnet50-googlenet.json", "resnet50", "0.0083", "0.012"),
-        ("same-process-e570ab3-float16-b1-resnet50-googlenet.json", "googlenet", "0", "0.0057"),
-    ];
-    // A published number rounds the measured one: within half a unit of its last digit ("0":
-    // exactly, eager's own kernels).
-    let rounds_to = |x: f64, published: &str| {
-        if published == "0" {
-            return x == 0.0;
-        }
-        let decimals = published.split('.').nth(1).map_or(0, str::len) as i32;
-        (x - published.parse::<f64>().unwrap()).abs() <= 0.5 * 10f64.powi(-decimals) + 1e-12
-    };
-    for (file, model, nimble, compile) in published {
-        let text = std::fs::read_to_string(format!("../paper-figs/results/{file}")).unwrap();
-        let record: serde_json::Value = serde_json::from_str(&text).unwrap();
-        let error = |system: &str| {
-            let row = record["rows"].as_array().unwrap().iter().find(|r| r["model"] == model && r["system"] == system).unwrap();
-            row["relative_error"].as_f64().unwrap()
-        };
-        let (n, c) = (error("nimble"), error("compile"));
-        assert!(n <= c, "{model} in {file}: Nimble {n} further than the compiler {c}");
-        assert!(rounds_to(n, nimble) && rounds_to(c, compile), "{model} in {file}: {n} / {c}, published {nimble} / {compile}");
-    }
-}

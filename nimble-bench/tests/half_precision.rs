@@ -166,3 +166,24 @@ fn folded_in_float32_the_batchnorm_cnns_are_faster_and_further_from_eager_than_t
         );
     }
 }
+
+#[test]
+fn half_precision_records_hold_nimble_at_most_the_compilers_distance_as_published() {
+    // docs/python.md, "Half precision in nimble_rs.Nimble" (e570ab3, BatchNorm no longer folded
+    // into half-precision weights): relative max-abs distance from eager, Nimble / reduce-overhead.
+    let published = [
+        ("same-process-e570ab3-bfloat16-b1-bn-cnns.json", "googlenet", "0", "0.016"),
+        ("same-process-e570ab3-bfloat16-b1-bn-cnns.json", "inception-v3", "0.099", "0.111"),
+        ("same-process-e570ab3-bfloat16-b1-bn-cnns.json", "resnet50", "0.018", "0.084"),
+        ("same-process-e570ab3-bfloat16-b1-bn-cnns.json", "mobilenet-v2", "0", "0.049"),
+        ("same-process-e570ab3-float16-b1-resnet50-googlenet.json", "resnet50", "0.0083", "0.012"),
+        ("same-process-e570ab3-float16-b1-resnet50-googlenet.json", "googlenet", "0", "0.0057"),
+    ];
+    for (file, model, nimble, compile) in published {
+        let r = record(file);
+        let error = |system: &str| rows(&r).iter().find(|row| row["model"] == model && row["system"] == system).unwrap()["relative_error"].as_f64().unwrap();
+        let (n, c) = (error("nimble"), error("compile"));
+        assert!(n <= c, "{model} in {file}: Nimble {n} further than the compiler {c}");
+        assert!(rounds_to(n, nimble) && rounds_to(c, compile), "{model} in {file}: {n} / {c}, published {nimble} / {compile}");
+    }
+}
