@@ -83,6 +83,32 @@ def test_the_rewritten_forward_matches_the_module():
     assert "aten::batch_norm" not in ops and "aten::_native_batch_norm_legit_no_training" not in ops, ops
 
 
+def test_attention_masks_go_to_the_fused_kernels_as_eager_would_pass_them():
+    # nimble::attention_mask, which the rewrites put before every attention (its CPU kernel is
+    # its CUDA one). A boolean mask becomes the additive one attention makes of it; a mask
+    # expanded along its last dimension (the tracer records transformers' padding mask so) is
+    # copied, so that the fused kernels take it as they took eager's; a permuted one (T5's
+    # position bias) is copied in float32 and passed as it is in half precision, where eager's
+    # own kernel for it rounds differently from the fused ones.
+    nimble_rs.nimble.engine()
+    convert = torch.ops.nimble.attention_mask
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        query = torch.randn(1, 2, 6, 4).to(dtype)
+        boolean = torch.rand(1, 1, 6, 6) > 0.5
+        additive = convert(boolean, query)
+        assert additive.dtype == dtype and torch.equal(additive == 0, boolean) and bool(torch.isinf(additive[~boolean]).all())
+        expanded = torch.randn(1, 1, 6, 1).to(dtype).expand(1, 1, 6, 6)
+        copied = convert(expanded, query)
+        assert copied.is_contiguous() and torch.equal(copied, expanded), dtype
+        permuted = torch.randn(1, 6, 6, 2).to(dtype).permute(0, 3, 1, 2)
+        passed = convert(permuted, query)
+        assert torch.equal(passed, permuted)
+        assert (passed.data_ptr() == permuted.data_ptr()) == (dtype != torch.float32), dtype
+        assert passed.is_contiguous() == (dtype == torch.float32), dtype
+        plain = torch.randn(1, 1, 6, 6).to(dtype)
+        assert convert(plain, query).data_ptr() == plain.data_ptr()
+
+
 def test_output_structures_come_back_as_the_module_returns_them():
     model, x = Structured().eval(), torch.randn(2, 6)
     with torch.no_grad():

@@ -247,7 +247,8 @@ static bool inplace_activation(const torch::jit::Node* node) {
 // on unless the graph has grouped (e.g. depthwise) convolutions, which cuDNN often runs slower in
 // NHWC (prepare then times both layouts: see nimble-torch's layout.rs). `applied`: bit 0, it was
 // applied; bit 1, the graph has 2-D convolutions; bit 2, grouped ones; bit 3, the module was
-// frozen on a CPU copy.
+// frozen on a CPU copy; bit 4, auto keeps NCHW for the numbers, untried (a half-precision model
+// with a single convolution).
 int ns_jit_optimize(void* module, int on_host, int fold_half, int fuse, int kernels, int channels_last, void** out, int* applied, int* fused) {
   return guarded([&] {
     bool frozen_on_host = false;
@@ -266,14 +267,29 @@ int ns_jit_optimize(void* module, int on_host, int fold_half, int fuse, int kern
     }
     silu.runOnGraph(graph);
     // Looked for before the fusions below, which turn convolutions into other ops.
-    bool grouped = false, convs = false;
+    // Half precision: a float16 or bfloat16 constant (a frozen parameter, or a weight a forward
+    // traced from a closure holds).
+    bool half = false;
+    for (auto* node : graph->nodes()) {
+      if (!nimble::is_tensor_constant(node)) continue;
+      const auto dtype = node->t(c10::attr::value).scalar_type();
+      half |= dtype == at::kHalf || dtype == at::kBFloat16;
+    }
+    bool grouped = false;
+    int convs = 0;
     for (auto* node : graph->nodes()) {
       if (node->kind() != c10::Symbol::fromQualString("aten::conv2d")) continue;
-      convs = true;
+      ++convs;
       auto groups = torch::jit::toIValue(node->inputs().back());
       grouped |= !groups || !groups->isInt() || groups->toInt() != 1;
     }
-    if (channels_last == 2) channels_last = grouped ? 0 : 1;
+    // A half-precision model whose one convolution is its stem (a vision transformer's patch
+    // embedding) stays NCHW, untried: NHWC ran that convolution through other cuDNN kernels, whose
+    // rounding moved SigLIP's and DINOv2's outputs further from eager than the compiler's
+    // (bfloat16 0.0175 against 0.0161; NCHW: eager's kernels, distance 0), for one layout
+    // transform's worth of speed (paper-figs/results/half-precision-40d2aee-diagnosis-*.json).
+    const bool stem_only = half && convs == 1;
+    if (channels_last == 2) channels_last = grouped || stem_only ? 0 : 1;
     if (kernels) nimble::fuse_squeeze_excite(graph);
     if (fuse) torch::jit::FuseFrozenConvAddRelu(graph);
     if (fuse && kernels) nimble::time_cudnn_conv_relu(graph);
@@ -283,7 +299,7 @@ int ns_jit_optimize(void* module, int on_host, int fold_half, int fuse, int kern
       nimble::convert_attention_masks(graph);
     }
     *fused = nimble::fused_op_count(*graph);
-    *applied = (channels_last ? 1 : 0) | (convs ? 2 : 0) | (grouped ? 4 : 0) | (frozen_on_host ? 8 : 0);
+    *applied = (channels_last ? 1 : 0) | (convs ? 2 : 0) | (grouped ? 4 : 0) | (frozen_on_host ? 8 : 0) | (stem_only ? 16 : 0);
     if (channels_last) {
       for (auto* node : graph->nodes()) {
         if (!nimble::is_tensor_constant(node)) continue;

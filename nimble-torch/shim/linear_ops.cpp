@@ -11,10 +11,12 @@
 //   nimble::attention_mask(mask, query) = the mask as scaled_dot_product_attention's fused
 //     kernels take it: a boolean mask as the additive one attention makes of it before them (0
 //     where true, -inf where false, in the query's dtype), in two kernels where attention takes
-//     three; a mask not contiguous in its last dimension copied; any other, itself. A mask
-//     expanded along its last dimension (transformers' padding mask under tracing) makes the
-//     fused kernels refuse it and attention run as its math path (13 kernels in BERT-base). A
-//     mask several attentions share is converted once.
+//     three; a mask not contiguous in its last dimension copied (in half precision only one
+//     expanded along it); any other, itself. A mask expanded along its last dimension
+//     (transformers' padding mask under tracing) makes the fused kernels refuse it and attention
+//     run as its math path (13 kernels in BERT-base). A permuted one (T5's position bias) does
+//     so in eager too: copied in half precision, T5 in float16 moved 0.0016 from eager, its
+//     outputs rounded by other kernels. A mask several attentions share is converted once.
 //
 // Both have CPU kernels made of the ATen ops they replace. Inference only: no autograd formula.
 
@@ -115,7 +117,14 @@ at::Tensor attention_mask(const at::Tensor& mask, const at::Tensor& query) {
     return at::full(mask.sizes(), -std::numeric_limits<double>::infinity(), mask.options().dtype(query.scalar_type()))
         .masked_fill_(mask, 0);
   }
-  if (mask.dim() > 0 && mask.stride(-1) != 1) return mask.contiguous();
+  if (mask.dim() > 0 && mask.stride(-1) != 1) {
+    // Expanded along its last dimension (a padding mask as the tracer records it), the copy is
+    // what eager's unexpanded mask was to the fused kernels. Permuted (T5's position bias), it
+    // is eager's own mask, which keeps attention off the fused kernels; in half precision it is
+    // passed as eager passes it, so that attention rounds as eager's does.
+    const bool half = query.scalar_type() == at::kHalf || query.scalar_type() == at::kBFloat16;
+    if (mask.stride(-1) == 0 || !half) return mask.contiguous();
+  }
   return mask;
 }
 

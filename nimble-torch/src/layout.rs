@@ -33,9 +33,10 @@ const LAYOUT_TRIAL: TrialBlocks = TrialBlocks { rounds: 3, warmup: 10, timed: 20
 pub(crate) const TRIAL_BELOW_SECONDS: f64 = 0.5;
 
 /// Whether `prepare` should also try the other layout, for a model whose rewrites did `applied`
-/// and whose first prepare took `first_seconds`.
+/// and whose first prepare took `first_seconds`. Never where the layout was kept for eager's
+/// numbers (a half-precision model with one convolution).
 pub(crate) fn worth_a_trial(applied: &Applied, first_seconds: f64) -> bool {
-    applied.convs && (applied.grouped_convs || first_seconds < TRIAL_BELOW_SECONDS)
+    applied.convs && !applied.layout_for_numbers && (applied.grouped_convs || first_seconds < TRIAL_BELOW_SECONDS)
 }
 
 /// Prepares the other layout than `first`'s (`first_nhwc`: whether `first` is channels-last),

@@ -80,6 +80,9 @@ pub(crate) struct Applied {
     pub fused_ops: usize,
     /// The module was frozen on a CPU copy (see `Rewrites::freeze_on_host`).
     pub frozen_on_host: bool,
+    /// The automatic layout is NCHW for eager's numbers, not to be tried against NHWC (a
+    /// half-precision model whose single convolution is its stem: see the shim's jit.cpp).
+    pub layout_for_numbers: bool,
 }
 
 /// A TorchScript module (`torch::jit::Module`).
@@ -152,7 +155,7 @@ impl JitModule {
                 &mut fused,
             )
         })?;
-        Ok((JitModule { raw }, Applied { channels_last: channels_last & 1 != 0, convs: channels_last & 2 != 0, grouped_convs: channels_last & 4 != 0, fused_ops: fused as usize, frozen_on_host: channels_last & 8 != 0 }))
+        Ok((JitModule { raw }, Applied { channels_last: channels_last & 1 != 0, convs: channels_last & 2 != 0, grouped_convs: channels_last & 4 != 0, fused_ops: fused as usize, frozen_on_host: channels_last & 8 != 0, layout_for_numbers: channels_last & 16 != 0 }))
     }
 
     /// A copy of the module (sharing its parameters) in whose forward each copy to the GPU of a
