@@ -248,7 +248,8 @@ static bool inplace_activation(const torch::jit::Node* node) {
 // NHWC (prepare then times both layouts: see nimble-torch's layout.rs). `applied`: bit 0, it was
 // applied; bit 1, the graph has 2-D convolutions; bit 2, grouped ones; bit 3, the module was
 // frozen on a CPU copy; bit 4, auto keeps NCHW for the numbers, untried (a half-precision model
-// with a single convolution).
+// with a single convolution). (A convolution with a string padding, aten::_convolution_mode,
+// counts: before, SigLIP's one went NHWC without a trial.)
 int ns_jit_optimize(void* module, int on_host, int fold_half, int fuse, int kernels, int channels_last, void** out, int* applied, int* fused) {
   return guarded([&] {
     bool frozen_on_host = false;
@@ -277,8 +278,17 @@ int ns_jit_optimize(void* module, int on_host, int fold_half, int fuse, int kern
     }
     bool grouped = false;
     int convs = 0;
+    // 2-D convolutions: aten::conv2d, and aten::_convolution_mode (a string padding, "valid" in
+    // SigLIP's patch embedding), which freezing leaves as it is.
+    const auto conv2d = c10::Symbol::fromQualString("aten::conv2d"), by_mode = c10::Symbol::fromQualString("aten::_convolution_mode");
     for (auto* node : graph->nodes()) {
-      if (node->kind() != c10::Symbol::fromQualString("aten::conv2d")) continue;
+      if (node->kind() != conv2d && node->kind() != by_mode) continue;
+      if (node->kind() == by_mode) {
+        const auto weight = node->input(1)->type()->cast<c10::TensorType>();
+        const auto dims = weight ? weight->dim() : std::nullopt;
+        const auto* constant = node->input(1)->node();
+        if (!(dims == 4 || (nimble::is_tensor_constant(constant) && constant->t(c10::attr::value).dim() == 4))) continue;
+      }
       ++convs;
       auto groups = torch::jit::toIValue(node->inputs().back());
       grouped |= !groups || !groups->isInt() || groups->toInt() != 1;
@@ -287,7 +297,7 @@ int ns_jit_optimize(void* module, int on_host, int fold_half, int fuse, int kern
     // embedding) stays NCHW, untried: NHWC ran that convolution through other cuDNN kernels, whose
     // rounding moved SigLIP's and DINOv2's outputs further from eager than the compiler's
     // (bfloat16 0.0175 against 0.0161; NCHW: eager's kernels, distance 0), for one layout
-    // transform's worth of speed (paper-figs/results/half-precision-40d2aee-diagnosis-*.json).
+    // transform's worth of speed (paper-figs/results/half-precision-53f9b5d-diagnosis-*.json).
     const bool stem_only = half && convs == 1;
     if (channels_last == 2) channels_last = grouped || stem_only ? 0 : 1;
     if (kernels) nimble::fuse_squeeze_excite(graph);
