@@ -25,6 +25,7 @@ usage: python export_torchscript.py DIR [--set torchvision|transformers|timm|all
 """
 
 import argparse
+import contextlib
 import json
 import os
 import time
@@ -294,6 +295,27 @@ def informative_weights(model, example_inputs):
     return notes
 
 
+@contextlib.contextmanager
+def shapes_as_repeats():
+    """torch.jit.trace hands a shape read inside the forward on as a 0-dim CPU tensor, so
+    `torch.repeat_interleave(x, n, dim)` with `n` read from a shape reaches the overload that
+    takes a tensor of repeats, with those on the CPU, and fails for `x` on a GPU (index_select:
+    "index is on cpu"): torchvision's MViT-v1-B failed so in its positional encoding. While
+    tracing, such a count is the number it holds (shapes are fixed in a trace anyway)."""
+    original = torch.repeat_interleave
+
+    def repeat_interleave(input, repeats=None, *args, **kwargs):
+        if torch.jit.is_tracing() and isinstance(repeats, torch.Tensor) and repeats.dim() == 0 and not repeats.is_floating_point():
+            repeats = int(repeats)
+        return original(input, *args, **kwargs) if repeats is None else original(input, repeats, *args, **kwargs)
+
+    torch.repeat_interleave = repeat_interleave
+    try:
+        yield
+    finally:
+        torch.repeat_interleave = original
+
+
 def versions():
     """The versions of the model libraries this process has, for the manifest."""
     found = {}
@@ -349,7 +371,7 @@ def main():
                 model = model.eval().to(args.device)
                 inputs = [x.to(args.device) for x in inputs]
                 entry["weights"] = informative_weights(model, inputs)
-                with torch.no_grad():
+                with torch.no_grad(), shapes_as_repeats():
                     # strict=False lets dicts through (their structure is fixed for fixed shapes).
                     traced = torch.jit.trace(model, tuple(inputs), check_trace=False, strict=False)
                     traced.save(os.path.join(args.dir, entry["file"]))

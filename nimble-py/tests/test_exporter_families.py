@@ -92,3 +92,26 @@ def test_one_model_of_each_torchvision_family_exports_and_runs_from_its_manifest
     outputs = {name: run_twice(tmp_path, entry) for name, entry in entries.items()}
     boxes, scores, labels = outputs["ssdlite320_mobilenet_v3_large"]
     assert boxes.shape[1:] == (4,) and scores.shape == labels.shape
+
+
+def test_a_count_read_from_a_shape_is_traced_as_the_number_it_holds():
+    # The tracer passes `n, _ = p.shape` on as a 0-dim CPU tensor, and torch.repeat_interleave then
+    # takes its tensor-of-repeats overload, which fails for a tensor on a GPU (torchvision's
+    # MViT-v1-B did so in export); the exporter traces such a count as its number.
+    class Repeats(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.p, self.q = torch.nn.Parameter(torch.randn(4, 8)), torch.nn.Parameter(torch.randn(3, 8))
+
+        def forward(self, x):
+            n, _ = self.q.shape
+            return x + torch.repeat_interleave(self.p, n, dim=0)
+
+    module, x = Repeats().eval(), torch.randn(12, 8)
+    with torch.no_grad(), exporter().shapes_as_repeats():
+        traced = torch.jit.trace(module, (x,))
+    repeats = [node for node in traced.graph.nodes() if node.kind() == "aten::repeat_interleave"]
+    assert len(repeats) == 1 and str(list(repeats[0].inputs())[1].type()) == "int", traced.graph
+    assert torch.repeat_interleave.__name__ == "repeat_interleave" and torch.repeat_interleave is torch._C._VariableFunctions.repeat_interleave
+    with torch.no_grad():
+        assert torch.equal(traced(x), module(x))

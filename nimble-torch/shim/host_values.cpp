@@ -4,7 +4,9 @@
 // every run, and a CUDA graph cannot capture that copy. Such a value is the same on every run
 // of a graph captured for those shapes, so it is computed once at prepare and becomes a constant.
 // The same rewrite runs on a CPU module (a copy to the CPU is still a copy, and an index made on
-// the host is still recomputed every run): what CI can test of it.
+// the host is still recomputed every run): what CI can test of it. So does the one of
+// repeat_interleave by a fixed count (repeats_by_fixed_counts), whose output size the GPU's
+// overload reads on the host.
 
 #include "common.h"
 #include "nimble_shim.h"
@@ -138,15 +140,55 @@ std::shared_ptr<torch::jit::Graph> slice_computing(const std::shared_ptr<torch::
   return slice;
 }
 
+// torch.repeat_interleave(x, n, dim) with a fixed count (torchvision's MViT-v1-B repeats its
+// temporal position table by a count read from a shape) goes, on a GPU, through the overload that
+// takes a tensor of repeats and reads its sum on the host for the output's size: a
+// synchronization on every run. With `n` and `dim` constants it is the same copy as
+// x.unsqueeze(dim + 1).expand(..., n, ...).flatten(dim, dim + 1), the sizes read from x when
+// it runs (a loaded trace does not know its tensors' ranks). Returns how many it rewrote.
+int repeats_by_fixed_counts(const std::shared_ptr<torch::jit::Graph>& graph) {
+  std::vector<Node*> repeats;
+  for (auto* node : graph->nodes())
+    if (node->kind() == c10::Symbol::fromQualString("aten::repeat_interleave") && node->inputs().size() == 4 &&
+        node->input(1)->type()->kind() == c10::TypeKind::IntType)
+      repeats.push_back(node);
+  int rewritten = 0;
+  for (auto* node : repeats) {
+    const auto count = torch::jit::constant_as<int64_t>(node->input(1));
+    const auto dim = torch::jit::constant_as<int64_t>(node->input(2));
+    if (!count || !dim) continue;
+    // The new dimension right after `dim`, and the two to merge, counted from the end for a
+    // negative `dim` (x of rank r, dim -k: the new one is -k of the r + 1, the pair -k-1, -k).
+    const int64_t inserted = *dim < 0 ? *dim : *dim + 1;
+    const int64_t first = *dim < 0 ? *dim - 1 : *dim;
+    const auto op = [&](const char* name, std::vector<Value*> inputs, c10::TypePtr type) {
+      auto* made = graph->insertNode(graph->create(c10::Symbol::fromQualString(name), inputs));
+      made->output()->setType(std::move(type));
+      return made->output();
+    };
+    torch::jit::WithInsertPoint here(node);
+    auto* unsqueezed = op("aten::unsqueeze", {node->input(0), graph->insertConstant(inserted)}, c10::TensorType::get());
+    auto* sizes = op("aten::size", {unsqueezed}, c10::ListType::ofInts());
+    auto* expanded_sizes = op("aten::_set_item", {sizes, graph->insertConstant(inserted), graph->insertConstant(*count)}, c10::ListType::ofInts());
+    auto* expanded = op("aten::expand", {unsqueezed, expanded_sizes, graph->insertConstant(false)}, c10::TensorType::get());
+    auto* flat = op("aten::flatten", {expanded, graph->insertConstant(first), graph->insertConstant(first + 1)}, node->output()->type());
+    node->output()->replaceAllUsesWith(flat);
+    node->destroy();
+    ++rewritten;
+  }
+  return rewritten;
+}
+
 }  // namespace
 
 extern "C" {
 
 // Folds, in the forward of a copy of `module` (its methods inlined), each copy to a device of a
 // fixed host value (fixed_values) into a constant holding the copy's result on `inputs`, and each
-// fixed host index of a device tensor's aten::index into a constant on that tensor's device. Writes the
-// copy (sharing the module's parameters) to `out` and the number of folded copies to `folded`;
-// when there are none, `out` is null.
+// fixed host index of a device tensor's aten::index into a constant on that tensor's device, and
+// rewrites each repeat_interleave by a fixed count (repeats_by_fixed_counts). Writes the copy
+// (sharing the module's parameters) to `out` and the number of folded copies and rewritten
+// repeats to `folded`; when there are none, `out` is null.
 int ns_jit_fold_host_values(void* module, void* const* inputs, int n, void** out, int* folded) {
   return guarded([&] {
     *out = nullptr;
@@ -158,6 +200,7 @@ int ns_jit_fold_host_values(void* module, void* const* inputs, int n, void** out
     // returns its output with the shapes its attention builds indices from): each value then
     // flows on its own, and a shape no longer depends on the activations it was packed with.
     torch::jit::LowerSimpleTuples(graph);
+    const int by_counts = repeats_by_fixed_counts(graph);
     torch::jit::AliasDb aliases(graph);
     auto fixed = fixed_values(graph, aliases);
     std::vector<Node*> candidates;
@@ -186,7 +229,13 @@ int ns_jit_fold_host_values(void* module, void* const* inputs, int n, void** out
           indices.push_back({node, list, i});
       }
     }
-    if (candidates.empty() && indices.empty()) return;
+    *folded = by_counts;
+    if (candidates.empty() && indices.empty()) {
+      if (by_counts == 0) return;
+      torch::jit::EliminateDeadCode(graph);
+      *out = new torch::jit::Module(std::move(copy));
+      return;
+    }
     std::vector<Value*> wanted;
     for (auto* node : candidates) {
       wanted.push_back(node->inputs()[0]);

@@ -6,7 +6,7 @@
 # round, timed). Builds nothing (.gpu/, scripts/build-gpu-binaries.sh). With RUST_TESTS=1 the
 # nimble-torch GPU tests run first (required). Results are packed into $OUT/half.tgz, the table
 # printed last. The family groups run first, side by side, then the same-process cells one at a
-# time (CELL_SECONDS each, default 300).
+# time (CELL_SECONDS each, default 300; CELL_CHECKS fresh inputs each, default 5).
 #   usage: [SAME_PROCESS="resnet50,googlenet:bfloat16 ..."] scripts/device/run-half-precision.sh SECONDS ["a,b c,d ..."]
 #   (each space-separated group of family models in a process of its own, run side by side;
 #   CHECKS=N fresh inputs per model, default 3; SYSTEMS=compile,nimble,nimble-no-rewrites,... the
@@ -48,7 +48,7 @@ for cell in ${SAME_PROCESS:-}; do
     IFS=: read -r cell_models dtype <<< "$cell"
     name="same-process-$dtype-b1-${cell_models//,/-}"
     timeout "${CELL_SECONDS:-300}" python3 experiments/python/same_process.py --models-json "$out/models.json" --out "$out/$name.json" --models "$cell_models" \
-        --systems eager,compile,nimble --dtype "$dtype" --rounds 1 --commit "$commit" > "$out/$name.table" 2> "$out/$name.log"
+        --systems eager,compile,nimble --dtype "$dtype" --rounds 1 --checks "${CELL_CHECKS:-5}" --commit "$commit" > "$out/$name.table" 2> "$out/$name.log"
     cell_status=$?
     [ "$cell_status" = 0 ] || status=$cell_status
     { echo "== $cell (status $cell_status)"; cat "$out/$name.table"; grep -E "failed|Error" "$out/$name.log" | tail -5; } >> "$out/half.txt"
