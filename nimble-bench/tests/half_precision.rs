@@ -29,6 +29,22 @@ fn rounds_to(x: f64, published: &str) -> bool {
     (x - published.parse::<f64>().unwrap()).abs() <= 0.5 * 10f64.powi(-decimals) + 1e-12
 }
 
+/// Each (record, model, Nimble's published distance, the compiler's): Nimble's at most the
+/// compiler's, both as published.
+fn assert_at_most_the_compilers(published: &[(&str, &str, &str, &str)]) {
+    for &(file, model, nimble, compile) in published {
+        let r = record(file);
+        let (n, c) = (distance(&r, model, "nimble"), distance(&r, model, "compile"));
+        assert!(n <= c, "{model} in {file}: Nimble {n} further than the compiler {c}");
+        assert!(rounds_to(n, nimble) && rounds_to(c, compile), "{model} in {file}: {n} / {c}, published {nimble} / {compile}");
+    }
+}
+
+/// A same-process record's relative max-abs distance from eager for `model` through `system`.
+fn distance(record: &Value, model: &str, system: &str) -> f64 {
+    rows(record).iter().find(|row| row["model"] == model && row["system"] == system).unwrap()["relative_error"].as_f64().unwrap()
+}
+
 #[test]
 fn over_the_families_nimble_is_at_most_the_compilers_distance_in_55_of_58_cells_as_published() {
     // 53f9b5d on the H200: the families' static models in bfloat16 and float16; T5 and SigLIP
@@ -179,13 +195,7 @@ fn half_precision_records_hold_nimble_at_most_the_compilers_distance_as_publishe
         ("same-process-e570ab3-float16-b1-resnet50-googlenet.json", "resnet50", "0.0083", "0.012"),
         ("same-process-e570ab3-float16-b1-resnet50-googlenet.json", "googlenet", "0", "0.0057"),
     ];
-    for (file, model, nimble, compile) in published {
-        let r = record(file);
-        let error = |system: &str| rows(&r).iter().find(|row| row["model"] == model && row["system"] == system).unwrap()["relative_error"].as_f64().unwrap();
-        let (n, c) = (error("nimble"), error("compile"));
-        assert!(n <= c, "{model} in {file}: Nimble {n} further than the compiler {c}");
-        assert!(rounds_to(n, nimble) && rounds_to(c, compile), "{model} in {file}: {n} / {c}, published {nimble} / {compile}");
-    }
+    assert_at_most_the_compilers(&published);
 }
 
 /// (model, dtype, system) -> relative max-abs distance from eager, over the records named.
@@ -257,15 +267,9 @@ fn on_the_same_process_models_in_half_precision_nimble_is_at_most_the_compilers_
         ("same-process-53f9b5d-float16-b1-inception-v3-mobilenet-v2-resnet101.json", "mobilenet-v2", "0", "0.0073"),
         ("same-process-53f9b5d-float16-b1-inception-v3-mobilenet-v2-resnet101.json", "resnet101", "0.040", "0.059"),
     ];
-    for (file, model, nimble, compile) in published {
-        let r = record(file);
-        let error = |system: &str| rows(&r).iter().find(|row| row["model"] == model && row["system"] == system).unwrap()["relative_error"].as_f64().unwrap();
-        let (n, c) = (error("nimble"), error("compile"));
-        assert!(n <= c, "{model} in {file}: Nimble {n} further than the compiler {c}");
-        assert!(rounds_to(n, nimble) && rounds_to(c, compile), "{model} in {file}: {n} / {c}, published {nimble} / {compile}");
-    }
+    assert_at_most_the_compilers(&published);
     // The close cell, as published: Inception-v4 in float16 over 5 inputs, 1.03 times.
     let r = record("same-process-244ed52-float16-b1-inception-v4-nasnet-a-large.json");
-    let error = |system: &str| rows(&r).iter().find(|row| row["model"] == "inception-v4" && row["system"] == system).unwrap()["relative_error"].as_f64().unwrap();
-    assert!(rounds_to(error("nimble"), "0.220") && rounds_to(error("compile"), "0.213"), "{} / {}", error("nimble"), error("compile"));
+    let (n, c) = (distance(&r, "inception-v4", "nimble"), distance(&r, "inception-v4", "compile"));
+    assert!(rounds_to(n, "0.220") && rounds_to(c, "0.213"), "{n} / {c}");
 }
