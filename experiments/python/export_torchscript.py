@@ -301,7 +301,9 @@ def shapes_as_repeats():
     `torch.repeat_interleave(x, n, dim)` with `n` read from a shape reaches the overload that
     takes a tensor of repeats, with those on the CPU, and fails for `x` on a GPU (index_select:
     "index is on cpu"): torchvision's MViT-v1-B failed so in its positional encoding. While
-    tracing, such a count is the number it holds (shapes are fixed in a trace anyway)."""
+    tracing, such a count is the number it holds (shapes are fixed in a trace anyway). A count
+    computed from the data would be fixed too, which is why only the exporter does this:
+    coverage then checks every export against eager on fresh inputs, and would show it."""
     original = torch.repeat_interleave
 
     def repeat_interleave(input, repeats=None, *args, **kwargs):
