@@ -44,6 +44,15 @@ bool is_tensor_constant(const torch::jit::Node* node) {
          node->kindOf(c10::attr::value) == torch::jit::AttributeKind::t;
 }
 
+bool computes_in_half_precision(const torch::jit::Graph& graph) {
+  for (const auto* node : graph.nodes()) {
+    if (!is_tensor_constant(node)) continue;
+    const auto dtype = node->t(c10::attr::value).scalar_type();
+    if (dtype == at::kHalf || dtype == at::kBFloat16) return true;
+  }
+  return false;
+}
+
 namespace {
 
 using torch::jit::Graph;
@@ -133,17 +142,6 @@ void scalars_after_convolutions_to_their_device(std::shared_ptr<Graph>& graph) {
   }
 }
 
-// Whether `m` computes in half precision: a floating parameter or buffer in float16 or
-// bfloat16.
-bool half_precision(const torch::jit::Module& m) {
-  const auto half = [](const at::Tensor& t) { return t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16; };
-  for (const auto& p : m.parameters())
-    if (half(p)) return true;
-  for (const auto& b : m.buffers())
-    if (half(b)) return true;
-  return false;
-}
-
 // The tensor a value holds when it is a tensor constant; an undefined tensor when it is None
 // (an optional weight or bias left out); nullopt otherwise.
 std::optional<at::Tensor> constant_or_none(const torch::jit::Value* v) {
@@ -207,20 +205,20 @@ int fold_batch_norm_in_float32(std::shared_ptr<Graph>& graph) {
 // (0.133 as PyTorch folds, in the weights' dtype), the compiler 0.084, GoogLeNet 0.134 against
 // 0.021. So there they are left out, unless `fold_half` asks for the speed (ResNet-50 bf16
 // 0.39 ms folded, 0.90 not): then BatchNorm after a convolution is folded in float32.
-void optimize_frozen(std::shared_ptr<Graph>& graph, bool half, bool fold_half) {
+void optimize_frozen(std::shared_ptr<Graph>& graph, bool fold_half) {
+  const bool half = computes_in_half_precision(*graph);
   if (half && fold_half) fold_batch_norm_in_float32(graph);
   torch::jit::OptimizeFrozenGraph(graph, /*optimize_numerics=*/!half);
 }
 
 // Freezing and the foldings where the module's tensors are.
 torch::jit::Module frozen_in_place(torch::jit::Module& m, bool fold_half) {
-  const bool half = half_precision(m);
   auto frozen = torch::jit::freeze_module(m);
   auto graph = frozen.get_method("forward").graph();
   torch::jit::graph_rewrite_helper::replaceConvolutionWithAtenConv(graph);
   torch::jit::removeDropout(graph);
   scalars_after_convolutions_to_their_device(graph);
-  optimize_frozen(graph, half, fold_half);
+  optimize_frozen(graph, fold_half);
   return frozen;
 }
 
@@ -290,7 +288,7 @@ torch::jit::Module frozen_on_a_host_copy(const torch::jit::Module& m, c10::Devic
   auto graph = frozen.get_method("forward").graph();
   torch::jit::graph_rewrite_helper::replaceConvolutionWithAtenConv(graph);
   torch::jit::removeDropout(graph);
-  optimize_frozen(graph, half_precision(host), fold_half);
+  optimize_frozen(graph, fold_half);
 
   // One copy on the device per tensor, however many constants hold it.
   std::unordered_map<const c10::TensorImpl*, at::Tensor> moved;

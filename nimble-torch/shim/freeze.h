@@ -10,6 +10,10 @@ namespace nimble {
 // A prim::Constant holding a tensor (its `value` attribute).
 bool is_tensor_constant(const torch::jit::Node* node);
 
+// Whether a frozen forward computes in half precision: a float16 or bfloat16 tensor among its
+// constants (its frozen parameters, or the weights a forward traced from a closure holds).
+bool computes_in_half_precision(const torch::jit::Graph& graph);
+
 // `m` (put in eval mode) frozen, convolutions as aten::conv*, dropout removed and the frozen
 // foldings applied (OptimizeFrozenGraph), with every constant on the device it would have had
 // had the module been frozen where it lives. With `on_host`, a module on a GPU whose constants

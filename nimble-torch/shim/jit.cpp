@@ -268,14 +268,7 @@ int ns_jit_optimize(void* module, int on_host, int fold_half, int fuse, int kern
     }
     silu.runOnGraph(graph);
     // Looked for before the fusions below, which turn convolutions into other ops.
-    // Half precision: a float16 or bfloat16 constant (a frozen parameter, or a weight a forward
-    // traced from a closure holds).
-    bool half = false;
-    for (auto* node : graph->nodes()) {
-      if (!nimble::is_tensor_constant(node)) continue;
-      const auto dtype = node->t(c10::attr::value).scalar_type();
-      half |= dtype == at::kHalf || dtype == at::kBFloat16;
-    }
+    const bool half = nimble::computes_in_half_precision(*graph);
     bool grouped = false;
     int convs = 0;
     // 2-D convolutions: aten::conv2d, and aten::_convolution_mode (a string padding, "valid" in
