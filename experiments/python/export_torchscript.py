@@ -26,10 +26,13 @@ usage: python export_torchscript.py DIR [--set torchvision|transformers|timm|all
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import time
 import traceback
+from pathlib import Path
+from typing import List
 
 import torch
 
@@ -295,27 +298,50 @@ def informative_weights(model, example_inputs):
     return notes
 
 
+def counts_from_shapes():
+    """nimble_rs.tracing's context (nimble-py/python/nimble_rs/tracing.py, loaded by its path:
+    this script runs without nimble_rs installed): while tracing, a `repeat_interleave` count
+    the trace computed from shapes alone is passed as the number it holds. The tracer hands a
+    shape on as a 0-dim CPU tensor, so the tensor-of-repeats overload ran, and failed on the GPU
+    ("index is on cpu"): torchvision's MViT-v1-B did so in its positional encoding."""
+    path = Path(__file__).resolve().parents[2] / "nimble-py" / "python" / "nimble_rs" / "tracing.py"
+    loaded = importlib.util.spec_from_file_location("nimble_rs_tracing", path)
+    module = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(module)
+    return module.counts_from_shapes()
+
+
+def paste_masks_on_their_device(masks, boxes, im_h, im_w):
+    """Mask R-CNN's masks pasted into the image, each resized to its box (bilinear) and clipped
+    to the image, as torchvision's postprocessing does; scripted (see
+    masks_pasted_on_their_device)."""
+    height, width = int(im_h), int(im_w)
+    pasted = torch.zeros(masks.size(0), height, width, dtype=masks.dtype, device=masks.device)
+    for i in range(masks.size(0)):
+        box: List[int] = boxes[i].tolist()
+        x0, y0, x1, y1 = box[0], box[1], box[2], box[3]
+        resized = torch.nn.functional.interpolate(masks[i : i + 1, :1], size=[max(y1 - y0 + 1, 1), max(x1 - x0 + 1, 1)], mode="bilinear", align_corners=False)[0, 0]
+        top, bottom, left, right = max(y0, 0), min(y1 + 1, height), max(x0, 0), min(x1 + 1, width)
+        if bottom > top and right > left:
+            pasted[i, top:bottom, left:right] = resized[top - y0 : bottom - y0, left - x0 : right - x0]
+    return pasted
+
+
 @contextlib.contextmanager
-def shapes_as_repeats():
-    """torch.jit.trace hands a shape read inside the forward on as a 0-dim CPU tensor, so
-    `torch.repeat_interleave(x, n, dim)` with `n` read from a shape reaches the overload that
-    takes a tensor of repeats, with those on the CPU, and fails for `x` on a GPU (index_select:
-    "index is on cpu"): torchvision's MViT-v1-B failed so in its positional encoding. While
-    tracing, such a count is the number it holds (shapes are fixed in a trace anyway). A count
-    computed from the data would be fixed too, which is why only the exporter does this:
-    coverage then checks every export against eager on fresh inputs, and would show it."""
-    original = torch.repeat_interleave
+def masks_pasted_on_their_device():
+    """While tracing, torchvision pastes Mask R-CNN's masks with a scripted loop that makes its
+    zeros and ones on the CPU, so on a GPU it fails ("The following operation failed in the
+    TorchScript interpreter": tensors on two devices). This replaces that loop with ours, which
+    makes them on the masks' device (a detector is no CUDA graph anyway, NMS decides how many
+    boxes there are: exporting it lets coverage say so)."""
+    from torchvision.models.detection import roi_heads
 
-    def repeat_interleave(input, repeats=None, *args, **kwargs):
-        if torch.jit.is_tracing() and isinstance(repeats, torch.Tensor) and repeats.dim() == 0 and not repeats.is_floating_point():
-            repeats = int(repeats)
-        return original(input, *args, **kwargs) if repeats is None else original(input, repeats, *args, **kwargs)
-
-    torch.repeat_interleave = repeat_interleave
+    original = roi_heads._onnx_paste_masks_in_image_loop
+    roi_heads._onnx_paste_masks_in_image_loop = torch.jit.script(paste_masks_on_their_device)
     try:
         yield
     finally:
-        torch.repeat_interleave = original
+        roi_heads._onnx_paste_masks_in_image_loop = original
 
 
 def versions():
@@ -373,7 +399,9 @@ def main():
                 model = model.eval().to(args.device)
                 inputs = [x.to(args.device) for x in inputs]
                 entry["weights"] = informative_weights(model, inputs)
-                with torch.no_grad(), shapes_as_repeats():
+                with torch.no_grad(), counts_from_shapes(), contextlib.ExitStack() as fixes:
+                    if entry.get("family") == "detection":
+                        fixes.enter_context(masks_pasted_on_their_device())
                     # strict=False lets dicts through (their structure is fixed for fixed shapes).
                     traced = torch.jit.trace(model, tuple(inputs), check_trace=False, strict=False)
                     traced.save(os.path.join(args.dir, entry["file"]))

@@ -4,7 +4,15 @@ measured time on this GPU (nimble_rs.dynamo.kernel_graphs), written as DIR/MODEL
 with DIR/provenance.json, for `nimble-bench schedulers --simulate --graphs DIR` without a GPU.
 
     python3 experiments/python/kernel_graphs.py --models-json MODELS.json --out-dir DIR \
-        [--models inception-v3,llama] [--dtype float32|bfloat16] [--batch 1] [--repeats 20] [--commit SHA]
+        [--models inception-v3,llama] [--dtype float32|bfloat16] [--batch 1] [--repeats 20] [--commit SHA] \
+        [--time-reduce-overhead]
+
+Each graph's entry in provenance.json has its busy time (the kernels' summed device time) and its
+critical path (the heaviest chain of dependent kernels): no schedule of these kernels on any
+number of streams finishes sooner than the critical path, since a kernel run beside others takes
+at least its time alone. With --time-reduce-overhead, the model's latency under
+torch.compile(mode="reduce-overhead") is measured in the same process (the paper's method), and
+the entry says how far below it streams could take these kernels at best (critical path / latency).
 """
 
 import argparse
@@ -28,6 +36,49 @@ METHOD = (
 )
 
 
+def critical_path_us(graph):
+    """The heaviest chain of dependent kernels (missing durations count as 0)."""
+    durations = {n["id"]: n.get("duration_us", 0.0) for n in graph["nodes"]}
+    successors = {i: [] for i in durations}
+    waiting = {i: 0 for i in durations}
+    for source, target in ((e[0], e[1]) if isinstance(e, list) else (e["source"], e["target"]) for e in graph["edges"]):
+        successors[source].append(target)
+        waiting[target] += 1
+    finish = {}
+    ready = [i for i, n in waiting.items() if n == 0]
+    start = {i: 0.0 for i in durations}
+    while ready:
+        i = ready.pop()
+        finish[i] = start[i] + durations[i]
+        for j in successors[i]:
+            start[j] = max(start[j], finish[i])
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                ready.append(j)
+    if len(finish) != len(durations):
+        raise ValueError("the kernel graph has a cycle")
+    return max(finish.values(), default=0.0)
+
+
+def reduce_overhead_ms(model, x, warmups=50, timed=100):
+    """torch.compile(mode="reduce-overhead")'s latency on this model: the paper's method (50
+    warm-up calls, the median of 100 CUDA-event timings), a fresh random input each call."""
+    compiled = torch.compile(model, mode="reduce-overhead")
+    inputs = [torch.randn_like(x) if x.is_floating_point() else x.clone() for _ in range(8)]
+    times = []
+    with torch.no_grad():
+        for i in range(warmups + timed):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            compiled(inputs[i % len(inputs)])
+            end.record()
+            end.synchronize()
+            if i >= warmups:
+                times.append(start.elapsed_time(end))
+    torch._dynamo.reset()
+    return sorted(times)[len(times) // 2]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models-json", required=True, help="nimble-bench models --json output")
@@ -37,6 +88,7 @@ def main():
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--commit", default="unknown")
+    parser.add_argument("--time-reduce-overhead", action="store_true", help="time torch.compile(mode=\"reduce-overhead\") too")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("error: no CUDA device: kernel durations are measured on a GPU")
@@ -71,12 +123,20 @@ def main():
             skipped.append({"model": name, "reason": f"{type(e).__name__}: {e}"})
             print(f"{name}: failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
             continue
+        latency_ms = reduce_overhead_ms(model, x) if args.time_reduce_overhead else None
         for graph, path in zip(graphs, paths):
             timed = sum(1 for n in graph["nodes"] if "duration_us" in n)
             total = sum(n.get("duration_us", 0.0) for n in graph["nodes"])
+            critical = critical_path_us(graph)
             missing = graph.get("attrs", {}).get("durations_missing", "")
-            written.append({"file": Path(path).name, "kernels": len(graph["nodes"]), "timed": timed, "busy_us": total})
-            print(f"{Path(path).name:<40} {len(graph['nodes']):5d} kernels, {timed:5d} timed, {total:9.1f} us busy {missing}", flush=True)
+            entry = {"file": Path(path).name, "kernels": len(graph["nodes"]), "timed": timed, "busy_us": total, "critical_path_us": critical}
+            line = f"{Path(path).name:<40} {len(graph['nodes']):5d} kernels, {timed:5d} timed, {total:9.1f} us busy, critical path {critical:9.1f} us"
+            if latency_ms is not None and len(graphs) == 1:
+                entry["reduce_overhead_ms"] = latency_ms
+                entry["best_schedule_vs_reduce_overhead"] = critical / (latency_ms * 1000.0)
+                line += f"; reduce-overhead {latency_ms:.3f} ms, best schedule {entry['best_schedule_vs_reduce_overhead']:.2f}x of it"
+            written.append(entry)
+            print(f"{line} {missing}", flush=True)
         del model
         torch.cuda.empty_cache()
     provenance = {

@@ -61,6 +61,26 @@ class HostRead(nn.Module):
         return x * float(x.sum().item())
 
 
+class Repeats(nn.Module):
+    """Repeats rows of p by a count read from q's shape (torchvision's MViT-v1-B builds its
+    positional encoding so), or by one computed from the input's data; by the function or the
+    tensor's method."""
+
+    def __init__(self, from_data=False, method=False):
+        super().__init__()
+        self.from_data, self.method = from_data, method
+        self.p, self.q = nn.Parameter(torch.randn(4, 8)), nn.Parameter(torch.randn(3, 8))
+
+    def forward(self, x):
+        if self.from_data:
+            count = (x[:, 0] > 0).sum() // 4 + 1
+        else:
+            rows, columns = self.q.shape
+            count = rows * columns // 8
+        repeated = self.p.repeat_interleave(count, dim=0) if self.method else torch.repeat_interleave(self.p, count, dim=0)
+        return repeated.sum(0) + x.sum(0)
+
+
 class Inception(nn.Module):
     """Four branches of different depth joined by a concatenation, twice."""
 

@@ -94,24 +94,31 @@ def test_one_model_of_each_torchvision_family_exports_and_runs_from_its_manifest
     assert boxes.shape[1:] == (4,) and scores.shape == labels.shape
 
 
-def test_a_count_read_from_a_shape_is_traced_as_the_number_it_holds():
-    # The tracer passes `n, _ = p.shape` on as a 0-dim CPU tensor, and torch.repeat_interleave then
-    # takes its tensor-of-repeats overload, which fails for a tensor on a GPU (torchvision's
-    # MViT-v1-B did so in export); the exporter traces such a count as its number.
-    class Repeats(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.p, self.q = torch.nn.Parameter(torch.randn(4, 8)), torch.nn.Parameter(torch.randn(3, 8))
+def test_mask_rcnn_pastes_its_masks_as_torchvision_does():
+    # torchvision's traced mask pasting makes tensors on the CPU (on a GPU the export failed); the
+    # exporter's own loop must paste exactly as torchvision's eager postprocessing does: boxes
+    # inside, across and outside the image, and one of width and height 1.
+    from torchvision.models.detection.roi_heads import paste_masks_in_image
 
-        def forward(self, x):
-            n, _ = self.q.shape
-            return x + torch.repeat_interleave(self.p, n, dim=0)
+    torch.manual_seed(0)
+    masks = torch.rand(5, 1, 28, 28)
+    boxes = torch.tensor([[10.0, 12.0, 60.0, 40.0], [-20.0, -5.0, 30.0, 90.0], [70.0, 50.0, 140.0, 130.0], [33.0, 33.0, 33.4, 33.2], [200.0, 200.0, 260.0, 240.0]])
+    expected = paste_masks_in_image(masks, boxes, (100, 120))
+    from torchvision.models.detection import roi_heads
 
-    module, x = Repeats().eval(), torch.randn(12, 8)
-    with torch.no_grad(), exporter().shapes_as_repeats():
-        traced = torch.jit.trace(module, (x,))
-    repeats = [node for node in traced.graph.nodes() if node.kind() == "aten::repeat_interleave"]
-    assert len(repeats) == 1 and str(list(repeats[0].inputs())[1].type()) == "int", traced.graph
-    assert torch.repeat_interleave.__name__ == "repeat_interleave" and torch.repeat_interleave is torch._C._VariableFunctions.repeat_interleave
-    with torch.no_grad():
-        assert torch.equal(traced(x), module(x))
+    torchvisions = roi_heads._onnx_paste_masks_in_image_loop
+    with exporter().masks_pasted_on_their_device():
+        assert roi_heads._onnx_paste_masks_in_image_loop is not torchvisions
+        with torch.no_grad():
+            traced = torch.jit.trace(lambda m, b: paste_masks_in_image(m, b, (100, 120)), (masks, boxes), check_trace=False)
+    assert roi_heads._onnx_paste_masks_in_image_loop is torchvisions
+    assert torch.equal(traced(masks, boxes), expected)
+    moved = boxes + torch.tensor([5.0, -3.0, 5.0, -3.0])
+    assert torch.equal(traced(masks, moved), paste_masks_in_image(masks, moved, (100, 120))), "the trace must follow the boxes"
+
+
+def test_mask_rcnn_exports_on_the_cpu_with_its_boxes(tmp_path):
+    entries = exported(tmp_path, "torchvision-families", ["maskrcnn_resnet50_fpn"])
+    boxes, scores, labels = run_twice(tmp_path, entries["maskrcnn_resnet50_fpn"])
+    assert entries["maskrcnn_resnet50_fpn"]["family"] == "detection"
+    assert boxes.shape[1:] == (4,) and scores.shape == labels.shape

@@ -9,7 +9,7 @@ import torch
 
 import nimble_rs
 from conftest import require_cuda
-from models import Branches, HostRead, Structured, TwoInputs, relative_error
+from models import Branches, HostRead, Repeats, Structured, TwoInputs, relative_error
 
 # Inference rewrites and TF32 convolutions (libtorch's defaults): the CLI's tolerance for them.
 OPTIMIZED_TOLERANCE = 1e-2
@@ -122,6 +122,21 @@ def test_a_host_read_on_the_gpu_is_refused_naming_the_op():
     nimble = nimble_rs.Nimble(torch.jit.script(HostRead()))
     with pytest.raises(nimble_rs.HostSyncError, match=r"synchronizes with the host at op #\d+ \(aten::"):
         nimble.prepare(torch.randn(8, device="cuda"))
+
+
+def test_a_count_read_from_a_shape_is_captured_and_one_from_the_data_refused():
+    # Traced, a count read from a shape reached repeat_interleave as a 0-dim CPU tensor: on the
+    # GPU its tensor overload failed ("index is on cpu"; torchvision's MViT-v1-B from Python).
+    x = torch.randn(12, 8, device="cuda")
+    for method in (False, True):
+        model = Repeats(method=method).cuda().eval()
+        nimble = nimble_rs.Nimble(model)
+        nimble.prepare(x)
+        with torch.no_grad():
+            assert relative_error(nimble(x), model(x)) < RAW_TOLERANCE
+    # A count from the data stays a tensor in the trace: the repeats' sum is read on the host.
+    with pytest.raises(nimble_rs.HostSyncError, match=r"synchronizes with the host at op #\d+ \(aten::"):
+        nimble_rs.Nimble(Repeats(from_data=True).cuda().eval()).prepare(x)
 
 
 def test_the_exported_graph_is_what_the_scheduler_reads(tmp_path):

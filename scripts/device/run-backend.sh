@@ -8,8 +8,9 @@
 #   TESTS_SECONDS=0 skips the tests (PYTEST_ARGS picks them; a test past 120 s dumps its stack); OVERHEAD_MODEL=llama first profiles a call's host time
 #   (experiments/python/backend_overhead.py); COMPILE_PROFILE_MODEL=inception-v3 the compile
 #   time's phases (experiments/python/backend_compile_profile.py); KERNEL_GRAPHS="inception-v3:float32
-#   llama,qwen2:bfloat16" writes the fused-kernel graphs of those models (experiments/python/kernel_graphs.py)
-#   into kernel-graphs/. TRAINING="resnet50,mobilenet-v2,encoder:32,64" runs the training comparison
+#   llama,qwen2:bfloat16:16" writes the fused-kernel graphs of those models, at the batch given (default 1;
+#   experiments/python/kernel_graphs.py) into kernel-graphs/, each group within KERNEL_GRAPHS_SECONDS (default 250);
+#   KERNEL_GRAPHS_TIMED=1 also times reduce-overhead on them (each graph's best schedule against it). TRAINING="resnet50,mobilenet-v2,encoder:32,64" runs the training comparison
 #   (experiments/python/training_backend.py) for those models and batches, within TRAINING_SECONDS (default 400).
 #   ROUNDS=5 times each comparison in 5 rounds (default 3).
 #   TRAINING_OVERHEAD=resnet50:32 first profiles a training step's host time against reduce-overhead
@@ -27,9 +28,9 @@ if [ -n "${TRAINING_OVERHEAD:-}" ]; then
 fi
 [ -n "${COMPILE_PROFILE_MODEL:-}" ] && timeout 300 python3 experiments/python/backend_compile_profile.py --model "$COMPILE_PROFILE_MODEL" > "$out/compile-profile.txt" 2>&1
 for group in ${KERNEL_GRAPHS:-}; do
-    IFS=: read -r models dtype <<< "$group"
-    timeout 250 python3 experiments/python/kernel_graphs.py --models-json <(.gpu/nimble-bench models --json) --out-dir "$out/kernel-graphs" \
-        --models "$models" --dtype "$dtype" --commit "$(cat .gpu/COMMIT 2>/dev/null || echo unknown)" >> "$out/kernel-graphs.txt" 2>&1
+    IFS=: read -r models dtype batch <<< "$group"
+    timeout "${KERNEL_GRAPHS_SECONDS:-250}" python3 experiments/python/kernel_graphs.py --models-json <(.gpu/nimble-bench models --json) --out-dir "$out/kernel-graphs" \
+        --models "$models" --dtype "$dtype" --batch "${batch:-1}" ${KERNEL_GRAPHS_TIMED:+--time-reduce-overhead} --commit "$(cat .gpu/COMMIT 2>/dev/null || echo unknown)" >> "$out/kernel-graphs.txt" 2>&1
 done
 status=0
 if [ "${TESTS_SECONDS:-300}" != 0 ]; then

@@ -10,6 +10,7 @@ import torch
 
 from ._version import REQUIRED_TORCH, check_torch_version
 from .errors import NimbleInputError, NotPreparedError
+from .tracing import counts_from_shapes
 
 
 def engine():
@@ -112,7 +113,7 @@ class Nimble:
         # not count.
         buffers = [(b, b.detach().clone()) for _, b in module.named_buffers()] if training else []
         try:
-            with torch.set_grad_enabled(training):
+            with torch.set_grad_enabled(training), counts_from_shapes():
                 # strict=False: transformers-style outputs (dicts, lists) are traced as they are.
                 return torch.jit.trace(module, inputs, strict=False, check_trace=False)
         except Exception as e:
