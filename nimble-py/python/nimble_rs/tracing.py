@@ -15,6 +15,7 @@ nothing of ``nimble_rs``.
 """
 
 import contextlib
+import warnings
 from typing import Any, Iterator
 
 import torch
@@ -61,7 +62,10 @@ def count_from_shapes(count: Any) -> bool:
 def _with_counts(original):
     def repeat_interleave(input, repeats=None, *args, **kwargs):
         if count_from_shapes(repeats):
-            repeats = int(repeats)
+            # The tracer warns that the number becomes a constant: for a count from shapes, it is.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", torch.jit.TracerWarning)
+                repeats = int(repeats)
         return original(input, *args, **kwargs) if repeats is None else original(input, repeats, *args, **kwargs)
 
     repeat_interleave.__wrapped__ = original
