@@ -102,6 +102,28 @@ def test_shapes_share_one_pool_and_are_bounded():
     assert len(bounded) == 1, ([str(w.message) for w in caught], last_report())
 
 
+def test_a_new_model_captures_after_every_earlier_graph_is_gone_but_its_output_is_kept():
+    # PyTorch's allocator lets a capture share a pool only while a graph captured into it lives;
+    # with every earlier graph gone (dynamo reset) but one of its outputs still held, sharing the
+    # old pool failed an internal assertion and left the CUDA generator in capture mode.
+    first = Inception().cuda().eval()
+    x = torch.randn(2, 4, 16, 16, device="cuda")
+    with torch.no_grad():
+        kept = compiled(first, choose="streams")(x)
+    expected = first(x).clone()
+    pool = runner.shared_pool()
+    second = Inception().cuda().eval()
+    fast = compiled(second)  # resets dynamo: the first model's graphs are gone, `kept` is not
+    gc.collect()
+    with torch.no_grad():
+        for _ in range(2):
+            y = fast(x)
+            assert relative_error(y, second(x)) < TOLERANCE
+    assert runner.shared_pool() != pool, "the next captures share a pool with a live graph"
+    assert relative_error(kept, expected) < TOLERANCE, "the kept output is the first model's, untouched"
+    torch.randn(4, device="cuda")  # the generator is not left in capture mode
+
+
 def test_captures_leave_no_cublas_workspace_behind():
     # The projections run on side streams. cuBLAS keeps a workspace per handle and stream for
     # the process's life: a warm-up on a new stream used to leave one allocated for good.

@@ -13,6 +13,7 @@ Outputs are the graph's static tensors: the next call overwrites them (as with
 ``torch.compile(mode="reduce-overhead")``); clone what you keep.
 """
 
+import gc
 import time
 import weakref
 from typing import Any, Callable, Dict, List, Sequence, Tuple
@@ -27,13 +28,34 @@ from .regions import Partition
 # backward's graph that lends its gradients: it has a pool of its own, so that no other graph's
 # replay writes the memory a `.grad` now holds (its own next replay is checked for).
 _POOL = None
+# The graphs alive that were captured into _POOL. PyTorch's allocator lets a capture share a
+# pool only while another graph captured into it lives: once every such graph is gone and its
+# memory is still held (a graph's output the program kept), a capture into it fails an
+# internal assertion, and the failed capture leaves the CUDA generator in capture mode (every
+# later random draw fails). So a pool whose graphs are all gone is not used again; its memory
+# is freed when its last tensor is.
+_POOL_GRAPHS: "weakref.WeakSet" = weakref.WeakSet()
+_POOL_USED = False
 
 
 def shared_pool():
-    global _POOL
-    if _POOL is None:
-        _POOL = torch.cuda.graph_pool_handle()
+    """The pool the next capture shares with the live graphs (a new one when none lives)."""
+    global _POOL, _POOL_USED
+    if _POOL_USED:
+        # What torch.cuda.graph does before its capture, done before the choice: a dead graph
+        # kept by a reference cycle is destroyed now, not between the choice and the capture.
+        gc.collect()
+    if _POOL is None or (_POOL_USED and not _POOL_GRAPHS):
+        _POOL, _POOL_USED = torch.cuda.graph_pool_handle(), False
     return _POOL
+
+
+def _captured_into(pool, graph) -> None:
+    """Counts ``graph`` among the shared pool's live graphs when that is where it was captured."""
+    global _POOL_USED
+    if pool == _POOL:
+        _POOL_GRAPHS.add(graph)
+        _POOL_USED = True
 
 
 def clear_cublas_workspaces() -> None:
@@ -205,11 +227,13 @@ class CapturedGraph:
         before = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
         self.graph = torch.cuda.CUDAGraph()
+        pool = shared_pool() if pool is None else pool
         try:
-            with torch.cuda.graph(self.graph, pool=shared_pool() if pool is None else pool, stream=capture_stream):
+            with torch.cuda.graph(self.graph, pool=pool, stream=capture_stream):
                 self.outputs = program.launch(self.inputs, streams)
         finally:
             clear_cublas_workspaces()
+        _captured_into(pool, self)
         torch.cuda.synchronize(device)
         self.peak_bytes = torch.cuda.max_memory_allocated(device) - before
         self.device = device
