@@ -179,6 +179,62 @@ int repeats_by_fixed_counts(const std::shared_ptr<torch::jit::Graph>& graph) {
   return rewritten;
 }
 
+// A host index of a device tensor's aten::index: the op, its list of indices, the position.
+struct HostIndex {
+  Node* op;
+  Node* list;
+  size_t position;
+};
+
+// Computes, on `inputs`, the host copies in `candidates` and the host indices in `indices` (one
+// run of the slice of the forward that makes them) and puts each result in the graph as a
+// constant on its device. Returns how many it folded.
+int fold_into_constants(torch::jit::Module& copy, const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<Node*>& candidates,
+                        const std::vector<HostIndex>& indices, void* const* inputs, int n) {
+  int folded = 0;
+  std::vector<Value*> wanted;
+  for (auto* node : candidates) {
+    wanted.push_back(node->inputs()[0]);
+    wanted.push_back(node->output());
+  }
+  for (const auto& index : indices) wanted.push_back(index.list->inputs()[index.position]);
+  torch::jit::Stack stack{copy._ivalue()};
+  for (int i = 0; i < n; i++) stack.emplace_back(*static_cast<const at::Tensor*>(inputs[i]));
+  if (stack.size() != graph->inputs().size())
+    throw std::runtime_error("the forward takes " + std::to_string(graph->inputs().size() - 1) + " inputs, but " + std::to_string(n) + " were given");
+  {
+    torch::NoGradGuard no_grad;
+    torch::jit::Code code(slice_computing(graph, wanted), "nimble_host_values");
+    torch::jit::InterpreterState(code).run(stack);
+  }
+  const auto values = stack.back().toTupleRef().elements();
+  torch::jit::WithInsertPoint at_start(graph->block()->nodes().front());
+  for (size_t i = 0; i < candidates.size(); i++) {
+    const auto& from = values[2 * i];
+    const auto& to = values[2 * i + 1];
+    if (!from.isTensor() || !to.isTensor() || !from.toTensor().device().is_cpu()) continue;
+    candidates[i]->output()->replaceAllUsesWith(graph->insertConstant(to.toTensor().detach()));
+    ++folded;
+  }
+  // The indexed tensor lives where a constant of the graph says, else where the module does
+  // (its parameters', else the inputs').
+  std::optional<c10::Device> module_device;
+  for (const auto& p : copy.parameters()) {
+    module_device = p.device();
+    break;
+  }
+  if (!module_device && n > 0) module_device = static_cast<const at::Tensor*>(inputs[0])->device();
+  for (size_t k = 0; k < indices.size(); k++) {
+    const auto& index = values[2 * candidates.size() + k];
+    const auto indexed = torch::jit::toIValue(indices[k].op->inputs()[0]);
+    const auto device = indexed && indexed->isTensor() ? std::optional(indexed->toTensor().device()) : module_device;
+    if (!device || !index.isTensor() || !index.toTensor().device().is_cpu()) continue;
+    indices[k].list->replaceInput(indices[k].position, graph->insertConstant(index.toTensor().detach().to(*device)));
+    ++folded;
+  }
+  return folded;
+}
+
 }  // namespace
 
 extern "C" {
@@ -211,12 +267,7 @@ int ns_jit_fold_host_values(void* module, void* const* inputs, int n, void** out
     // its relative-position tables with `table[dist.long()]`, `dist` made from shapes by
     // `torch.arange`): aten::index copies each to the device on every run. An indexed tensor
     // computed from fixed values is the host's to index; a constant's device is its own (a
-    // frozen module's tables are constants). (index op, its list, position).
-    struct HostIndex {
-      Node* op;
-      Node* list;
-      size_t position;
-    };
+    // frozen module's tables are constants).
     std::vector<HostIndex> indices;
     for (auto* node : graph->nodes()) {
       if (node->kind() != c10::Symbol::fromQualString("aten::index") || node->inputs().size() < 2) continue;
@@ -230,50 +281,7 @@ int ns_jit_fold_host_values(void* module, void* const* inputs, int n, void** out
       }
     }
     *folded = by_counts;
-    if (candidates.empty() && indices.empty()) {
-      if (by_counts == 0) return;
-      torch::jit::EliminateDeadCode(graph);
-      *out = new torch::jit::Module(std::move(copy));
-      return;
-    }
-    std::vector<Value*> wanted;
-    for (auto* node : candidates) {
-      wanted.push_back(node->inputs()[0]);
-      wanted.push_back(node->output());
-    }
-    for (const auto& index : indices) wanted.push_back(index.list->inputs()[index.position]);
-    torch::jit::Stack stack{copy._ivalue()};
-    for (int i = 0; i < n; i++) stack.emplace_back(*static_cast<const at::Tensor*>(inputs[i]));
-    if (stack.size() != graph->inputs().size())
-      throw std::runtime_error("the forward takes " + std::to_string(graph->inputs().size() - 1) + " inputs, but " + std::to_string(n) + " were given");
-    {
-      torch::NoGradGuard no_grad;
-      torch::jit::Code code(slice_computing(graph, wanted), "nimble_host_values");
-      torch::jit::InterpreterState(code).run(stack);
-    }
-    const auto values = stack.back().toTupleRef().elements();
-    torch::jit::WithInsertPoint at_start(graph->block()->nodes().front());
-    for (size_t i = 0; i < candidates.size(); i++) {
-      const auto& from = values[2 * i];
-      const auto& to = values[2 * i + 1];
-      if (!from.isTensor() || !to.isTensor() || !from.toTensor().device().is_cpu()) continue;
-      candidates[i]->output()->replaceAllUsesWith(graph->insertConstant(to.toTensor().detach()));
-      ++*folded;
-    }
-    // The indexed tensor lives where a constant of the graph says, else where the module does
-    // (its parameters', else the inputs').
-    std::optional<c10::Device> module_device;
-    for (const auto& p : copy.parameters())
-      if (!module_device) module_device = p.device();
-    if (!module_device && n > 0) module_device = static_cast<const at::Tensor*>(inputs[0])->device();
-    for (size_t k = 0; k < indices.size(); k++) {
-      const auto& index = values[2 * candidates.size() + k];
-      const auto indexed = torch::jit::toIValue(indices[k].op->inputs()[0]);
-      const auto device = indexed && indexed->isTensor() ? std::optional(indexed->toTensor().device()) : module_device;
-      if (!device || !index.isTensor() || !index.toTensor().device().is_cpu()) continue;
-      indices[k].list->replaceInput(indices[k].position, graph->insertConstant(index.toTensor().detach().to(*device)));
-      ++*folded;
-    }
+    if (!candidates.empty() || !indices.empty()) *folded += fold_into_constants(copy, graph, candidates, indices, inputs, n);
     if (*folded == 0) return;
     torch::jit::EliminateDeadCode(graph);
     *out = new torch::jit::Module(std::move(copy));
