@@ -18,12 +18,13 @@ the entry says how far below it streams could take these kernels at best (critic
 import argparse
 import datetime
 import json
+import statistics
 import sys
 from pathlib import Path
 
 import torch
 
-from baselines import build, driver_version, load_reference_module
+from baselines import build, driver_version, load_reference_module, measure
 from same_process import COVERAGE_MODELS, DECODERS, batched, coverage_model, decoder
 
 METHOD = (
@@ -37,46 +38,23 @@ METHOD = (
 
 
 def critical_path_us(graph):
-    """The heaviest chain of dependent kernels (missing durations count as 0)."""
-    durations = {n["id"]: n.get("duration_us", 0.0) for n in graph["nodes"]}
-    successors = {i: [] for i in durations}
-    waiting = {i: 0 for i in durations}
-    for source, target in ((e[0], e[1]) if isinstance(e, list) else (e["source"], e["target"]) for e in graph["edges"]):
-        successors[source].append(target)
-        waiting[target] += 1
-    finish = {}
-    ready = [i for i, n in waiting.items() if n == 0]
-    start = {i: 0.0 for i in durations}
-    while ready:
-        i = ready.pop()
-        finish[i] = start[i] + durations[i]
-        for j in successors[i]:
-            start[j] = max(start[j], finish[i])
-            waiting[j] -= 1
-            if waiting[j] == 0:
-                ready.append(j)
-    if len(finish) != len(durations):
-        raise ValueError("the kernel graph has a cycle")
-    return max(finish.values(), default=0.0)
+    """The heaviest chain of dependent kernels (missing durations count as 0): the scheduler's
+    own (nimble-graph's critical path, as `nimble_rs.simulate` reports it)."""
+    import nimble_rs
+
+    return nimble_rs.simulate(graph, "single")["critical_path_us"]
 
 
 def reduce_overhead_ms(model, x, warmups=50, timed=100):
     """torch.compile(mode="reduce-overhead")'s latency on this model: the paper's method (50
-    warm-up calls, the median of 100 CUDA-event timings), a fresh random input each call."""
+    warm-up calls, the median of 100 CUDA-event timings, each call from an idle device), a fresh
+    random input each call."""
     compiled = torch.compile(model, mode="reduce-overhead")
-    inputs = [torch.randn_like(x) if x.is_floating_point() else x.clone() for _ in range(8)]
-    times = []
+    fresh = (lambda: (torch.randn_like(x),)) if x.is_floating_point() else (lambda: (x.clone(),))
     with torch.no_grad():
-        for i in range(warmups + timed):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            compiled(inputs[i % len(inputs)])
-            end.record()
-            end.synchronize()
-            if i >= warmups:
-                times.append(start.elapsed_time(end))
+        samples = measure(compiled, fresh, warmups, timed, "cuda")
     torch._dynamo.reset()
-    return sorted(times)[len(times) // 2]
+    return statistics.median(samples) / 1000.0
 
 
 def main():

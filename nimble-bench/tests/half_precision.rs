@@ -61,35 +61,14 @@ fn over_the_families_nimble_is_at_most_the_compilers_distance_in_55_of_58_cells_
         "t5-11-checks",
         "siglip-11-checks",
     ];
-    let mut cells: BTreeMap<(String, String, String), f64> = BTreeMap::new();
-    let mut skipped = Vec::new();
-    for part in parts {
-        let r = record(&format!("half-precision-53f9b5d-{part}.json"));
-        assert!(
-            r["provenance"]["commit"]
-                .as_str()
-                .unwrap()
-                .starts_with("53f9b5d"),
-            "{part}"
-        );
-        for row in rows(&r) {
-            let key = (
-                row["model"].as_str().unwrap().to_string(),
-                row["dtype"].as_str().unwrap().to_string(),
-                row["system"].as_str().unwrap().to_string(),
-            );
-            let error = row["relative_error"]
-                .as_f64()
-                .unwrap_or_else(|| panic!("{key:?} failed: {}", row["error"]));
-            cells.insert(key, error);
-        }
-        skipped.extend(r["skipped"].as_array().unwrap().iter().map(|s| {
-            (
-                s["model"].as_str().unwrap().to_string(),
-                s["reason"].as_str().unwrap().to_string(),
-            )
-        }));
-    }
+    let files: Vec<String> = parts.iter().map(|part| format!("half-precision-53f9b5d-{part}.json")).collect();
+    let cells = cells_of(&files.iter().map(String::as_str).collect::<Vec<_>>(), "53f9b5d");
+    let mut skipped: Vec<(String, String)> = files
+        .iter()
+        .flat_map(|file| {
+            record(file)["skipped"].as_array().unwrap().iter().map(|s| (s["model"].as_str().unwrap().to_string(), s["reason"].as_str().unwrap().to_string())).collect::<Vec<_>>()
+        })
+        .collect();
     let mut further = Vec::new();
     let mut compared = 0;
     for ((model, dtype, system), nimble) in &cells {

@@ -79,7 +79,8 @@ def test_every_kernel_is_timed_on_a_gpu():
 
 
 def test_the_bound_a_schedule_cannot_beat_is_the_heaviest_chain():
-    # experiments/python/kernel_graphs.py's critical path: what no number of streams can undercut.
+    # experiments/python/kernel_graphs.py's critical path (the scheduler's own): what no number of
+    # streams can undercut.
     import importlib.util
     import sys
     from pathlib import Path
@@ -93,12 +94,12 @@ def test_the_bound_a_schedule_cannot_beat_is_the_heaviest_chain():
     finally:
         sys.path.remove(str(directory))
     durations = [2.0, 5.0, 1.0, 3.0, 4.0]
-    graph = {"nodes": [{"id": i, "duration_us": d} for i, d in enumerate(durations)], "edges": [[0, 1], [0, 2], [1, 3], [2, 3], [2, 4]]}
+    graph = {"nodes": [{"id": i, "op": f"k{i}", "duration_us": d} for i, d in enumerate(durations)], "edges": [[0, 1], [0, 2], [1, 3], [2, 3], [2, 4]]}
     assert script.critical_path_us(graph) == 10.0  # 0 -> 1 -> 3, not 0 -> 2 -> 4 (7)
     graph["nodes"][4]["duration_us"] = 9.0
     assert script.critical_path_us(graph) == 12.0
     del graph["nodes"][1]["duration_us"]  # untimed: counts as 0
     assert script.critical_path_us(graph) == 12.0
     graph["edges"].append([3, 0])
-    with pytest.raises(ValueError, match="cycle"):
+    with pytest.raises(NimbleInputError, match="cycle"):
         script.critical_path_us(graph)
