@@ -83,12 +83,13 @@ def coverage_model(name):
     raise SystemExit(f"unknown model {name!r}")
 
 
-def backend_system(model, example):
-    """torch.compile(backend="nimble"): compiled, planned and captured on its first calls."""
+def backend_system(model, example, options=None):
+    """torch.compile(backend="nimble", options=options): compiled, planned and captured on its
+    first calls."""
     import nimble_rs
 
     before = len(nimble_rs.dynamo.reports())
-    run = torch.compile(model, backend="nimble")
+    run = torch.compile(model, backend="nimble", options=options)
     for _ in range(3):
         run(example)
     reports = nimble_rs.dynamo.reports()[before:]
@@ -182,7 +183,7 @@ def tf32_drift(model, checks):
     return drifts[len(drifts) // 2]
 
 
-def prepared(system, model, make_input, save_to):
+def prepared(system, model, make_input, save_to, variants=None):
     """A function of the input for `system`, the seconds it took to make it, and notes (its
     peak memory among them)."""
     # What an earlier model's systems left for the collector goes before the base is read:
@@ -210,6 +211,10 @@ def prepared(system, model, make_input, save_to):
     elif system == "backend":
         with fresh_cache(delete=False):
             run, notes = backend_system(model, example)
+    elif system in (variants or {}):
+        with fresh_cache(delete=False):
+            run, notes = backend_system(model, example, variants[system])
+        notes["backend_options"] = variants[system]
     else:
         raise SystemExit(f"unknown system {system!r}; expected one of {SYSTEMS}")
     torch.cuda.synchronize()
@@ -254,6 +259,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=3, help="timing rounds, every system timed in each (the spread of their medians is the run's noise)")
     parser.add_argument("--save-torchscript", action="append", default=[], metavar="NAME=FILE")
     parser.add_argument("--commit", default="unknown")
+    parser.add_argument("--backend-variant", action="append", default=[], metavar="NAME=JSON",
+                        help="one more system, backend-NAME: torch.compile(backend='nimble', options=JSON), timed beside the others")
     args = parser.parse_args()
     args.device = "cuda"  # baselines.write_record's provenance reads it
     if not torch.cuda.is_available():
@@ -263,7 +270,15 @@ def main():
     if args.checks < 1:
         raise SystemExit(f"error: --checks {args.checks}: expected at least 1 input to check outputs on")
     systems = [s.strip() for s in args.systems.split(",")]
-    unknown = [s for s in systems if s not in SYSTEMS]
+    variants = {}
+    for item in args.backend_variant:
+        name, _, options = item.partition("=")
+        try:
+            variants[f"backend-{name}"] = json.loads(options)
+        except json.JSONDecodeError as e:
+            raise SystemExit(f"error: --backend-variant {item!r}: expected NAME=JSON options ({e})")
+    systems += list(variants)
+    unknown = [s for s in systems if s not in SYSTEMS and s not in variants]
     if unknown or systems[0] != "eager":
         raise SystemExit(f"error: systems {args.systems!r}: expected some of {SYSTEMS}, eager first (the reference)")
     save = dict(item.split("=", 1) for item in args.save_torchscript)
@@ -315,7 +330,7 @@ def main():
 
             for system in systems:
                 try:
-                    run, seconds, notes = prepared(system, model, make_input, save.get(name))
+                    run, seconds, notes = prepared(system, model, make_input, save.get(name), variants)
                     errors, rms = [], []
                     for x, expected in checks:
                         got = run(x)
@@ -370,6 +385,9 @@ def main():
         ]
         by_round = round_ratios(by_system["backend"]["latency"], by_system["compile"]["latency"]) if {"backend", "compile"} <= set(by_system) else "-"
         print(f"{name:<16} " + " ".join(cells) + f"   {ratios[0]:>24} {ratios[1]:>24}   backend/compile by round: {by_round}")
+        for variant in variants:
+            if {variant, "compile"} <= set(by_system):
+                print(f"{'':<16} {variant}/compile {ratio(variant, lambda r: r['latency']['median_us'])}, error {ratio(variant, lambda r: r['relative_error'])}, by round: {round_ratios(by_system[variant]['latency'], by_system['compile']['latency'])}")
 
 
 if __name__ == "__main__":

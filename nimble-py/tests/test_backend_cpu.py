@@ -217,6 +217,7 @@ def test_uncapturable_graphs_are_announced_with_the_reason():
         ({"algorithm": "round-robin:0"}, "stream count of at least 1"),
         ({"granularity": "ops"}, "granularity='ops'"),
         ({"graphs": 3}, "graphs=3"),
+        ({"priority": "yes"}, "priority='yes'"),
     ],
 )
 def test_bad_options_are_input_errors(options, message):

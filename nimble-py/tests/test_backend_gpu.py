@@ -50,6 +50,30 @@ def test_regions_on_streams_are_one_graph_that_matches_eager():
     assert report["choice"] == "streams" and report["captured_shapes"] == 1, report
 
 
+def test_the_heaviest_path_is_captured_at_high_priority_and_matches_eager(monkeypatch):
+    made = []
+
+    class Recorded(torch.cuda.Stream):
+        def __new__(cls, device=None, priority=0, **kwargs):
+            made.append(priority)
+            return super().__new__(cls, device, priority, **kwargs)
+
+    monkeypatch.setattr(torch.cuda, "Stream", Recorded)
+    model = Inception(channels=16).cuda().eval()
+    fast = compiled(model, choose="streams", algorithm="nimble-critical", priority=True)
+    with torch.no_grad():
+        for _ in range(5):
+            x = torch.randn(2, 16, 24, 24, device="cuda")
+            assert relative_error(fast(x), model(x)) < TOLERANCE
+    report = last_report()
+    assert report["streams"] >= 3 and report["choice"] == "streams" and report["algorithm"] == "nimble-critical", report
+    # The capture stream (the plan's stream 0) at the highest priority, the others at the default.
+    highest = Recorded.priority_range()[1]
+    assert highest < 0 and highest in made, made
+    first = made.index(highest)
+    assert made[first + 1 : first + report["streams"]] == [0] * (report["streams"] - 1), made
+
+
 def test_inductors_cuda_program_is_read_kernel_by_kernel():
     # Triton kernels' parameters read from their source (inputs named in_ptr*), extern kernels'
     # outputs from out=: a kernel read as writing everything would serialize every reader.

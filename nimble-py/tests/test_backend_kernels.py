@@ -55,6 +55,26 @@ def test_every_algorithm_plans_inductors_kernels_and_the_plan_order_matches_eage
     assert relative_error(got, expected) < 1e-5
 
 
+def test_nimble_critical_puts_the_longest_chain_of_kernels_on_stream_zero(inception):
+    model, x, compiled, static = inception
+    wrapper = WrapperProgram(kernels_plan.inductor_module(compiled), static)
+    graph = wrapper.task_graph()
+    # The longest chain of dependent kernels, counted in kernels (no durations on the CPU).
+    longest = {}
+    for u, v in sorted(graph["edges"], key=lambda e: e[1]):
+        longest[v] = max(longest.get(v, 1), longest.get(u, 1) + 1)
+    depth = max(longest.values())
+    on_zero = {}
+    for algorithm in ("nimble", "nimble-critical"):
+        plan, cut = kernels_plan.plan(wrapper, algorithm)
+        on_zero[algorithm] = [t for region in cut["regions"] if region["stream"] == 0 for t in region["nodes"]]
+        assert plan["streams"] > 1
+    # Stream 0's kernels are one ordered sequence (no two independent tasks share a stream), so
+    # holding a chain as long as the longest is holding a longest chain.
+    assert len(on_zero["nimble-critical"]) >= depth > 2
+    assert sorted(on_zero["nimble-critical"]) != sorted(on_zero["nimble"]) or len(on_zero["nimble"]) >= depth
+
+
 def test_the_schedule_check_finds_a_missing_wait(inception):
     model, x, compiled, static = inception
     wrapper = WrapperProgram(kernels_plan.inductor_module(compiled), static)

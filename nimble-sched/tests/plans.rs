@@ -54,6 +54,28 @@ proptest! {
     }
 
     #[test]
+    fn nimble_critical_holds_the_heaviest_path_on_stream_zero((n, edges) in random_dag()) {
+        let graph = build(n, &edges);
+        let analysis = Analysis::new(&graph);
+        let plan = algorithms::by_name("nimble-critical").unwrap().assign(&analysis);
+        let report = verify(&analysis, &plan);
+        prop_assert!(report.max_logical_concurrency, "serializes {:?}", report.serialized_pair);
+        prop_assert!(plan.streams >= analysis.width());
+        let path = algorithms::heaviest_meg_path(&analysis);
+        // The path: dependent, and as heavy as the graph's critical path (durations known).
+        prop_assert!(path.windows(2).all(|p| analysis.reachability().reaches(p[0], p[1])));
+        let weight: f64 = path.iter().map(|&v| graph.duration_or_zero(v)).sum();
+        prop_assert!((weight - graph.critical_path().length_us).abs() < 1e-9, "{} vs {}", weight, graph.critical_path().length_us);
+        for &v in &path {
+            prop_assert_eq!(plan.stream_of[v], 0);
+        }
+        // No sync between consecutive path tasks: their order is the stream's.
+        for pair in path.windows(2) {
+            prop_assert!(!plan.syncs.contains(&(pair[0], pair[1])));
+        }
+    }
+
+    #[test]
     fn nimble_keeps_the_papers_guarantees((n, edges) in random_dag()) {
         let graph = build(n, &edges);
         let analysis = Analysis::new(&graph);
@@ -236,5 +258,31 @@ fn a_broken_assigner_is_an_error_naming_it() {
         let error = verified(&analysis, &assigner.assign(&analysis)).unwrap_err();
         let message = error.to_string();
         assert!(message.contains(&assigner.name()) && message.contains(expected), "{message}");
+    }
+}
+
+#[test]
+fn nimble_critical_weighs_tasks_by_duration_and_else_counts_them() {
+    let fork = |heavy: Option<f64>| {
+        let mut builder = TaskGraphBuilder::new();
+        for i in 0..6u64 {
+            let node = Node::new(i, "op");
+            builder.add_node(match heavy { Some(d) if i == 4 => node.with_duration(d), Some(_) => node.with_duration(1.0), None => node }).unwrap();
+        }
+        // 0 -> 1 -> 2 -> 3 -> 5 and 0 -> 4 -> 5.
+        for (a, b) in [(0, 1), (1, 2), (2, 3), (3, 5), (0, 4), (4, 5)] {
+            builder.add_edge(a, b).unwrap();
+        }
+        builder.build().unwrap()
+    };
+    for (heavy, path) in [(None, vec![0, 1, 2, 3, 5]), (Some(100.0), vec![0, 4, 5])] {
+        let graph = fork(heavy);
+        let analysis = Analysis::new(&graph);
+        let index = |id: u64| graph.index_of(id).unwrap();
+        let expected: Vec<usize> = path.iter().map(|&id| index(id)).collect();
+        assert_eq!(algorithms::heaviest_meg_path(&analysis), expected, "{heavy:?}");
+        let plan = algorithms::by_name("nimble-critical").unwrap().assign(&analysis);
+        assert!(expected.iter().all(|&v| plan.stream_of[v] == 0), "{heavy:?}: {:?}", plan.stream_of);
+        assert_eq!(plan.streams, 2);
     }
 }

@@ -13,6 +13,8 @@
 #   KERNEL_GRAPHS_TIMED=1 also times reduce-overhead on them (each graph's best schedule against it). TRAINING="resnet50,mobilenet-v2,encoder:32,64" runs the training comparison
 #   (experiments/python/training_backend.py) for those models and batches, within TRAINING_SECONDS (default 400).
 #   ROUNDS=5 times each comparison in 5 rounds (default 3).
+#   SYSTEMS=eager,compile,backend picks the systems (default eager,compile,nimble,backend); BACKEND_VARIANTS="crit={\"algorithm\":\"nimble-critical\"} ..."
+#   adds a system backend-NAME per NAME=JSON (torch.compile(backend="nimble", options=JSON)), timed beside the others.
 #   TRAINING_OVERHEAD=resnet50:32 first profiles a training step's host time against reduce-overhead
 #   (experiments/python/training_overhead.py, within TRAINING_OVERHEAD_SECONDS, default 240).
 set -uo pipefail
@@ -51,8 +53,10 @@ for cell in "$@"; do
     cells=$((cells + 1))
     IFS=: read -r models dtype batch <<< "$cell"
     name="same-process-backend-$cells-$dtype-b$batch"
+    variants=()
+    for variant in ${BACKEND_VARIANTS:-}; do variants+=(--backend-variant "$variant"); done
     timeout "$budget" python3 experiments/python/same_process.py --models-json "$out/models.json" --out "$out/$name.json" \
-        --models "$models" --systems eager,compile,nimble,backend --dtype "$dtype" --batch "$batch" --rounds "${ROUNDS:-3}" \
+        --models "$models" --systems "${SYSTEMS:-eager,compile,nimble,backend}" ${variants[@]+"${variants[@]}"} --dtype "$dtype" --batch "$batch" --rounds "${ROUNDS:-3}" \
         --commit "$(cat .gpu/COMMIT 2>/dev/null || echo unknown)" > "$out/$name.table" 2> "$out/$name.log"
     cell_status=$?
     [ "$cell_status" = 0 ] || status=$cell_status

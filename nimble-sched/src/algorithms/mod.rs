@@ -5,12 +5,14 @@
 //! [`AlgorithmInfo`] line to [`ALGORITHMS`]. The CLI, the experiments and the property tests
 //! (every registered algorithm's plans must verify) pick it up from there.
 
+mod critical;
 mod greedy;
 mod level;
 mod nimble;
 mod round_robin;
 mod single;
 
+pub use critical::{heaviest_meg_path, NimbleCritical};
 pub use greedy::Greedy;
 pub use level::Level;
 pub use nimble::{chain_decomposition, merge_chains, Chains, Nimble};
@@ -81,6 +83,12 @@ pub const ALGORITHMS: &[AlgorithmInfo] = &[
         usage: "greedy",
         summary: "Opara-style: inherit the first input's stream if its first consumer, else a new stream",
         build: |argument| no_argument("greedy", argument, Box::new(Greedy)),
+    },
+    AlgorithmInfo {
+        name: "nimble-critical",
+        usage: "nimble-critical",
+        summary: "Nimble's chains with the heaviest path (by duration_us, else by tasks) matched first, alone on stream 0",
+        build: |argument| no_argument("nimble-critical", argument, Box::new(NimbleCritical)),
     },
 ];
 

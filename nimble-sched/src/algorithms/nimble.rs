@@ -94,7 +94,7 @@ pub fn merge_chains(analysis: &Analysis<'_>, chains: &Chains) -> (usize, Adjacen
 
 /// Splits `0..n` into sequences along matched pairs `u -> right_of[u]`, starting from the
 /// vertices no one is matched to, in index order.
-fn follow(matching: &Matching, n: usize) -> Adjacency {
+pub(crate) fn follow(matching: &Matching, n: usize) -> Adjacency {
     let mut sequences = Adjacency::with_capacity(n - matching.size(), n);
     for head in (0..n).filter(|&v| matching.left_of[v].is_none()) {
         sequences.push_list(std::iter::successors(Some(head), |&current| matching.right_of[current]));

@@ -146,7 +146,7 @@ class NimbleCompiled:
                 self.chosen, self.report["reason"], graph = self._choose(args, saved, static)
                 self.report["choice"] = self.chosen
             if graph is None:
-                graph = CapturedGraph(self._program(), args, static, self.options["warmups"], self.mutated, self._pool(lend))
+                graph = CapturedGraph(self._program(), args, static, self.options["warmups"], self.mutated, self._pool(lend), self.options["priority"])
         finally:
             _restore(saved)
         graph.consumes = tuple(consumes)
@@ -185,7 +185,7 @@ class NimbleCompiled:
         quartiles, errors, graph = {}, {}, None
         # One region first: if the streams, timed second, win, their graph is kept as it is.
         for name, program in (("single", self.single_program), ("streams", self.streams_program)):
-            graph = CapturedGraph(program, args, static, self.options["warmups"], self.mutated, self._pool())
+            graph = CapturedGraph(program, args, static, self.options["warmups"], self.mutated, self._pool(), self.options["priority"])
             quartiles[name] = time_quartiles_ms(lambda graph=graph: graph(args))
             distances = []
             for inputs, reference in zip(checks, expected):

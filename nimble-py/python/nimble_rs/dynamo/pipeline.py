@@ -61,6 +61,10 @@ DEFAULTS: Dict[str, Any] = {
     # `nimble-bench schedulers --simulate --graphs DIR` and nimble_rs.scheduling (granularity
     # "kernels").
     "graphs": None,
+    # True: the plan's stream 0 is captured at the device's highest stream priority, so that
+    # its kernels are dispatched before the other streams' when they contend for the device
+    # (with algorithm "nimble-critical", stream 0 holds the heaviest path of kernels).
+    "priority": False,
 }
 
 # Ops that make the host wait for the device: a CUDA graph cannot contain them.
@@ -91,6 +95,8 @@ def _options(options: Optional[dict]) -> Dict[str, Any]:
         raise NimbleInputError(f"option granularity={chosen['granularity']!r}: expected \"kernels\" or \"regions\"")
     if chosen["graphs"] is not None and (not isinstance(chosen["graphs"], (str, os.PathLike)) or os.path.isfile(chosen["graphs"])):
         raise NimbleInputError(f"option graphs={chosen['graphs']!r}: expected a directory to write the planned kernel graphs to")
+    if not isinstance(chosen["priority"], bool):
+        raise NimbleInputError(f"option priority={chosen['priority']!r}: expected True or False")
     if chosen["accuracy"] not in ("compiler", "any"):
         raise NimbleInputError(f"option accuracy={chosen['accuracy']!r}: expected \"compiler\" or \"any\"")
     if not isinstance(chosen["warmups"], int) or chosen["warmups"] < 1:

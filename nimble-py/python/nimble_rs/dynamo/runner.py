@@ -201,7 +201,7 @@ class CapturedGraph:
     # (``zero_grad()``'s default); ``outputs_released`` sees one that is not.
     lends_outputs = False
 
-    def __init__(self, program: Program, args: Sequence[Any], static: Sequence[bool], warmups: int, mutated: Sequence[int] = (), pool=None):
+    def __init__(self, program: Program, args: Sequence[Any], static: Sequence[bool], warmups: int, mutated: Sequence[int] = (), pool=None, priority: bool = False):
         device = next(a.device for a in args if isinstance(a, torch.Tensor) and a.is_cuda)
         tensor = [isinstance(a, torch.Tensor) for a in args]
         # Per call only the user's inputs are looked at and copied: a model's hundreds of
@@ -214,7 +214,11 @@ class CapturedGraph:
         self.layout = [(args[i].shape, args[i].stride(), args[i].dtype, args[i].device) for i in self.copied]
         self.inputs = [_static_copy(a) if tensor[i] and not static[i] else a for i, a in enumerate(args)]
         self.addresses = [args[i].data_ptr() for i in self.in_place]
-        capture_stream = torch.cuda.Stream(device)
+        # With ``priority``, the plan's stream 0 (where nimble-critical puts the heaviest path)
+        # runs at the device's highest priority: a kernel node takes the priority of the stream
+        # it was captured on, and PyTorch instantiates graphs to honour it.
+        high = priority and program.partition.streams > 1
+        capture_stream = torch.cuda.Stream(device, priority=torch.cuda.Stream.priority_range()[1] if high else 0)
         streams = [capture_stream] + [torch.cuda.Stream(device) for _ in range(program.partition.streams - 1)]
         # Warm-up on the same streams: Triton's autotuning, cuBLAS handles and workspaces per
         # stream, all before the capture.
