@@ -2,7 +2,7 @@
 the median of CUDA-event timings of the whole call, of the backend's own entry (the captured
 graph's input checks, copy and replay) and of the replay alone, then a cProfile of calls.
 
-    python3 experiments/python/backend_overhead.py [--model llama|qwen2|mistral|inception-v3] [--calls 200]
+    python3 experiments/python/backend_overhead.py [--model llama|qwen2|mistral|inception-v3|googlenet] [--batch 1] [--calls 200]
 """
 
 import argparse
@@ -13,16 +13,21 @@ import sys
 import torch
 
 
-def model_and_input(name):
+def model_and_input(name, batch):
     if name in ("llama", "qwen2", "mistral"):
         from same_process import decoder
 
-        model, make_input = decoder(name, 1)
+        model, make_input = decoder(name, batch)
         return model.cuda().eval().to(torch.bfloat16), make_input()
     import torchvision
 
+    if name == "googlenet":
+        model = torchvision.models.googlenet(weights=None, aux_logits=False, init_weights=False)
+        return model.cuda().eval(), torch.randn(batch, 3, 224, 224, device="cuda")
+    if name != "inception-v3":
+        raise SystemExit(f"unknown model {name!r}: expected llama, qwen2, mistral, inception-v3 or googlenet")
     model = torchvision.models.inception_v3(weights=None, aux_logits=False, init_weights=False)
-    return model.cuda().eval(), torch.randn(1, 3, 299, 299, device="cuda")
+    return model.cuda().eval(), torch.randn(batch, 3, 299, 299, device="cuda")
 
 
 def median_ms(call, calls):
@@ -36,12 +41,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="llama")
     parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--batch", type=int, default=1)
     args = parser.parse_args()
     import nimble_rs
     from nimble_rs.dynamo import pipeline
 
     torch.backends.cudnn.benchmark = True
-    model, x = model_and_input(args.model)
+    model, x = model_and_input(args.model, args.batch)
+    print(f"== {args.model}, batch {args.batch}", flush=True)
     captured = []
     original = pipeline.NimbleCompiled.__call__
 

@@ -5,7 +5,7 @@
 # backend, for each "MODELS:DTYPE:BATCH" cell given. Builds nothing (.gpu/,
 # scripts/build-gpu-binaries.sh). Results are packed into $OUT/backend.tgz, the table printed last.
 #   usage: scripts/device/run-backend.sh SECONDS_PER_CELL CELL...   e.g. 200 inception-v3,googlenet:float32:1 llama:bfloat16:1
-#   TESTS_SECONDS=0 skips the tests (PYTEST_ARGS picks them; a test past 120 s dumps its stack); OVERHEAD_MODEL=llama first profiles a call's host time
+#   TESTS_SECONDS=0 skips the tests (PYTEST_ARGS picks them; a test past 120 s dumps its stack); OVERHEAD_MODEL="llama inception-v3:16" first profiles a call's host time (model:batch, batch 1 by default)
 #   (experiments/python/backend_overhead.py); COMPILE_PROFILE_MODEL=inception-v3 the compile
 #   time's phases (experiments/python/backend_compile_profile.py); KERNEL_GRAPHS="inception-v3:float32
 #   llama,qwen2:bfloat16:16" writes the fused-kernel graphs of those models, at the batch given (default 1;
@@ -23,7 +23,10 @@ shift
 export PACK_RESULTS=1 RESULTS_NAME=backend
 . "$(dirname "$0")/setup.sh"
 install_nimble_rs
-[ -n "${OVERHEAD_MODEL:-}" ] && timeout 200 python3 experiments/python/backend_overhead.py --model "$OVERHEAD_MODEL" > "$out/overhead.txt" 2>&1
+for overhead in ${OVERHEAD_MODEL:-}; do
+    IFS=: read -r model batch <<< "$overhead"
+    timeout 200 python3 experiments/python/backend_overhead.py --model "$model" --batch "${batch:-1}" >> "$out/overhead.txt" 2>&1
+done
 if [ -n "${TRAINING_OVERHEAD:-}" ]; then
     IFS=: read -r model batch <<< "$TRAINING_OVERHEAD"
     timeout "${TRAINING_OVERHEAD_SECONDS:-240}" python3 experiments/python/training_overhead.py --model "$model" --batch "${batch:-32}" > "$out/training-overhead.txt" 2>&1
@@ -67,5 +70,5 @@ done
 [ -f "$out/compile-profile.txt" ] && grep -E "first 3 calls|calls .* s$|report:" "$out/compile-profile.txt" >> "$out/backend.txt"
 [ -f "$out/kernel-graphs.txt" ] && grep -E "kernels|failed|Error" "$out/kernel-graphs.txt" >> "$out/backend.txt"
 [ -f "$out/training-overhead.txt" ] && grep -E "^== |host ms|report:" "$out/training-overhead.txt" >> "$out/backend.txt"
-[ -f "$out/overhead.txt" ] && grep -E "call|entry|replay|accepts" "$out/overhead.txt" >> "$out/backend.txt"
+[ -f "$out/overhead.txt" ] && grep -E "^== |call|entry|replay|accepts" "$out/overhead.txt" >> "$out/backend.txt"
 finish_packed backend "$status"
