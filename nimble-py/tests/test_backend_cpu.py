@@ -340,3 +340,36 @@ def test_gradients_a_graph_lends_are_taken_over_by_autograd_and_count_as_held():
     assert weight.grad.data_ptr() != graph.outputs[0].data_ptr() and torch.equal(weight.grad, graph.outputs[0])
     assert graph.outputs_released()
 
+
+
+def test_static_inputs_match_only_the_captured_tensors_or_their_addresses():
+    from nimble_rs.dynamo.runner import StaticInputs
+
+    weights = [torch.randn(4, 3), torch.randn(3), torch.tensor(2.0), torch.randn(0), torch.randn(5)]
+    user = torch.randn(2, 4)
+    # Parameters at 0-2, the user's input at 3, more parameters at 4 and 5: two runs, and the
+    # one-element tensor (position 2) checked by itself.
+    args = weights[:3] + [user] + weights[3:]
+    static = StaticInputs(args, [0, 1, 2, 4, 5])
+    assert [(low, high) for low, high, _ in static.runs] == [(0, 2), (4, 6)] and [i for i, _ in static.one_by_one] == [2]
+    fresh = torch.randn(2, 4)
+    assert static.match(tuple(args[:3] + [fresh] + args[4:])) and static.match(list(args)) and static.by_slices
+
+    def replaced(position, value):
+        changed = list(args)
+        changed[position] = value
+        return changed
+
+    # Another tensor, even an equal one, is not the captured one.
+    assert not static.match(replaced(0, weights[0].clone()))
+    assert not static.match(replaced(2, torch.tensor(2.0)))
+    assert not static.match(replaced(5, torch.randn(5, 5)))
+    assert not static.match(replaced(5, 3))
+    assert static.by_slices
+    # A tensor at the captured address (a view of the same memory) is accepted; from then on
+    # every call is checked by address, and still told apart.
+    assert static.match(replaced(1, weights[1].view(3)))
+    assert not static.by_slices
+    assert static.match(args) and not static.match(replaced(1, weights[1].clone()))
+    # An empty tensor has no memory to read: another empty one is as good.
+    assert static.match(replaced(4, torch.randn(0)))

@@ -184,6 +184,67 @@ def _use_count(tensor: torch.Tensor, storage: torch.UntypedStorage) -> Tuple[int
     return tensor._use_count(), torch._C._storage_Use_Count(storage._cdata)
 
 
+class StaticInputs:
+    """The inputs a captured graph reads in place (parameters, buffers; hundreds of them), and
+    whether a call passes the very tensors captured, else tensors at their addresses.
+
+    Checked on every call before the replay starts, so on the call's critical path: runs of
+    consecutive positions (AOTAutograd passes parameters and buffers first, together) are
+    compared as whole slices, which compares by identity first, in C (a few microseconds for
+    hundreds of parameters, where a Python loop took tens). A slice compares equal only if every
+    element is the captured tensor itself: any other tensor of more than one element makes the
+    comparison raise or differ (a tensor's truth value is ambiguous), so one-element tensors,
+    whose comparison would be by value, are checked one by one, as is any call whose slices do
+    not all match (then by address)."""
+
+    def __init__(self, args: Sequence[Any], positions: Sequence[int]):
+        self.positions = list(positions)
+        self.tensors = [args[i] for i in self.positions]
+        self.addresses = [t.data_ptr() for t in self.tensors]
+        by_slice = [i for i in self.positions if args[i].numel() != 1]
+        self.one_by_one = [(i, args[i]) for i in self.positions if args[i].numel() == 1]
+        self.runs: List[Tuple[int, int, tuple]] = []
+        for i in by_slice:
+            if self.runs and self.runs[-1][1] == i:
+                low, _, _ = self.runs[-1]
+                self.runs[-1] = (low, i + 1, ())
+            else:
+                self.runs.append((i, i + 1, ()))
+        self.runs = [(low, high, tuple(args[low:high])) for low, high, _ in self.runs]
+        self.by_slices = True
+
+    def match(self, args: Sequence[Any]) -> bool:
+        if not self.by_slices:
+            return self._by_address(args)
+        try:
+            for low, high, captured in self.runs:
+                part = args[low:high]
+                if (part if type(part) is tuple else tuple(part)) != captured:
+                    return self._after_a_miss(args)
+        except (RuntimeError, TypeError, ValueError):
+            return self._after_a_miss(args)
+        for i, tensor in self.one_by_one:
+            if args[i] is not tensor:
+                return self._after_a_miss(args)
+        return True
+
+    def _after_a_miss(self, args: Sequence[Any]) -> bool:
+        """By address; where that matches, the caller passes other tensors at the captured
+        addresses (a backward's saved values, say), so from now on every call is checked so."""
+        matched = self._by_address(args)
+        if matched:
+            self.by_slices = False
+        return matched
+
+    def _by_address(self, args: Sequence[Any]) -> bool:
+        """Every position holds the captured tensor or a tensor at its address."""
+        for i, tensor, address in zip(self.positions, self.tensors, self.addresses):
+            a = args[i]
+            if a is not tensor and (not isinstance(a, torch.Tensor) or a.data_ptr() != address):
+                return False
+        return True
+
+
 class CapturedGraph:
     """One input shape's CUDA graph of a program: static inputs, the graph, its outputs.
 
@@ -213,7 +274,7 @@ class CapturedGraph:
         self.written_back = [i for i in self.copied if i in set(mutated)]
         self.layout = [(args[i].shape, args[i].stride(), args[i].dtype, args[i].device) for i in self.copied]
         self.inputs = [_static_copy(a) if tensor[i] and not static[i] else a for i, a in enumerate(args)]
-        self.addresses = [args[i].data_ptr() for i in self.in_place]
+        self.static_inputs = StaticInputs(args, self.in_place)
         # With ``priority``, the plan's stream 0 (where nimble-critical puts the heaviest path)
         # runs at the device's highest priority: a kernel node takes the priority of the stream
         # it was captured on, and PyTorch instantiates graphs to honour it.
@@ -273,12 +334,7 @@ class CapturedGraph:
         for i, value in self.scalars:
             if args[i] != value:
                 return False
-        inputs = self.inputs
-        for k, i in enumerate(self.in_place):
-            a = args[i]
-            if a is not inputs[i] and a.data_ptr() != self.addresses[k]:
-                return False
-        return True
+        return self.static_inputs.match(args)
 
     def __call__(self, args: Sequence[Any]):
         inputs = self.inputs
