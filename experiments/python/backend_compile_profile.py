@@ -53,7 +53,7 @@ def main():
     import torch._inductor
 
     import nimble_rs
-    from nimble_rs.dynamo import pipeline, regions
+    from nimble_rs.dynamo import compiled, pipeline, regions
 
     torch.backends.cudnn.benchmark = True
     model, x = model_and_input(args.model)
@@ -63,8 +63,8 @@ def main():
         timed(regions, "plan_regions", "plan (Rust registry) and regions")
         timed(torch._inductor, "compile", "torch._inductor.compile (each region)")
         timed(pipeline, "_compile_regions", "a program's regions, compiled")
-        timed(pipeline, "CapturedGraph", "capture (warm-ups and torch.cuda.graph)")
-        timed(pipeline, "time_quartiles_ms", "the choice's timings")
+        timed(compiled, "CapturedGraph", "capture (warm-ups and torch.cuda.graph)")
+        timed(compiled, "time_samples_ms", "the choice's timings")
         profile = cProfile.Profile()
         profile.enable()
         seconds = first_calls(torch.compile(model, backend="nimble"), x)

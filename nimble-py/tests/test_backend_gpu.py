@@ -209,9 +209,9 @@ def test_streams_further_from_eager_than_one_region_are_not_kept(accuracy, monke
     # accuracy="compiler" keeps one region, "any" the streams.
     from nimble_rs.dynamo import compiled as choice
 
-    timings = iter([(1.0, 1.0, 1.0), (0.5, 0.5, 0.5)])
+    timings = iter([[1.0] * 30, [0.5] * 30])
     distances = iter([0.1] * choice.ACCURACY_INPUTS + [0.2] * choice.ACCURACY_INPUTS)
-    monkeypatch.setattr(choice, "time_quartiles_ms", lambda run, repeats=30: next(timings))
+    monkeypatch.setattr(choice, "time_samples_ms", lambda run, repeats=30: next(timings))
     monkeypatch.setattr(choice, "_distance", lambda got, expected: next(distances))
     model = Inception(channels=16).cuda().eval()
     fast = compiled(model, accuracy=accuracy)
@@ -224,6 +224,28 @@ def test_streams_further_from_eager_than_one_region_are_not_kept(accuracy, monke
         assert report["choice"] == "single" and "further from eager" in report["reason"], report
     else:
         assert report["choice"] == "streams", report
+
+
+@pytest.mark.parametrize("clear", [True, False])
+def test_timings_that_do_not_tell_the_programs_apart_are_taken_again(clear, monkeypatch):
+    # The first timings overlap, the streams' median the lower: both are timed three times more,
+    # in turns (one region captured again), and the pooled samples decide.
+    from nimble_rs.dynamo import compiled as choice
+
+    first = [[0.9] * 10 + [1.0] * 10 + [1.1] * 10, [0.8] * 10 + [0.95] * 10 + [1.2] * 10]
+    again = [[1.0] * 30, [0.5] * 30] if clear else [[0.9] * 15 + [1.1] * 15, [0.8] * 15 + [1.2] * 15]
+    timings = iter(first + again * choice.RETIMINGS)
+    calls = []
+    monkeypatch.setattr(choice, "time_samples_ms", lambda run, repeats=30: calls.append(run) or next(timings))
+    model = Inception(channels=16).cuda().eval()
+    fast = compiled(model)
+    with torch.no_grad():
+        x = torch.randn(1, 16, 24, 24, device="cuda")
+        assert relative_error(fast(x), model(x)) < TOLERANCE
+        assert relative_error(fast(x), model(x)) < TOLERANCE
+    report = last_report()
+    assert len(calls) == 2 + 2 * choice.RETIMINGS and report["timed_again"] == choice.RETIMINGS, report
+    assert report["choice"] == ("streams" if clear else "single") and "3 more timings each" in report["reason"], report
 
 
 @pytest.mark.parametrize("choose", ["streams", "auto"])

@@ -354,9 +354,19 @@ class CapturedGraph:
 
 
 def time_quartiles_ms(run: Callable[[], Any], repeats: int = 30) -> Tuple[float, float, float]:
-    """Lower quartile, median and upper quartile of ``repeats`` CUDA-event timings of ``run``
-    after three untimed calls, each from an idle device (synchronized first), so that the host's
-    cost of launching (which grows with a graph's streams) counts as it does in a real call."""
+    """Lower quartile, median and upper quartile of ``time_samples_ms``."""
+    return quartiles(time_samples_ms(run, repeats))
+
+
+def quartiles(samples: Sequence[float]) -> Tuple[float, float, float]:
+    times = sorted(samples)
+    return times[len(times) // 4], times[len(times) // 2], times[(3 * len(times)) // 4]
+
+
+def time_samples_ms(run: Callable[[], Any], repeats: int = 30) -> List[float]:
+    """``repeats`` CUDA-event timings of ``run`` after three untimed calls, each from an idle
+    device (synchronized first), so that the host's cost of launching (which grows with a
+    graph's streams) counts as it does in a real call."""
     for _ in range(3):
         run()
     times = []
@@ -368,8 +378,7 @@ def time_quartiles_ms(run: Callable[[], Any], repeats: int = 30) -> Tuple[float,
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 4], times[len(times) // 2], times[(3 * len(times)) // 4]
+    return times
 
 
 def shape_key(args: Sequence[Any]) -> Tuple:
