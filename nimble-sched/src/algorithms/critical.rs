@@ -2,7 +2,7 @@
 
 use nimble_graph::matching::{hopcroft_karp, Matching};
 
-use super::nimble::{follow, merge_chains, Chains};
+use super::nimble::{follow, merge_chains, stream_of_merged, Chains};
 use crate::{Analysis, StreamAssigner, StreamPlan};
 
 /// The heaviest path along MEG edges, each node weighing its `duration_us` (1 when unknown:
@@ -80,14 +80,7 @@ impl StreamAssigner for NimbleCritical {
         }
         let chains = Chains { matching_size: matching.size(), chains: follow(&matching, n) };
         let (_, streams) = merge_chains(analysis, &chains);
-        let mut stream_of = vec![0; n];
-        for (stream, members) in streams.iter().enumerate() {
-            for &chain in members {
-                for &v in &chains.chains[chain] {
-                    stream_of[v] = stream;
-                }
-            }
-        }
+        let stream_of = stream_of_merged(&chains, &streams, n);
         // Streams are numbered by first use in issue order: with the path's first task (a
         // source, unless stream classes cut the path there) issued first, its stream is 0.
         let graph = analysis.graph();

@@ -92,6 +92,20 @@ pub fn merge_chains(analysis: &Analysis<'_>, chains: &Chains) -> (usize, Adjacen
     (matching.size(), streams)
 }
 
+/// Each node's stream when the chains are merged into `streams` (list `s` holds stream `s`'s
+/// chains, as [`merge_chains`] returns them).
+pub(crate) fn stream_of_merged(chains: &Chains, streams: &Adjacency, n: usize) -> Vec<usize> {
+    let mut stream_of = vec![0; n];
+    for (stream, members) in streams.iter().enumerate() {
+        for &chain in members {
+            for &v in &chains.chains[chain] {
+                stream_of[v] = stream;
+            }
+        }
+    }
+    stream_of
+}
+
 /// Splits `0..n` into sequences along matched pairs `u -> right_of[u]`, starting from the
 /// vertices no one is matched to, in index order.
 pub(crate) fn follow(matching: &Matching, n: usize) -> Adjacency {
@@ -144,23 +158,19 @@ impl StreamAssigner for Nimble {
 
     fn assign(&self, analysis: &Analysis<'_>) -> StreamPlan {
         let chains = chain_decomposition(analysis);
-        let mut stream_of = vec![0; analysis.graph().len()];
-        if self.merge_chains {
+        let n = analysis.graph().len();
+        let stream_of = if self.merge_chains {
             let (_, streams) = merge_chains(analysis, &chains);
-            for (stream, members) in streams.iter().enumerate() {
-                for &chain in members {
-                    for &v in &chains.chains[chain] {
-                        stream_of[v] = stream;
-                    }
-                }
-            }
+            stream_of_merged(&chains, &streams, n)
         } else {
+            let mut stream_of = vec![0; n];
             for (stream, chain) in chains.chains.iter().enumerate() {
                 for &v in chain {
                     stream_of[v] = stream;
                 }
             }
-        }
+            stream_of
+        };
         StreamPlan::from_assignment(analysis, self.name(), &stream_of, None)
     }
 }
