@@ -201,16 +201,16 @@ class StaticInputs:
         self.positions = list(positions)
         self.tensors = [args[i] for i in self.positions]
         self.addresses = [t.data_ptr() for t in self.tensors]
-        by_slice = [i for i in self.positions if args[i].numel() != 1]
         self.one_by_one = [(i, args[i]) for i in self.positions if args[i].numel() == 1]
-        self.runs: List[Tuple[int, int, tuple]] = []
-        for i in by_slice:
-            if self.runs and self.runs[-1][1] == i:
-                low, _, _ = self.runs[-1]
-                self.runs[-1] = (low, i + 1, ())
+        bounds: List[List[int]] = []
+        for i in self.positions:
+            if args[i].numel() == 1:
+                continue
+            if bounds and bounds[-1][1] == i:
+                bounds[-1][1] = i + 1
             else:
-                self.runs.append((i, i + 1, ()))
-        self.runs = [(low, high, tuple(args[low:high])) for low, high, _ in self.runs]
+                bounds.append([i, i + 1])
+        self.runs = [(low, high, tuple(args[low:high])) for low, high in bounds]
         self.by_slices = True
 
     def match(self, args: Sequence[Any]) -> bool:
