@@ -28,7 +28,7 @@ import torch.fx
 
 from .. import scheduling
 from ..errors import NimbleInputError
-from . import kernels_plan
+from . import kernels_plan, merge
 from . import regions as regions_module
 from .compiled import NimbleCompiled, admit_shape, warn_once
 from .runner import Program, seconds_since, shape_key
@@ -65,6 +65,10 @@ DEFAULTS: Dict[str, Any] = {
     # its kernels are dispatched before the other streams' when they contend for the device
     # (with algorithm "nimble-critical", stream 0 holds the heaviest path of kernels).
     "priority": False,
+    # True: in inference graphs, convolutions reading the same input with the same kernel size,
+    # stride, padding and dilation run as one convolution over their concatenated weights
+    # (``merge``), before Inductor compiles the graph (granularity "kernels").
+    "merge_convolutions": False,
 }
 
 # Ops that make the host wait for the device: a CUDA graph cannot contain them.
@@ -95,8 +99,9 @@ def _options(options: Optional[dict]) -> Dict[str, Any]:
         raise NimbleInputError(f"option granularity={chosen['granularity']!r}: expected \"kernels\" or \"regions\"")
     if chosen["graphs"] is not None and (not isinstance(chosen["graphs"], (str, os.PathLike)) or os.path.isfile(chosen["graphs"])):
         raise NimbleInputError(f"option graphs={chosen['graphs']!r}: expected a directory to write the planned kernel graphs to")
-    if not isinstance(chosen["priority"], bool):
-        raise NimbleInputError(f"option priority={chosen['priority']!r}: expected True or False")
+    for flag in ("priority", "merge_convolutions"):
+        if not isinstance(chosen[flag], bool):
+            raise NimbleInputError(f"option {flag}={chosen[flag]!r}: expected True or False")
     if chosen["accuracy"] not in ("compiler", "any"):
         raise NimbleInputError(f"option accuracy={chosen['accuracy']!r}: expected \"compiler\" or \"any\"")
     if not isinstance(chosen["warmups"], int) or chosen["warmups"] < 1:
@@ -272,6 +277,8 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
     reference = _copy(gm)
     signature = _signature(gm, kind)  # before Inductor's passes rewrite gm
     report, uncapturable = _graph_report(gm, example_inputs, options, kind, on_cuda)
+    if options["merge_convolutions"] and kind == "inference":
+        report["merged_convolutions"] = merge.merge_sibling_convolutions(gm)
     compiled = compile_fx_inner(gm, example_inputs, **inner_kwargs)
     mutated = sorted(set(mutated) | set(getattr(compiled, "mutated_input_idxs", None) or ()))
     try:
