@@ -7,10 +7,12 @@ with DIR/provenance.json, for `nimble-bench schedulers --simulate --graphs DIR` 
         [--models inception-v3,llama] [--dtype float32|bfloat16] [--batch 1] [--repeats 20] [--commit SHA] \
         [--time-reduce-overhead]
 
-Each graph's entry in provenance.json has its busy time (the kernels' summed device time) and its
+Each graph's entry in provenance.json has its busy time (the kernels' summed device time), its
 critical path (the heaviest chain of dependent kernels): no schedule of these kernels on any
 number of streams finishes sooner than the critical path, since a kernel run beside others takes
-at least its time alone. With --time-reduce-overhead, the model's latency under
+at least its time alone; its occupied time (each kernel's time by the share of the GPU's block
+slots its grid fills: kernels that fill the GPU each leave nothing to run beside them) and the
+simulator's makespans on one stream and on nimble's plan. With --time-reduce-overhead, the model's latency under
 torch.compile(mode="reduce-overhead") is measured in the same process (the paper's method), and
 the entry says how far below it streams could take these kernels at best (critical path / latency).
 """
@@ -33,7 +35,10 @@ METHOD = (
     "extern calls by their ATen op), edges from the buffers each kernel reads and writes (views contracted); after "
     "three untimed calls, the Kineto profiler over --repeats calls: duration_us = a Triton kernel's total device time "
     "over the calls and its launches, an extern call's = the device time of its ATen op's kernels, k-th call matched "
-    "to the k-th extern of that op; cuDNN benchmark on"
+    "to the k-th extern of that op; kernels and sm_share per task from the profiler's trace (each kernel's grid "
+    "against the GPU's resident-block capacity, sm_limits in the graph's attrs, weighted by time); occupied_us = the "
+    "sum of duration_us x sm_share (the GPU's block slots the kernels fill, end to end); simulated_us: the simulator "
+    "(kernel-timed calibration) on one stream and on nimble's plan; cuDNN benchmark on"
 )
 
 
@@ -43,6 +48,21 @@ def critical_path_us(graph):
     import nimble_rs
 
     return nimble_rs.simulate(graph, "single")["critical_path_us"]
+
+
+def occupied_us(graph):
+    """The GPU's block slots the kernels fill, end to end: each kernel's time by its share of
+    them (one where a task has no share). Kernels that each fill the GPU cannot run side by side,
+    so where this is near the kernels' summed time, streams have little left to overlap."""
+    return sum(n.get("duration_us", 0.0) * n.get("attrs", {}).get("sm_share", 1.0) for n in graph["nodes"])
+
+
+def simulated_us(graph):
+    """The simulator's makespans of the graph on one stream and on nimble's plan."""
+    import nimble_rs
+
+    nimble = nimble_rs.simulate(graph, "nimble")
+    return {"single": nimble["single_makespan_us"], "nimble": nimble["makespan_us"], "calibration": nimble["calibration"]}
 
 
 def reduce_overhead_ms(model, x, warmups=50, timed=100):
@@ -107,12 +127,17 @@ def main():
             total = sum(n.get("duration_us", 0.0) for n in graph["nodes"])
             critical = critical_path_us(graph)
             missing = graph.get("attrs", {}).get("durations_missing", "")
-            entry = {"file": Path(path).name, "kernels": len(graph["nodes"]), "timed": timed, "busy_us": total, "critical_path_us": critical}
-            line = f"{Path(path).name:<40} {len(graph['nodes']):5d} kernels, {timed:5d} timed, {total:9.1f} us busy, critical path {critical:9.1f} us"
+            occupied, simulated = occupied_us(graph), simulated_us(graph)
+            entry = {"file": Path(path).name, "kernels": len(graph["nodes"]), "timed": timed, "busy_us": total, "critical_path_us": critical, "occupied_us": occupied, "simulated_us": simulated}
+            line = (
+                f"{Path(path).name:<40} {len(graph['nodes']):5d} kernels, {timed:5d} timed, {total:9.1f} us busy, critical path {critical:9.1f} us, "
+                f"occupied {occupied:9.1f} us, simulated {simulated['single']:.1f} -> {simulated['nimble']:.1f} us ({simulated['calibration']})"
+            )
             if latency_ms is not None and len(graphs) == 1:
                 entry["reduce_overhead_ms"] = latency_ms
                 entry["best_schedule_vs_reduce_overhead"] = critical / (latency_ms * 1000.0)
-                line += f"; reduce-overhead {latency_ms:.3f} ms, best schedule {entry['best_schedule_vs_reduce_overhead']:.2f}x of it"
+                entry["occupied_vs_reduce_overhead"] = occupied / (latency_ms * 1000.0)
+                line += f"; reduce-overhead {latency_ms:.3f} ms, best schedule {entry['best_schedule_vs_reduce_overhead']:.2f}x of it, occupied {entry['occupied_vs_reduce_overhead']:.2f}x"
             written.append(entry)
             print(f"{line} {missing}", flush=True)
         del model

@@ -9,6 +9,7 @@ import torch
 
 import nimble_rs
 from nimble_rs.dynamo.kernels import kernel_graphs, write_kernel_graphs
+from nimble_rs.dynamo.occupancy import SmLimits, set_occupancy, sm_share
 from nimble_rs.errors import NimbleInputError
 from conftest import require_cuda
 from models import Branches, Inception
@@ -74,8 +75,12 @@ def test_every_kernel_is_timed_on_a_gpu():
     for graph in graphs:
         assert "durations_missing" not in graph.get("attrs", {}), graph.get("attrs")
         assert all(n["duration_us"] > 0 for n in graph["nodes"]), [(n["op"], n.get("duration_us")) for n in graph["nodes"]]
+        # Every kernel's share of the GPU, from the profiler's trace: the simulator then shares
+        # the SMs among concurrent kernels (its kernel-timed calibration).
+        assert "occupancy_missing" not in graph["attrs"] and graph["attrs"]["sm_limits"]["multiprocessors"] > 0, graph["attrs"]
+        assert all(n["attrs"]["kernels"] >= 1 and 0 < n["attrs"]["sm_share"] <= 1 for n in graph["nodes"]), [n["attrs"] for n in graph["nodes"]]
         simulated = nimble_rs.scheduling.simulate(graph, "nimble")
-        assert simulated, simulated
+        assert simulated["calibration"] == "kernel-timed-h200", simulated
 
 
 def test_the_bound_a_schedule_cannot_beat_is_the_heaviest_chain():
@@ -103,3 +108,64 @@ def test_the_bound_a_schedule_cannot_beat_is_the_heaviest_chain():
     graph["edges"].append([3, 0])
     with pytest.raises(NimbleInputError, match="cycle"):
         script.critical_path_us(graph)
+
+
+H100 = SmLimits(multiprocessors=132, max_threads=2048, max_blocks=32, registers=65536, shared_memory=233472)
+
+
+def test_a_kernels_share_is_its_grid_against_the_blocks_the_gpu_holds():
+    # 128 threads and 32 registers a thread: 16 blocks a multiprocessor (threads and registers
+    # both allow 16), 2112 on the GPU.
+    assert sm_share([66, 1, 1], [128, 1, 1], 32, 0, H100) == 66 / 2112
+    # 96 KiB of shared memory a block: 2 a multiprocessor.
+    assert sm_share([132, 1, 1], [128, 1, 1], 32, 96 * 1024, H100) == 0.5
+    # 255 registers a thread at 256 threads: one block a multiprocessor.
+    assert sm_share([66, 2, 1], [256, 1, 1], 255, 0, H100) == 1.0
+    assert sm_share([100000, 1, 1], [32, 1, 1], 16, 0, H100) == 1.0
+
+
+def trace(repeats):
+    """A Kineto trace of ``repeats`` calls: a convolution launching a large and a small kernel
+    from an inner ATen op, a Triton kernel between ATen ops, a second convolution's one kernel,
+    and an ATen op launching nothing."""
+    events, correlation = [], 0
+
+    def launch(ts, name, dur, grid, category="cuda_runtime"):
+        nonlocal correlation
+        correlation += 1
+        events.append({"cat": category, "name": "launch", "tid": 1, "ts": ts, "dur": 1, "args": {"correlation": correlation}})
+        events.append({"cat": "kernel", "name": name, "ts": ts + 100, "dur": dur, "args": {"correlation": correlation, "grid": grid, "block": [128, 1, 1], "registers per thread": 32, "shared memory": 0}})
+
+    for r in range(repeats):
+        t = 1000 * r
+        events.append({"cat": "cpu_op", "name": "aten::convolution", "tid": 1, "ts": t, "dur": 10, "args": {}})
+        events.append({"cat": "cpu_op", "name": "aten::cudnn_convolution", "tid": 1, "ts": t + 1, "dur": 8, "args": {}})
+        launch(t + 2, "implicit_gemm", 4.0, [5000, 1, 1])
+        launch(t + 3, "transpose", 2.0, [66, 1, 1])
+        launch(t + 12, "triton_poi_fused_relu_0", 3.0, [264, 1, 1], "cuda_driver")
+        events.append({"cat": "cpu_op", "name": "aten::convolution", "tid": 1, "ts": t + 20, "dur": 5, "args": {}})
+        launch(t + 21, "implicit_gemm", 6.0, [1056, 1, 1])
+        events.append({"cat": "cpu_op", "name": "aten::empty", "tid": 1, "ts": t + 30, "dur": 1, "args": {}})
+    return events
+
+
+def kernel_graph(*ops):
+    return {"nodes": [{"id": i, "op": op, "attrs": {"kind": "extern" if op.startswith("aten::") else "pointwise"}} for i, op in enumerate(ops)], "edges": []}
+
+
+def test_each_task_gets_its_kernels_and_their_time_weighted_share_from_the_trace():
+    graph = kernel_graph("aten::convolution", "triton_poi_fused_relu_0", "aten::convolution", "aten::empty")
+    assert set_occupancy(graph, trace(3), 3, H100) is None
+    first, relu, second, empty = (n["attrs"] for n in graph["nodes"])
+    # The first call's two kernels (launched inside its inner op), weighted by their time.
+    assert first["kernels"] == 2 and abs(first["sm_share"] - (4.0 * 1.0 + 2.0 * 66 / 2112) / 6.0) < 1e-12
+    assert relu == {**relu, "kernels": 1, "sm_share": 264 / 2112}
+    assert second["kernels"] == 1 and second["sm_share"] == 0.5
+    assert empty["kernels"] == 0 and "sm_share" not in empty
+    # A task not in the trace: nothing set, and why.
+    missing = kernel_graph("aten::convolution", "triton_poi_fused_tanh_1")
+    assert set_occupancy(missing, trace(3), 3, H100) == "no traced kernel named triton_poi_fused_tanh_1"
+    assert all(set(n["attrs"]) == {"kind"} for n in missing["nodes"])
+    third = kernel_graph("aten::convolution", "aten::convolution", "aten::convolution")
+    assert set_occupancy(third, trace(3), 3, H100) == "no traced call for aten::convolution"
+

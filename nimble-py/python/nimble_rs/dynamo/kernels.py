@@ -12,7 +12,9 @@ dependencies through.
 
 On a CUDA device each task gets ``duration_us``, measured by the profiler over ``repeats``
 calls: a Triton kernel's by its name, an extern call's as the device time of the ATen op it
-launches, matched in order. Such a graph runs through ``nimble-bench schedulers --simulate
+launches, matched in order; and ``kernels`` and ``sm_share`` (``occupancy``: the share of the
+GPU's block slots its kernels fill), so that the simulator shares the SMs among concurrent
+kernels. Such a graph runs through ``nimble-bench schedulers --simulate
 --graphs DIR`` and every registered algorithm (``write_kernel_graphs``).
 
 Only what Inductor generates for this process's compile is read: the FX graph cache is off for
@@ -196,15 +198,30 @@ def _graph_of(record: _Recorded) -> dict:
 
 
 def _measure_durations(graph: dict, run, repeats: int) -> Optional[str]:
-    """Sets ``duration_us`` on every task from a profile of ``repeats`` calls of ``run``; returns
-    why not, if some task's kernels could not be found."""
+    """Sets ``duration_us`` on every task from a profile of ``repeats`` calls of ``run``, and
+    ``kernels`` and ``sm_share`` from its trace (``occupancy``; the graph's ``occupancy_missing``
+    says why not); returns why not, if some task's kernels could not be found."""
+    import tempfile
+
     from torch.profiler import ProfilerActivity, profile
+
+    from . import occupancy
 
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(repeats):
             run()
         torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as directory:
+        trace = Path(directory) / "trace.json"
+        prof.export_chrome_trace(str(trace))
+        trace_events = json.loads(trace.read_text()).get("traceEvents", [])
+    limits = occupancy.SmLimits.of_device()
+    attrs = graph.setdefault("attrs", {})
+    attrs["sm_limits"] = limits.as_dict()
+    why = occupancy.set_occupancy(graph, trace_events, repeats, limits)
+    if why is not None:
+        attrs["occupancy_missing"] = why
     events = prof.events()
     kernel_total: Dict[str, float] = {}
     for event in events:
