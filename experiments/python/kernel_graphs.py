@@ -98,6 +98,30 @@ def main():
     reference = load_reference_module()
     out = Path(args.out_dir)
     written, skipped = [], []
+    run = {
+        "gpu": torch.cuda.get_device_name(0),
+        "driver_version": driver_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "commit": args.commit,
+        "dtype": args.dtype,
+        "batch": args.batch,
+        "repeats": args.repeats,
+    }
+    provenance_path = out / "provenance.json"
+    # Several runs into one directory: their graphs listed together.
+    earlier = json.loads(provenance_path.read_text()) if provenance_path.exists() else None
+
+    def record():
+        provenance = {"experiment": "fused-kernel model graphs", "method": METHOD, "provenance": run, "graphs": written, "skipped": skipped}
+        if earlier is not None:
+            provenance["graphs"] = earlier.get("graphs", []) + written
+            provenance["skipped"] = earlier.get("skipped", []) + skipped
+            provenance["runs"] = earlier.get("runs", [earlier["provenance"]]) + [run]
+        out.mkdir(parents=True, exist_ok=True)
+        provenance_path.write_text(json.dumps(provenance, indent=2) + "\n")
+
     for name in [n.strip() for n in args.models.split(",")]:
         if name in zoo:
             model = build(name, reference, skipped)
@@ -121,52 +145,32 @@ def main():
             skipped.append({"model": name, "reason": f"{type(e).__name__}: {e}"})
             print(f"{name}: failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
             continue
-        latency_ms = reduce_overhead_ms(model, x) if args.time_reduce_overhead else None
+        entries = []
         for graph, path in zip(graphs, paths):
             timed = sum(1 for n in graph["nodes"] if "duration_us" in n)
             total = sum(n.get("duration_us", 0.0) for n in graph["nodes"])
             critical = critical_path_us(graph)
             missing = graph.get("attrs", {}).get("durations_missing", "")
             occupied, simulated = occupied_us(graph), simulated_us(graph)
-            entry = {"file": Path(path).name, "kernels": len(graph["nodes"]), "timed": timed, "busy_us": total, "critical_path_us": critical, "occupied_us": occupied, "simulated_us": simulated}
-            line = (
+            entries.append({"file": Path(path).name, "kernels": len(graph["nodes"]), "timed": timed, "busy_us": total, "critical_path_us": critical, "occupied_us": occupied, "simulated_us": simulated})
+            print(
                 f"{Path(path).name:<40} {len(graph['nodes']):5d} kernels, {timed:5d} timed, {total:9.1f} us busy, critical path {critical:9.1f} us, "
-                f"occupied {occupied:9.1f} us, simulated {simulated['single']:.1f} -> {simulated['nimble']:.1f} us ({simulated['calibration']})"
+                f"occupied {occupied:9.1f} us, simulated {simulated['single']:.1f} -> {simulated['nimble']:.1f} us ({simulated['calibration']}) {missing}",
+                flush=True,
             )
-            if latency_ms is not None and len(graphs) == 1:
-                entry["reduce_overhead_ms"] = latency_ms
-                entry["best_schedule_vs_reduce_overhead"] = critical / (latency_ms * 1000.0)
-                entry["occupied_vs_reduce_overhead"] = occupied / (latency_ms * 1000.0)
-                line += f"; reduce-overhead {latency_ms:.3f} ms, best schedule {entry['best_schedule_vs_reduce_overhead']:.2f}x of it, occupied {entry['occupied_vs_reduce_overhead']:.2f}x"
-            written.append(entry)
-            print(f"{line} {missing}", flush=True)
+        written.extend(entries)
+        record()  # a run cut short keeps every graph it wrote
+        if args.time_reduce_overhead and len(entries) == 1:
+            latency_ms = reduce_overhead_ms(model, x)
+            entry = entries[0]
+            entry["reduce_overhead_ms"] = latency_ms
+            entry["best_schedule_vs_reduce_overhead"] = entry["critical_path_us"] / (latency_ms * 1000.0)
+            entry["occupied_vs_reduce_overhead"] = entry["occupied_us"] / (latency_ms * 1000.0)
+            print(f"{entry['file']:<40} reduce-overhead {latency_ms:.3f} ms: best schedule {entry['best_schedule_vs_reduce_overhead']:.2f}x of it, occupied {entry['occupied_vs_reduce_overhead']:.2f}x", flush=True)
+            record()
         del model
         torch.cuda.empty_cache()
-    provenance = {
-        "experiment": "fused-kernel model graphs",
-        "method": METHOD,
-        "provenance": {
-            "gpu": torch.cuda.get_device_name(0),
-            "driver_version": driver_version(),
-            "torch": torch.__version__,
-            "cuda": torch.version.cuda,
-            "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "commit": args.commit,
-            "dtype": args.dtype,
-            "batch": args.batch,
-            "repeats": args.repeats,
-        },
-        "graphs": written,
-        "skipped": skipped,
-    }
-    path = out / "provenance.json"
-    if path.exists():  # several runs into one directory: their graphs listed together
-        earlier = json.loads(path.read_text())
-        provenance["graphs"] = earlier.get("graphs", []) + written
-        provenance["skipped"] = earlier.get("skipped", []) + skipped
-        provenance["runs"] = earlier.get("runs", [earlier["provenance"]]) + [provenance["provenance"]]
-    out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(provenance, indent=2) + "\n")
+    record()
 
 
 if __name__ == "__main__":

@@ -68,7 +68,7 @@ done
 [ -f "$out/training-backend.table" ] && { echo "== training (status $training_status)"; cat "$out/training-backend.table"; grep -E "failed|Error" "$out/training-backend.log" | tail -5; } >> "$out/backend.txt"
 [ -f "$out/python-tests.log" ] && echo "python tests: $(tail -1 "$out/python-tests.log")" >> "$out/backend.txt"
 [ -f "$out/compile-profile.txt" ] && grep -E "first 3 calls|calls .* s$|report:" "$out/compile-profile.txt" >> "$out/backend.txt"
-[ -f "$out/kernel-graphs.txt" ] && grep -E "kernels|failed|Error" "$out/kernel-graphs.txt" >> "$out/backend.txt"
+[ -f "$out/kernel-graphs.txt" ] && grep -E "kernels|reduce-overhead|failed|Error" "$out/kernel-graphs.txt" >> "$out/backend.txt"
 [ -f "$out/training-overhead.txt" ] && grep -E "^== |host ms|report:" "$out/training-overhead.txt" >> "$out/backend.txt"
 [ -f "$out/overhead.txt" ] && grep -E "^== |call|entry|replay|accepts" "$out/overhead.txt" >> "$out/backend.txt"
 finish_packed backend "$status"
