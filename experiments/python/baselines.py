@@ -319,6 +319,9 @@ def write_record(args, experiment, rows, skipped, method):
             "cuda": torch.version.cuda,
             "cudnn": torch.backends.cudnn.version(),
             "python": sys.version.split()[0],
+            # The GPU's hardware work queues the process asked for (8 when unset): a multi-stream
+            # graph's calls were measured faster with 32 (docs/python.md).
+            "cuda_device_max_connections": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS"),
             "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "commit": args.commit,
             "warmup": args.warmup,
