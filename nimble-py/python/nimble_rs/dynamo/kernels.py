@@ -240,15 +240,12 @@ def _measure_durations(graph: dict, run, repeats: int) -> Optional[str]:
     for node in graph["nodes"]:
         op = node["op"]
         if node["attrs"]["kind"] == "extern":
-            times = calls.get(op, [])
-            per_call = len(times) // repeats if repeats else 0
-            k = used.get(op, 0)
-            used[op] = k + 1
-            if per_call == 0 or k >= per_call:
+            # The k-th call of this op in each repeat.
+            times = occupancy.kth_calls(calls, op, used, repeats)
+            if times is None:
                 missing.append(op)
                 continue
-            # The k-th call of this op in each repeat.
-            node["duration_us"] = sum(times[r * per_call + k] for r in range(repeats)) / repeats
+            node["duration_us"] = sum(times) / repeats
         elif op in kernel_total:
             node["duration_us"] = kernel_total[op] / repeats / launches[op]
         else:

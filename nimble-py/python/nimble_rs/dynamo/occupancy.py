@@ -114,6 +114,19 @@ def kernel_launches(events: List[dict], limits: SmLimits) -> Tuple[Dict[str, Lis
     return by_name, by_op
 
 
+def kth_calls(calls: Dict[str, list], op: str, used: Dict[str, int], repeats: int) -> Optional[list]:
+    """What ``calls`` (one entry per top-level call of each ATen op, over ``repeats`` calls of
+    the program) holds for the next task of ``op``: its call in each repeat, the k-th of that op
+    if ``used`` counted k tasks of it before (None: no such call)."""
+    entries = calls.get(op, [])
+    per_call = len(entries) // repeats if repeats else 0
+    k = used.get(op, 0)
+    used[op] = k + 1
+    if per_call == 0 or k >= per_call:
+        return None
+    return [entries[r * per_call + k] for r in range(repeats)]
+
+
 def set_occupancy(graph: dict, events: List[dict], repeats: int, limits: SmLimits) -> Optional[str]:
     """Sets ``kernels`` and ``sm_share`` on every task of ``graph`` from the trace ``events`` of
     ``repeats`` calls (a task whose calls launched no kernel gets ``kernels`` 0 and no share);
@@ -124,13 +137,10 @@ def set_occupancy(graph: dict, events: List[dict], repeats: int, limits: SmLimit
     for node in graph["nodes"]:
         op = node["op"]
         if node["attrs"]["kind"] == "extern":
-            calls = by_op.get(op, [])
-            per_call = len(calls) // repeats if repeats else 0
-            k = used.get(op, 0)
-            used[op] = k + 1
-            if per_call == 0 or k >= per_call:
+            calls = kth_calls(by_op, op, used, repeats)
+            if calls is None:
                 return f"no traced call for {op}"
-            launches = [launch for r in range(repeats) for launch in calls[r * per_call + k]]
+            launches = [launch for call in calls for launch in call]
             count = round(len(launches) / repeats)
         elif op in by_name:
             launches, count = by_name[op], 1
