@@ -89,3 +89,15 @@ def test_training_graphs_are_not_merged_and_train_like_eager():
     train_beside_eager(eager, fast, model, lambda: torch.randn(2, 8, 10, 10), steps=2)
     reports = nimble_rs.dynamo.reports()[before:]
     assert {r["graph"] for r in reports} == {"forward", "backward"} and not any("merged_convolutions" in r for r in reports), reports
+
+
+def test_a_dynamic_batch_merges_once_and_matches_eager_at_every_size():
+    model = Inception(channels=8).eval()
+    torch._dynamo.reset()
+    before = len(nimble_rs.dynamo.reports())
+    fast = torch.compile(model, backend="nimble", options={"merge_convolutions": True}, dynamic=True)
+    with torch.no_grad():
+        for batch in (2, 3, 5):
+            x = torch.randn(batch, 8, 12, 12)
+            assert relative_error(fast(x), model(x)) < 1e-5
+    assert [r.get("merged_convolutions") for r in nimble_rs.dynamo.reports()[before:]] == [[3, 3]]

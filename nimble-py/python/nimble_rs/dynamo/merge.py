@@ -38,6 +38,8 @@ def _key(node: torch.fx.Node) -> Optional[Tuple]:
         return None
     if any(user.op == "output" for user in node.users):
         return None  # a graph output keeps the strides its caller was promised
+    if not all(isinstance(v, int) for v in (*stride, *padding, *dilation, *output_padding, *w.shape)):
+        return None  # symbolic sizes (dynamic shapes): left as they are
     return (x, tuple(w.shape[1:]), w.dtype, w.device, bias is None, tuple(stride), tuple(padding), tuple(dilation), tuple(output_padding))
 
 
