@@ -4,6 +4,8 @@
 mod common;
 
 use std::path::PathBuf;
+#[cfg(feature = "torch")]
+use std::process::Command;
 
 use common::{nimble_bench, scratch, stdout, write};
 
