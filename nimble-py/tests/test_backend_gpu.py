@@ -196,10 +196,50 @@ def test_auto_measures_both_and_says_why():
         assert relative_error(fast(x), model(x)) < TOLERANCE
     report = last_report()
     assert report["choice"] in ("streams", "single"), report
-    assert set(report["measured_ms"]) == {"streams", "single"} and "measured" in report["reason"], report
-    # Both programs' outputs against the ATen graph run eagerly on the capture's input.
-    assert set(report["measured_error"]) == {"streams", "single"}, report
+    # The critical-path plan too, unless it is the primary plan (option time_critical_path).
+    timed = {"streams", "single"} | ({"critical"} if isinstance(report["critical_path"], dict) else set())
+    assert set(report["measured_ms"]) == timed and "measured" in report["reason"], report
+    # Every program's outputs against the ATen graph run eagerly on the capture's input.
+    assert set(report["measured_error"]) == timed, report
     assert all(0 <= e < TOLERANCE for e in report["measured_error"].values()), report
+
+
+@pytest.mark.parametrize("critical_faster", [True, False])
+def test_the_critical_path_plan_is_kept_where_it_is_the_fastest(critical_faster, monkeypatch):
+    # Three programs timed (one region, the primary plan, the heaviest path first): the fastest
+    # beyond noise is kept, the critical-path plan captured with its stream 0 at the highest
+    # priority, and its outputs match eager.
+    from nimble_rs.dynamo import compiled as choice
+
+    made = []
+
+    class Recorded(torch.cuda.Stream):
+        def __new__(cls, device=None, priority=0, **kwargs):
+            made.append(priority)
+            return super().__new__(cls, device, priority, **kwargs)
+
+    monkeypatch.setattr(torch.cuda, "Stream", Recorded)
+    timings = iter([[1.0] * 30, [0.8] * 30, [0.5 if critical_faster else 0.9] * 30])
+    monkeypatch.setattr(choice, "time_samples_ms", lambda run, repeats=30: next(timings))
+    model = Inception(channels=16).cuda().eval()
+    fast = compiled(model)
+    with torch.no_grad():
+        for _ in range(5):
+            x = torch.randn(2, 16, 24, 24, device="cuda")
+            assert relative_error(fast(x), model(x)) < TOLERANCE
+    report = last_report()
+    assert isinstance(report["critical_path"], dict), report  # the plans differ on this model
+    assert report["measured_ms"] == {"single": 1.0, "streams": 0.8, "critical": 0.5 if critical_faster else 0.9}, report
+    assert report["choice"] == "streams" and report["captured_shapes"] == 1, report
+    highest = Recorded.priority_range()[1]
+    if critical_faster:
+        assert report["algorithm"] == "nimble-critical" and report["priority"] is True, report
+        assert report["streams"] == report["critical_path"]["streams"] and "heaviest path first" in report["reason"], report
+        # Its graph was kept from the choice: the last capture made is the critical one's.
+        assert highest in made and made[-report["streams"]] == highest, made
+    else:
+        # Captured at high priority to be timed, but the primary plan's graph is kept.
+        assert report["algorithm"] == "nimble" and "priority" not in report and highest in made, report
 
 
 @pytest.mark.parametrize("accuracy", ["compiler", "any"])
@@ -214,7 +254,7 @@ def test_streams_further_from_eager_than_one_region_are_not_kept(accuracy, monke
     monkeypatch.setattr(choice, "time_samples_ms", lambda run, repeats=30: next(timings))
     monkeypatch.setattr(choice, "_distance", lambda got, expected: next(distances))
     model = Inception(channels=16).cuda().eval()
-    fast = compiled(model, accuracy=accuracy)
+    fast = compiled(model, accuracy=accuracy, time_critical_path=False)
     with torch.no_grad():
         x = torch.randn(1, 16, 24, 24, device="cuda")
         assert relative_error(fast(x), model(x)) < TOLERANCE
@@ -238,7 +278,7 @@ def test_timings_that_do_not_tell_the_programs_apart_are_taken_again(clear, monk
     calls = []
     monkeypatch.setattr(choice, "time_samples_ms", lambda run, repeats=30: calls.append(run) or next(timings))
     model = Inception(channels=16).cuda().eval()
-    fast = compiled(model)
+    fast = compiled(model, time_critical_path=False)
     with torch.no_grad():
         x = torch.randn(1, 16, 24, 24, device="cuda")
         assert relative_error(fast(x), model(x)) < TOLERANCE

@@ -79,6 +79,31 @@ def test_nimble_critical_puts_the_longest_chain_of_kernels_on_stream_zero(incept
     assert len(zero) >= depth > 2
 
 
+def test_the_critical_path_plan_is_made_to_be_timed_beside_the_primary_one(inception):
+    # Option time_critical_path: at the choice (a GPU) the plan with the heaviest path first is
+    # timed too, at high priority; none is made where it is the primary plan already.
+    from nimble_rs.dynamo import pipeline
+
+    model, x, compiled, static = inception
+    wrapper = WrapperProgram(kernels_plan.inductor_module(compiled), static)
+    primary, _ = kernels_plan.plan(wrapper, "nimble")
+    critical, _ = kernels_plan.plan(wrapper, "nimble-critical")
+    assert kernels_plan.same_plan(primary, primary) and kernels_plan.same_plan(critical, critical)
+    report = {}
+    program = pipeline._critical_path_program(compiled, wrapper, primary, report)
+    if kernels_plan.same_plan(primary, critical):
+        assert program is None and report["critical_path"] == "the same plan as the primary", report
+    else:
+        assert program.priority and program.partition.algorithm == "nimble-critical", report
+        assert report["critical_path"]["streams"] == critical["streams"] > 1, report
+    assert pipeline._critical_path_program(compiled, wrapper, critical, {}) is None
+    # Stream numbers aside: the same plan with its streams renumbered is the same plan.
+    renumbered = dict(critical, stream_of={t: (s + 1) % critical["streams"] for t, s in critical["stream_of"].items()})
+    assert kernels_plan.same_plan(renumbered, critical)
+    one_stream = dict(critical, stream_of={t: 0 for t in critical["stream_of"]})
+    assert not kernels_plan.same_plan(one_stream, critical)
+
+
 def test_the_schedule_check_finds_a_missing_wait(inception):
     model, x, compiled, static = inception
     wrapper = WrapperProgram(kernels_plan.inductor_module(compiled), static)

@@ -55,6 +55,9 @@ class NimbleCompiled:
     # A backward's second graph per input shape, whose gradients autograd copies: it runs the
     # calls that find the lending graph's gradients still held (kept across backward calls).
     copying: Dict[tuple, CapturedGraph] = field(default_factory=dict)
+    # A second plan timed at the choice beside ``streams_program`` (option time_critical_path):
+    # the heaviest path first, at high priority. Kept in its place if it is the faster.
+    critical_program: Optional[Program] = None
 
     def _program(self) -> Program:
         if self.chosen == "single" or self.streams_program is None:
@@ -149,7 +152,7 @@ class NimbleCompiled:
                 self.chosen, self.report["reason"], graph = self._choose(args, saved, static)
                 self.report["choice"] = self.chosen
             if graph is None:
-                graph = CapturedGraph(self._program(), args, static, self.options["warmups"], self.mutated, self._pool(lend), self.options["priority"])
+                graph = self._captured(self._program(), args, static, lend)
         finally:
             _restore(saved)
         graph.consumes = tuple(consumes)
@@ -163,6 +166,12 @@ class NimbleCompiled:
         self.report.setdefault(peaks, {})[str(shape_key_summary([args[i] for i in graph.copied]))] = graph.peak_bytes
         self.report["capture_seconds"] = self.report.get("capture_seconds", 0.0) + seconds_since(started)
         return graph
+
+    def _captured(self, program, args, static, lend: bool = True) -> CapturedGraph:
+        """``program`` captured for ``args`` into ``_pool(lend)``, its stream 0 at high priority
+        if the program asks (the critical-path plan) or option ``priority`` does."""
+        priority = getattr(program, "priority", self.options["priority"])
+        return CapturedGraph(program, args, static, self.options["warmups"], self.mutated, self._pool(lend), priority)
 
     def _pool(self, lend: bool = True):
         """The memory pool of a new capture: the shared one (None), or for a backward that lends
@@ -185,10 +194,16 @@ class NimbleCompiled:
             _restore(saved)
             with torch.no_grad():
                 expected.append(_float_outputs(self.gm(*inputs)))
-        samples, errors, graph = {}, {}, None
-        # One region first: if the streams, timed second, win, their graph is kept as it is.
-        for name, program in (("single", self.single_program), ("streams", self.streams_program)):
-            graph = CapturedGraph(program, args, static, self.options["warmups"], self.mutated, self._pool(), self.options["priority"])
+        candidates = [("single", self.single_program), ("streams", self.streams_program)]
+        if self.critical_program is not None:
+            candidates.append(("critical", self.critical_program))
+        samples: Dict[str, List[float]] = {}
+        errors: Dict[str, float] = {}
+        # The fastest streams' graph so far is kept: if they win, it is kept as it is. At most
+        # two graphs' memory is held at a time.
+        kept: Dict[str, CapturedGraph] = {}
+        for name, program in candidates:
+            graph = self._captured(program, args, static)
             samples[name] = time_samples_ms(lambda graph=graph: graph(args))
             distances = []
             for inputs, reference in zip(checks, expected):
@@ -196,40 +211,61 @@ class NimbleCompiled:
                 distances.append(_distance(_float_outputs(graph(inputs)), reference))
             errors[name] = sorted(distances)[len(distances) // 2]
             self.report.setdefault("measured_peak_bytes", {})[name] = graph.peak_bytes
-            if name == "single":
-                del graph
-                graph = None
-        streams_q, single_q = quartiles(samples["streams"]), quartiles(samples["single"])
+            if name != "single" and all(quartiles(samples[name])[1] < quartiles(samples[k])[1] for k in kept):
+                kept.clear()
+                kept[name] = graph
+            del graph
+        # The streams to hold against one region: the fastest plan, by median, among those no
+        # further from eager than one region (unless accuracy="any"; if none is, the fastest).
+        plans = [name for name, _ in candidates[1:]]
+        accurate = [n for n in plans if self.options["accuracy"] == "any" or errors[n] <= errors["single"] * (1 + ACCURACY_SLACK)]
+        best = min(accurate or plans, key=lambda n: quartiles(samples[n])[1])
+        program = dict(candidates)[best]
+        graph = kept.get(best)
+        kept.clear()
+        streams_q, single_q = quartiles(samples[best]), quartiles(samples["single"])
         if streams_q[2] >= single_q[0] and streams_q[1] < single_q[1]:
             # Not apart, though the streams' median is lower: a noisy moment (one such choice
             # kept one region 17% slower, by median, than the streams). One region is captured
             # again and both are timed in turns (both graphs held meanwhile), all samples pooled.
-            single = CapturedGraph(self.single_program, args, static, self.options["warmups"], self.mutated, self._pool(), self.options["priority"])
+            if graph is None:
+                graph = self._captured(program, args, static)
+            single = self._captured(self.single_program, args, static)
             for _ in range(RETIMINGS):
                 samples["single"] += time_samples_ms(lambda: single(args))
-                samples["streams"] += time_samples_ms(lambda: graph(args))
+                samples[best] += time_samples_ms(lambda: graph(args))
             del single
-            streams_q, single_q = quartiles(samples["streams"]), quartiles(samples["single"])
+            streams_q, single_q = quartiles(samples[best]), quartiles(samples["single"])
             self.report["timed_again"] = RETIMINGS
         again = f", {RETIMINGS} more timings each" if "timed_again" in self.report else ""
-        self.report["measured_ms"] = {"streams": streams_q[1], "single": single_q[1]}
+        self.report["measured_ms"] = {name: quartiles(samples[name])[1] for name, _ in candidates}
         # Root-mean-square error over root-mean-square value of the outputs against the ATen
         # graph run eagerly, the median over the check's inputs.
         self.report["measured_error"] = errors
-        streams = self.report["streams"]
+        streams = program.partition.streams
+        first = " (the heaviest path first, at high priority)" if best == "critical" else ""
         # Streams only where they win beyond the timings' noise: their upper quartile below one
         # region's lower quartile. Otherwise the compiler's own program, which is never slower
         # than itself.
         if streams_q[2] >= single_q[0]:
-            return "single", f"measured {single_q[1]:.3f} ms as one region against {streams_q[1]:.3f} ms on {streams} streams (streams not faster beyond noise{again})", None
+            return "single", f"measured {single_q[1]:.3f} ms as one region against {streams_q[1]:.3f} ms on {streams} streams{first} (streams not faster beyond noise{again})", None
         # And, unless accuracy="any", only where they are no further from eager than the
         # compiler's own program (within 2%: float32's reassociation noise).
-        if self.options["accuracy"] == "compiler" and errors["streams"] > errors["single"] * (1 + ACCURACY_SLACK):
+        if self.options["accuracy"] == "compiler" and errors[best] > errors["single"] * (1 + ACCURACY_SLACK):
             return "single", (
                 f"streams measured {streams_q[1]:.3f} ms against {single_q[1]:.3f} ms as one region but further from eager "
-                f"({errors['streams']:.2e} against {errors['single']:.2e}; option accuracy=\"any\" keeps them)"
+                f"({errors[best]:.2e} against {errors['single']:.2e}; option accuracy=\"any\" keeps them)"
             ), None
-        return "streams", f"measured {streams_q[1]:.3f} ms on {streams} streams against {single_q[1]:.3f} ms as one region (quartiles apart{again})", graph
+        if best == "critical":
+            self._adopt(program)
+        return "streams", f"measured {streams_q[1]:.3f} ms on {streams} streams{first} against {single_q[1]:.3f} ms as one region (quartiles apart{again})", graph
+
+    def _adopt(self, program) -> None:
+        """The critical-path plan in the primary plan's place, and in the report."""
+        self.streams_program = program
+        partition = program.partition
+        self.report.update(algorithm=partition.algorithm, priority=True, streams=partition.streams, syncs=partition.syncs, regions=partition.regions)
+        self.report.update(shared_buffers=program.shared_buffers, shared_kept_to_end=program.kept_to_end)
 
     def _shuffled(self, args, static: List[bool], seed: int) -> List[Any]:
         """``args`` with each user input's values permuted (a fixed permutation per seed)."""

@@ -13,7 +13,7 @@ in the plan's order, each kernel on its stream (on the CPU, in plan order on one
 import json
 import sys
 from dataclasses import dataclass
-from typing import Any, List, Sequence
+from typing import Any, Dict, List, Sequence
 
 from .. import scheduling
 from .emit import Schedule
@@ -75,7 +75,9 @@ class InductorProgram:
 class PlannedProgram:
     """Inductor's kernels on the plan's streams."""
 
-    def __init__(self, compiled, wrapper: WrapperProgram, plan: dict, cut: dict):
+    def __init__(self, compiled, wrapper: WrapperProgram, plan: dict, cut: dict, priority: bool = False):
+        # Whether its capture puts the plan's stream 0 at the device's highest priority.
+        self.priority = priority
         self.partition = PlanSummary(
             algorithm=plan["algorithm"], streams=plan["streams"], syncs=plan["syncs"], regions=len(cut["regions"]), kernels=len(wrapper.tasks)
         )
@@ -95,6 +97,19 @@ class PlannedProgram:
     def launch(self, args: Sequence[Any], streams: List[Any]):
         raw = [s.cuda_stream for s in streams]
         return _aligned(lambda values: self._on_streams(values, streams, raw), self._compiled)(list(args))
+
+
+def same_plan(a: dict, b: dict) -> bool:
+    """Whether two plans of one task graph put the same tasks together on streams, in the same
+    order, with the same syncs (stream numbers aside)."""
+
+    def streams(p: dict):
+        members: Dict[int, List[str]] = {}
+        for task in p["order"]:
+            members.setdefault(p["stream_of"][str(task)], []).append(task)
+        return sorted(members.values())
+
+    return streams(a) == streams(b) and sorted(map(tuple, a["sync_edges"])) == sorted(map(tuple, b["sync_edges"]))
 
 
 def plan(wrapper: WrapperProgram, algorithm: str):

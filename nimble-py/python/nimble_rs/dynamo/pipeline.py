@@ -69,6 +69,13 @@ DEFAULTS: Dict[str, Any] = {
     # stride, padding and dilation run as one convolution over their concatenated weights
     # (``merge``), before Inductor compiles the graph (granularity "kernels").
     "merge_convolutions": False,
+    # True: with choose="auto" on a GPU (granularity "kernels"), a second plan is timed beside
+    # the chosen algorithm's and Inductor's program: Nimble's chains with the heaviest path of
+    # kernels on stream 0 (`nimble-critical`), that stream captured at the highest priority.
+    # The fastest of the three is kept (the report's `measured_ms` has each, `algorithm` and
+    # `priority` the plan kept); where the GPU is full (batch 16 on branchy CNNs) the kernels
+    # on the critical path then go first.
+    "time_critical_path": True,
 }
 
 # Ops that make the host wait for the device: a CUDA graph cannot contain them.
@@ -99,7 +106,7 @@ def _options(options: Optional[dict]) -> Dict[str, Any]:
         raise NimbleInputError(f"option granularity={chosen['granularity']!r}: expected \"kernels\" or \"regions\"")
     if chosen["graphs"] is not None and (not isinstance(chosen["graphs"], (str, os.PathLike)) or os.path.isfile(chosen["graphs"])):
         raise NimbleInputError(f"option graphs={chosen['graphs']!r}: expected a directory to write the planned kernel graphs to")
-    for flag in ("priority", "merge_convolutions"):
+    for flag in ("priority", "merge_convolutions", "time_critical_path"):
         if not isinstance(chosen[flag], bool):
             raise NimbleInputError(f"option {flag}={chosen[flag]!r}: expected True or False")
     if chosen["accuracy"] not in ("compiler", "any"):
@@ -301,17 +308,21 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
             if plan["streams"] == 1:
                 report["reason"] = f"{options['algorithm']} plans one stream: Inductor's program as it is"
             else:
-                streams_program = kernels_plan.PlannedProgram(compiled, wrapper, plan, cut)
+                streams_program = kernels_plan.PlannedProgram(compiled, wrapper, plan, cut, options["priority"])
                 report["shared_buffers"] = streams_program.shared_buffers
                 report["shared_kept_to_end"] = streams_program.kept_to_end
         except Exception as error:  # noqa: BLE001 - Inductor's own program is always there to run
             # A plan the checker refuses, or code that does not compile: Inductor's program runs,
             # announced with the reason.
             _unplanned(report, kind, error)
+    critical = None
+    if streams_program is not None and options["choose"] == "auto" and options["time_critical_path"] and on_cuda and uncapturable is None:
+        critical = _critical_path_program(compiled, wrapper, plan, report)
     report.setdefault("streams", 1)
     if streams_program is not None and options["choose"] == "streams":
         single_program = None
     nimble = _assemble(streams_program, single_program, reference, example_inputs, static_indices, mutated, kind, signature, report, uncapturable, options, started)
+    nimble.critical_program = critical
     if wrapper is not None:
         nimble.clobbered = [i for i in wrapper.written_inputs() if i not in mutated]
         if nimble.clobbered:
@@ -324,6 +335,28 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
 
     compiled.current_callable = call
     return compiled
+
+
+CRITICAL_PATH = "nimble-critical"
+
+
+def _critical_path_program(compiled, wrapper, primary: dict, report: Dict[str, Any]):
+    """The plan with the heaviest path first (``CRITICAL_PATH``, its stream 0 captured at the
+    highest priority), timed at the choice beside the primary plan (option
+    ``time_critical_path``); None where it is the primary plan already (the same streams and
+    syncs; its priority alone is option ``priority``) or cannot be planned (the report says
+    why: the primary plan and Inductor's program are still there to choose from)."""
+    try:
+        plan, cut = kernels_plan.plan(wrapper, CRITICAL_PATH)
+        if plan["streams"] == 1 or kernels_plan.same_plan(plan, primary):
+            report["critical_path"] = "the same plan as the primary" if plan["streams"] > 1 else "one stream"
+            return None
+        program = kernels_plan.PlannedProgram(compiled, wrapper, plan, cut, priority=True)
+    except Exception as error:  # noqa: BLE001 - the primary plan and Inductor's program remain
+        report["critical_path"] = f"not planned: {error}"
+        return None
+    report["critical_path"] = {"streams": plan["streams"], "syncs": plan["syncs"], "regions": len(cut["regions"])}
+    return program
 
 
 def _write_graph(graph: dict, directory, kind: str) -> str:
