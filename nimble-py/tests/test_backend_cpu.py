@@ -244,6 +244,9 @@ def test_ops_on_weights_alone_join_their_reader():
 def test_training_through_the_backend_matches_eager(make, shape):
     # AOTAutograd's forward and backward graphs are each planned and run as regions: gradients
     # reach .grad, any optimizer steps them, BatchNorm's statistics move as eager's do.
+    # Seeded: the inputs, whatever ran before (Inception's convolution bias before BatchNorm has
+    # a gradient of zero computed as rounding noise, which some draws put past the 1e-6 floor).
+    torch.manual_seed(0)
     torch._dynamo.reset()
     eager = make().train()
     fast_model = copy.deepcopy(eager)
