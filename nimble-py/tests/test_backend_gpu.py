@@ -211,14 +211,15 @@ def test_the_critical_path_plan_is_kept_where_it_is_the_fastest(critical_faster,
     # priority, and its outputs match eager.
     from nimble_rs.dynamo import compiled as choice
 
-    made = []
+    captures, replays = [], []
+    capture, replay = runner.CapturedGraph.__init__, runner.CapturedGraph.__call__
 
-    class Recorded(torch.cuda.Stream):
-        def __new__(cls, device=None, priority=0, **kwargs):
-            made.append(priority)
-            return super().__new__(cls, device, priority, **kwargs)
+    def recorded_capture(graph, program, *args, **kwargs):
+        capture(graph, program, *args, **kwargs)
+        captures.append((graph, program.partition.algorithm, args[-1]))
 
-    monkeypatch.setattr(torch.cuda, "Stream", Recorded)
+    monkeypatch.setattr(runner.CapturedGraph, "__init__", recorded_capture)
+    monkeypatch.setattr(runner.CapturedGraph, "__call__", lambda graph, args: replays.append(graph) or replay(graph, args))
     timings = iter([[1.0] * 30, [0.8] * 30, [0.5 if critical_faster else 0.9] * 30])
     monkeypatch.setattr(choice, "time_samples_ms", lambda run, repeats=30: next(timings))
     model = Inception(channels=16).cuda().eval()
@@ -231,15 +232,15 @@ def test_the_critical_path_plan_is_kept_where_it_is_the_fastest(critical_faster,
     assert isinstance(report["critical_path"], dict), report  # the plans differ on this model
     assert report["measured_ms"] == {"single": 1.0, "streams": 0.8, "critical": 0.5 if critical_faster else 0.9}, report
     assert report["choice"] == "streams" and report["captured_shapes"] == 1, report
-    highest = Recorded.priority_range()[1]
+    # One capture each to time; the kept graph is the fastest's, not captured again.
+    assert [(algorithm, priority) for _, algorithm, priority in captures] == [("single", False), ("nimble", False), ("nimble-critical", True)], captures
+    kept = next(c for c in captures if c[1] == ("nimble-critical" if critical_faster else "nimble"))
+    assert replays[-5:] == [kept[0]] * 5, (replays, captures)
     if critical_faster:
         assert report["algorithm"] == "nimble-critical" and report["priority"] is True, report
         assert report["streams"] == report["critical_path"]["streams"] and "heaviest path first" in report["reason"], report
-        # Its graph was kept from the choice: the last capture made is the critical one's.
-        assert highest in made and made[-report["streams"]] == highest, made
     else:
-        # Captured at high priority to be timed, but the primary plan's graph is kept.
-        assert report["algorithm"] == "nimble" and "priority" not in report and highest in made, report
+        assert report["algorithm"] == "nimble" and "priority" not in report, report
 
 
 @pytest.mark.parametrize("accuracy", ["compiler", "any"])
