@@ -95,6 +95,19 @@ proptest! {
     }
 
     #[test]
+    fn nimble_bounded_uses_at_most_k_streams_and_is_nimble_below_the_bound((n, edges) in random_dag(), k in 1usize..6) {
+        let graph = build(n, &edges);
+        let analysis = Analysis::new(&graph);
+        let nimble = algorithms::by_name("nimble").unwrap().assign(&analysis);
+        let bounded = algorithms::by_name(&format!("nimble-bounded:{k}")).unwrap().assign(&analysis);
+        prop_assert!(verify(&analysis, &bounded).is_valid());
+        prop_assert!(bounded.streams <= k.max(1) && bounded.streams <= nimble.streams.max(1), "{} streams for k {}", bounded.streams, k);
+        if nimble.streams <= k {
+            prop_assert_eq!((&bounded.stream_of, &bounded.syncs), (&nimble.stream_of, &nimble.syncs));
+        }
+    }
+
+    #[test]
     fn hopcroft_karp_matches_petgraph((n, edges) in random_dag()) {
         // The bipartite graph of Algorithm 1: left copy u, right copy v for each edge u -> v.
         let adjacency: Vec<Vec<usize>> = (0..n)

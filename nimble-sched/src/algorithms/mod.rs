@@ -5,6 +5,7 @@
 //! [`AlgorithmInfo`] line to [`ALGORITHMS`]. The CLI, the experiments and the property tests
 //! (every registered algorithm's plans must verify) pick it up from there.
 
+mod bounded;
 mod critical;
 mod greedy;
 mod level;
@@ -12,6 +13,7 @@ mod nimble;
 mod round_robin;
 mod single;
 
+pub use bounded::NimbleBounded;
 pub use critical::{heaviest_meg_path, NimbleCritical};
 pub use greedy::Greedy;
 pub use level::Level;
@@ -58,19 +60,7 @@ pub const ALGORITHMS: &[AlgorithmInfo] = &[
         name: "round-robin",
         usage: "round-robin:K",
         summary: "i-th task in topological order on stream i mod K (K defaults to 4)",
-        build: |argument| {
-            let streams = match argument {
-                None => 4,
-                Some(text) => text.parse().ok().filter(|&k: &usize| k >= 1).ok_or_else(|| {
-                    SchedError::InvalidArgument {
-                        algorithm: "round-robin".into(),
-                        argument: text.into(),
-                        expected: "a stream count of at least 1, as in round-robin:4".into(),
-                    }
-                })?,
-            };
-            Ok(Box::new(RoundRobin { streams }))
-        },
+        build: |argument| Ok(Box::new(RoundRobin { streams: stream_count("round-robin", argument, 4)? })),
     },
     AlgorithmInfo {
         name: "level",
@@ -90,7 +80,25 @@ pub const ALGORITHMS: &[AlgorithmInfo] = &[
         summary: "Nimble's chains with the heaviest path (by duration_us, else by tasks) matched first, alone on stream 0",
         build: |argument| no_argument("nimble-critical", argument, Box::new(NimbleCritical)),
     },
+    AlgorithmInfo {
+        name: "nimble-bounded",
+        usage: "nimble-bounded:K",
+        summary: "Nimble's plan folded onto at most K streams (K defaults to 8, CUDA's hardware queues), streams busy at different times sharing one",
+        build: |argument| Ok(Box::new(NimbleBounded { streams: stream_count("nimble-bounded", argument, 8)? })),
+    },
 ];
+
+/// The stream count an algorithm takes as its argument (`default` without one).
+fn stream_count(algorithm: &str, argument: Option<&str>, default: usize) -> Result<usize> {
+    match argument {
+        None => Ok(default),
+        Some(text) => text.parse().ok().filter(|&k: &usize| k >= 1).ok_or_else(|| SchedError::InvalidArgument {
+            algorithm: algorithm.into(),
+            argument: text.into(),
+            expected: format!("a stream count of at least 1, as in {algorithm}:4"),
+        }),
+    }
+}
 
 fn no_argument(
     algorithm: &str,
