@@ -241,7 +241,7 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
     // The ratios and round ranges README and docs/python.md publish for the records timed in
     // rounds, and eager's own TF32 drift judging Inception-v4's float32 errors.
     let figures = scratch("same-process-rounds");
-    let cases: [(&str, &[(&str, &str, &str)]); 6] = [
+    let cases: [(&str, &[(&str, &str, &str)]); 8] = [
         ("same-process-backend-6476f4a-bfloat16-b1-decoders.json", &[("llama", "0.89", "0.89–0.89"), ("qwen2", "0.86", "0.85–0.87"), ("mistral", "0.90", "0.90–0.90")]),
         ("same-process-backend-628bc90-float32-b1-branchy.json", &[("googlenet", "0.65", "0.63–0.65"), ("inception-v4", "0.68", "0.66–0.69"), ("nasnet-a-large", "0.66", "0.64–0.67")]),
         // The critical-path plan timed at the choice (option time_critical_path), batch 16.
@@ -249,6 +249,8 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
         ("same-process-backend-e1a9fbe-float32-b16-inception-v4-critical-choice.json", &[("inception-v4", "0.83", "0.79–0.86")]),
         ("same-process-backend-e1a9fbe-float32-b16-nasnet-a-large.json", &[("nasnet-a-large", "0.96", "0.95–0.99")]),
         ("same-process-backend-4183d73-float32-b16-googlenet-inception-v3-bounded8.json", &[("googlenet", "0.78", "0.75–0.85"), ("inception-v3", "0.83", "0.82–0.87")]),
+        ("same-process-backend-4183d73-float32-b1-googlenet.json", &[("googlenet", "0.57", "0.57–0.61")]),
+        ("same-process-backend-4183d73-bfloat16-b16-qwen2.json", &[("qwen2", "0.97", "0.95–0.97")]),
     ];
     for (record, rows) in cases {
         let output = nimble_bench(&["same-process", "--results", &format!("../paper-figs/results/{record}"), "--out-dir", figures.to_str().unwrap()]);
