@@ -3,8 +3,9 @@
 //! H100): planned by every registered algorithm and simulated without a GPU, the SMs shared
 //! among concurrent kernels, and the numbers docs/python.md publishes from them.
 
-use std::process::Command;
+mod common;
 
+use common::{nimble_bench, scratch, stdout};
 use nimble_graph::TaskGraph;
 
 const DIR: &str = "../paper-figs/results/fused-kernel-graphs-occupancy";
@@ -15,14 +16,9 @@ fn read(path: &str) -> serde_json::Value {
 
 #[test]
 fn the_occupancy_graphs_simulate_with_shared_sms_under_every_algorithm() {
-    let scratch = std::env::temp_dir().join(format!("nimble-bench-occupancy-{}", std::process::id()));
-    std::fs::create_dir_all(&scratch).unwrap();
-    let results = scratch.join("simulated.json");
-    let output = Command::new(env!("CARGO_BIN_EXE_nimble-bench"))
-        .args(["schedulers", "--simulate", "--graphs", DIR, "--results", results.to_str().unwrap(), "--out-dir", scratch.join("figures").to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let results = scratch("occupancy-simulated.json");
+    let figures = scratch("occupancy-figures");
+    stdout(&nimble_bench(&["schedulers", "--simulate", "--graphs", DIR, "--results", results.to_str().unwrap(), "--out-dir", figures.to_str().unwrap()]));
     let record = read(results.to_str().unwrap());
     let provenance = read(&format!("{DIR}/provenance.json"));
     let models = record["models"].as_array().unwrap();
