@@ -108,6 +108,21 @@ def test_parameters_are_read_in_place():
         assert relative_error(fast(x), model(x)) < TOLERANCE
 
 
+def test_a_parameter_whose_memory_moved_is_captured_again():
+    # `p.data = other`: the same Parameter object at another address (Dynamo does not compile
+    # again). The old graph would read the old memory: it is captured again, announced.
+    model = Inception(channels=8).cuda().eval()
+    fast = compiled(model, choose="streams")
+    x = torch.randn(1, 8, 16, 16, device="cuda")
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fast(x)
+        model.mix.weight.data = model.mix.weight.data * -2.0
+        assert relative_error(fast(x), model(x)) < TOLERANCE
+    assert any("capturing again" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    assert last_report()["captured_shapes"] == 1
+
+
 def test_shapes_share_one_pool_and_are_bounded():
     model = Attention(d=32).cuda().eval()
     fast = compiled(model, choose="streams", max_shapes=2)

@@ -86,9 +86,9 @@ class NimbleCompiled:
             # captured forward's outputs this graph reads in place.
             return self._uncaptured(args)
         if graph is not None:
-            # Same shapes, but a parameter or buffer is another tensor now: the old graph reads
-            # the old one. Capture again in its place.
-            warn_once(("moved", self.signature), "nimble backend: a parameter or buffer of a captured graph was replaced by another tensor; capturing again")
+            # Same shapes, but a parameter or buffer is another tensor now, or its memory moved
+            # (`p.data = other`): the old graph reads the old memory. Capture again in its place.
+            warn_once(("moved", self.signature), "nimble backend: a parameter or buffer of a captured graph was replaced by another tensor or moved to other memory; capturing again")
         elif not admit_shape(self.signature, key, self.options["max_shapes"]):
             return self._uncaptured(args)
         self.last = self.captures[key] = None  # the old graph's memory goes before the new capture

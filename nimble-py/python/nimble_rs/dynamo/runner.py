@@ -186,63 +186,36 @@ def _use_count(tensor: torch.Tensor, storage: torch.UntypedStorage) -> Tuple[int
 
 class StaticInputs:
     """The inputs a captured graph reads in place (parameters, buffers; hundreds of them), and
-    whether a call passes the very tensors captured, else tensors at their addresses.
+    whether a call passes tensors at the captured addresses.
 
-    Checked on every call before the replay starts, so on the call's critical path: runs of
-    consecutive positions (AOTAutograd passes parameters and buffers first, together) are
-    compared as whole slices, which compares by identity first, in C (a few microseconds for
-    hundreds of parameters, where a Python loop took tens). A slice compares equal only if every
-    element is the captured tensor itself: any other tensor of more than one element makes the
-    comparison raise or differ (a tensor's truth value is ambiguous), so one-element tensors,
-    whose comparison would be by value, are checked one by one, as is any call whose slices do
-    not all match (then by address)."""
+    By address, not by identity: ``p.data = other`` keeps the Parameter object and moves its
+    memory (Dynamo does not compile again for it), so a graph captured on the old address must
+    not replay; and a backward's saved values come as other tensor objects at the addresses
+    captured. Checked on every call before the replay starts, so on the call's critical path:
+    in C, ``torch._C._tensors_data_ptrs_at_indices_equal``, as PyTorch's cudagraph trees check
+    their static inputs (a Python loop over ``data_ptr()`` took half as long again)."""
 
     def __init__(self, args: Sequence[Any], positions: Sequence[int]):
         self.positions = list(positions)
-        self.tensors = [args[i] for i in self.positions]
-        self.addresses = [t.data_ptr() for t in self.tensors]
-        self.one_by_one = [(i, args[i]) for i in self.positions if args[i].numel() == 1]
-        bounds: List[List[int]] = []
-        for i in self.positions:
-            if args[i].numel() == 1:
-                continue
-            if bounds and bounds[-1][1] == i:
-                bounds[-1][1] = i + 1
-            else:
-                bounds.append([i, i + 1])
-        self.runs = [(low, high, tuple(args[low:high])) for low, high in bounds]
-        self.by_slices = True
+        self.addresses = [args[i].data_ptr() for i in self.positions]
+        # The captured address at each position read in place (None elsewhere), as the check
+        # in C takes them.
+        self.address_at: List[Any] = [None] * len(args)
+        for i, address in zip(self.positions, self.addresses):
+            self.address_at[i] = address
 
     def match(self, args: Sequence[Any]) -> bool:
-        if not self.by_slices:
-            return self._by_address(args)
+        if len(args) != len(self.address_at):
+            return False
         try:
-            for low, high, captured in self.runs:
-                part = args[low:high]
-                if (part if type(part) is tuple else tuple(part)) != captured:
-                    return self._after_a_miss(args)
-        except (RuntimeError, TypeError, ValueError):
-            return self._after_a_miss(args)
-        for i, tensor in self.one_by_one:
-            if args[i] is not tensor:
-                return self._after_a_miss(args)
-        return True
-
-    def _after_a_miss(self, args: Sequence[Any]) -> bool:
-        """By address; where that matches, the caller passes other tensors at the captured
-        addresses (a backward's saved values, say), so from now on every call is checked so."""
-        matched = self._by_address(args)
-        if matched:
-            self.by_slices = False
-        return matched
-
-    def _by_address(self, args: Sequence[Any]) -> bool:
-        """Every position holds the captured tensor or a tensor at its address."""
-        for i, tensor, address in zip(self.positions, self.tensors, self.addresses):
-            a = args[i]
-            if a is not tensor and (not isinstance(a, torch.Tensor) or a.data_ptr() != address):
-                return False
-        return True
+            return torch._C._tensors_data_ptrs_at_indices_equal(list(args), self.address_at, self.positions)
+        except (AttributeError, TypeError, RuntimeError):
+            # Not a tensor where one was captured, or a torch without the check in C.
+            for i, address in zip(self.positions, self.addresses):
+                a = args[i]
+                if not isinstance(a, torch.Tensor) or a.data_ptr() != address:
+                    return False
+            return True
 
 
 class CapturedGraph:
