@@ -9,6 +9,11 @@ use std::process::Command;
 
 use common::{nimble_bench, scratch, stdout, write};
 
+/// The text `nimble-bench COMMAND --results RECORDS --out-dir FIGURES` prints, having succeeded.
+fn rendered(command: &str, records: &str, figures: &std::path::Path) -> String {
+    stdout(&nimble_bench(&[command, "--results", records, "--out-dir", figures.to_str().unwrap()]))
+}
+
 #[test]
 fn schedulers_simulate_runs_every_algorithm_on_the_committed_model_graphs_without_a_gpu() {
     let results = scratch("schedulers-simulated.json");
@@ -206,9 +211,7 @@ fn scaling_renders_the_committed_records_with_the_simulators_projection_and_name
 fn same_process_renders_the_committed_records_and_names_a_bad_one() {
     let figures = scratch("same-process-figures");
     let records = "../paper-figs/results/same-process-f299530.json,../paper-figs/results/same-process-8364cf5.json";
-    let output = nimble_bench(&["same-process", "--results", records, "--out-dir", figures.to_str().unwrap()]);
-    let text = stdout(&output);
-    assert!(output.status.success(), "{text}");
+    let text = rendered("same-process", records, &figures);
     // Every model of both records (the older one and today's), with Nimble's latency over
     // torch.compile's.
     for model in ["resnet50", "inception-v3", "bert-base", "nasnet-a-large"] {
@@ -227,9 +230,7 @@ fn same_process_labels_each_setting_and_judges_errors_by_dtype() {
     // setting, and bfloat16's drift of 1.5e-2 from eager is within its tolerance.
     let figures = scratch("same-process-settings");
     let records = "../paper-figs/results/same-process-backend-771d13a-float32-b1-inception-v3.json,../paper-figs/results/same-process-backend-e4b9e0e-float32-b16-inception-v3.json,../paper-figs/results/same-process-backend-e4b9e0e-bfloat16-b1-decoders.json";
-    let output = nimble_bench(&["same-process", "--results", records, "--out-dir", figures.to_str().unwrap()]);
-    let text = stdout(&output);
-    assert!(output.status.success(), "{text}");
+    let text = rendered("same-process", records, &figures);
     for label in ["inception-v3 (float32, b1)", "inception-v3 (float32, b16)", "llama (bfloat16, b1)", "mistral (bfloat16, b1)"] {
         assert!(text.lines().any(|l| l.starts_with(label)), "{label}: {text}");
     }
@@ -253,16 +254,13 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
         ("same-process-backend-4183d73-bfloat16-b16-qwen2.json", &[("qwen2", "0.97", "0.95–0.97")]),
     ];
     for (record, rows) in cases {
-        let output = nimble_bench(&["same-process", "--results", &format!("../paper-figs/results/{record}"), "--out-dir", figures.to_str().unwrap()]);
-        let text = stdout(&output);
-        assert!(output.status.success(), "{text}");
+        let text = rendered("same-process", &format!("../paper-figs/results/{record}"), &figures);
         for (model, ratio, rounds) in rows {
             let row: Vec<&str> = text.lines().find(|l| l.split_whitespace().next() == Some(model)).unwrap_or_default().split_whitespace().collect();
             assert_eq!((row.get(7).copied(), row.get(8).copied()), (Some(*ratio), Some(*rounds)), "{model}: {text}");
         }
     }
-    let output = nimble_bench(&["same-process", "--results", "../paper-figs/results/same-process-backend-36225d0-float32-b1-inception-v4-googlenet.json", "--out-dir", figures.to_str().unwrap()]);
-    let text = stdout(&output);
+    let text = rendered("same-process", "../paper-figs/results/same-process-backend-36225d0-float32-b1-inception-v4-googlenet.json", &figures);
     assert!(text.contains("inception-v4: backend differs from eager by 1.7e-1, within eager's own drift with TF32 off (2.3e-1"), "{text}");
     assert!(text.contains("inception-v4: nimble differs from eager by 2.7e-1 (tolerance 1e-2; eager's own drift with TF32 off 2.3e-1)"), "{text}");
 }
@@ -284,9 +282,7 @@ fn same_process_guards_the_backends_whole_record_of_52_cells() {
     assert_eq!(records.len(), 16, "{records:?}");
     records.extend(["same-process-backend-628bc90-float32-b1-branchy.json", "same-process-backend-6476f4a-bfloat16-b1-decoders.json", "same-process-backend-53f9b5d-float32-b1-inception-v3.json", "same-process-backend-53f9b5d-float32-b16-inception-v3.json"].map(String::from));
     let paths: Vec<String> = records.iter().map(|r| dir.join(r).to_string_lossy().into_owned()).collect();
-    let output = nimble_bench(&["same-process", "--results", &paths.join(","), "--out-dir", figures.to_str().unwrap()]);
-    let text = stdout(&output);
-    assert!(output.status.success(), "{text}");
+    let text = rendered("same-process", &paths.join(","), &figures);
     // "model (dtype, bN)  eager  cuda-graph  compile  nimble  nimble/compile  backend  backend/compile  rounds"
     let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split_whitespace().collect::<Vec<_>>()).filter(|w| w.len() == 11 && w[1].starts_with('(') && w[2].ends_with(')')).collect();
     assert_eq!(rows.len(), 53, "{text}");
@@ -316,29 +312,19 @@ fn same_process_guards_the_backends_whole_record_of_52_cells() {
 #[test]
 fn training_backend_renders_the_committed_record_and_refuses_another_kind() {
     let figures = scratch("training-backend-figures");
-    let output = nimble_bench(&["training-backend", "--results", "../paper-figs/results/training-backend-93c4aa5-b32.json", "--out-dir", figures.to_str().unwrap()]);
-    let text = stdout(&output);
-    assert!(output.status.success(), "{text}");
+    let text = rendered("training-backend", "../paper-figs/results/training-backend-93c4aa5-b32.json", &figures);
     // The published ratios: ResNet-50 slower, MobileNetV2 and the encoder faster.
     for (model, ratio) in [("resnet50", "1.46"), ("mobilenet-v2", "0.91"), ("encoder", "0.97")] {
         assert!(text.lines().any(|l| l.starts_with(model) && l.split_whitespace().nth(5) == Some(ratio)), "{model}: {text}");
     }
     assert!(figures.join("training-backend.svg").exists());
     // After the gradients were lent, timed in rounds: the ratio and its range over rounds.
-    let output = nimble_bench(&["training-backend", "--results", "../paper-figs/results/training-backend-628bc90-b32-resnet50.json,../paper-figs/results/training-backend-7e3ac64-b32.json", "--out-dir", figures.to_str().unwrap()]);
-    let text = stdout(&output);
+    let text = rendered("training-backend", "../paper-figs/results/training-backend-628bc90-b32-resnet50.json,../paper-figs/results/training-backend-7e3ac64-b32.json", &figures);
     for (model, ratio, rounds) in [("resnet50", "0.91", "0.78–1.13"), ("resnet50", "1.10", "0.92–1.22"), ("mobilenet-v2", "1.06", "0.59–1.08")] {
         assert!(text.lines().any(|l| l.starts_with(model) && l.split_whitespace().nth(5) == Some(ratio) && l.split_whitespace().nth(6) == Some(rounds)), "{model}: {text}");
     }
     // Batches 32, 64 and 128 and the encoder (H200, 163561f): the published ratios and rounds.
-    let output = nimble_bench(&[
-        "training-backend",
-        "--results",
-        "../paper-figs/results/training-backend-163561f-resnet50-encoder.json,../paper-figs/results/training-backend-163561f-mobilenet-v2.json",
-        "--out-dir",
-        figures.to_str().unwrap(),
-    ]);
-    let text = stdout(&output);
+    let text = rendered("training-backend", "../paper-figs/results/training-backend-163561f-resnet50-encoder.json,../paper-figs/results/training-backend-163561f-mobilenet-v2.json", &figures);
     let published = [
         ("resnet50", "32", "0.91", "0.80–1.05"),
         ("resnet50", "64", "0.83", "0.73–0.89"),
