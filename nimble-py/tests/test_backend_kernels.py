@@ -104,6 +104,23 @@ def test_the_critical_path_plan_is_made_to_be_timed_beside_the_primary_one(incep
     assert not kernels_plan.same_plan(one_stream, critical)
 
 
+def test_a_critical_path_plan_that_cannot_be_made_is_announced(inception, monkeypatch):
+    from nimble_rs.dynamo import pipeline
+
+    model, x, compiled, static = inception
+    wrapper = WrapperProgram(kernels_plan.inductor_module(compiled), static)
+    primary, _ = kernels_plan.plan(wrapper, "nimble")
+
+    def refused(wrapper, algorithm):
+        raise RuntimeError("the checker refused it")
+
+    monkeypatch.setattr(kernels_plan, "plan", refused)
+    report = {}
+    with pytest.warns(RuntimeWarning, match="critical-path plan could not be made .the checker refused it.; the choice times the primary plan"):
+        assert pipeline._critical_path_program(compiled, wrapper, primary, report) is None
+    assert report["critical_path"] == "not planned: the checker refused it"
+
+
 def test_the_schedule_check_finds_a_missing_wait(inception):
     model, x, compiled, static = inception
     wrapper = WrapperProgram(kernels_plan.inductor_module(compiled), static)

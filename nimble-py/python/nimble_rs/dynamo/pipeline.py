@@ -354,6 +354,7 @@ def _critical_path_program(compiled, wrapper, primary: dict, report: Dict[str, A
         program = kernels_plan.PlannedProgram(compiled, wrapper, plan, cut, priority=True)
     except Exception as error:  # noqa: BLE001 - the primary plan and Inductor's program remain
         report["critical_path"] = f"not planned: {error}"
+        warnings.warn(f"nimble backend: the critical-path plan could not be made ({error}); the choice times the primary plan and Inductor's program only", RuntimeWarning, stacklevel=3)
         return None
     report["critical_path"] = {"streams": plan["streams"], "syncs": plan["syncs"], "regions": len(cut["regions"])}
     return program
