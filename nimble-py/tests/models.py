@@ -133,6 +133,36 @@ class Branchy(nn.Module):
         return self.b(-y).sigmoid()
 
 
+class WeightNormed(nn.Module):
+    """Branches of weight-normalised linears: each weight is computed from parameters alone
+    (the kernels option hoist_weight_kernels runs outside the program), and Inductor gives the
+    next branch's weight the last one's buffer."""
+
+    def __init__(self, features=16, branches=3):
+        super().__init__()
+        self.v = nn.ParameterList([nn.Parameter(torch.randn(features, features)) for _ in range(branches)])
+        self.g = nn.ParameterList([nn.Parameter(torch.rand(features, 1) + 0.5) for _ in range(branches)])
+
+    def forward(self, x):
+        return torch.cat([torch.relu(x @ (v * (g / v.norm(dim=1, keepdim=True))).t()) for v, g in zip(self.v, self.g)], 1)
+
+
+class Decaying(nn.Module):
+    """A weight scaled by a buffer the forward then changes in place: the scaled weight is
+    computed from parameters and buffers alone, but not from unchanging ones."""
+
+    def __init__(self, features=16):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(features, features))
+        self.u = nn.Parameter(torch.randn(features, features))
+        self.register_buffer("scale", torch.ones(1))
+
+    def forward(self, x):
+        y = torch.cat([x @ (self.w * self.scale).t(), x @ (self.u * 2).t()], 1)
+        self.scale.mul_(0.5)
+        return y
+
+
 class Counter(nn.Module):
     """Mutates a buffer in place and reads it again: AOTAutograd writes the input back with
     ``copy_``, which the task graph must order after every read."""

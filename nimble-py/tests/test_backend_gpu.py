@@ -123,6 +123,25 @@ def test_a_parameter_whose_memory_moved_is_captured_again():
     assert last_report()["captured_shapes"] == 1
 
 
+def test_weight_layout_copies_run_outside_the_graph_and_again_when_a_weight_changes():
+    # Inductor copies each 3x3 and 5x5 convolution's weight into the layout the convolution
+    # reads, on every call. With hoist_weight_kernels the copies run before the graph, and
+    # again only when such a weight changed in place or moved.
+    model = Inception(channels=16).cuda().eval()
+    fast = compiled(model, choose="streams", hoist_weight_kernels=True)
+    x = torch.randn(2, 16, 24, 24, device="cuda")
+    with torch.no_grad():
+        assert relative_error(fast(x), model(x)) < TOLERANCE
+        report = last_report()
+        assert report["hoisted_kernels"] >= 2 and report["hoisted_bytes"] > 0, report
+        model.b2[2].weight.mul_(-2.0)
+        model.b3[2].weight.data = model.b3[2].weight.data * 0.5
+        for _ in range(3):
+            x = torch.randn(2, 16, 24, 24, device="cuda")
+            assert relative_error(fast(x), model(x)) < TOLERANCE
+    assert last_report()["captured_shapes"] == 1
+
+
 def test_shapes_share_one_pool_and_are_bounded():
     model = Attention(d=32).cuda().eval()
     fast = compiled(model, choose="streams", max_shapes=2)

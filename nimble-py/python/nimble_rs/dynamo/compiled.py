@@ -162,6 +162,9 @@ class NimbleCompiled:
             graph.lends_outputs = True
             self.report["gradients"] = "lent"
         # A backward's second graph (gradients copied, see _training_replay) apart from its first.
+        if getattr(graph, "hoisted", None) is not None:
+            # Kept outside the graph's pool (option hoist_weight_kernels).
+            self.report["hoisted_bytes"] = graph.hoisted.bytes
         peaks = "peak_bytes" if lend else "copying_peak_bytes"
         self.report.setdefault(peaks, {})[str(shape_key_summary([args[i] for i in graph.copied]))] = graph.peak_bytes
         self.report["capture_seconds"] = self.report.get("capture_seconds", 0.0) + seconds_since(started)

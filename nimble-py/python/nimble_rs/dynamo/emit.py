@@ -22,8 +22,9 @@ storages that no point before the join makes safe. ``check()`` proves both, kern
 import ast
 import copy
 import sys
-from typing import Any, Dict, List, Sequence, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
+from . import hoist
 from .wrapper import WrapperError, WrapperProgram
 
 
@@ -55,6 +56,11 @@ class Schedule:
             for j in needs:
                 dependents[j].append(i)
         eager = {"del", "check", "host"}
+        # Hoisted statements ran before the program: done from the start, never emitted.
+        for i in sorted(p.skipped):
+            done.add(i)
+            for d in dependents[i]:
+                unmet[d] -= 1
 
         def emit(first: int) -> None:
             pending = [first]
@@ -196,11 +202,13 @@ class Schedule:
             known.step(step)
 
 
-    def function(self, streams: bool):
+    def function(self, streams: bool, cache: Optional[Dict[str, Any]] = None):
         """The plan's ``call`` (see the module's documentation), compiled in a copy of the
-        namespace of Inductor's module; ``self.source`` is its code."""
+        namespace of Inductor's module; ``self.source`` is its code. Where the program's
+        kernels on weights alone are hoisted (``WrapperProgram.exclude``), it starts by
+        binding the names they wrote to the values ``cache`` keeps."""
         p = self.program
-        body: List[ast.stmt] = []
+        body: List[ast.stmt] = hoist.bindings(p.hoisting) if p.hoisting is not None else []
         for step in self.steps:
             kind = step[0]
             if kind == "stmt":
@@ -233,6 +241,7 @@ class Schedule:
         tree = ast.fix_missing_locations(ast.Module(body=[function], type_ignores=[]))
         namespace = dict(vars(p.module))
         namespace.setdefault("torch", sys.modules["torch"])
+        namespace["_nimble_cache"] = cache
         exec(compile(tree, f"<nimble plan of {p.module.__name__}>", "exec"), namespace)
         self.source = ast.unparse(tree)
         return namespace["nimble_call"]

@@ -13,9 +13,10 @@ in the plan's order, each kernel on its stream (on the CPU, in plan order on one
 import json
 import sys
 from dataclasses import dataclass
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from .. import scheduling
+from . import hoist
 from .emit import Schedule
 from .wrapper import WrapperProgram
 
@@ -75,9 +76,13 @@ class InductorProgram:
 class PlannedProgram:
     """Inductor's kernels on the plan's streams."""
 
-    def __init__(self, compiled, wrapper: WrapperProgram, plan: dict, cut: dict, priority: bool = False):
+    def __init__(self, compiled, wrapper: WrapperProgram, plan: dict, cut: dict, priority: bool = False, prologue: Optional[hoist.Prologue] = None):
         # Whether its capture puts the plan's stream 0 at the device's highest priority.
         self.priority = priority
+        # The kernels on weights alone, run before the program (``prepare``) where hoisted
+        # (option hoist_weight_kernels; one prologue, and its kept values, per compiled graph).
+        self.prologue = prologue
+        self.prepare = self.prologue.prepare if self.prologue is not None else None
         self.partition = PlanSummary(
             algorithm=plan["algorithm"], streams=plan["streams"], syncs=plan["syncs"], regions=len(cut["regions"]), kernels=len(wrapper.tasks)
         )
@@ -85,16 +90,20 @@ class PlannedProgram:
         self.schedule = Schedule(wrapper, cut["regions"], cut["syncs"])
         # Proven before it runs: every kernel after every kernel it depends on.
         self.schedule.check()
-        self._in_order = _aligned(self.schedule.function(streams=False), compiled)
-        self._on_streams = self.schedule.function(streams=True)
+        cache = self.prologue.cache if self.prologue is not None else None
+        self._in_order = _aligned(self.schedule.function(False, cache), compiled)
+        self._on_streams = self.schedule.function(True, cache)
         self._compiled = compiled
         self.shared_buffers = self.schedule.shared
         self.kept_to_end = self.schedule.kept_to_end
 
     def run(self, args: Sequence[Any]):
+        if self.prepare is not None:
+            self.prepare(args)
         return self._in_order(list(args))
 
     def launch(self, args: Sequence[Any], streams: List[Any]):
+        """Inside a capture: the hoisted kernels, if any, ran before it (``prepare``)."""
         raw = [s.cuda_stream for s in streams]
         return _aligned(lambda values: self._on_streams(values, streams, raw), self._compiled)(list(args))
 

@@ -28,7 +28,7 @@ import torch.fx
 
 from .. import scheduling
 from ..errors import NimbleInputError
-from . import kernels_plan, merge
+from . import hoist, kernels_plan, merge
 from . import regions as regions_module
 from .compiled import NimbleCompiled, admit_shape, warn_once
 from .runner import Program, seconds_since, shape_key
@@ -76,6 +76,13 @@ DEFAULTS: Dict[str, Any] = {
     # `priority` the plan kept); where the GPU is full (batch 16 on branchy CNNs) the kernels
     # on the critical path then go first.
     "time_critical_path": True,
+    # True: in inference graphs (granularity "kernels", the plan's programs), the kernels that
+    # read parameters and buffers alone (on a GPU, the copy of each convolution's weight into
+    # the layout it reads) run once outside the CUDA graph, and again before a call only when
+    # such a parameter has moved or its version counter has changed (in-place ops, optimizers,
+    # load_state_dict). Writes through ``p.data`` bump no counter and are not seen: off by
+    # default (``hoist``).
+    "hoist_weight_kernels": False,
 }
 
 # Ops that make the host wait for the device: a CUDA graph cannot contain them.
@@ -106,7 +113,7 @@ def _options(options: Optional[dict]) -> Dict[str, Any]:
         raise NimbleInputError(f"option granularity={chosen['granularity']!r}: expected \"kernels\" or \"regions\"")
     if chosen["graphs"] is not None and (not isinstance(chosen["graphs"], (str, os.PathLike)) or os.path.isfile(chosen["graphs"])):
         raise NimbleInputError(f"option graphs={chosen['graphs']!r}: expected a directory to write the planned kernel graphs to")
-    for flag in ("priority", "merge_convolutions", "time_critical_path"):
+    for flag in ("priority", "merge_convolutions", "time_critical_path", "hoist_weight_kernels"):
         if not isinstance(chosen[flag], bool):
             raise NimbleInputError(f"option {flag}={chosen[flag]!r}: expected True or False")
     if chosen["accuracy"] not in ("compiler", "any"):
@@ -300,15 +307,17 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
     if options["graphs"] is not None and wrapper is not None:
         report["graph_file"] = _write_graph(wrapper.task_graph(), options["graphs"], kind)
     single_program = kernels_plan.InductorProgram(compiled, kernels)
-    streams_program = None
+    streams_program = prologue = None
     if options["choose"] != "single" and wrapper is not None and wrapper.tasks:
         try:
+            # Before planning: what the hoisted kernels ordered among the others is gone.
+            prologue = _prologue(wrapper, mutated, options, kind, report)
             plan, cut = kernels_plan.plan(wrapper, options["algorithm"])
             report.update(streams=plan["streams"], syncs=plan["syncs"], regions=len(cut["regions"]))
             if plan["streams"] == 1:
                 report["reason"] = f"{options['algorithm']} plans one stream: Inductor's program as it is"
             else:
-                streams_program = kernels_plan.PlannedProgram(compiled, wrapper, plan, cut, options["priority"])
+                streams_program = kernels_plan.PlannedProgram(compiled, wrapper, plan, cut, options["priority"], prologue)
                 report["shared_buffers"] = streams_program.shared_buffers
                 report["shared_kept_to_end"] = streams_program.kept_to_end
         except Exception as error:  # noqa: BLE001 - Inductor's own program is always there to run
@@ -317,7 +326,7 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
             _unplanned(report, kind, error)
     critical = None
     if streams_program is not None and options["choose"] == "auto" and options["time_critical_path"] and on_cuda and uncapturable is None:
-        critical = _critical_path_program(compiled, wrapper, plan, report)
+        critical = _critical_path_program(compiled, wrapper, plan, report, prologue)
     report.setdefault("streams", 1)
     if streams_program is not None and options["choose"] == "streams":
         single_program = None
@@ -340,7 +349,7 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
 CRITICAL_PATH = "nimble-critical"
 
 
-def _critical_path_program(compiled, wrapper, primary: dict, report: Dict[str, Any]):
+def _critical_path_program(compiled, wrapper, primary: dict, report: Dict[str, Any], prologue=None):
     """The plan with the heaviest path first (``CRITICAL_PATH``, its stream 0 captured at the
     highest priority), timed at the choice beside the primary plan (option
     ``time_critical_path``); None where it is the primary plan already (the same streams and
@@ -351,13 +360,26 @@ def _critical_path_program(compiled, wrapper, primary: dict, report: Dict[str, A
         if plan["streams"] == 1 or kernels_plan.same_plan(plan, primary):
             report["critical_path"] = "the same plan as the primary" if plan["streams"] > 1 else "one stream"
             return None
-        program = kernels_plan.PlannedProgram(compiled, wrapper, plan, cut, priority=True)
+        program = kernels_plan.PlannedProgram(compiled, wrapper, plan, cut, priority=True, prologue=prologue)
     except Exception as error:  # noqa: BLE001 - the primary plan and Inductor's program remain
         report["critical_path"] = f"not planned: {error}"
         warnings.warn(f"nimble backend: the critical-path plan could not be made ({error}); the choice times the primary plan and Inductor's program only", RuntimeWarning, stacklevel=3)
         return None
     report["critical_path"] = {"streams": plan["streams"], "syncs": plan["syncs"], "regions": len(cut["regions"])}
     return program
+
+
+def _prologue(wrapper, mutated, options: Dict[str, Any], kind: str, report: Dict[str, Any]):
+    """The kernels on weights alone hoisted out of an inference graph's plan (option
+    ``hoist_weight_kernels``), or None; the report counts them."""
+    if not options["hoist_weight_kernels"] or kind != "inference":
+        return None
+    hoisting = hoist.find(wrapper, mutated)
+    report["hoisted_kernels"] = len(hoisting.written)
+    if not hoisting.written:
+        return None
+    wrapper.exclude(hoisting)
+    return hoist.Prologue(wrapper, hoisting)
 
 
 def _write_graph(graph: dict, directory, kind: str) -> str:

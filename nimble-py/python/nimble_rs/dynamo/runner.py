@@ -256,6 +256,12 @@ class CapturedGraph:
         streams = [capture_stream] + [torch.cuda.Stream(device) for _ in range(program.partition.streams - 1)]
         # Warm-up on the same streams: Triton's autotuning, cuBLAS handles and workspaces per
         # stream, all before the capture.
+        # Kernels hoisted out of the graph (``hoist``) run first, outside it, and again before a
+        # replay whose parameters changed; the graph reads their kept values, so it holds them.
+        self.prepare = getattr(program, "prepare", None)
+        self.hoisted = getattr(program, "prologue", None)
+        if self.prepare is not None:
+            self.prepare(self.inputs)
         capture_stream.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(capture_stream):
             for _ in range(warmups):
@@ -311,6 +317,8 @@ class CapturedGraph:
 
     def __call__(self, args: Sequence[Any]):
         inputs = self.inputs
+        if self.prepare is not None:
+            self.prepare(args)
         for i in self.copied:
             inputs[i].copy_(args[i])
         self.graph.replay()

@@ -150,6 +150,10 @@ class WrapperProgram:
             self.statements.append(self._read(index, statement))
         self.static_storages = {s for i in static_inputs if i < len(self.inputs) for s in self.storage.get(self.inputs[i], ())}
         self._dependencies()
+        # Statements run before the program instead of in it (``hoist``): the hoisted kernels
+        # and the definitions of the names bound to what they computed.
+        self.hoisting = None
+        self.skipped: Set[int] = set()
         self.tasks = self._tasks()
 
     # -- reading ---------------------------------------------------------------------------
@@ -341,19 +345,20 @@ class WrapperProgram:
                 last_host = s.index
             needs.discard(s.index)
 
+    def exclude(self, hoisting) -> None:
+        """Takes the kernels ``hoisting`` (``hoist.Hoisting``) hoists out of the program: they
+        are no tasks, and what depends on them has what they computed from the start."""
+        self.hoisting = hoisting
+        self.skipped = set(hoisting.written) | set(hoisting.definers)
+        self.tasks = self._tasks()
+
     def _tasks(self) -> List[Task]:
         """Kernel statements as tasks. A kernel that reads only parameters and buffers (a
         weight's layout, for example) and writes only new storage joins its first reader's
         task: as a task of its own it would be a source independent of everything and maximum
         logical concurrency would give it a stream."""
-        kernels = [s for s in self.statements if s.kind == "kernel"]
-        weight_only: Set[int] = set()
-        derived = set(self.static_storages)
-        inputs = {st for name in self.inputs for st in self.storage.get(name, ())}
-        for s in kernels:
-            if s.reads and s.reads <= derived and not (s.writes & inputs):
-                weight_only.add(s.index)
-                derived |= s.writes
+        kernels = [s for s in self.statements if s.kind == "kernel" and s.index not in self.skipped]
+        weight_only = set(self.weight_only()) - self.skipped
         anchor: Dict[int, int] = {}
         for s in reversed(kernels):
             if s.index not in weight_only:
@@ -377,13 +382,26 @@ class WrapperProgram:
             self.task_of[index] = task.id
         return tasks
 
+    def weight_only(self, also_static: Set[int] = frozenset()) -> List[int]:
+        """The kernel statements, in order, that read only parameters and buffers (the static
+        inputs' storages, or ``also_static`` where given: those) and what such kernels wrote
+        before, and write only new storage (no input)."""
+        derived = set(also_static or self.static_storages)
+        inputs = {st for name in self.inputs for st in self.storage.get(name, ())}
+        found: List[int] = []
+        for s in self.statements:
+            if s.kind == "kernel" and s.reads and s.reads <= derived and not (s.writes & inputs):
+                found.append(s.index)
+                derived |= s.writes
+        return found
+
     def task_graph(self) -> dict:
         """The tasks in the project's JSON schema: ops are kernel names, edges the storage and
         name dependencies between tasks."""
         edges = set()
         kernel_needs = self.kernel_needs()
         for s in self.statements:
-            if s.kind != "kernel":
+            if s.kind != "kernel" or s.index in self.skipped:
                 continue
             v = self.task_of[s.index]
             for k in kernel_needs[s.index]:
@@ -395,17 +413,19 @@ class WrapperProgram:
 
     def kernel_needs(self) -> Dict[int, Set[int]]:
         """For each kernel statement, the kernel statements it must follow (through any
-        non-kernel statements between them)."""
+        non-kernel statements between them); hoisted ones (``exclude``) are done before."""
         closure: Dict[int, Set[int]] = {}
         for s in self.statements:
             found: Set[int] = set()
             for j in self.needs[s.index]:
+                if j in self.skipped:
+                    continue
                 if self.statements[j].kind == "kernel":
                     found.add(j)
                 else:
                     found |= closure[j]
             closure[s.index] = found
-        return {i: v for i, v in closure.items() if self.statements[i].kind == "kernel"}
+        return {i: v for i, v in closure.items() if self.statements[i].kind == "kernel" and i not in self.skipped}
 
     def written_inputs(self) -> List[int]:
         """The indices of the inputs some kernel writes (through any name sharing their storage)."""

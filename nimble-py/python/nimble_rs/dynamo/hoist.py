@@ -1,0 +1,249 @@
+"""Kernels on weights alone, run once outside the CUDA graph (option ``hoist_weight_kernels``).
+
+Inductor's program recomputes, on every call, what depends on parameters and buffers alone: on
+a GPU above all the copy of each convolution's weight into the layout its convolution reads
+(channels-last), dozens of small kernels per call at the head of every branch. Hoisted, they run
+once before the graph is captured (the ``prologue``), their results are kept (``cache``), and the
+graph reads them in place; they run again, before the next replay, only when a parameter they
+read has changed as PyTorch tracks it: its memory (``p.data = other``) or its version counter
+(in-place ops, optimizers, ``load_state_dict``). A write through ``p.data`` bumps no counter:
+it is not seen, which is why the option is off by default.
+
+Which kernels (``find``): those that read only parameters and buffers no kernel of the graph
+writes (or what such kernels wrote before), write only whole buffers of their own (never an
+input, never an output), and whose every reader reads the value through the names the kernel
+wrote or views made of them after it (in the body each such kernel's statement becomes the
+binding of those names to the kept values; ``emit`` writes it). Inductor reuses such a buffer for
+the next weight of the same shape: each hoisted kernel's output is kept apart, so reuse among
+them is no obstacle; reuse by any other kernel is, and keeps the kernel in the graph.
+"""
+
+import ast
+import copy
+import sys
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Set
+
+import torch
+
+from .wrapper import WrapperProgram
+
+
+@dataclass
+class Hoisting:
+    # The hoisted kernel statements, in order, each with the names it writes.
+    written: Dict[int, List[str]] = field(default_factory=dict)
+    # The statements the prologue runs, in order: the hoisted kernels and what they need.
+    prologue: List[int] = field(default_factory=list)
+    # The graph's inputs the hoisted kernels read (parameters and buffers).
+    inputs: List[int] = field(default_factory=list)
+    # The statements that define the names bound to what they computed (allocations, aliases):
+    # run in the prologue, not in the program.
+    definers: List[int] = field(default_factory=list)
+
+    @property
+    def kernels(self) -> List[int]:
+        return sorted(self.written)
+
+
+def key(statement: int, name: str) -> str:
+    """The cache's key of what statement ``statement`` wrote through ``name``."""
+    return f"{statement}:{name}"
+
+
+def find(program: WrapperProgram, mutated: Sequence[int] = ()) -> Hoisting:
+    """The kernels of ``program`` that can be hoisted (see the module's documentation)."""
+    statements = program.statements
+    kernels = [s for s in statements if s.kind == "kernel"]
+    writers: Dict[int, Set[int]] = {}
+    for s in kernels:
+        for st in s.writes:
+            writers.setdefault(st, set()).add(s.index)
+    inputs = {st for name in program.inputs for st in program.storage.get(name, ())}
+    mutated_storages = {st for i in mutated if i < len(program.inputs) for st in program.storage.get(program.inputs[i], ())}
+    unchanged = {st for st in program.static_storages if st not in writers and st not in mutated_storages}
+    returned = program._tensors(program.returned)
+    definition: Dict[str, int] = {}
+    definers_of: Dict[str, Set[int]] = {}
+    for s in statements:
+        for name in s.defines:
+            definition.setdefault(name, s.index)
+            definers_of.setdefault(name, set()).add(s.index)
+
+    def whole(name: str, depth: int = 0) -> bool:
+        # A name over a whole buffer: an allocation's, or a plain alias of such a name.
+        s = statements[definition[name]] if name in definition else None
+        if s is None or depth > 100:
+            return False
+        if s.kind == "alloc":
+            return True
+        return s.kind == "alias" and isinstance(s.node.value, ast.Name) and whole(s.node.value.id, depth + 1)
+
+    written: Dict[int, List[str]] = {}
+    for index in program.weight_only(also_static=unchanged):
+        names = _written_names(program, statements[index])
+        if names is not None and all(whole(n) for n in names) and not (statements[index].writes & (inputs | returned)):
+            written[index] = names
+    while True:
+        hoisted = set(written)
+        # Every writer of a hoisted kernel's storage is hoisted; what it reads is an unchanged
+        # parameter or buffer or a hoisted kernel's output; its prologue needs no other kernel.
+        derived = set(unchanged) | {st for i in hoisted for st in statements[i].writes}
+        failed = {i for i in hoisted if any(not writers[st] <= hoisted for st in statements[i].writes) or not statements[i].reads <= derived}
+        # The names bound in the program are defined only by allocations and aliases that
+        # define nothing else (they move to the prologue).
+        bound = {n for i in hoisted for n in written[i]}
+        for i in hoisted:
+            for name in written[i]:
+                if any(statements[d].kind not in ("alloc", "alias") or not set(statements[d].defines) <= bound for d in definers_of.get(name, ())):
+                    failed.add(i)
+        closure = {}
+        for i in hoisted - failed:
+            closure[i] = _closure(program, i, hoisted)
+            if closure[i] is None:
+                failed.add(i)
+        failed |= _read_elsewhere(program, hoisted - failed, written)
+        if not failed:
+            break
+        for i in failed:
+            del written[i]
+    prologue = sorted({j for i in written for j in closure[i]} | set(written))
+    read = {st for i in written for st in statements[i].reads}
+    used = [i for i, name in enumerate(program.inputs) if program.storage.get(name, set()) & read]
+    definers = sorted({d for i in written for n in written[i] for d in definers_of.get(n, ())})
+    return Hoisting(written=written, prologue=prologue, inputs=used, definers=definers)
+
+
+def _written_names(program: WrapperProgram, s) -> Optional[List[str]]:
+    """The names through which kernel statement ``s`` writes, if it writes only through bare
+    names (no view made in the call) and defines none (its outputs are its arguments)."""
+    if s.defines or not isinstance(s.node, ast.Expr) or not isinstance(s.node.value, ast.Call):
+        return None
+    call = s.node.value
+    names: List[str] = []
+    covered: Set[int] = set()
+    for argument in list(call.args) + [k.value for k in call.keywords if k.arg != "stream"]:
+        touched = program._tensors(argument)
+        if not touched & s.writes:
+            continue
+        if not isinstance(argument, ast.Name):
+            return None
+        names.append(argument.id)
+        covered |= touched
+    return names if names and s.writes <= covered else None
+
+
+def _closure(program: WrapperProgram, index: int, hoisted: Set[int]) -> Optional[Set[int]]:
+    """Kernel statement ``index`` and the statements it needs that are not kernels
+    (allocations, aliases, the host's), through such statements; None if one of those needs a
+    kernel that is not hoisted (a name it defines). The kernel's own needs on kernels order it
+    among their accesses to storages, which the prologue keeps apart: it runs them in order."""
+    found = {index}
+    pending = [index]
+    while pending:
+        i = pending.pop()
+        for j in program.needs[i]:
+            if j in found or program.statements[j].kind in ("del", "check"):
+                continue
+            if program.statements[j].kind == "kernel":
+                if i != index and j not in hoisted:
+                    return None
+                continue
+            found.add(j)
+            pending.append(j)
+    return found
+
+
+def _read_elsewhere(program: WrapperProgram, hoisted: Set[int], written: Dict[int, List[str]]) -> Set[int]:
+    """The hoisted kernels whose output some kernel left in the graph reads through a name that
+    is not bound to it in the body: a name the kernel did not write, nor a view made of one
+    after it."""
+    failed: Set[int] = set()
+    statements = program.statements
+    storages = {st for i in hoisted for st in statements[i].writes}
+    names_of: Dict[int, Set[str]] = {}
+    for name, stored in program.storage.items():
+        for st in stored & storages:
+            names_of.setdefault(st, set()).add(name)
+    for st in storages:
+        owner: Optional[int] = None
+        bound: Set[str] = set()
+        for s in statements:
+            if s.index in hoisted and st in s.writes:
+                owner, bound = s.index, set(written[s.index])
+                continue
+            if s.kind == "alias" and s.uses & bound:
+                bound |= set(s.defines)
+            elif s.kind == "kernel" and st in (s.reads | s.writes) and s.index not in hoisted:
+                if owner is not None and (s.uses & names_of[st]) - bound:
+                    failed.add(owner)
+    return failed
+
+
+def prologue_function(program: WrapperProgram, hoisting: Hoisting):
+    """``nimble_prologue(args, cache)``: the hoisted kernels and what they need, in Inductor's
+    order, each kernel's outputs then kept in ``cache`` (copied into what it holds already, so
+    that the addresses a captured graph reads stay)."""
+    body: List[ast.stmt] = []
+    for i in hoisting.prologue:
+        body.append(copy.deepcopy(program.statements[i].node))
+        for name in hoisting.written.get(i, ()):
+            body += ast.parse(f"_nimble_keep(_nimble_cache, {key(i, name)!r}, {name})").body
+    if program.guard is not None:
+        guard = copy.deepcopy(program.guard)
+        guard.body = body
+        body = [guard]
+    function = ast.parse("def nimble_prologue(args, _nimble_cache):\n    pass").body[0]
+    function.body = body
+    tree = ast.fix_missing_locations(ast.Module(body=[function], type_ignores=[]))
+    namespace = dict(vars(program.module))
+    namespace.setdefault("torch", sys.modules["torch"])
+    namespace["_nimble_keep"] = _keep
+    exec(compile(tree, f"<nimble prologue of {program.module.__name__}>", "exec"), namespace)
+    return namespace["nimble_prologue"]
+
+
+def _keep(cache: Dict[str, torch.Tensor], name: str, value: torch.Tensor) -> None:
+    kept = cache.get(name)
+    if kept is None:
+        kept = cache[name] = torch.empty_strided(value.size(), value.stride(), dtype=value.dtype, device=value.device)
+    kept.copy_(value)
+
+
+def bindings(hoisting: Hoisting) -> List[ast.stmt]:
+    """The program's first statements: the names the hoisted kernels wrote bound to the kept
+    values (each name is one kernel's: Inductor names every buffer once)."""
+    return [ast.parse(f"{name} = _nimble_cache[{key(i, name)!r}]").body[0] for i in hoisting.kernels for name in hoisting.written[i]]
+
+
+class Prologue:
+    """The hoisted kernels of one program at run time: ``prepare(args)`` runs them when what
+    they read has changed (or never ran), on the current stream, before the graph."""
+
+    def __init__(self, program: WrapperProgram, hoisting: Hoisting):
+        self.hoisting = hoisting
+        self.cache: Dict[str, torch.Tensor] = {}
+        self.function = prologue_function(program, hoisting)
+        self.seen: Optional[tuple] = None
+        self.untracked = False
+
+    def _state(self, args: Sequence[Any]) -> Optional[tuple]:
+        try:
+            return tuple((args[i].data_ptr(), args[i]._version) for i in self.hoisting.inputs)
+        except RuntimeError:
+            # An inference tensor has no version counter: the kernels run on every call.
+            if not self.untracked:
+                warnings.warn("nimble backend: option hoist_weight_kernels: a parameter or buffer has no version counter (an inference tensor); the hoisted kernels run before every call", RuntimeWarning, stacklevel=4)
+            self.untracked = True
+            return None
+
+    def prepare(self, args: Sequence[Any]) -> None:
+        state = self._state(args)
+        if state is None or state != self.seen:
+            self.function(list(args), self.cache)
+            self.seen = state
+
+    @property
+    def bytes(self) -> int:
+        return sum(t.untyped_storage().nbytes() for t in self.cache.values())

@@ -1,0 +1,128 @@
+"""Option hoist_weight_kernels on the CPU: the kernels that read parameters and buffers alone
+run once before the program, again only when such a parameter changed as PyTorch tracks it,
+and what the program computes stays eager's; those kernels no longer order the branches (their
+reused buffers made the plan one stream)."""
+
+import pytest
+import torch
+
+import nimble_rs
+from nimble_rs.dynamo import hoist, kernels_plan
+from nimble_rs.dynamo.wrapper import WrapperProgram
+from models import Decaying, WeightNormed, inductor_programs, relative_error
+
+
+def every_algorithm():
+    return [usage.replace(":K", ":3") for _, usage, _ in nimble_rs.algorithms()]
+
+
+def compiled(model, **options):
+    torch._dynamo.reset()
+    return torch.compile(model, backend="nimble", options={"hoist_weight_kernels": True, **options})
+
+
+def last_report():
+    return [r for r in nimble_rs.dynamo.reports() if r["graph"] == "inference"][-1]
+
+
+@pytest.fixture(scope="module")
+def weight_normed():
+    torch.manual_seed(0)
+    model, x = WeightNormed().eval(), torch.randn(4, 16)
+    (program, static), = inductor_programs(model, x)
+    return model, x, WrapperProgram(kernels_plan.inductor_module(program), static)
+
+
+def test_kernels_on_weights_alone_are_found_and_no_longer_order_the_branches(weight_normed):
+    model, x, wrapper = weight_normed
+    weight_only = wrapper.weight_only()
+    before, _ = kernels_plan.plan(wrapper, "nimble")
+    hoisting = hoist.find(wrapper)
+    # One kernel per branch computes its weight; Inductor gives each the last one's buffers.
+    assert sorted(hoisting.written) == weight_only and len(weight_only) == 3, hoisting
+    assert all(len(names) == 2 for names in hoisting.written.values()), hoisting
+    assert hoisting.inputs == [1, 2, 3, 4, 5, 6], hoisting  # every v and g; not the input x
+    wrapper.exclude(hoisting)
+    after, cut = kernels_plan.plan(wrapper, "nimble")
+    # The reused buffers chained the branches: one stream; without those kernels, one each.
+    assert before["streams"] == 1 and after["streams"] == 3, (before, after)
+    assert not any(i in hoisting.written for task in wrapper.tasks for i in task.statements)
+
+
+@pytest.mark.parametrize("algorithm", every_algorithm())
+def test_hoisted_kernels_run_before_the_plan_and_outputs_stay_eagers(algorithm):
+    torch.manual_seed(0)
+    model = WeightNormed().eval()
+    fast = compiled(model, algorithm=algorithm)
+    with torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(4, 16)
+            assert relative_error(fast(x), model(x)) < 1e-5
+    report = last_report()
+    assert report["hoisted_kernels"] == 3, report
+    if report["streams"] > 1:
+        assert report["choice"] == "streams", report
+
+
+def test_a_changed_parameter_runs_the_hoisted_kernels_again_and_only_then(monkeypatch):
+    torch.manual_seed(0)
+    model = WeightNormed().eval()
+    runs = []
+    original = hoist.Prologue.prepare
+
+    def counted(self, args):
+        before = self.seen
+        original(self, args)
+        runs.append(self.seen != before)
+
+    monkeypatch.setattr(hoist.Prologue, "prepare", counted)
+    fast = compiled(model)
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        fast(x)
+        fast(x)
+        assert runs == [True, False], runs
+        # In place (the version counter), a new state dict (load_state_dict copies in place),
+        # a parameter's memory replaced: each is seen before the next call.
+        model.v[0].mul_(-2.0)
+        assert relative_error(fast(x), model(x)) < 1e-5
+        state = {k: torch.randn_like(t) for k, t in model.state_dict().items()}
+        model.load_state_dict(state)
+        assert relative_error(fast(x), model(x)) < 1e-5
+        model.g[2].data = torch.rand(16, 1) + 2.0
+        assert relative_error(fast(x), model(x)) < 1e-5
+        fast(x)
+    assert runs == [True, False, True, True, True, False], runs
+
+
+def test_a_write_through_data_is_not_seen_which_is_why_the_option_is_off_by_default():
+    # `p.data` is a tensor with a version counter of its own: a write through it is not seen.
+    torch.manual_seed(0)
+    model = WeightNormed().eval()
+    fast = compiled(model)
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        before = fast(x).clone()
+        model.v[1].data.mul_(-1.0)
+        assert torch.equal(fast(x), before)
+        assert relative_error(before, model(x)) > 0.1
+    torch._dynamo.reset()
+    plain = torch.compile(model, backend="nimble")
+    with torch.no_grad():
+        assert relative_error(plain(x), model(x)) < 1e-5
+
+
+def test_weights_scaled_by_a_buffer_the_graph_changes_are_not_hoisted():
+    torch.manual_seed(0)
+    model, reference = Decaying().eval(), Decaying().eval()
+    reference.load_state_dict(model.state_dict())
+    fast = compiled(model)
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(4, 16)
+            assert relative_error(fast(x), reference(x)) < 1e-5
+    assert torch.equal(model.scale, reference.scale) and float(model.scale) == 0.125
+    # `w * scale` reads the buffer the graph halves: hoisted, it would keep the first scale.
+    # `u * 2` reads a parameter nothing writes, but Inductor gives it the buffer `w * scale`
+    # wrote, and a buffer some kernel in the program writes is never kept.
+    assert last_report()["hoisted_kernels"] == 0, last_report()
