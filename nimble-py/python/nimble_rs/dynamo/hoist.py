@@ -108,7 +108,14 @@ def find(program: WrapperProgram, mutated: Sequence[int] = ()) -> Hoisting:
             break
         for i in failed:
             del written[i]
-    prologue = sorted({j for i in written for j in closure[i]} | set(written))
+    prologue = {j for i in written for j in closure[i]} | set(written)
+    if written:
+        # Triton launches name the raw stream (``stream=stream0``), which their statements do not
+        # count among their uses: its definition, and the host's statements before it, too.
+        for s in statements:
+            if s.index < max(written) and set(s.defines) & program.stream_variables:
+                prologue |= _closure(program, s.index, set()) or {s.index}
+    prologue = sorted(prologue)
     read = {st for i in written for st in statements[i].reads}
     used = [i for i, name in enumerate(program.inputs) if program.storage.get(name, set()) & read]
     definers = sorted({d for i in written for n in written[i] for d in definers_of.get(n, ())})
