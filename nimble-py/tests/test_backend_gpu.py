@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import nimble_rs
+from nimble_rs.dynamo import compiled as compiled_graphs
 from nimble_rs.dynamo import runner
 from conftest import require_cuda
 from models import Attention, Counter, Inception, ScalesItsInput, inductor_programs, relative_error, train_beside_eager
@@ -27,6 +28,9 @@ def gpu():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.manual_seed(0)
     torch._dynamo.reset()
+    # Each test on its own: warnings said once, and shapes counted, per subgraph's ops.
+    compiled_graphs._WARNED.clear()
+    compiled_graphs._SHAPES.clear()
 
 
 def compiled(model, **options):

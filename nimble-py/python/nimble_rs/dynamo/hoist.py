@@ -41,6 +41,9 @@ class Hoisting:
     # The statements that define the names bound to what they computed (allocations, aliases):
     # run in the prologue, not in the program.
     definers: List[int] = field(default_factory=list)
+    # Kernels on weights alone that stay in the program, and why (the reason, then ": " and
+    # the statements concerned, if any).
+    refused: Dict[int, str] = field(default_factory=dict)
 
     @property
     def kernels(self) -> List[int]:
@@ -81,33 +84,46 @@ def find(program: WrapperProgram, mutated: Sequence[int] = ()) -> Hoisting:
         return s.kind == "alias" and isinstance(s.node.value, ast.Name) and whole(s.node.value.id, depth + 1)
 
     written: Dict[int, List[str]] = {}
+    refused: Dict[int, str] = {}
     for index in program.weight_only(also_static=unchanged):
         names = _written_names(program, statements[index])
-        if names is not None and all(whole(n) for n in names) and not (statements[index].writes & (inputs | returned)):
+        if names is None or not all(whole(n) for n in names):
+            refused[index] = "it writes through a view, or returns its output"
+        elif statements[index].writes & (inputs | returned):
+            refused[index] = "it writes a graph input or output"
+        else:
             written[index] = names
     while True:
         hoisted = set(written)
+        failed: Dict[int, str] = {}
         # Every writer of a hoisted kernel's storage is hoisted; what it reads is an unchanged
         # parameter or buffer or a hoisted kernel's output; its prologue needs no other kernel.
         derived = set(unchanged) | {st for i in hoisted for st in statements[i].writes}
-        failed = {i for i in hoisted if any(not writers[st] <= hoisted for st in statements[i].writes) or not statements[i].reads <= derived}
+        for i in hoisted:
+            others = sorted({w for st in statements[i].writes for w in writers[st]} - hoisted)
+            if others:
+                failed[i] = f"its buffer is written by a kernel left in the program: {statements[others[0]].name} (statement {others[0]})"
+            elif not statements[i].reads <= derived:
+                failed[i] = "it reads what a kernel left in the program wrote"
         # The names bound in the program are defined only by allocations and aliases that
         # define nothing else (they move to the prologue).
         bound = {n for i in hoisted for n in written[i]}
         for i in hoisted:
             for name in written[i]:
                 if any(statements[d].kind not in ("alloc", "alias") or not set(statements[d].defines) <= bound for d in definers_of.get(name, ())):
-                    failed.add(i)
+                    failed.setdefault(i, f"the statement defining {name} defines more")
         closure = {}
-        for i in hoisted - failed:
+        for i in hoisted - set(failed):
             closure[i] = _closure(program, i, hoisted)
             if closure[i] is None:
-                failed.add(i)
-        failed |= _read_elsewhere(program, hoisted - failed, written)
+                failed[i] = "a name it needs is defined by a kernel left in the program"
+        for i, reason in _read_elsewhere(program, hoisted - set(failed), written).items():
+            failed.setdefault(i, reason)
         if not failed:
             break
-        for i in failed:
+        for i, reason in failed.items():
             del written[i]
+            refused[i] = reason
     prologue = {j for i in written for j in closure[i]} | set(written)
     if written:
         # Triton launches name the raw stream (``stream=stream0``), which their statements do not
@@ -119,7 +135,7 @@ def find(program: WrapperProgram, mutated: Sequence[int] = ()) -> Hoisting:
     read = {st for i in written for st in statements[i].reads}
     used = [i for i, name in enumerate(program.inputs) if program.storage.get(name, set()) & read]
     definers = sorted({d for i in written for n in written[i] for d in definers_of.get(n, ())})
-    return Hoisting(written=written, prologue=prologue, inputs=used, definers=definers)
+    return Hoisting(written=written, prologue=prologue, inputs=used, definers=definers, refused=refused)
 
 
 def _written_names(program: WrapperProgram, s) -> Optional[List[str]]:
@@ -162,11 +178,11 @@ def _closure(program: WrapperProgram, index: int, hoisted: Set[int]) -> Optional
     return found
 
 
-def _read_elsewhere(program: WrapperProgram, hoisted: Set[int], written: Dict[int, List[str]]) -> Set[int]:
+def _read_elsewhere(program: WrapperProgram, hoisted: Set[int], written: Dict[int, List[str]]) -> Dict[int, str]:
     """The hoisted kernels whose output some kernel left in the graph reads through a name that
-    is not bound to it in the body: a name the kernel did not write, nor a view made of one
-    after it."""
-    failed: Set[int] = set()
+    is not bound to it in the body (a name the kernel did not write, nor a view made of one
+    after it), and that reader."""
+    failed: Dict[int, str] = {}
     statements = program.statements
     storages = {st for i in hoisted for st in statements[i].writes}
     names_of: Dict[int, Set[str]] = {}
@@ -184,7 +200,7 @@ def _read_elsewhere(program: WrapperProgram, hoisted: Set[int], written: Dict[in
                 bound |= set(s.defines)
             elif s.kind == "kernel" and st in (s.reads | s.writes) and s.index not in hoisted:
                 if owner is not None and (s.uses & names_of[st]) - bound:
-                    failed.add(owner)
+                    failed.setdefault(owner, f"a kernel left in the program reads its output through another name: {s.name} (statement {s.index}) through {sorted((s.uses & names_of[st]) - bound)[0]}")
     return failed
 
 

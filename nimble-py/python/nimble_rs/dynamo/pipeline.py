@@ -376,6 +376,13 @@ def _prologue(wrapper, mutated, options: Dict[str, Any], kind: str, report: Dict
         return None
     hoisting = hoist.find(wrapper, mutated)
     report["hoisted_kernels"] = len(hoisting.written)
+    if hoisting.refused:
+        # Why the others stay, counted by reason.
+        reasons: Dict[str, int] = {}
+        for reason in hoisting.refused.values():
+            general = reason.split(": ")[0]
+            reasons[general] = reasons.get(general, 0) + 1
+        report["not_hoisted"] = reasons
     if not hoisting.written:
         return None
     wrapper.exclude(hoisting)
