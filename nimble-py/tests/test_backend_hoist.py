@@ -126,3 +126,18 @@ def test_weights_scaled_by_a_buffer_the_graph_changes_are_not_hoisted():
     # `u * 2` reads a parameter nothing writes, but Inductor gives it the buffer `w * scale`
     # wrote, and a buffer some kernel in the program writes is never kept.
     assert last_report()["hoisted_kernels"] == 0, last_report()
+
+
+def test_a_buffer_reused_for_another_shape_is_whole_when_its_layout_covers_it_densely():
+    # Inductor reuses a weight's buffer for the next of another shape with the same elements
+    # (`reinterpret_tensor(buf, size, stride, 0)`): still a whole buffer, kept apart.
+    import ast
+
+    def extent(size, stride):
+        return hoist._dense_extent([ast.parse(size).body[0].value, ast.parse(stride).body[0].value])
+
+    assert extent("(32, 3, 3, 3)", "(27, 1, 9, 3)") == 864  # channels-last
+    assert extent("(192, 160, 7, 1)", "(1120, 1, 160, 160)") == 215040
+    assert extent("(2, 2)", "(1, 1)") is None  # overlapping
+    assert extent("(4, 4)", "(8, 1)") is None  # a gap: a slice of a larger buffer
+    assert extent("(s0, 4)", "(4, 1)") is None  # not literal

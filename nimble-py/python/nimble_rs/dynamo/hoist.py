@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence, Set
 
 import torch
 
-from .wrapper import WrapperProgram
+from .wrapper import WrapperProgram, _dotted
 
 
 @dataclass
@@ -74,14 +74,28 @@ def find(program: WrapperProgram, mutated: Sequence[int] = ()) -> Hoisting:
             definition.setdefault(name, s.index)
             definers_of.setdefault(name, set()).add(s.index)
 
-    def whole(name: str, depth: int = 0) -> bool:
-        # A name over a whole buffer: an allocation's, or a plain alias of such a name.
+    def extent(name: str, depth: int = 0) -> Optional[int]:
+        # The elements of the buffer a name covers, where it covers a whole one densely from its
+        # start: an allocation's, a plain alias of such a name, or Inductor's reuse of one for
+        # another shape (``reinterpret_tensor(buf, size, stride, 0)`` over all of it).
         s = statements[definition[name]] if name in definition else None
         if s is None or depth > 100:
-            return False
+            return None
+        value = s.node.value if isinstance(s.node, ast.Assign) else None
         if s.kind == "alloc":
-            return True
-        return s.kind == "alias" and isinstance(s.node.value, ast.Name) and whole(s.node.value.id, depth + 1)
+            return _dense_extent(value.args[:2]) if isinstance(value, ast.Call) and len(value.args) >= 2 else None
+        if s.kind != "alias":
+            return None
+        if isinstance(value, ast.Name):
+            return extent(value.id, depth + 1)
+        if isinstance(value, ast.Call) and _dotted(value.func).endswith("reinterpret_tensor") and len(value.args) == 4 and isinstance(value.args[0], ast.Name):
+            covered = extent(value.args[0].id, depth + 1)
+            offset = _literal(value.args[3])
+            return covered if covered is not None and offset == 0 and _dense_extent(value.args[1:3]) == covered else None
+        return None
+
+    def whole(name: str) -> bool:
+        return extent(name) is not None
 
     written: Dict[int, List[str]] = {}
     refused: Dict[int, str] = {}
@@ -136,6 +150,28 @@ def find(program: WrapperProgram, mutated: Sequence[int] = ()) -> Hoisting:
     used = [i for i, name in enumerate(program.inputs) if program.storage.get(name, set()) & read]
     definers = sorted({d for i in written for n in written[i] for d in definers_of.get(n, ())})
     return Hoisting(written=written, prologue=prologue, inputs=used, definers=definers, refused=refused)
+
+
+def _literal(node: ast.AST) -> Any:
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, SyntaxError, TypeError):
+        return None
+
+
+def _dense_extent(size_and_stride: Sequence[ast.AST]) -> Optional[int]:
+    """The number of elements of a layout given as literal (size, stride) tuples, if it covers
+    them densely (no gap, no overlap), else None."""
+    size, stride = (_literal(n) for n in size_and_stride)
+    if not isinstance(size, tuple) or not isinstance(stride, tuple) or len(size) != len(stride):
+        return None
+    if not all(isinstance(v, int) for v in size + stride):
+        return None
+    numel = 1
+    for v in size:
+        numel *= v
+    span = 1 + sum((n - 1) * st for n, st in zip(size, stride) if n > 0)
+    return numel if numel == 0 or span == numel else None
 
 
 def _written_names(program: WrapperProgram, s) -> Optional[List[str]]:
