@@ -9,7 +9,7 @@ import torch
 import nimble_rs
 from nimble_rs.dynamo import hoist, kernels_plan
 from nimble_rs.dynamo.wrapper import WrapperProgram
-from models import Decaying, WeightNormed, inductor_programs, relative_error
+from models import Decaying, Inception, WeightNormed, inductor_programs, relative_error
 
 
 def every_algorithm():
@@ -47,6 +47,20 @@ def test_kernels_on_weights_alone_are_found_and_no_longer_order_the_branches(wei
     # The reused buffers chained the branches: one stream; without those kernels, one each.
     assert before["streams"] == 1 and after["streams"] == 3, (before, after)
     assert not any(i in hoisting.written for task in wrapper.tasks for i in task.statements)
+
+
+def test_kernels_updating_an_activation_in_place_are_not_taken_for_kernels_on_weights():
+    # On the CPU Inductor fuses each weight's layout copy into the ReLU it applies in place to
+    # the branch's activation: by its accesses (a storage read and written counts as written)
+    # such a kernel reads parameters alone, and so do the convolutions reading its output.
+    # None of them may run before the program.
+    torch.manual_seed(0)
+    model, x = Inception(channels=8).eval(), torch.randn(2, 8, 12, 12)
+    (program, static), = inductor_programs(model, x)
+    wrapper = WrapperProgram(kernels_plan.inductor_module(program), static)
+    assert len(wrapper.weight_only()) >= 4
+    hoisting = hoist.find(wrapper)
+    assert hoisting.written == {} and hoisting.refused == {}, hoisting
 
 
 @pytest.mark.parametrize("algorithm", every_algorithm())

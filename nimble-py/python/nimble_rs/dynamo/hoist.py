@@ -99,7 +99,7 @@ def find(program: WrapperProgram, mutated: Sequence[int] = ()) -> Hoisting:
 
     written: Dict[int, List[str]] = {}
     refused: Dict[int, str] = {}
-    for index in program.weight_only(also_static=unchanged):
+    for index in _on_weights_alone(program, unchanged, writers):
         names = _written_names(program, statements[index])
         if names is None or not all(whole(n) for n in names):
             refused[index] = "it writes through a view, or returns its output"
@@ -150,6 +150,25 @@ def find(program: WrapperProgram, mutated: Sequence[int] = ()) -> Hoisting:
     used = [i for i, name in enumerate(program.inputs) if program.storage.get(name, set()) & read]
     definers = sorted({d for i in written for n in written[i] for d in definers_of.get(n, ())})
     return Hoisting(written=written, prologue=prologue, inputs=used, definers=definers, refused=refused)
+
+
+def _on_weights_alone(program: WrapperProgram, unchanged: Set[int], writers: Dict[int, Set[int]]) -> List[int]:
+    """``program.weight_only`` without the kernels that only look so: a storage both read and
+    written counts as written, so a kernel updating an activation in place (BatchNorm and ReLU
+    on a convolution's output) reads parameters alone by its accesses. A kernel is on weights
+    alone if what it reads is unchanged parameters and buffers or such kernels' outputs, and
+    every kernel that wrote its storages before it is such a kernel too."""
+    found: List[int] = []
+    kept: Set[int] = set()
+    derived = set(unchanged)
+    for index in program.weight_only(also_static=unchanged):
+        s = program.statements[index]
+        earlier = {w for st in s.writes for w in writers.get(st, ()) if w < index}
+        if s.reads <= derived and earlier <= kept:
+            found.append(index)
+            kept.add(index)
+            derived |= s.writes
+    return found
 
 
 def _literal(node: ast.AST) -> Any:
