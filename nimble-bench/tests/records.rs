@@ -242,7 +242,8 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
     // The ratios and round ranges README and docs/python.md publish for the records timed in
     // rounds, and eager's own TF32 drift judging Inception-v4's float32 errors.
     let figures = scratch("same-process-rounds");
-    let cases: [(&str, &[(&str, &str, &str)]); 8] = [
+    // "MODEL/backend-NAME": the backend with other options, on its line after the model's.
+    let cases: [(&str, &[(&str, &str, &str)]); 11] = [
         ("same-process-backend-6476f4a-bfloat16-b1-decoders.json", &[("llama", "0.89", "0.89–0.89"), ("qwen2", "0.86", "0.85–0.87"), ("mistral", "0.90", "0.90–0.90")]),
         ("same-process-backend-628bc90-float32-b1-branchy.json", &[("googlenet", "0.65", "0.63–0.65"), ("inception-v4", "0.68", "0.66–0.69"), ("nasnet-a-large", "0.66", "0.64–0.67")]),
         // The critical-path plan timed at the choice (option time_critical_path), batch 16.
@@ -252,12 +253,22 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
         ("same-process-backend-4183d73-float32-b16-googlenet-inception-v3-bounded8.json", &[("googlenet", "0.78", "0.75–0.85"), ("inception-v3", "0.83", "0.82–0.87")]),
         ("same-process-backend-4183d73-float32-b1-googlenet.json", &[("googlenet", "0.57", "0.57–0.61")]),
         ("same-process-backend-4183d73-bfloat16-b16-qwen2.json", &[("qwen2", "0.97", "0.95–0.97")]),
+        // Option hoist_weight_kernels beside the default (its weight-layout copies out of the graph).
+        ("same-process-backend-14bc62a-float32-b16-inception-v3-hoist.json", &[("inception-v3", "0.87", "0.81–0.89"), ("inception-v3/backend-hoist", "0.83", "0.77–0.86")]),
+        ("same-process-backend-95e83e1-float32-b16-googlenet-inception-v4-hoist.json", &[("googlenet", "0.83", "0.83–0.84"), ("googlenet/backend-hoist", "0.83", "0.81–0.90"), ("inception-v4", "0.90", "0.87–0.93"), ("inception-v4/backend-hoist", "0.82", "0.80–0.83")]),
+        ("same-process-backend-95e83e1-float32-b1-bert-base-inception-v3.json", &[("bert-base", "1.02", "0.96–1.06"), ("inception-v3", "0.71", "0.69–0.71")]),
     ];
     for (record, rows) in cases {
         let text = rendered("same-process", &format!("../paper-figs/results/{record}"), &figures);
-        for (model, ratio, rounds) in rows {
-            let row: Vec<&str> = text.lines().find(|l| l.split_whitespace().next() == Some(model)).unwrap_or_default().split_whitespace().collect();
-            assert_eq!((row.get(7).copied(), row.get(8).copied()), (Some(*ratio), Some(*rounds)), "{model}: {text}");
+        let lines: Vec<Vec<&str>> = text.lines().map(|l| l.split_whitespace().collect()).collect();
+        for (key, ratio, rounds) in rows {
+            let (model, variant) = key.split_once('/').map_or((*key, None), |(m, v)| (m, Some(v)));
+            let at = lines.iter().position(|w| w.first() == Some(&model)).unwrap_or_else(|| panic!("{model}: {text}"));
+            let (row, columns) = match variant {
+                None => (&lines[at], (7, 8)),
+                Some(v) => (lines[at + 1..].iter().find(|w| w.first() == Some(&v)).unwrap_or_else(|| panic!("{key}: {text}")), (2, 3)),
+            };
+            assert_eq!((row.get(columns.0).copied(), row.get(columns.1).copied()), (Some(*ratio), Some(*rounds)), "{key}: {text}");
         }
     }
     let text = rendered("same-process", "../paper-figs/results/same-process-backend-36225d0-float32-b1-inception-v4-googlenet.json", &figures);
