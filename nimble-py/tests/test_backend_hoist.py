@@ -63,6 +63,55 @@ def test_kernels_updating_an_activation_in_place_are_not_taken_for_kernels_on_we
     assert hoisting.written == {} and hoisting.refused == {}, hoisting
 
 
+def test_weight_buffers_are_separated_by_default_and_every_change_is_seen():
+    # Option separate_weight_buffers (on by default): each branch's weight gets a buffer of its
+    # own, so the branches run side by side; the kernels still run on every call, so a write
+    # through `.data` is seen too (hoisting is what misses it).
+    torch.manual_seed(0)
+    model = WeightNormed().eval()
+    torch._dynamo.reset()
+    fast = torch.compile(model, backend="nimble")
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        assert relative_error(fast(x), model(x)) < 1e-5
+        report = last_report()
+        # Each of the second and third weights' two buffers was the first one's.
+        assert report["separated_weight_buffers"] == 4 and report["streams"] == 3, report
+        assert "hoisted_kernels" not in report, report
+        model.v[1].data.mul_(-1.0)
+        model.g[0].mul_(3.0)
+        assert relative_error(fast(x), model(x)) < 1e-5
+    torch._dynamo.reset()
+    shared = torch.compile(model, backend="nimble", options={"separate_weight_buffers": False})
+    with torch.no_grad():
+        assert relative_error(shared(x), model(x)) < 1e-5
+    report = last_report()
+    assert "separated_weight_buffers" not in report and report["streams"] == 1, report
+
+
+def test_a_kernel_updating_a_reused_buffer_in_place_keeps_that_buffer(weight_normed):
+    # A kernel that reads the last value of the buffer Inductor gave it (an in_out_ptr
+    # parameter) needs that very buffer: neither separated nor hoisted. Seen as such, the
+    # second and third weights' kernel (one kernel, the same code) is refused, and with it the
+    # first, whose buffers the second then writes in the program.
+    import copy as copying
+
+    model, x, wrapper = weight_normed
+    kernel = wrapper.statements[wrapper.weight_only()[0]].name
+    names = wrapper.signatures.names[kernel]
+    assert names == ["in_ptr0", "in_ptr1", "out_ptr0", "out_ptr1"], names
+    in_place = copying.copy(wrapper)
+    in_place.signatures = copying.deepcopy(wrapper.signatures)
+    in_place.signatures.names[kernel] = ["in_ptr0", "in_ptr1", "in_out_ptr0", "in_out_ptr1"]
+    hoisting = hoist.find(in_place)
+    first, second, third = wrapper.weight_only()
+    assert hoisting.written == {}, hoisting
+    assert hoisting.refused[second] == hoisting.refused[third] == "it updates a reused buffer in place", hoisting.refused
+    assert hoisting.refused[first] == f"its buffer is written by a kernel left in the program: {kernel} (statement {second})", hoisting.refused
+    assert list(hoist.find(wrapper).written) == [first, second, third]
+    assert hoist.separate(in_place, hoisting) == {}
+
+
 @pytest.mark.parametrize("algorithm", every_algorithm())
 def test_hoisted_kernels_run_before_the_plan_and_outputs_stay_eagers(algorithm):
     torch.manual_seed(0)

@@ -23,7 +23,7 @@ import copy
 import sys
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Set
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import torch
 
@@ -97,12 +97,21 @@ def find(program: WrapperProgram, mutated: Sequence[int] = ()) -> Hoisting:
     def whole(name: str) -> bool:
         return extent(name) is not None
 
+    def fresh(name: str) -> bool:
+        # Defined by an allocation of its own (not Inductor's reuse of an earlier buffer).
+        return name in definition and statements[definition[name]].kind == "alloc"
+
     written: Dict[int, List[str]] = {}
     refused: Dict[int, str] = {}
     for index in _on_weights_alone(program, unchanged, writers):
-        names = _written_names(program, statements[index])
+        written_names = _written_names(program, statements[index])
+        names = [n for n, _ in written_names] if written_names is not None else None
         if names is None or not all(whole(n) for n in names):
             refused[index] = "it writes through a view, or returns its output"
+        elif not all(pure or fresh(n) for n, pure in written_names):
+            # Reading a reused buffer's last value (Inductor's in-place reuse), it needs that
+            # buffer, not one of its own.
+            refused[index] = "it updates a reused buffer in place"
         elif statements[index].writes & (inputs | returned):
             refused[index] = "it writes a graph input or output"
         else:
@@ -193,21 +202,24 @@ def _dense_extent(size_and_stride: Sequence[ast.AST]) -> Optional[int]:
     return numel if numel == 0 or span == numel else None
 
 
-def _written_names(program: WrapperProgram, s) -> Optional[List[str]]:
-    """The names through which kernel statement ``s`` writes, if it writes only through bare
-    names (no view made in the call) and defines none (its outputs are its arguments)."""
+def _written_names(program: WrapperProgram, s) -> Optional[List[Tuple[str, bool]]]:
+    """The names through which kernel statement ``s`` writes, each with whether it only writes
+    it (an ``out_ptr`` parameter, ``out=``), if it writes only through bare names (no view made
+    in the call) and defines none (its outputs are its arguments)."""
     if s.defines or not isinstance(s.node, ast.Expr) or not isinstance(s.node.value, ast.Call):
         return None
     call = s.node.value
-    names: List[str] = []
+    pure = program.signatures.pure_writes(program._kernel_name(call)) or []
+    names: List[Tuple[str, bool]] = []
     covered: Set[int] = set()
-    for argument in list(call.args) + [k.value for k in call.keywords if k.arg != "stream"]:
+    arguments = [(a, i < len(pure) and pure[i]) for i, a in enumerate(call.args)] + [(k.value, k.arg == "out") for k in call.keywords if k.arg != "stream"]
+    for argument, only_written in arguments:
         touched = program._tensors(argument)
         if not touched & s.writes:
             continue
         if not isinstance(argument, ast.Name):
             return None
-        names.append(argument.id)
+        names.append((argument.id, only_written))
         covered |= touched
     return names if names and s.writes <= covered else None
 
@@ -257,6 +269,42 @@ def _read_elsewhere(program: WrapperProgram, hoisted: Set[int], written: Dict[in
                 if owner is not None and (s.uses & names_of[st]) - bound:
                     failed.setdefault(owner, f"a kernel left in the program reads its output through another name: {s.name} (statement {s.index}) through {sorted((s.uses & names_of[st]) - bound)[0]}")
     return failed
+
+
+def separate(program: WrapperProgram, hoisting: Hoisting) -> Dict[int, ast.stmt]:
+    """Statements to read in place of Inductor's (``WrapperProgram(rewrite=...)``) so that
+    each kernel on weights alone ``hoisting`` found writes a buffer of its own: where Inductor
+    gave it an earlier buffer (``buf7 = buf3``, or ``reinterpret_tensor`` of one for another
+    shape), a new allocation of the same layout. Exact, and the kernels still run in the
+    program, on every call; what it removes are the dependencies the shared buffer made: the
+    next weight's copy waited for every reader of the last one, so branches that read weights
+    of one shape ran one after another."""
+    statements = program.statements
+    definition: Dict[str, int] = {}
+    for s in statements:
+        for name in s.defines:
+            definition.setdefault(name, s.index)
+
+    def layout(name: str, depth: int = 0):
+        # (size, stride, the allocation it comes from) of a whole buffer's name.
+        s = statements[definition[name]]
+        value = s.node.value
+        if s.kind == "alloc" or depth > 100:
+            return value.args[0], value.args[1], value
+        if isinstance(value, ast.Name):
+            return layout(value.id, depth + 1)
+        size, stride, root = value.args[1], value.args[2], layout(value.args[0].id, depth + 1)[2]
+        return size, stride, root
+
+    rewrite: Dict[int, ast.stmt] = {}
+    for d in hoisting.definers:
+        s = statements[d]
+        if s.kind != "alias":
+            continue
+        size, stride, root = layout(s.defines[0])
+        allocation = ast.Call(func=copy.deepcopy(root.func), args=[copy.deepcopy(size), copy.deepcopy(stride)] + [copy.deepcopy(a) for a in root.args[2:]], keywords=copy.deepcopy(root.keywords))
+        rewrite[d] = ast.fix_missing_locations(ast.Assign(targets=[ast.Name(id=s.defines[0], ctx=ast.Store())], value=allocation))
+    return rewrite
 
 
 def prologue_function(program: WrapperProgram, hoisting: Hoisting):

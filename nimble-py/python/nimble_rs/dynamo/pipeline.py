@@ -83,6 +83,12 @@ DEFAULTS: Dict[str, Any] = {
     # load_state_dict). Writes through ``p.data`` bump no counter and are not seen: off by
     # default (``hoist``).
     "hoist_weight_kernels": False,
+    # True: each kernel that reads parameters and buffers alone writes a buffer of its own
+    # (granularity "kernels"). Inductor gives the copy of a weight the buffer of the last weight
+    # of its shape, so that copy waits for every reader of the last one: branches reading
+    # weights of one shape then run one after another. Exact; the kernels still run on every
+    # call (``hoist.separate``).
+    "separate_weight_buffers": True,
 }
 
 # Ops that make the host wait for the device: a CUDA graph cannot contain them.
@@ -113,7 +119,7 @@ def _options(options: Optional[dict]) -> Dict[str, Any]:
         raise NimbleInputError(f"option granularity={chosen['granularity']!r}: expected \"kernels\" or \"regions\"")
     if chosen["graphs"] is not None and (not isinstance(chosen["graphs"], (str, os.PathLike)) or os.path.isfile(chosen["graphs"])):
         raise NimbleInputError(f"option graphs={chosen['graphs']!r}: expected a directory to write the planned kernel graphs to")
-    for flag in ("priority", "merge_convolutions", "time_critical_path", "hoist_weight_kernels"):
+    for flag in ("priority", "merge_convolutions", "time_critical_path", "hoist_weight_kernels", "separate_weight_buffers"):
         if not isinstance(chosen[flag], bool):
             raise NimbleInputError(f"option {flag}={chosen[flag]!r}: expected True or False")
     if chosen["accuracy"] not in ("compiler", "any"):
@@ -297,6 +303,8 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
     mutated = sorted(set(mutated) | set(getattr(compiled, "mutated_input_idxs", None) or ()))
     try:
         wrapper = WrapperProgram(kernels_plan.inductor_module(compiled), sorted(static_indices))
+        if options["separate_weight_buffers"]:
+            wrapper = _separated(wrapper, mutated, report)
     except (WrapperError, LookupError, SyntaxError, OSError) as error:
         wrapper = _unplanned(report, kind, error)
     kernels = len(wrapper.tasks) if wrapper is not None else 0
@@ -367,6 +375,16 @@ def _critical_path_program(compiled, wrapper, primary: dict, report: Dict[str, A
         return None
     report["critical_path"] = {"streams": plan["streams"], "syncs": plan["syncs"], "regions": len(cut["regions"])}
     return program
+
+
+def _separated(wrapper, mutated, report: Dict[str, Any]):
+    """``wrapper`` read again with each kernel on weights alone writing a buffer of its own
+    (option ``separate_weight_buffers``, ``hoist.separate``); the report counts the buffers."""
+    rewrite = hoist.separate(wrapper, hoist.find(wrapper, mutated))
+    if not rewrite:
+        return wrapper
+    report["separated_weight_buffers"] = len(rewrite)
+    return WrapperProgram(wrapper.module, sorted(wrapper.static_inputs), rewrite)
 
 
 def _prologue(wrapper, mutated, options: Dict[str, Any], kind: str, report: Dict[str, Any]):

@@ -15,6 +15,7 @@ written (``taskgraph.Accesses``), so Inductor's buffer reuse becomes ordinary de
 plan keeps."""
 
 import ast
+import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
@@ -72,6 +73,8 @@ class KernelSignatures:
 
     def __init__(self, module_source: str):
         self.by_kernel: Dict[str, List[bool]] = {}
+        # The parameters' names where the source gives them (``out_ptr*``: written, not read).
+        self.names: Dict[str, List[str]] = {}
         for statement in ast.parse(module_source).body:
             if not (isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call) and len(statement.targets) == 1):
                 continue
@@ -84,6 +87,11 @@ class KernelSignatures:
             elif how == "async_compile.cpp_pybinding" and call.args and isinstance(call.args[0], ast.List):
                 types = [e.value for e in call.args[0].elts if isinstance(e, ast.Constant)]
                 self.by_kernel[target.id] = ["*" in t and not t.startswith("const") for t in types]
+                if len(call.args) >= 2 and isinstance(call.args[1], ast.Constant) and isinstance(call.args[1].value, str):
+                    found = re.search(r'extern "C"[^(]*\bkernel\(([^)]*)\)', call.args[1].value)
+                    names = [p.strip().split()[-1].lstrip("*&") for p in found.group(1).split(",") if p.strip()] if found else []
+                    if len(names) == len(types):
+                        self.names[target.id] = names
 
     def _triton(self, name: str, source: ast.AST) -> None:
         if not isinstance(source, ast.Constant) or not isinstance(source.value, str):
@@ -98,10 +106,17 @@ class KernelSignatures:
                 # Only pointers named as inputs are read alone; outputs, in-place and workspace
                 # pointers, and names a template chose, are taken as written.
                 self.by_kernel[name] = [not a.arg.startswith("in_ptr") for a in params]
+                self.names[name] = [a.arg for a in params]
                 return
 
     def writes(self, kernel: str) -> Optional[List[bool]]:
         return self.by_kernel.get(kernel)
+
+    def pure_writes(self, kernel: str) -> Optional[List[bool]]:
+        """Per positional argument, whether the kernel writes it without reading it (Inductor
+        names such parameters ``out_ptr*``; ``in_out_ptr*`` are updated in place), or None."""
+        names = self.names.get(kernel)
+        return [n.startswith("out_ptr") for n in names] if names is not None else None
 
 
 def _call_function(module) -> Tuple[ast.FunctionDef, str]:
@@ -120,8 +135,10 @@ def _call_function(module) -> Tuple[ast.FunctionDef, str]:
 class WrapperProgram:
     """The statements of Inductor's ``call`` for one graph, their storages and dependencies."""
 
-    def __init__(self, module, static_inputs: Sequence[int] = ()):
+    def __init__(self, module, static_inputs: Sequence[int] = (), rewrite: Optional[Dict[int, ast.stmt]] = None):
+        """``rewrite``: statements (by index) to read in place of Inductor's (``hoist.separate``)."""
         self.module = module
+        self.static_inputs = list(static_inputs)
         self.namespace = vars(module)
         function, source = _call_function(module)
         self.signatures = KernelSignatures(source)
@@ -147,7 +164,7 @@ class WrapperProgram:
         self._storages = 0
         self.inputs: List[str] = []
         for index, statement in enumerate(flat):
-            self.statements.append(self._read(index, statement))
+            self.statements.append(self._read(index, (rewrite or {}).get(index, statement)))
         self.static_storages = {s for i in static_inputs if i < len(self.inputs) for s in self.storage.get(self.inputs[i], ())}
         self._dependencies()
         # Statements run before the program instead of in it (``hoist``): the hoisted kernels
