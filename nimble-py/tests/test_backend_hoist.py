@@ -63,14 +63,14 @@ def test_kernels_updating_an_activation_in_place_are_not_taken_for_kernels_on_we
     assert hoisting.written == {} and hoisting.refused == {}, hoisting
 
 
-def test_weight_buffers_are_separated_by_default_and_every_change_is_seen():
-    # Option separate_weight_buffers (on by default): each branch's weight gets a buffer of its
-    # own, so the branches run side by side; the kernels still run on every call, so a write
-    # through `.data` is seen too (hoisting is what misses it).
+def test_separated_weight_buffers_let_the_branches_run_apart_and_every_change_is_seen():
+    # Option separate_weight_buffers: each branch's weight gets a buffer of its own, so the
+    # branches run side by side; the kernels still run on every call, so a write through
+    # `.data` is seen too (hoisting is what misses it).
     torch.manual_seed(0)
     model = WeightNormed().eval()
     torch._dynamo.reset()
-    fast = torch.compile(model, backend="nimble")
+    fast = torch.compile(model, backend="nimble", options={"separate_weight_buffers": True})
     x = torch.randn(4, 16)
     with torch.no_grad():
         assert relative_error(fast(x), model(x)) < 1e-5
@@ -82,7 +82,7 @@ def test_weight_buffers_are_separated_by_default_and_every_change_is_seen():
         model.g[0].mul_(3.0)
         assert relative_error(fast(x), model(x)) < 1e-5
     torch._dynamo.reset()
-    shared = torch.compile(model, backend="nimble", options={"separate_weight_buffers": False})
+    shared = torch.compile(model, backend="nimble")
     with torch.no_grad():
         assert relative_error(shared(x), model(x)) < 1e-5
     report = last_report()
