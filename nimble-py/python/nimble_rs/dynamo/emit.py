@@ -21,7 +21,6 @@ storages that no point before the join makes safe. ``check()`` proves both, kern
 
 import ast
 import copy
-import sys
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from . import hoist
@@ -230,21 +229,9 @@ class Schedule:
                 body += _parsed(f"_nimble_events[{step[1]}] = torch.cuda.Event()\n_nimble_events[{step[1]}].record(_nimble_streams[{step[2]}])")
             elif kind == "join":
                 body += _parsed("for _s in _nimble_streams[1:]:\n    _nimble_streams[0].wait_stream(_s)")
-        if p.guard is not None:
-            guard = copy.deepcopy(p.guard)
-            guard.body = body
-            body = [guard]
-        body.append(copy.deepcopy(p.returned))
         arguments = "args, _nimble_streams, _nimble_raw" if streams else "args"
-        function = _parsed(f"def nimble_call({arguments}):\n    pass")[0]
-        function.body = body
-        tree = ast.fix_missing_locations(ast.Module(body=[function], type_ignores=[]))
-        namespace = dict(vars(p.module))
-        namespace.setdefault("torch", sys.modules["torch"])
-        namespace["_nimble_cache"] = cache
-        exec(compile(tree, f"<nimble plan of {p.module.__name__}>", "exec"), namespace)
-        self.source = ast.unparse(tree)
-        return namespace["nimble_call"]
+        function, self.source = p.compile(body, f"nimble_call({arguments})", "plan", after=[copy.deepcopy(p.returned)], _nimble_cache=cache)
+        return function
 
 
 class _Completion:

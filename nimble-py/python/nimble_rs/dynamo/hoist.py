@@ -20,7 +20,6 @@ them is no obstacle; reuse by any other kernel is, and keeps the kernel in the g
 
 import ast
 import copy
-import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
@@ -316,18 +315,7 @@ def prologue_function(program: WrapperProgram, hoisting: Hoisting):
         body.append(copy.deepcopy(program.statements[i].node))
         for name in hoisting.written.get(i, ()):
             body += ast.parse(f"_nimble_keep(_nimble_cache, {key(i, name)!r}, {name})").body
-    if program.guard is not None:
-        guard = copy.deepcopy(program.guard)
-        guard.body = body
-        body = [guard]
-    function = ast.parse("def nimble_prologue(args, _nimble_cache):\n    pass").body[0]
-    function.body = body
-    tree = ast.fix_missing_locations(ast.Module(body=[function], type_ignores=[]))
-    namespace = dict(vars(program.module))
-    namespace.setdefault("torch", sys.modules["torch"])
-    namespace["_nimble_keep"] = _keep
-    exec(compile(tree, f"<nimble prologue of {program.module.__name__}>", "exec"), namespace)
-    return namespace["nimble_prologue"]
+    return program.compile(body, "nimble_prologue(args, _nimble_cache)", "prologue", _nimble_keep=_keep)[0]
 
 
 def _keep(cache: Dict[str, torch.Tensor], name: str, value: torch.Tensor) -> None:

@@ -15,9 +15,11 @@ written (``taskgraph.Accesses``), so Inductor's buffer reuse becomes ordinary de
 plan keeps."""
 
 import ast
+import copy
 import re
+import sys
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from .taskgraph import Accesses
 
@@ -443,6 +445,23 @@ class WrapperProgram:
                     found |= closure[j]
             closure[s.index] = found
         return {i: v for i, v in closure.items() if self.statements[i].kind == "kernel" and i not in self.skipped}
+
+    def compile(self, body: List[ast.stmt], signature: str, label: str, after: Sequence[ast.stmt] = (), **names: Any):
+        """``def SIGNATURE:`` over ``body`` (inside Inductor's device guard) and ``after``,
+        compiled in a copy of the namespace of Inductor's module with ``names`` added: the
+        function and its source."""
+        if self.guard is not None:
+            guard = copy.deepcopy(self.guard)
+            guard.body = body
+            body = [guard]
+        function = ast.parse(f"def {signature}:\n    pass").body[0]
+        function.body = body + list(after)
+        tree = ast.fix_missing_locations(ast.Module(body=[function], type_ignores=[]))
+        namespace = dict(vars(self.module))
+        namespace.setdefault("torch", sys.modules["torch"])
+        namespace.update(names)
+        exec(compile(tree, f"<nimble {label} of {self.module.__name__}>", "exec"), namespace)
+        return namespace[function.name], ast.unparse(tree)
 
     def written_inputs(self) -> List[int]:
         """The indices of the inputs some kernel writes (through any name sharing their storage)."""
