@@ -151,6 +151,10 @@ class NimbleCompiled:
             if self.chosen is None:
                 self.chosen, self.report["reason"], graph = self._choose(args, saved, static)
                 self.report["choice"] = self.chosen
+                prologue = getattr(self.streams_program, "prologue", None)
+                if self.chosen == "single" and prologue is not None:
+                    # The hoisted kernels' values, kept for the plans timed, are not read.
+                    prologue.release()
             if graph is None:
                 graph = self._captured(self._program(), args, static, lend)
         finally:
