@@ -146,6 +146,31 @@ def test_weight_layout_copies_run_outside_the_graph_and_again_when_a_weight_chan
     assert last_report()["captured_shapes"] == 1
 
 
+@pytest.mark.parametrize("streams_faster", [True, False])
+def test_hoisted_values_are_kept_only_while_a_plan_that_reads_them_is(streams_faster, monkeypatch):
+    # The choice times the plans with the weights' kernels hoisted against Inductor's own
+    # program. Kept, the plan reads the hoisted values; not kept, they are freed.
+    from nimble_rs.dynamo import compiled as choice
+
+    timings = iter([[1.0] * 30, [0.5 if streams_faster else 2.0] * 30, [0.6 if streams_faster else 2.0] * 30])
+    monkeypatch.setattr(choice, "time_samples_ms", lambda run, repeats=30: next(timings))
+    kept = []
+    original = nimble_rs.dynamo.hoist.Prologue.release
+    monkeypatch.setattr(nimble_rs.dynamo.hoist.Prologue, "release", lambda self: kept.append(self) or original(self))
+    model = Inception(channels=16).cuda().eval()
+    fast = compiled(model, hoist_weight_kernels=True)
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(2, 16, 24, 24, device="cuda")
+            assert relative_error(fast(x), model(x)) < TOLERANCE
+    report = last_report()
+    assert report["hoisted_kernels"] >= 2 and report["choice"] == ("streams" if streams_faster else "single"), report
+    if streams_faster:
+        assert not kept and report["hoisted_bytes"] > 0, report
+    else:
+        assert len(kept) == 1 and kept[0].cache == {} and "hoisted_bytes" not in report, report
+
+
 def test_shapes_share_one_pool_and_are_bounded():
     model = Attention(d=32).cuda().eval()
     fast = compiled(model, choose="streams", max_shapes=2)

@@ -158,6 +158,21 @@ def test_a_changed_parameter_runs_the_hoisted_kernels_again_and_only_then(monkey
     assert runs == [True, False, True, True, True, False], runs
 
 
+def test_a_chain_on_one_stream_still_runs_its_hoisted_kernels_before_the_program():
+    # One branch: the plan has one stream, and without hoisting the backend would run Inductor's
+    # program as it is; with it, the program on one stream without the weight's kernel.
+    torch.manual_seed(0)
+    model = WeightNormed(branches=1).eval()
+    fast = compiled(model)
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        assert relative_error(fast(x), model(x)) < 1e-5
+        report = last_report()
+        assert report["hoisted_kernels"] == 1 and report["streams"] == 1 and report["choice"] == "streams", report
+        model.g[0].mul_(-2.0)
+        assert relative_error(fast(x), model(x)) < 1e-5
+
+
 def test_a_write_through_data_is_not_seen_which_is_why_the_option_is_off_by_default():
     # `p.data` is a tensor with a version counter of its own: a write through it is not seen.
     torch.manual_seed(0)

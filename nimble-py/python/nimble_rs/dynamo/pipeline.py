@@ -323,9 +323,10 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
             prologue = _prologue(wrapper, mutated, options, kind, report)
             plan, cut = kernels_plan.plan(wrapper, options["algorithm"])
             report.update(streams=plan["streams"], syncs=plan["syncs"], regions=len(cut["regions"]))
-            if plan["streams"] == 1:
+            if plan["streams"] == 1 and prologue is None:
                 report["reason"] = f"{options['algorithm']} plans one stream: Inductor's program as it is"
             else:
+                # (On one stream too where kernels are hoisted: that program is not Inductor's.)
                 streams_program = kernels_plan.PlannedProgram(compiled, wrapper, plan, cut, options["priority"], prologue)
                 report["shared_buffers"] = streams_program.shared_buffers
                 report["shared_kept_to_end"] = streams_program.kept_to_end
