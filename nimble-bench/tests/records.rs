@@ -243,7 +243,7 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
     // rounds, and eager's own TF32 drift judging Inception-v4's float32 errors.
     let figures = scratch("same-process-rounds");
     // "MODEL/backend-NAME": the backend with other options, on its line after the model's.
-    let cases: [(&str, &[(&str, &str, &str)]); 14] = [
+    let cases: [(&str, &[(&str, &str, &str)]); 15] = [
         ("same-process-backend-6476f4a-bfloat16-b1-decoders.json", &[("llama", "0.89", "0.89–0.89"), ("qwen2", "0.86", "0.85–0.87"), ("mistral", "0.90", "0.90–0.90")]),
         ("same-process-backend-628bc90-float32-b1-branchy.json", &[("googlenet", "0.65", "0.63–0.65"), ("inception-v4", "0.68", "0.66–0.69"), ("nasnet-a-large", "0.66", "0.64–0.67")]),
         // The critical-path plan timed at the choice (option time_critical_path), batch 16.
@@ -259,6 +259,7 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
         ("same-process-backend-95e83e1-float32-b1-bert-base-inception-v3.json", &[("bert-base", "1.02", "0.96–1.06"), ("inception-v3", "0.71", "0.69–0.71")]),
         ("same-process-backend-95e83e1-float32-b1-inception-v3-inception-v4-hoist.json", &[("inception-v3", "0.70", "0.70–0.78"), ("inception-v3/backend-hoist", "0.59", "0.57–0.64"), ("inception-v4", "0.74", "0.71–0.76"), ("inception-v4/backend-hoist", "0.64", "0.63–0.65")]),
         ("same-process-backend-d833fcd-float32-b1-googlenet-hoist.json", &[("googlenet", "0.62", "0.58–0.62"), ("googlenet/backend-hoist", "0.59", "0.49–0.86")]),
+        ("same-process-backend-5d40ef8-float32-b1-resnet50-mobilenet-v2-hoist.json", &[("resnet50", "0.96", "0.82–1.06"), ("resnet50/backend-hoist", "0.87", "0.69–0.91"), ("mobilenet-v2", "1.04", "0.84–1.27"), ("mobilenet-v2/backend-hoist", "0.91", "0.77–1.27")]),
         // Its default then was option separate_weight_buffers; backend-shared is today's default.
         ("same-process-backend-9c08c1b-float32-b1-inception-v3-separate-hoist.json", &[("inception-v3", "0.68", "0.63–0.71"), ("inception-v3/backend-shared", "0.69", "0.65–0.71"), ("inception-v3/backend-hoist", "0.57", "0.54–0.58")]),
     ];
