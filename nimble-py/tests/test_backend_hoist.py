@@ -36,6 +36,8 @@ def weight_normed():
 def test_kernels_on_weights_alone_are_found_and_no_longer_order_the_branches(weight_normed):
     model, x, wrapper = weight_normed
     weight_only = wrapper.weight_only()
+    # Given no storage as parameters (every one written, say), no kernel reads weights alone.
+    assert wrapper.weight_only(static=set()) == []
     before, _ = kernels_plan.plan(wrapper, "nimble")
     hoisting = hoist.find(wrapper)
     # One kernel per branch computes its weight; Inductor gives each the last one's buffers.

@@ -230,7 +230,7 @@ class Schedule:
             elif kind == "join":
                 body += _parsed("for _s in _nimble_streams[1:]:\n    _nimble_streams[0].wait_stream(_s)")
         arguments = "args, _nimble_streams, _nimble_raw" if streams else "args"
-        function, self.source = p.compile(body, f"nimble_call({arguments})", "plan", after=[copy.deepcopy(p.returned)], _nimble_cache=cache)
+        function, self.source = p.compile_function(body, f"nimble_call({arguments})", "plan", after=[copy.deepcopy(p.returned)], _nimble_cache=cache)
         return function
 
 

@@ -173,7 +173,7 @@ def _on_weights_alone(program: WrapperProgram, unchanged: Set[int], writers: Dic
     found: List[int] = []
     kept: Set[int] = set()
     derived = set(unchanged)
-    for index in program.weight_only(also_static=unchanged):
+    for index in program.weight_only(static=unchanged):
         s = program.statements[index]
         earlier = {w for st in s.writes for w in writers.get(st, ()) if w < index}
         if s.reads <= derived and earlier <= kept:
@@ -319,7 +319,7 @@ def prologue_function(program: WrapperProgram, hoisting: Hoisting):
         body.append(copy.deepcopy(program.statements[i].node))
         for name in hoisting.written.get(i, ()):
             body += ast.parse(f"_nimble_keep(_nimble_cache, {key(i, name)!r}, {name})").body
-    return program.compile(body, "nimble_prologue(args, _nimble_cache)", "prologue", _nimble_keep=_keep)[0]
+    return program.compile_function(body, "nimble_prologue(args, _nimble_cache)", "prologue", _nimble_keep=_keep)[0]
 
 
 def _keep(cache: Dict[str, torch.Tensor], name: str, value: torch.Tensor) -> None:

@@ -17,6 +17,7 @@ has more than one stream, both programs are captured and timed; the faster is ke
 report says which and why.
 """
 
+import collections
 import json
 import os
 import time
@@ -397,12 +398,8 @@ def _prologue(wrapper, mutated, options: Dict[str, Any], kind: str, report: Dict
     hoisting = hoist.find(wrapper, mutated)
     report["hoisted_kernels"] = len(hoisting.written)
     if hoisting.refused:
-        # Why the others stay, counted by reason.
-        reasons: Dict[str, int] = {}
-        for reason in hoisting.refused.values():
-            general = reason.split(": ")[0]
-            reasons[general] = reasons.get(general, 0) + 1
-        report["not_hoisted"] = reasons
+        # Why the others stay, counted by reason (the statements concerned follow ": ").
+        report["not_hoisted"] = dict(collections.Counter(reason.split(": ")[0] for reason in hoisting.refused.values()))
     if not hoisting.written:
         return None
     wrapper.exclude(hoisting)

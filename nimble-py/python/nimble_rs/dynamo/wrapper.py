@@ -401,11 +401,11 @@ class WrapperProgram:
             self.task_of[index] = task.id
         return tasks
 
-    def weight_only(self, also_static: Set[int] = frozenset()) -> List[int]:
+    def weight_only(self, static: Optional[Set[int]] = None) -> List[int]:
         """The kernel statements, in order, that read only parameters and buffers (the static
-        inputs' storages, or ``also_static`` where given: those) and what such kernels wrote
-        before, and write only new storage (no input)."""
-        derived = set(also_static or self.static_storages)
+        inputs' storages, or the storages ``static`` where given, even none) and what such
+        kernels wrote before, and write only new storage (no input)."""
+        derived = set(self.static_storages if static is None else static)
         inputs = {st for name in self.inputs for st in self.storage.get(name, ())}
         found: List[int] = []
         for s in self.statements:
@@ -446,7 +446,7 @@ class WrapperProgram:
             closure[s.index] = found
         return {i: v for i, v in closure.items() if self.statements[i].kind == "kernel" and i not in self.skipped}
 
-    def compile(self, body: List[ast.stmt], signature: str, label: str, after: Sequence[ast.stmt] = (), **names: Any):
+    def compile_function(self, body: List[ast.stmt], signature: str, label: str, after: Sequence[ast.stmt] = (), **names: Any):
         """``def SIGNATURE:`` over ``body`` (inside Inductor's device guard) and ``after``,
         compiled in a copy of the namespace of Inductor's module with ``names`` added: the
         function and its source."""
