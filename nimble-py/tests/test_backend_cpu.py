@@ -221,6 +221,7 @@ def test_uncapturable_graphs_are_announced_with_the_reason():
         ({"merge_convolutions": 1}, "merge_convolutions=1: expected True or False"),
         ({"time_critical_path": "no"}, "time_critical_path='no': expected True or False"),
         ({"hoist_weight_kernels": "yes"}, "hoist_weight_kernels='yes': expected True or False"),
+        ({"weight_stream": 1}, "weight_stream=1: expected True or False"),
     ],
 )
 def test_bad_options_are_input_errors(options, message):

@@ -146,6 +146,28 @@ def test_weight_layout_copies_run_outside_the_graph_and_again_when_a_weight_chan
     assert last_report()["captured_shapes"] == 1
 
 
+@pytest.mark.parametrize("algorithm", ["nimble", "single"])
+def test_weight_layout_copies_on_a_stream_of_their_own_are_captured_and_see_every_change(algorithm):
+    # With weight_stream the copies run on every call, first, on a stream of their own in the
+    # graph, each into a buffer of its own; the convolutions wait for their events. A write
+    # through `.data`, which hoisting misses, is seen. ("single" plans one stream: the copies'
+    # stream is the second.)
+    model = Inception(channels=16).cuda().eval()
+    fast = compiled(model, choose="streams", weight_stream=True, algorithm=algorithm)
+    x = torch.randn(2, 16, 24, 24, device="cuda")
+    with torch.no_grad():
+        assert relative_error(fast(x), model(x)) < TOLERANCE
+        report = last_report()
+        assert report["weight_stream_kernels"] >= 2 and report["choice"] == "streams", report
+        if algorithm == "single":
+            assert report["streams"] == 2, report
+        model.b2[2].weight.data.mul_(-2.0)
+        for _ in range(3):
+            x = torch.randn(2, 16, 24, 24, device="cuda")
+            assert relative_error(fast(x), model(x)) < TOLERANCE
+    assert last_report()["captured_shapes"] == 1
+
+
 @pytest.mark.parametrize("streams_faster", [True, False])
 def test_hoisted_values_are_kept_only_while_a_plan_that_reads_them_is(streams_faster, monkeypatch):
     # The choice times the plans with the weights' kernels hoisted against Inductor's own

@@ -58,17 +58,30 @@ def key(statement: int, name: str) -> str:
     return f"{statement}:{name}"
 
 
+def _unchanged(program: WrapperProgram, mutated: Sequence[int]) -> Tuple[Set[int], Dict[int, Set[int]]]:
+    """The storages of the parameters and buffers no kernel writes and the graph does not
+    mutate, and for every storage the kernels that write it."""
+    writers: Dict[int, Set[int]] = {}
+    for s in program.statements:
+        if s.kind == "kernel":
+            for st in s.writes:
+                writers.setdefault(st, set()).add(s.index)
+    mutated_storages = {st for i in mutated if i < len(program.inputs) for st in program.storage.get(program.inputs[i], ())}
+    return {st for st in program.static_storages if st not in writers and st not in mutated_storages}, writers
+
+
+def on_weights_alone(program: WrapperProgram, mutated: Sequence[int] = ()) -> List[int]:
+    """The kernel statements, in order, that compute from unchanging parameters and buffers
+    alone (``_on_weights_alone``): what option ``weight_stream`` chains."""
+    unchanged, writers = _unchanged(program, mutated)
+    return _on_weights_alone(program, unchanged, writers)
+
+
 def find(program: WrapperProgram, mutated: Sequence[int] = ()) -> Hoisting:
     """The kernels of ``program`` that can be hoisted (see the module's documentation)."""
     statements = program.statements
-    kernels = [s for s in statements if s.kind == "kernel"]
-    writers: Dict[int, Set[int]] = {}
-    for s in kernels:
-        for st in s.writes:
-            writers.setdefault(st, set()).add(s.index)
+    unchanged, writers = _unchanged(program, mutated)
     inputs = {st for name in program.inputs for st in program.storage.get(name, ())}
-    mutated_storages = {st for i in mutated if i < len(program.inputs) for st in program.storage.get(program.inputs[i], ())}
-    unchanged = {st for st in program.static_storages if st not in writers and st not in mutated_storages}
     returned = program._tensors(program.returned)
     definition: Dict[str, int] = {}
     definers_of: Dict[str, Set[int]] = {}

@@ -122,6 +122,29 @@ def same_plan(a: dict, b: dict) -> bool:
 
 
 def plan(wrapper: WrapperProgram, algorithm: str):
-    """``algorithm``'s plan for the kernels and its regions, from the Rust registry."""
+    """``algorithm``'s plan for the kernels and its regions, from the Rust registry, with the
+    kernels set aside (``WrapperProgram.set_aside``) on a stream of their own (``side_stream``)."""
     answer = json.loads(scheduling._sched.regions_json(json.dumps(wrapper.task_graph()), algorithm))
-    return answer["plan"], answer["regions"]
+    return side_stream(wrapper, answer["plan"], answer["regions"])
+
+
+def side_stream(wrapper: WrapperProgram, plan: dict, cut: dict):
+    """``plan`` and its regions with the kernels set aside on one more stream, a region each,
+    issued first in Inductor's order; a region of the plan that reads what they wrote waits for
+    the last of them it reads, unless a region before it on its stream waited for that or a
+    later one."""
+    side = {index: n for n, index in enumerate(wrapper.side)}
+    if not side:
+        return plan, cut
+    stream, first = plan["streams"], len(side)
+    regions = [{"stream": stream, "nodes": [wrapper.task_of[index]]} for index in wrapper.side]
+    syncs = [[a + first, b + first] for a, b in cut["syncs"]]
+    needs = wrapper.kernel_needs()
+    waited: Dict[int, int] = {}
+    for r, region in enumerate(cut["regions"]):
+        read = [side[j] for task in region["nodes"] for i in wrapper.tasks[task].statements for j in needs[i] if j in side]
+        if read and max(read) > waited.get(region["stream"], -1):
+            waited[region["stream"]] = max(read)
+            syncs.append([max(read), r + first])
+    added = len(syncs) - len(cut["syncs"])
+    return dict(plan, streams=stream + 1, syncs=plan["syncs"] + added, side_stream=stream), dict(cut, streams=stream + 1, regions=regions + list(cut["regions"]), syncs=syncs)

@@ -91,6 +91,13 @@ DEFAULTS: Dict[str, Any] = {
     # call (``hoist.separate``). Off by default: measured, it bought about 1% (Inception-v3,
     # batch 1, H100), within the noise.
     "separate_weight_buffers": False,
+    # True: the kernels that read parameters and buffers alone (on a GPU, the copy of each
+    # convolution's weight into the layout it reads) run on every call, one after another on a
+    # stream of their own, from the start of the graph, each writing a buffer of its own, kept
+    # to the call's end; each region of the plan that reads one waits for its event (granularity
+    # "kernels", inference and forward graphs). Exact: nothing is kept between calls. Without
+    # it, each runs just before its reader, on its reader's stream.
+    "weight_stream": False,
 }
 
 # Ops that make the host wait for the device: a CUDA graph cannot contain them.
@@ -121,7 +128,7 @@ def _options(options: Optional[dict]) -> Dict[str, Any]:
         raise NimbleInputError(f"option granularity={chosen['granularity']!r}: expected \"kernels\" or \"regions\"")
     if chosen["graphs"] is not None and (not isinstance(chosen["graphs"], (str, os.PathLike)) or os.path.isfile(chosen["graphs"])):
         raise NimbleInputError(f"option graphs={chosen['graphs']!r}: expected a directory to write the planned kernel graphs to")
-    for flag in ("priority", "merge_convolutions", "time_critical_path", "hoist_weight_kernels", "separate_weight_buffers"):
+    for flag in ("priority", "merge_convolutions", "time_critical_path", "hoist_weight_kernels", "separate_weight_buffers", "weight_stream"):
         if not isinstance(chosen[flag], bool):
             raise NimbleInputError(f"option {flag}={chosen[flag]!r}: expected True or False")
     if chosen["accuracy"] not in ("compiler", "any"):
@@ -305,7 +312,8 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
     mutated = sorted(set(mutated) | set(getattr(compiled, "mutated_input_idxs", None) or ()))
     try:
         wrapper = WrapperProgram(kernels_plan.inductor_module(compiled), sorted(static_indices))
-        if options["separate_weight_buffers"]:
+        if options["separate_weight_buffers"] or (options["weight_stream"] and not options["hoist_weight_kernels"]):
+            # (A stream of their own needs buffers of their own: a reused one's readers first.)
             wrapper = _separated(wrapper, mutated, report)
     except (WrapperError, LookupError, SyntaxError, OSError) as error:
         wrapper = _unplanned(report, kind, error)
@@ -322,6 +330,7 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
         try:
             # Before planning: what the hoisted kernels ordered among the others is gone.
             prologue = _prologue(wrapper, mutated, options, kind, report)
+            _set_aside(wrapper, mutated, options, kind, report)
             plan, cut = kernels_plan.plan(wrapper, options["algorithm"])
             report.update(streams=plan["streams"], syncs=plan["syncs"], regions=len(cut["regions"]))
             if plan["streams"] == 1 and prologue is None:
@@ -404,6 +413,19 @@ def _prologue(wrapper, mutated, options: Dict[str, Any], kind: str, report: Dict
         return None
     wrapper.exclude(hoisting)
     return hoist.Prologue(wrapper, hoisting)
+
+
+def _set_aside(wrapper, mutated, options: Dict[str, Any], kind: str, report: Dict[str, Any]) -> None:
+    """The kernels on weights alone left in the program set aside for a stream of their own
+    (option ``weight_stream``; a backward reads no parameters alone); the report counts them
+    and those that follow another kernel (a reused buffer's readers) and stay in the plan."""
+    if not options["weight_stream"] or kind == "backward":
+        return
+    kernels = [i for i in hoist.on_weights_alone(wrapper, mutated) if i not in wrapper.skipped]
+    side = wrapper.set_aside(kernels)
+    report["weight_stream_kernels"] = len(side)
+    if len(side) < len(kernels):
+        report["weight_stream_left"] = len(kernels) - len(side)
 
 
 def _write_graph(graph: dict, directory, kind: str) -> str:

@@ -173,6 +173,9 @@ class WrapperProgram:
         # and the definitions of the names bound to what they computed.
         self.hoisting = None
         self.skipped: Set[int] = set()
+        # Kernels on weights alone run on a stream of their own ahead of the plan (``side``):
+        # the last tasks, left out of the planned task graph (the first ``planned`` tasks).
+        self.side: List[int] = []
         self.tasks = self._tasks()
 
     # -- reading ---------------------------------------------------------------------------
@@ -371,13 +374,30 @@ class WrapperProgram:
         self.skipped = set(hoisting.written) | set(hoisting.definers)
         self.tasks = self._tasks()
 
+    def set_aside(self, kernels: Sequence[int]) -> List[int]:
+        """Takes of ``kernels`` (kernels on weights alone: ``hoist.on_weights_alone``) those
+        that follow no kernel but each other out of the planned task graph, to run one after
+        another on a stream of their own, ahead of the plan's (option ``weight_stream``,
+        ``kernels_plan.plan``); they become the last tasks, one each. Returns them."""
+        needs = self.kernel_needs()
+        side = set(kernels) - self.skipped
+        while True:
+            following = {i for i in side if not needs[i] <= side}
+            if not following:
+                break
+            side -= following
+        self.side = sorted(side)
+        self.tasks = self._tasks()
+        return self.side
+
     def _tasks(self) -> List[Task]:
         """Kernel statements as tasks. A kernel that reads only parameters and buffers (a
         weight's layout, for example) and writes only new storage joins its first reader's
         task: as a task of its own it would be a source independent of everything and maximum
-        logical concurrency would give it a stream."""
-        kernels = [s for s in self.statements if s.kind == "kernel" and s.index not in self.skipped]
-        weight_only = set(self.weight_only()) - self.skipped
+        logical concurrency would give it a stream. Kernels set aside (``side``) come last."""
+        side = set(self.side)
+        kernels = [s for s in self.statements if s.kind == "kernel" and s.index not in self.skipped and s.index not in side]
+        weight_only = set(self.weight_only()) - self.skipped - side
         anchor: Dict[int, int] = {}
         for s in reversed(kernels):
             if s.index not in weight_only:
@@ -399,6 +419,10 @@ class WrapperProgram:
             task.statements.append(index)
             task.statements.sort()
             self.task_of[index] = task.id
+        self.planned = len(tasks)
+        for index in self.side:
+            self.task_of[index] = len(tasks)
+            tasks.append(Task(len(tasks), [index], self.statements[index].name))
         return tasks
 
     def weight_only(self, static: Optional[Set[int]] = None) -> List[int]:
@@ -415,8 +439,8 @@ class WrapperProgram:
         return found
 
     def task_graph(self) -> dict:
-        """The tasks in the project's JSON schema: ops are kernel names, edges the storage and
-        name dependencies between tasks."""
+        """The planned tasks (all but those set aside) in the project's JSON schema: ops are
+        kernel names, edges the storage and name dependencies between tasks."""
         edges = set()
         kernel_needs = self.kernel_needs()
         for s in self.statements:
@@ -425,9 +449,9 @@ class WrapperProgram:
             v = self.task_of[s.index]
             for k in kernel_needs[s.index]:
                 u = self.task_of[k]
-                if u != v:
+                if u != v and u < self.planned and v < self.planned:
                     edges.add((u, v))
-        nodes = [{"id": t.id, "op": t.name, **({"attrs": {"kernels": len(t.statements)}} if len(t.statements) > 1 else {})} for t in self.tasks]
+        nodes = [{"id": t.id, "op": t.name, **({"attrs": {"kernels": len(t.statements)}} if len(t.statements) > 1 else {})} for t in self.tasks[: self.planned]]
         return {"nodes": nodes, "edges": sorted([u, v] for u, v in edges)}
 
     def kernel_needs(self) -> Dict[int, Set[int]]:
