@@ -72,7 +72,7 @@ def test_separated_weight_buffers_let_the_branches_run_apart_and_every_change_is
     torch.manual_seed(0)
     model = WeightNormed().eval()
     torch._dynamo.reset()
-    fast = torch.compile(model, backend="nimble", options={"separate_weight_buffers": True})
+    fast = torch.compile(model, backend="nimble", options={"separate_weight_buffers": True, "weight_stream": False})
     x = torch.randn(4, 16)
     with torch.no_grad():
         assert relative_error(fast(x), model(x)) < 1e-5
@@ -84,7 +84,7 @@ def test_separated_weight_buffers_let_the_branches_run_apart_and_every_change_is
         model.g[0].mul_(3.0)
         assert relative_error(fast(x), model(x)) < 1e-5
     torch._dynamo.reset()
-    shared = torch.compile(model, backend="nimble")
+    shared = torch.compile(model, backend="nimble", options={"weight_stream": False})
     with torch.no_grad():
         assert relative_error(shared(x), model(x)) < 1e-5
     report = last_report()

@@ -95,9 +95,11 @@ DEFAULTS: Dict[str, Any] = {
     # convolution's weight into the layout it reads) run on every call, one after another on a
     # stream of their own, from the start of the graph, each writing a buffer of its own, kept
     # to the call's end; each region of the plan that reads one waits for its event (granularity
-    # "kernels", inference and forward graphs). Exact: nothing is kept between calls. Without
-    # it, each runs just before its reader, on its reader's stream.
-    "weight_stream": False,
+    # "kernels", inference and forward graphs). Exact: nothing is kept between calls. Off, each
+    # runs just before its reader, on its reader's stream. Measured on an H100 (5 rounds), it
+    # took Inception-v3 at batch 1 from 0.71x to 0.63x reduce-overhead's latency (hoisting:
+    # 0.59x), and at batch 16 Inception-v4 from 0.93x to 0.89x, Inception-v3 0.88x to 0.89x.
+    "weight_stream": True,
 }
 
 # Ops that make the host wait for the device: a CUDA graph cannot contain them.
