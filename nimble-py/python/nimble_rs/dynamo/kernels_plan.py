@@ -130,21 +130,34 @@ def plan(wrapper: WrapperProgram, algorithm: str):
 
 def side_stream(wrapper: WrapperProgram, plan: dict, cut: dict):
     """``plan`` and its regions with the kernels set aside on one more stream, a region each,
-    issued first in Inductor's order; a region of the plan that reads what they wrote waits for
-    the last of them it reads, unless a region before it on its stream waited for that or a
-    later one."""
+    issued first in Inductor's order. A region of the plan is cut before each of its tasks that
+    reads one of them later than any its stream waited for so far, and that part waits for the
+    last one it reads: a kernel waits for its weight, not its region's last weight (with one
+    stream, the whole program is one region)."""
     side = {index: n for n, index in enumerate(wrapper.side)}
     if not side:
         return plan, cut
-    stream, first = plan["streams"], len(side)
+    stream = plan["streams"]
     regions = [{"stream": stream, "nodes": [wrapper.task_of[index]]} for index in wrapper.side]
-    syncs = [[a + first, b + first] for a, b in cut["syncs"]]
     needs = wrapper.kernel_needs()
     waited: Dict[int, int] = {}
+    syncs: List[List[int]] = []
+    first: Dict[int, int] = {}
+    last: Dict[int, int] = {}
     for r, region in enumerate(cut["regions"]):
-        read = [side[j] for task in region["nodes"] for i in wrapper.tasks[task].statements for j in needs[i] if j in side]
-        if read and max(read) > waited.get(region["stream"], -1):
-            waited[region["stream"]] = max(read)
-            syncs.append([max(read), r + first])
-    added = len(syncs) - len(cut["syncs"])
-    return dict(plan, streams=stream + 1, syncs=plan["syncs"] + added, side_stream=stream), dict(cut, streams=stream + 1, regions=regions + list(cut["regions"]), syncs=syncs)
+        part = None
+        for task in region["nodes"]:
+            latest = max((side[j] for i in wrapper.tasks[task].statements for j in needs[i] if j in side), default=-1)
+            fresh = latest > waited.get(region["stream"], -1)
+            if part is None or fresh:
+                part = len(regions)
+                regions.append(dict(region, nodes=[]))
+                first.setdefault(r, part)
+                if fresh:
+                    waited[region["stream"]] = latest
+                    syncs.append([latest, part])
+            regions[part]["nodes"].append(task)
+        last[r] = part
+    added = len(syncs)
+    syncs += [[last[a], first[b]] for a, b in cut["syncs"]]
+    return dict(plan, streams=stream + 1, syncs=plan["syncs"] + added, side_stream=stream), dict(cut, streams=stream + 1, regions=regions, syncs=syncs)
