@@ -19,7 +19,9 @@ them is no obstacle; reuse by any other kernel is, and keeps the kernel in the g
 an update in place of a reused buffer (an ``in_out_ptr``: it reads the buffer's last value).
 
 ``separate`` keeps the same kernels in the graph, each writing a buffer of its own instead of the
-one Inductor reused (option ``separate_weight_buffers``): exact, and no faster, as measured.
+one Inductor reused (option ``separate_weight_buffers``): exact, and no faster, as measured, but
+what lets option ``weight_stream`` (on by default) run them on a stream of their own ahead of
+their readers (``on_weights_alone``, ``WrapperProgram.set_aside``, ``kernels_plan.side_stream``).
 """
 
 import ast
