@@ -21,6 +21,19 @@ def last_report(graph="inference"):
     return [r for r in nimble_rs.dynamo.reports() if r["graph"] == graph][-1]
 
 
+def compiled_weight_normed(**options):
+    """A WeightNormed model, the backend's compile of it (option weight_stream on, and
+    ``options``), an input, and its output checked against eager's."""
+    torch.manual_seed(0)
+    model = WeightNormed().eval()
+    torch._dynamo.reset()
+    fast = torch.compile(model, backend="nimble", options={"weight_stream": True, **options})
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        assert relative_error(fast(x), model(x)) < 1e-5
+    return model, fast, x
+
+
 @pytest.fixture(scope="module")
 def weight_normed():
     torch.manual_seed(0)
@@ -81,28 +94,17 @@ def test_a_reused_buffer_keeps_its_next_kernel_in_the_plan(weight_normed):
 
 @pytest.mark.parametrize("algorithm", every_algorithm())
 def test_outputs_stay_eagers_and_a_write_through_data_is_seen(algorithm):
-    torch.manual_seed(0)
-    model = WeightNormed().eval()
-    torch._dynamo.reset()
-    fast = torch.compile(model, backend="nimble", options={"weight_stream": True, "algorithm": algorithm})
-    x = torch.randn(4, 16)
+    model, fast, x = compiled_weight_normed(algorithm=algorithm)
+    report = last_report()
+    assert report["weight_stream_kernels"] == 3 and report["separated_weight_buffers"] == 4, report
     with torch.no_grad():
-        assert relative_error(fast(x), model(x)) < 1e-5
-        report = last_report()
-        assert report["weight_stream_kernels"] == 3 and report["separated_weight_buffers"] == 4, report
         # Nothing is kept between calls: what hoisting misses, this sees.
         model.v[1].data.mul_(-1.0)
         assert relative_error(fast(x), model(x)) < 1e-5
 
 
 def test_with_hoisting_the_hoisted_kernels_are_not_set_aside():
-    torch.manual_seed(0)
-    model = WeightNormed().eval()
-    torch._dynamo.reset()
-    fast = torch.compile(model, backend="nimble", options={"weight_stream": True, "hoist_weight_kernels": True})
-    x = torch.randn(4, 16)
-    with torch.no_grad():
-        assert relative_error(fast(x), model(x)) < 1e-5
+    compiled_weight_normed(hoist_weight_kernels=True)
     report = last_report()
     assert report["hoisted_kernels"] == 3 and report["weight_stream_kernels"] == 0 and report["streams"] == 3, report
 

@@ -60,7 +60,8 @@ DEFAULTS: Dict[str, Any] = {
     # A directory: each graph's kernels, as the backend planned them, are written there in the
     # project's JSON schema (KIND-N.graph.json, never over an existing file), for
     # `nimble-bench schedulers --simulate --graphs DIR` and nimble_rs.scheduling (granularity
-    # "kernels").
+    # "kernels"; every kernel on weights alone in it, joined to its reader's task, as planned
+    # without options weight_stream and hoist_weight_kernels).
     "graphs": None,
     # True: the plan's stream 0 is captured at the device's highest stream priority, so that
     # its kernels are dispatched before the other streams' when they contend for the device
