@@ -135,3 +135,22 @@ def test_training_forwards_set_their_weight_kernels_aside_and_gradients_stay_eag
     assert last_report("forward")["weight_stream_kernels"] >= 1, last_report("forward")
     for p, q in zip(model.parameters(), reference.parameters()):
         assert relative_error(p.grad, q.grad) < 1e-5
+
+
+def test_buffers_that_cannot_be_separated_stay_shared_announced(monkeypatch):
+    # Giving each weight's kernel a buffer of its own is a rewrite of Inductor's code: where it
+    # fails, the program keeps Inductor's buffers (exact too), says so once, and the kernels
+    # that would write into a reused buffer stay in the plan.
+    from nimble_rs.dynamo import compiled as compiled_graphs
+
+    compiled_graphs._WARNED.clear()
+
+    def broken(program, hoisting):
+        raise KeyError("buf3")
+
+    monkeypatch.setattr(hoist, "separate", broken)
+    with pytest.warns(RuntimeWarning, match="keep Inductor's shared buffers"):
+        compiled_weight_normed()
+    report = last_report()
+    assert report["separated_weight_buffers"].startswith("not separated") and report["weight_stream_kernels"] == 1, report
+

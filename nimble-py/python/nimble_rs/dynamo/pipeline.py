@@ -396,12 +396,20 @@ def _critical_path_program(compiled, wrapper, primary: dict, report: Dict[str, A
 
 def _separated(wrapper, mutated, report: Dict[str, Any]):
     """``wrapper`` read again with each kernel on weights alone writing a buffer of its own
-    (option ``separate_weight_buffers``, ``hoist.separate``); the report counts the buffers."""
-    rewrite = hoist.separate(wrapper, hoist.find(wrapper, mutated))
-    if not rewrite:
+    (option ``separate_weight_buffers``, ``hoist.separate``); the report counts the buffers.
+    Where that fails, ``wrapper`` as it is, announced: Inductor's shared buffers are exact too
+    (option weight_stream then leaves the kernels writing them in the plan)."""
+    try:
+        rewrite = hoist.separate(wrapper, hoist.find(wrapper, mutated))
+        if not rewrite:
+            return wrapper
+        separated = WrapperProgram(wrapper.module, sorted(wrapper.static_inputs), rewrite)
+    except Exception as error:  # noqa: BLE001 - the program as Inductor wrote it is still there
+        report["separated_weight_buffers"] = f"not separated: {error}"
+        warn_once(("separate", type(error).__name__, str(error)), f"nimble backend: the kernels on weights alone keep Inductor's shared buffers ({type(error).__name__}: {error})")
         return wrapper
     report["separated_weight_buffers"] = len(rewrite)
-    return WrapperProgram(wrapper.module, sorted(wrapper.static_inputs), rewrite)
+    return separated
 
 
 def _prologue(wrapper, mutated, options: Dict[str, Any], kind: str, report: Dict[str, Any]):
