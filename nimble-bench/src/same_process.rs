@@ -49,6 +49,11 @@ struct Row {
     /// rounding alone moves this model's output by.
     eager_tf32_drift: Option<f64>,
     error: Option<String>,
+    /// Seconds from the module to its first timed call (compiles, warm-ups, captures).
+    prepare_seconds: Option<f64>,
+    /// The most memory allocated during preparation and three calls, above what was allocated
+    /// before (negative where an earlier model's memory was freed meanwhile).
+    peak_bytes: Option<f64>,
 }
 
 fn float32() -> String {
@@ -100,6 +105,24 @@ fn tolerance(dtype: &str) -> f64 {
     } else {
         5e-2
     }
+}
+
+/// "  prepare and peak: SYSTEM S s (R× compile's), M MiB; …" for one model's rows that have
+/// them (records from 2026-11 on), eager left out; None where none has.
+fn costs<'a>(rows: impl Iterator<Item = &'a Row> + Clone) -> Option<String> {
+    let compile = rows.clone().find(|r| r.system == "compile").and_then(|r| r.prepare_seconds);
+    let parts: Vec<String> = rows
+        .filter(|r| r.system != "eager" && (r.prepare_seconds.is_some() || r.peak_bytes.is_some()))
+        .map(|r| {
+            let seconds = r.prepare_seconds.map_or("- s".to_string(), |s| match compile.filter(|c| *c > 0.0 && r.system != "compile") {
+                Some(c) => format!("{s:.1} s ({:.2}x compile's)", s / c),
+                None => format!("{s:.1} s"),
+            });
+            let peak = r.peak_bytes.map_or("- MiB".to_string(), |b| format!("{:.0} MiB", b / 1_048_576.0));
+            format!("{} {seconds}, {peak}", r.system)
+        })
+        .collect();
+    (!parts.is_empty()).then(|| format!("  prepare and peak: {}", parts.join("; ")))
 }
 
 /// Reads `records` (measured in parts, each model in one process), prints the table and draws
@@ -165,6 +188,9 @@ pub fn same_process(records: &[PathBuf], out_dir: &Path) -> Result<()> {
             for row in record.rows.iter().filter(|r| r.model == name && r.system.starts_with("backend-")) {
                 let by_round = latency(&row.system).zip(latency("compile")).map_or("-".to_string(), |(b, c)| round_ratio_range(b, c));
                 println!("  {:<14} {:>9} {:>11} {:>9} {:>9} {:>14} {} {:>15} {by_round:>10}", row.system, "", "", "", "", "", cell(median(&row.system)), ratio(&row.system));
+            }
+            if let Some(line) = costs(record.rows.iter().filter(|r| r.model == name)) {
+                println!("{line}");
             }
             let eager = median("eager");
             models.push((label, systems.iter().map(|s| eager.zip(median(s)).map(|(e, v)| e / v)).collect()));

@@ -225,6 +225,16 @@ fn same_process_renders_the_committed_records_and_names_a_bad_one() {
 }
 
 #[test]
+fn same_process_reports_each_systems_preparation_and_peak_memory() {
+    // The compile-time bound (at most 1.5x reduce-overhead's) and peak memory for both,
+    // on a line under each model, variants included.
+    let figures = scratch("same-process-costs");
+    let text = rendered("same-process", "../paper-figs/results/same-process-backend-5c81c32-float32-b16-inception-v3-nows.json", &figures);
+    let line = "  prepare and peak: compile 27.7 s, 2268 MiB; backend 22.0 s (0.79x compile's), 298 MiB; backend-nows 22.1 s (0.80x compile's), 242 MiB";
+    assert!(text.lines().any(|l| l == line), "{text}");
+}
+
+#[test]
 fn same_process_labels_each_setting_and_judges_errors_by_dtype() {
     // Records at batch 1 and 16 in float32 and at batch 1 in bfloat16: each row says its
     // setting, and bfloat16's drift of 1.5e-2 from eager is within its tolerance.
