@@ -154,3 +154,16 @@ def test_buffers_that_cannot_be_separated_stay_shared_announced(monkeypatch):
     report = last_report()
     assert report["separated_weight_buffers"].startswith("not separated") and report["weight_stream_kernels"] == 1, report
 
+
+def test_written_graphs_keep_the_weight_kernels_with_their_readers(tmp_path):
+    # Option graphs writes the kernels for research as planned without weight_stream: each
+    # weight's kernel joined to its reader's task (a task of two kernels), none left out.
+    import json
+
+    compiled_weight_normed(graphs=str(tmp_path))
+    (path,) = sorted(tmp_path.glob("inference-*.graph.json"))
+    graph = json.loads(path.read_text())
+    joined = [n for n in graph["nodes"] if n.get("attrs", {}).get("kernels") == 2]
+    assert len(graph["nodes"]) == 4 and len(joined) == 3, graph
+    assert last_report()["weight_stream_kernels"] == 3
+
