@@ -74,7 +74,7 @@ def _unchanged(program: WrapperProgram, mutated: Sequence[int]) -> Tuple[Set[int
 
 def on_weights_alone(program: WrapperProgram, mutated: Sequence[int] = ()) -> List[int]:
     """The kernel statements, in order, that compute from unchanging parameters and buffers
-    alone (``_on_weights_alone``): what option ``weight_stream`` chains."""
+    alone (``_on_weights_alone``): what option ``weight_stream`` sets aside."""
     unchanged, writers = _unchanged(program, mutated)
     return _on_weights_alone(program, unchanged, writers)
 

@@ -99,8 +99,8 @@ DEFAULTS: Dict[str, Any] = {
     # "kernels", inference and forward graphs). Exact: nothing is kept between calls. Off, each
     # runs just before its reader, on its reader's stream. Measured on an H100 (5 rounds), it
     # took Inception-v3 at batch 1 from 0.71x to 0.63x reduce-overhead's latency (0.72x to
-    # 0.67x in a second run; hoisting: 0.59x), and at batch 16 Inception-v4 from 0.93x to 0.89x,
-    # Inception-v3 0.88x to 0.89x. Without buffers of their own (separate_weight_buffers),
+    # 0.67x in a second run; hoisting: 0.59x), and at batch 16 Inception-v3 from 0.89x to 0.86x,
+    # Inception-v4 from 0.93x to 0.89x, GoogLeNet from 0.84x to 0.81x. Without buffers of their own (separate_weight_buffers),
     # the copies into a reused buffer would wait for its last readers: they stay in the plan.
     "weight_stream": True,
 }
