@@ -222,11 +222,31 @@ def test_uncapturable_graphs_are_announced_with_the_reason():
         ({"time_critical_path": "no"}, "time_critical_path='no': expected True or False"),
         ({"hoist_weight_kernels": "yes"}, "hoist_weight_kernels='yes': expected True or False"),
         ({"weight_stream": 1}, "weight_stream=1: expected True or False"),
+        ({"inductor_config": {"no_such_setting": 1}}, "no_such_setting is not settings of torch._inductor.config"),
+        ({"inductor_config": ["layout_optimization"]}, "expected a dict of torch._inductor.config names"),
     ],
 )
 def test_bad_options_are_input_errors(options, message):
     with pytest.raises(nimble_rs.NimbleInputError, match=message):
         pipeline._options(options)
+
+
+def test_inductor_settings_apply_to_the_backends_compile_alone():
+    # On the CPU Inductor runs convolutions channels-last: a kernel into that layout and one out
+    # of it. With layout_optimization off in option inductor_config they are gone, the output is
+    # still eager's, and the user's own setting is as it was.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1)).eval()
+    x = torch.randn(2, 4, 8, 8)
+    kernels = []
+    for options in ({}, {"inductor_config": {"layout_optimization": False}}):
+        torch._dynamo.reset()
+        before = len(pipeline.reports())
+        out = torch.compile(model, backend="nimble", options=options)(x)
+        torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-5)
+        kernels.append([r["kernels"] for r in pipeline.reports()[before:]])
+    assert kernels[1][0] < kernels[0][0], kernels
+    assert torch._inductor.config.layout_optimization
 
 
 def test_ops_on_weights_alone_join_their_reader():

@@ -103,6 +103,9 @@ DEFAULTS: Dict[str, Any] = {
     # Inception-v4 from 0.93x to 0.89x, GoogLeNet from 0.84x to 0.81x. Without buffers of their own (separate_weight_buffers),
     # the copies into a reused buffer would wait for its last readers: they stay in the plan.
     "weight_stream": True,
+    # Inductor's settings for this backend's compiles, as {name: value} (names of
+    # `torch._inductor.config`, e.g. {"layout_optimization": False}); the rest are the user's.
+    "inductor_config": None,
 }
 
 # Ops that make the host wait for the device: a CUDA graph cannot contain them.
@@ -136,6 +139,7 @@ def _options(options: Optional[dict]) -> Dict[str, Any]:
     for flag in ("priority", "merge_convolutions", "time_critical_path", "hoist_weight_kernels", "separate_weight_buffers", "weight_stream"):
         if not isinstance(chosen[flag], bool):
             raise NimbleInputError(f"option {flag}={chosen[flag]!r}: expected True or False")
+    _check_inductor_config(chosen["inductor_config"])
     if chosen["accuracy"] not in ("compiler", "any"):
         raise NimbleInputError(f"option accuracy={chosen['accuracy']!r}: expected \"compiler\" or \"any\"")
     if not isinstance(chosen["warmups"], int) or chosen["warmups"] < 1:
@@ -147,6 +151,24 @@ def _options(options: Optional[dict]) -> Dict[str, Any]:
     # Its argument too (round-robin:K), by the registry itself, before anything is compiled.
     scheduling.assign({"nodes": [{"id": 0, "op": "probe"}], "edges": []}, name)
     return chosen
+
+
+def _check_inductor_config(settings) -> None:
+    import torch._inductor.config as inductor_config
+
+    if settings is None:
+        return
+    if not isinstance(settings, dict) or not all(isinstance(k, str) for k in settings):
+        raise NimbleInputError(f"option inductor_config={settings!r}: expected a dict of torch._inductor.config names to values")
+    known = inductor_config.get_config_copy()
+    unknown = sorted(k for k in settings if k not in known)
+    if unknown:
+        raise NimbleInputError(f"option inductor_config: {', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not settings of torch._inductor.config (e.g. layout_optimization, freezing)")
+
+
+def _inductor_settings(options: Dict[str, Any]):
+    """Inductor's config with option ``inductor_config`` applied, for one compile."""
+    return torch._inductor.config.patch(options["inductor_config"] or {})
 
 
 def _static_indices() -> set:
@@ -474,24 +496,30 @@ def nimble_backend(gm: torch.fx.GraphModule, example_inputs: List[Any], options:
         from torch._inductor.compile_fx import compile_fx
 
         # AOTAutograd's cache would hand back a graph compiled before without our step.
-        with torch._functorch.config.patch(enable_autograd_cache=False):
+        with torch._functorch.config.patch(enable_autograd_cache=False), _inductor_settings(chosen):
             return compile_fx(gm, example_inputs, inner_compile=functools.partial(_inner, options=chosen))
     from torch._dynamo.backends.common import aot_autograd
 
     from torch._functorch.aot_autograd import make_boxed_func
 
     # AOTAutograd's calling convention: one list of the graph's inputs.
+    # (Each under option inductor_config: a backward is compiled at its first call.)
     def inference(graph, inputs):
-        return make_boxed_func(compile_graph(graph, inputs, chosen, "inference"))
+        with _inductor_settings(chosen):
+            return make_boxed_func(compile_graph(graph, inputs, chosen, "inference"))
 
     def forward(graph, inputs):
-        return make_boxed_func(compile_graph(graph, inputs, chosen, "forward"))
+        with _inductor_settings(chosen):
+            return make_boxed_func(compile_graph(graph, inputs, chosen, "forward"))
 
     def backward(graph, inputs):
-        return make_boxed_func(compile_graph(graph, inputs, chosen, "backward"))
+        with _inductor_settings(chosen):
+            return make_boxed_func(compile_graph(graph, inputs, chosen, "backward"))
 
     return aot_autograd(fw_compiler=forward, bw_compiler=backward, inference_compiler=inference)(gm, example_inputs)
 
 
 def _inner(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Dict[str, Any], **inner_kwargs):
-    return compile_kernels(gm, example_inputs, options, inner_kwargs)
+    # (Again here: compile_fx compiles a backward at its first call, outside nimble_backend.)
+    with _inductor_settings(options):
+        return compile_kernels(gm, example_inputs, options, inner_kwargs)
