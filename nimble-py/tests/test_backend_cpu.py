@@ -13,6 +13,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import nimble_rs
+from nimble_rs.dynamo import options as backend_options
 from nimble_rs.dynamo import pipeline
 from nimble_rs.dynamo.regions import partition
 from nimble_rs.dynamo.runner import Program
@@ -228,7 +229,7 @@ def test_uncapturable_graphs_are_announced_with_the_reason():
 )
 def test_bad_options_are_input_errors(options, message):
     with pytest.raises(nimble_rs.NimbleInputError, match=message):
-        pipeline._options(options)
+        backend_options.checked(options)
 
 
 def test_inductor_settings_apply_to_the_backends_compile_alone():

@@ -6,6 +6,7 @@
 for each graph it compiled.
 """
 
-from .pipeline import DEFAULTS, nimble_backend as backend, reports
+from .options import DEFAULTS
+from .pipeline import nimble_backend as backend, reports
 
 __all__ = ["backend", "reports", "DEFAULTS"]

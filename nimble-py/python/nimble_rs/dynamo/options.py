@@ -1,0 +1,134 @@
+"""The options of ``torch.compile(model, backend="nimble", options={...})``: their defaults,
+what each does, and their checks."""
+
+import os
+from typing import Any, Dict, Optional
+
+import torch
+
+from .. import scheduling
+from ..errors import NimbleInputError
+
+DEFAULTS: Dict[str, Any] = {
+    # Any registered algorithm, with its argument (`nimble_rs.algorithms()`).
+    "algorithm": "nimble",
+    # "auto": measure the plan's streams against Inductor's program on one stream and keep the
+    # faster (on a GPU; on the CPU the plan runs in its order); "streams": always the plan;
+    # "single": Inductor's program for the whole graph, captured.
+    "choose": "auto",
+    # Input shapes per subgraph (a CUDA graph each on a GPU); beyond it, a new shape runs without
+    # Nimble: uncaptured on a GPU, Dynamo's graph as it is on the CPU (one warning).
+    "max_shapes": 8,
+    # Runs before each capture (autotuning, library handles and workspaces per stream).
+    "warmups": 3,
+    # "compiler": streams are kept only if their outputs are no further from eager than the
+    # compiler's own program (the whole graph as one region); "any": speed alone decides.
+    "accuracy": "compiler",
+    # Training graphs (AOTAutograd's forward and backward) captured as CUDA graphs; off, they
+    # run as compiled regions on one stream, announced once.
+    "capture_training": True,
+    # "kernels": Inductor compiles the whole graph once and its kernels are planned; "regions":
+    # the ATen ops are planned and Inductor compiles each region of the plan.
+    "granularity": "kernels",
+    # A directory: each graph's kernels, as the backend planned them, are written there in the
+    # project's JSON schema (KIND-N.graph.json, never over an existing file), for
+    # `nimble-bench schedulers --simulate --graphs DIR` and nimble_rs.scheduling (granularity
+    # "kernels"; every kernel on weights alone in it, joined to its reader's task, as planned
+    # without options weight_stream and hoist_weight_kernels).
+    "graphs": None,
+    # True: the plan's stream 0 is captured at the device's highest stream priority, so that
+    # its kernels are dispatched before the other streams' when they contend for the device
+    # (with algorithm "nimble-critical", stream 0 holds the heaviest path of kernels).
+    "priority": False,
+    # True: in inference graphs, convolutions reading the same input with the same kernel size,
+    # stride, padding and dilation run as one convolution over their concatenated weights
+    # (``merge``), before Inductor compiles the graph (granularity "kernels").
+    "merge_convolutions": False,
+    # True: with choose="auto" on a GPU (granularity "kernels"), a second plan is timed beside
+    # the chosen algorithm's and Inductor's program: Nimble's chains with the heaviest path of
+    # kernels on stream 0 (`nimble-critical`), that stream captured at the highest priority.
+    # The fastest of the three is kept (the report's `measured_ms` has each, `algorithm` and
+    # `priority` the plan kept); where the GPU is full (batch 16 on branchy CNNs) the kernels
+    # on the critical path then go first.
+    "time_critical_path": True,
+    # True: in inference graphs (granularity "kernels", the plan's programs), the kernels that
+    # read parameters and buffers alone (on a GPU, the copy of each convolution's weight into
+    # the layout it reads) run once outside the CUDA graph, and again before a call only when
+    # such a parameter has moved or its version counter has changed (in-place ops, optimizers,
+    # load_state_dict). Writes through ``p.data`` bump no counter and are not seen: off by
+    # default (``hoist``).
+    "hoist_weight_kernels": False,
+    # True: each kernel that reads parameters and buffers alone writes a buffer of its own
+    # (granularity "kernels"). Inductor gives the copy of a weight the buffer of the last weight
+    # of its shape, so that copy waits for every reader of the last one: branches reading
+    # weights of one shape then run one after another. Exact; the kernels still run on every
+    # call (``hoist.separate``). Off by default: measured, it bought about 1% (Inception-v3,
+    # batch 1, H100), within the noise.
+    "separate_weight_buffers": False,
+    # True: the kernels that read parameters and buffers alone (on a GPU, the copy of each
+    # convolution's weight into the layout it reads) run on every call, one after another on a
+    # stream of their own, from the start of the graph, each writing a buffer of its own, kept
+    # to the call's end; each region of the plan that reads one waits for its event (granularity
+    # "kernels", inference and forward graphs). Exact: nothing is kept between calls. Off, each
+    # runs just before its reader, on its reader's stream. Measured on an H100 (5 rounds), it
+    # took Inception-v3 at batch 1 from 0.71x to 0.63x reduce-overhead's latency (0.72x to
+    # 0.67x in a second run; hoisting: 0.59x), and at batch 16 Inception-v3 from 0.89x to 0.86x,
+    # Inception-v4 from 0.93x to 0.89x, GoogLeNet from 0.84x to 0.81x. Without buffers of their own (separate_weight_buffers),
+    # the copies into a reused buffer would wait for its last readers: they stay in the plan.
+    "weight_stream": True,
+    # Inductor's settings for this backend's compiles, as {name: value} (names of
+    # `torch._inductor.config`, e.g. {"layout_optimization": False}); the rest are the user's.
+    "inductor_config": None,
+}
+
+def checked(options: Optional[dict]) -> Dict[str, Any]:
+    """The options given over ``DEFAULTS``, each checked: a bad one is a ``NimbleInputError``
+    naming it and what it takes, before anything is compiled."""
+    chosen = dict(DEFAULTS)
+    for key, value in (options or {}).items():
+        if key not in DEFAULTS:
+            raise NimbleInputError(f"unknown option `{key}` for backend=\"nimble\"; known options: {', '.join(DEFAULTS)}")
+        chosen[key] = value
+    if chosen["choose"] not in ("auto", "streams", "single"):
+        raise NimbleInputError(f"option choose={chosen['choose']!r}: expected \"auto\", \"streams\" or \"single\"")
+    if not isinstance(chosen["max_shapes"], int) or chosen["max_shapes"] < 1:
+        raise NimbleInputError(f"option max_shapes={chosen['max_shapes']!r}: expected a positive integer")
+    if not isinstance(chosen["capture_training"], bool):
+        raise NimbleInputError(f"option capture_training={chosen['capture_training']!r}: expected True or False")
+    if chosen["granularity"] not in ("kernels", "regions"):
+        raise NimbleInputError(f"option granularity={chosen['granularity']!r}: expected \"kernels\" or \"regions\"")
+    if chosen["graphs"] is not None and (not isinstance(chosen["graphs"], (str, os.PathLike)) or os.path.isfile(chosen["graphs"])):
+        raise NimbleInputError(f"option graphs={chosen['graphs']!r}: expected a directory to write the planned kernel graphs to")
+    for flag in ("priority", "merge_convolutions", "time_critical_path", "hoist_weight_kernels", "separate_weight_buffers", "weight_stream"):
+        if not isinstance(chosen[flag], bool):
+            raise NimbleInputError(f"option {flag}={chosen[flag]!r}: expected True or False")
+    _check_inductor_config(chosen["inductor_config"])
+    if chosen["accuracy"] not in ("compiler", "any"):
+        raise NimbleInputError(f"option accuracy={chosen['accuracy']!r}: expected \"compiler\" or \"any\"")
+    if not isinstance(chosen["warmups"], int) or chosen["warmups"] < 1:
+        raise NimbleInputError(f"option warmups={chosen['warmups']!r}: expected a positive integer")
+    name = chosen["algorithm"]
+    if not isinstance(name, str) or name.split(":")[0] not in {n for n, _, _ in scheduling.algorithms()}:
+        known = ", ".join(usage for _, usage, _ in scheduling.algorithms())
+        raise NimbleInputError(f"option algorithm={name!r}: expected a registered algorithm ({known})")
+    # Its argument too (round-robin:K), by the registry itself, before anything is compiled.
+    scheduling.assign({"nodes": [{"id": 0, "op": "probe"}], "edges": []}, name)
+    return chosen
+
+
+def _check_inductor_config(settings) -> None:
+    import torch._inductor.config as inductor_config
+
+    if settings is None:
+        return
+    if not isinstance(settings, dict) or not all(isinstance(k, str) for k in settings):
+        raise NimbleInputError(f"option inductor_config={settings!r}: expected a dict of torch._inductor.config names to values")
+    known = inductor_config.get_config_copy()
+    unknown = sorted(k for k in settings if k not in known)
+    if unknown:
+        raise NimbleInputError(f"option inductor_config: {', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not settings of torch._inductor.config (e.g. layout_optimization, freezing)")
+
+
+def inductor_settings(options: Dict[str, Any]):
+    """Inductor's config with option ``inductor_config`` applied, for one compile."""
+    return torch._inductor.config.patch(options["inductor_config"] or {})
