@@ -46,6 +46,9 @@ use clap::{Parser, Subcommand};
 
 use scheduling::{Mode, PlanArgs, SimulatorArgs};
 
+/// The committed model task graphs `schedulers --simulate` reads by default.
+const DEFAULT_GRAPHS: &str = "paper-figs/results/model-graphs";
+
 #[derive(Parser, Debug)]
 #[command(name = "nimble-bench", version, about = "Nimble: ahead-of-time, multi-stream GPU task scheduling — scheduling, simulation and experiments")]
 #[cfg_attr(
@@ -201,7 +204,8 @@ enum Command {
         /// Simulate each algorithm on the committed model task graphs (*.graph.json in
         /// --graphs) instead of measuring: streams, syncs, assignment time, simulated latency,
         /// speedup over one stream and over the floor; draws <out-dir>/schedulers-simulated.svg
-        /// and, with --results FILE, writes the record there (the committed one is
+        /// (another --graphs than the default with the default --out-dir: under
+        /// paper-figs/<DIR's name>/, never over the default graphs' figures) and, with --results FILE, writes the record there (the committed one is
         /// paper-figs/results/schedulers-simulated.json; a re-render leaves it as it is)
         #[arg(long)]
         simulate: bool,
@@ -209,7 +213,7 @@ enum Command {
         #[arg(long, requires = "simulate")]
         algos: Option<String>,
         /// With --simulate: the directory of model task graphs
-        #[arg(long, value_name = "DIR", default_value = "paper-figs/results/model-graphs", requires = "simulate")]
+        #[arg(long, value_name = "DIR", default_value = DEFAULT_GRAPHS, requires = "simulate")]
         graphs: PathBuf,
         /// With --simulate: a measured `schedulers` record to put beside the simulation, with
         /// each run's error (default: paper-figs/results/schedulers.json when it exists; `none`
@@ -372,6 +376,17 @@ impl FigureArgs {
     }
 }
 
+/// Where `schedulers --simulate` draws: the default `paper-figs` holds the figures of the default
+/// graphs (committed), so another set's go under `paper-figs/<its directory's name>/` (as the
+/// coverage set's do) instead of over them.
+fn simulated_figures_dir(out_dir: &std::path::Path, graphs: &std::path::Path) -> PathBuf {
+    let default_graphs = std::path::Path::new(DEFAULT_GRAPHS);
+    match graphs.file_name() {
+        Some(name) if out_dir == std::path::Path::new("paper-figs") && graphs != default_graphs && graphs.file_name() != default_graphs.file_name() => out_dir.join(name),
+        _ => out_dir.to_path_buf(),
+    }
+}
+
 fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
     match cli.command {
         Command::Figures => figures::list(),
@@ -393,7 +408,7 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
             // The record only where asked: its assignment times are this machine's, so a re-render
             // with the defaults must not rewrite the committed one.
             results: figure.results.as_deref(),
-            out_dir: &figure.out_dir,
+            out_dir: &simulated_figures_dir(&figure.out_dir, &graphs),
         }),
         Command::Schedulers { models, figure, kernel_graphs, .. } => {
             figures::from_schedulers_record(invoked_as, "schedulers", &models, kernel_graphs.as_deref(), &figure.rendering("schedulers"))

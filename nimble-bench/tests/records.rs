@@ -93,6 +93,19 @@ fn schedulers_simulate_covers_the_coverage_set_and_matches_its_measurements() {
 /// The research loop on compiled models: Inductor's fused kernels of the same-process models
 /// (torch.compile's kernels, each timed on an H100), committed with their provenance and
 /// planned by every registered algorithm here without a GPU.
+/// Another set of graphs with the default --out-dir draws under paper-figs/<its directory's name>/
+/// (as the coverage set's committed figures are), never over the default graphs' committed figures.
+#[test]
+fn schedulers_simulate_on_other_graphs_leaves_the_default_graphs_figures_alone() {
+    let cwd = scratch("other-graphs-cwd");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../paper-figs/results/fused-kernel-graphs");
+    let arguments = ["schedulers", "--simulate", "--graphs", dir.to_str().unwrap(), "--models", "googlenet-float32", "--algos", "nimble,single", "--measured", "none"];
+    stdout(&Command::new(env!("CARGO_BIN_EXE_nimble-bench")).current_dir(&cwd).args(arguments).output().expect("the binary runs"));
+    assert!(cwd.join("paper-figs/fused-kernel-graphs/schedulers-simulated.svg").is_file());
+    assert!(!cwd.join("paper-figs/schedulers-simulated.svg").exists());
+}
+
 #[test]
 fn schedulers_simulate_plans_the_committed_fused_kernel_graphs_with_every_algorithm() {
     let results = scratch("fused-simulated.json");
