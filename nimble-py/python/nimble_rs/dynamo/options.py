@@ -78,6 +78,9 @@ DEFAULTS: Dict[str, Any] = {
     "weight_stream": True,
     # Inductor's settings for this backend's compiles, as {name: value} (names of
     # `torch._inductor.config`, e.g. {"layout_optimization": False}); the rest are the user's.
+    # Measured on an H100 (6ef8069): layout_optimization off drops Inductor's channels-last
+    # weight copies, but its NCHW convolutions took GoogLeNet at batch 16 from 0.83x to 1.03x
+    # reduce-overhead's latency and Inception-v3 from 0.85x to 1.20x.
     "inductor_config": None,
 }
 
