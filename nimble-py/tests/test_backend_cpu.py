@@ -225,6 +225,8 @@ def test_uncapturable_graphs_are_announced_with_the_reason():
         ({"weight_stream": 1}, "weight_stream=1: expected True or False"),
         ({"inductor_config": {"no_such_setting": 1}}, "no_such_setting is not settings of torch._inductor.config"),
         ({"inductor_config": ["layout_optimization"]}, "expected a dict of torch._inductor.config names"),
+        ({"inductor_config": {"layout_optimization": "yes"}}, "layout_optimization='yes': expected True or False"),
+        ({"inductor_config": {"max_autotune_gemm_search_space": 3}}, "max_autotune_gemm_search_space=3: expected one of 'DEFAULT', 'EXHAUSTIVE'"),
     ],
 )
 def test_bad_options_are_input_errors(options, message):

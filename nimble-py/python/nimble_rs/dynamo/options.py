@@ -130,6 +130,40 @@ def _check_inductor_config(settings) -> None:
     unknown = sorted(k for k in settings if k not in known)
     if unknown:
         raise NimbleInputError(f"option inductor_config: {', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not settings of torch._inductor.config (e.g. layout_optimization, freezing)")
+    # Inductor's patch takes any value: a flag given "yes" would be truthy, silently.
+    for name, value in settings.items():
+        expected = _expected_value(inductor_config, name, value)
+        if expected is not None:
+            raise NimbleInputError(f"option inductor_config: {name}={value!r}: expected {expected}, the type of torch._inductor.config.{name}")
+
+
+def _expected_value(config, name: str, value) -> Optional[str]:
+    """What ``value`` should be for Inductor's setting ``name`` where its declared type is a
+    plain one (a flag, a number, a string, one of some literals, or one of those or None);
+    None where it fits or the type is another kind (left to Inductor)."""
+    import types
+    import typing
+
+    entry = getattr(config, "_config", {}).get(name)
+    declared = getattr(entry, "value_type", None)
+    if typing.get_origin(declared) in (typing.Union, types.UnionType) and type(None) in typing.get_args(declared):
+        rest = [t for t in typing.get_args(declared) if t is not type(None)]
+        if value is None:
+            return None
+        declared = rest[0] if len(rest) == 1 else None
+    if typing.get_origin(declared) is typing.Literal:
+        choices = typing.get_args(declared)
+        return None if value in choices else "one of " + ", ".join(repr(c) for c in choices)
+    plain = {bool: "True or False", int: "an integer", float: "a number", str: "a string"}
+    if declared not in plain:
+        return None
+    if declared is bool:
+        fits = isinstance(value, bool)
+    elif declared is str:
+        fits = isinstance(value, str)
+    else:
+        fits = isinstance(value, (int, float) if declared is float else int) and not isinstance(value, bool)
+    return None if fits else plain[declared]
 
 
 def inductor_settings(options: Dict[str, Any]):
