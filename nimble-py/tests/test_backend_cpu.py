@@ -252,6 +252,25 @@ def test_inductor_settings_apply_to_the_backends_compile_alone():
     assert torch._inductor.config.layout_optimization
 
 
+def test_inductor_settings_hold_for_the_backward_too(monkeypatch):
+    # compile_fx compiles a training graph's backward at its first call, after the backend has
+    # returned: option inductor_config must hold there as well.
+    seen = []
+    original = pipeline.compile_kernels
+
+    def spy(gm, example_inputs, options, inner_kwargs):
+        seen.append((bool(inner_kwargs.get("is_backward")), torch._inductor.config.layout_optimization))
+        return original(gm, example_inputs, options, inner_kwargs)
+
+    monkeypatch.setattr(pipeline, "compile_kernels", spy)
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    fast = torch.compile(model, backend="nimble", options={"inductor_config": {"layout_optimization": False}})
+    fast(torch.randn(4, 8)).sum().backward()
+    assert sorted(seen) == [(False, False), (True, False)], seen
+    assert torch._inductor.config.layout_optimization
+
+
 def test_ops_on_weights_alone_join_their_reader():
     # aten.t of each linear layer's weight reads parameters only: as tasks of their own they
     # would be independent sources, and maximum logical concurrency a stream each.
