@@ -380,9 +380,8 @@ impl FigureArgs {
 /// graphs (committed), so another set's go under `paper-figs/<its directory's name>/` (as the
 /// coverage set's do) instead of over them.
 fn simulated_figures_dir(out_dir: &std::path::Path, graphs: &std::path::Path) -> PathBuf {
-    let default_graphs = std::path::Path::new(DEFAULT_GRAPHS);
     match graphs.file_name() {
-        Some(name) if out_dir == std::path::Path::new("paper-figs") && graphs != default_graphs && graphs.file_name() != default_graphs.file_name() => out_dir.join(name),
+        Some(name) if out_dir == std::path::Path::new("paper-figs") && Some(name) != std::path::Path::new(DEFAULT_GRAPHS).file_name() => out_dir.join(name),
         _ => out_dir.to_path_buf(),
     }
 }
