@@ -271,6 +271,30 @@ def test_inductor_settings_hold_for_the_backward_too(monkeypatch):
     assert torch._inductor.config.layout_optimization
 
 
+def test_inductor_settings_hold_for_every_region_of_a_training_step(monkeypatch):
+    # Granularity "regions": AOTAutograd compiles the backward at its first call too; every
+    # region Inductor lowers then, forward and backward, sees option inductor_config.
+    from torch._inductor.graph import GraphLowering
+
+    seen = []
+    phase = ["forward"]
+    original = GraphLowering.__init__
+
+    def spy(self, *args, **kwargs):
+        seen.append((phase[0], torch._inductor.config.layout_optimization))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(GraphLowering, "__init__", spy)
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    fast = torch.compile(model, backend="nimble", options={"granularity": "regions", "inductor_config": {"layout_optimization": False}})
+    out = fast(torch.randn(4, 8))
+    phase[0] = "backward"
+    out.sum().backward()
+    assert {p for p, _ in seen} == {"forward", "backward"} and not any(value for _, value in seen), seen
+    assert torch._inductor.config.layout_optimization
+
+
 def test_ops_on_weights_alone_join_their_reader():
     # aten.t of each linear layer's weight reads parameters only: as tasks of their own they
     # would be independent sources, and maximum logical concurrency a stream each.

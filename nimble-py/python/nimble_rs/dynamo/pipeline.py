@@ -380,21 +380,16 @@ def nimble_backend(gm: torch.fx.GraphModule, example_inputs: List[Any], options:
 
     from torch._functorch.aot_autograd import make_boxed_func
 
-    # AOTAutograd's calling convention: one list of the graph's inputs.
-    # (Each under option inductor_config: a backward is compiled at its first call.)
-    def inference(graph, inputs):
-        with _inductor_settings(chosen):
-            return make_boxed_func(compile_graph(graph, inputs, chosen, "inference"))
+    # AOTAutograd's calling convention: one list of the graph's inputs. Each under option
+    # inductor_config (a backward is compiled at its first call).
+    def compiler(kind: str):
+        def compile_one(graph, inputs):
+            with _inductor_settings(chosen):
+                return make_boxed_func(compile_graph(graph, inputs, chosen, kind))
 
-    def forward(graph, inputs):
-        with _inductor_settings(chosen):
-            return make_boxed_func(compile_graph(graph, inputs, chosen, "forward"))
+        return compile_one
 
-    def backward(graph, inputs):
-        with _inductor_settings(chosen):
-            return make_boxed_func(compile_graph(graph, inputs, chosen, "backward"))
-
-    return aot_autograd(fw_compiler=forward, bw_compiler=backward, inference_compiler=inference)(gm, example_inputs)
+    return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"), inference_compiler=compiler("inference"))(gm, example_inputs)
 
 
 def _inner(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Dict[str, Any], **inner_kwargs):
