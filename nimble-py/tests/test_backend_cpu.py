@@ -187,6 +187,38 @@ def test_the_shape_bound_warns_once_and_keeps_running():
     assert len(messages) == 1, messages
 
 
+class PadsOddWidths(nn.Module):
+    """Its ATen ops change with the input's width (Dynamo specializes the branch per shape), as
+    scaled_dot_product_attention's do on a GPU (it pads some token counts)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        if x.shape[-1] % 2:
+            y = nn.functional.pad(y, (0, 1))
+        return y.relu()
+
+
+def test_the_shape_bound_counts_the_shapes_of_one_piece_of_code_whatever_its_ops():
+    model = PadsOddWidths().eval()
+    fast = compiled(model, max_shapes=2)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch._dynamo.config.automatic_dynamic_shapes, saved = False, torch._dynamo.config.automatic_dynamic_shapes
+        try:
+            # Three shapes of one frame, two op sequences: the third is beyond the bound.
+            for size in (6, 7, 9):
+                x = torch.randn(1, 3, size, size)
+                assert relative_error(fast(x), model(x)) < 1e-5
+        finally:
+            torch._dynamo.config.automatic_dynamic_shapes = saved
+    messages = [str(w.message) for w in caught if "max_shapes" in str(w.message)]
+    assert len(messages) == 1, messages
+
+
 def test_uncapturable_graphs_are_announced_with_the_reason():
     mode = FakeTensorMode()
     with mode:

@@ -311,14 +311,17 @@ def _distance(got: List[torch.Tensor], expected: List[torch.Tensor]) -> float:
 
 
 def admit_shape(signature: tuple, key: tuple, bound: int) -> bool:
-    """Counts ``key`` among the shapes of the subgraph ``signature``; False (with one warning)
+    """Counts ``key`` among the shapes of the subgraph ``signature`` (``pipeline._signature``:
+    its kind, ATen ops and Dynamo code, the code when there is one); False (with one warning)
     when it would be one more than ``bound``."""
-    seen = _SHAPES.setdefault(signature, set())
+    kind, ops, code = signature
+    counted = (kind, code) if code is not None else (kind, ops)
+    seen = _SHAPES.setdefault(counted, set())
     if key in seen:
         return True
     if len(seen) >= bound:
         warn_once(
-            ("shapes", signature),
+            ("shapes", counted),
             f"nimble backend: a graph of {len(signature[1])} ATen ops has met {bound} input shapes (option max_shapes); "
             "further shapes run without Nimble's plan (uncaptured on a GPU; on the CPU as compiled, or as Dynamo traced them with granularity \"regions\")",
         )
