@@ -20,9 +20,19 @@ ACCURACY_SLACK = 0.02
 # both are timed this many times more, in turns, before one region is kept for want of proof.
 RETIMINGS = 3
 
-# The input shapes seen so far per subgraph (its op sequence), across Dynamo's recompilations.
-_SHAPES: Dict[tuple, set] = {}
+# The input shapes seen so far per subgraph given to the backend without Dynamo (by its kind
+# and op sequence); under Dynamo they are kept with the code Dynamo compiled (``code_state``).
+_SHAPES: Dict[tuple, dict] = {}
 _WARNED: set = set()
+
+
+def code_state(code) -> Dict[str, Any]:
+    """The backend's state kept with a code object Dynamo compiled, in Dynamo's own per-code
+    context, which ``torch._dynamo.reset()`` clears along with Dynamo's counts of its
+    recompiles (and its frame numbers, which it then gives out from 0 again)."""
+    from torch._dynamo.code_context import code_context
+
+    return code_context.get_context(code).setdefault("nimble_rs", {"graphs": {}, "shapes": {}})
 
 
 def warn_once(key: Any, message: str) -> None:
@@ -312,21 +322,26 @@ def _distance(got: List[torch.Tensor], expected: List[torch.Tensor]) -> float:
 
 def admit_shape(signature: tuple, key: tuple, bound: int) -> bool:
     """Counts ``key`` among the shapes of the subgraph ``signature`` (``pipeline._signature``:
-    its kind, ATen ops and Dynamo code, the code when there is one); False (with one warning)
-    when it would be one more than ``bound``."""
+    its kind, ATen ops and, under Dynamo, the code it came from, by which it is counted then);
+    False (with one warning) when it would be one more than ``bound``."""
     kind, ops, code = signature
-    counted = (kind, code) if code is not None else (kind, ops)
-    seen = _SHAPES.setdefault(counted, set())
-    if key in seen:
+    if code is None:
+        counted = _SHAPES.setdefault((kind, ops), {"seen": set(), "warned": False})
+    else:
+        counted = code_state(code[0])["shapes"].setdefault((kind, code[1]), {"seen": set(), "warned": False})
+    if key in counted["seen"]:
         return True
-    if len(seen) >= bound:
-        warn_once(
-            ("shapes", counted),
-            f"nimble backend: a graph of {len(signature[1])} ATen ops has met {bound} input shapes (option max_shapes); "
-            "further shapes run without Nimble's plan (uncaptured on a GPU; on the CPU as compiled, or as Dynamo traced them with granularity \"regions\")",
-        )
+    if len(counted["seen"]) >= bound:
+        if not counted["warned"]:
+            counted["warned"] = True
+            warnings.warn(
+                f"nimble backend: a graph of {len(ops)} ATen ops has met {bound} input shapes (option max_shapes); "
+                "further shapes run without Nimble's plan (uncaptured on a GPU; on the CPU as compiled, or as Dynamo traced them with granularity \"regions\")",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         return False
-    seen.add(key)
+    counted["seen"].add(key)
     return True
 
 

@@ -30,7 +30,7 @@ import torch.fx
 from ..errors import NimbleInputError
 from . import hoist, kernels_plan, merge
 from . import regions as regions_module
-from .compiled import NimbleCompiled, admit_shape, warn_once
+from .compiled import NimbleCompiled, admit_shape, code_state, warn_once
 from .options import checked as _options
 from .options import inductor_settings as _inductor_settings
 from .runner import Program, seconds_since, shape_key
@@ -104,27 +104,28 @@ def _compile_regions(gm: torch.fx.GraphModule, tasks: Tasks, algorithm: str) -> 
     return Program(gm, partition, compiled)
 
 
-# How many graphs of each kind each Dynamo compile (frame and recompile) has handed over.
-_GRAPHS_PER_COMPILE: Dict[tuple, int] = {}
-
-
 def _signature(gm: torch.fx.GraphModule, kind: str) -> tuple:
     """What a graph's shapes are counted under (option max_shapes) and its warnings said once
-    for: its kind, its ATen ops in order and, under Dynamo, the code it came from (the frame
-    Dynamo compiled and the graph's place among that compile's graphs of its kind), which
-    Dynamo's recompiles of one piece of code for new shapes keep. Neither Inductor's kernel
-    names nor the ATen ops alone are kept: with the kernels the shapes of one attention block
-    were seen counted apart, and its ATen ops change with the shape too (on a GPU,
-    scaled_dot_product_attention pads 13 tokens, not 5 or 9), so the bound never warned.
-    Without Dynamo (a graph given to the backend by hand) the ops alone."""
+    for: its kind, its ATen ops in order and, under Dynamo, the code it came from (the code
+    object of the frame Dynamo compiled, and the graph's place among that compile's graphs of
+    its kind), which Dynamo's recompiles of one piece of code for new shapes keep. Neither
+    Inductor's kernel names nor the ATen ops alone are kept: with the kernels the shapes of one
+    attention block were seen counted apart, and its ATen ops change with the shape too (on a
+    GPU, scaled_dot_product_attention pads 13 tokens, not 5 or 9), so the bound never warned.
+    The counts are kept with the code (``code_state``): ``torch._dynamo.reset()`` starts them
+    again, as it does Dynamo's own. Without Dynamo (a graph given to the backend by hand) the
+    ops alone."""
     ops = tuple(op_name(n) for n in gm.graph.nodes if n.op == "call_function")
-    compile_id = torch._guards.CompileContext.current_compile_id()
-    if compile_id is None or compile_id.frame_id is None:
+    tracing = torch._guards.TracingContext.try_get()
+    traced = getattr(tracing, "traced_code", None)
+    if not traced:
         return (kind, ops, None)
-    this_compile = (compile_id, kind)
-    index = _GRAPHS_PER_COMPILE.get(this_compile, 0)
-    _GRAPHS_PER_COMPILE[this_compile] = index + 1
-    return (kind, ops, (compile_id.frame_id, compile_id.compiled_autograd_id, index))
+    # How many graphs of this kind this compile (of this code) has handed over before this one.
+    graphs = code_state(traced[0])["graphs"]
+    this_compile = (torch._guards.CompileContext.current_compile_id(), kind)
+    index = graphs.get(this_compile, 0)
+    graphs[this_compile] = index + 1
+    return (kind, ops, (traced[0], index))
 
 
 def _static_shape_key(example_inputs: Sequence[Any]) -> Optional[tuple]:
