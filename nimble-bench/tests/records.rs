@@ -266,7 +266,7 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
     // rounds, and eager's own TF32 drift judging Inception-v4's float32 errors.
     let figures = scratch("same-process-rounds");
     // "MODEL/backend-NAME": the backend with other options, on its line after the model's.
-    let cases: [(&str, &[(&str, &str, &str)]); 32] = [
+    let cases: [(&str, &[(&str, &str, &str)]); 33] = [
         ("same-process-backend-6476f4a-bfloat16-b1-decoders.json", &[("llama", "0.89", "0.89–0.89"), ("qwen2", "0.86", "0.85–0.87"), ("mistral", "0.90", "0.90–0.90")]),
         ("same-process-backend-628bc90-float32-b1-branchy.json", &[("googlenet", "0.65", "0.63–0.65"), ("inception-v4", "0.68", "0.66–0.69"), ("nasnet-a-large", "0.66", "0.64–0.67")]),
         // The critical-path plan timed at the choice (option time_critical_path), batch 16.
@@ -302,6 +302,8 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
         ("same-process-backend-6ef8069-float32-b1-bert-base.json", &[("bert-base", "0.97", "0.96–0.98")]),
         ("same-process-backend-6ef8069-float32-b16-resnets-mobilenet-v2-efficientnet-b0.json", &[("resnet50", "0.97", "0.96–0.98"), ("resnet101", "0.99", "0.99–1.01"), ("mobilenet-v2", "0.96", "0.95–0.99"), ("efficientnet-b0", "1.03", "0.94–1.07")]),
         ("same-process-backend-6ef8069-float32-b16-googlenet-inception-v3-nchw.json", &[("googlenet", "0.83", "0.71–0.97"), ("googlenet/backend-nchw", "1.03", "0.88–1.17"), ("inception-v3", "0.85", "0.85–0.85"), ("inception-v3/backend-nchw", "1.20", "1.19–1.22")]),
+        // Inductor's fusion settings through inductor_config at 03d7dfd: combo_kernels (horizontal fusion) and aggressive_fusion.
+        ("same-process-backend-03d7dfd-float32-b16-googlenet-inception-v3-fusion-variants.json", &[("googlenet", "0.81", "0.77–0.82"), ("googlenet/backend-combo", "1.40", "1.32–1.43"), ("googlenet/backend-aggr", "0.83", "0.76–0.86"), ("inception-v3", "0.84", "0.84–0.86"), ("inception-v3/backend-combo", "1.29", "1.24–1.28"), ("inception-v3/backend-aggr", "0.84", "0.77–0.84")]),
         ("same-process-backend-6ef8069-float32-b16-inception-v4-nasnet-a-large.json", &[("inception-v4", "0.85", "0.82–0.86"), ("nasnet-a-large", "0.99", "0.95–1.01")]),
         ("same-process-backend-6ef8069-bfloat16-b1-decoders.json", &[("llama", "0.96", "0.85–0.94"), ("qwen2", "0.87", "0.86–1.09"), ("mistral", "0.88", "0.87–0.89")]),
         ("same-process-backend-6ef8069-bfloat16-b16-resnet50-mobilenet-v2-inception-v3.json", &[("resnet50", "0.95", "0.84–0.98"), ("mobilenet-v2", "0.88", "0.77–0.95"), ("inception-v3", "0.84", "0.82–0.84")]),
@@ -368,6 +370,14 @@ fn same_process_guards_the_backends_whole_record_of_52_cells() {
     }
 }
 
+/// Each (model, batch, ratio, rounds) on a row of `nimble-bench training-backend`'s table.
+fn guard_by_batch(text: &str, published: &[(&str, &str, &str, &str)]) {
+    for &(model, batch, ratio, rounds) in published {
+        let row = |l: &&str| l.starts_with(model) && l.split_whitespace().nth(1) == Some(batch);
+        assert!(text.lines().filter(row).any(|l| l.split_whitespace().nth(5) == Some(ratio) && l.split_whitespace().nth(6) == Some(rounds)), "{model} b{batch}: {text}");
+    }
+}
+
 #[test]
 fn training_backend_renders_the_committed_record_and_refuses_another_kind() {
     let figures = scratch("training-backend-figures");
@@ -393,10 +403,11 @@ fn training_backend_renders_the_committed_record_and_refuses_another_kind() {
         ("mobilenet-v2", "128", "0.92", "0.91–0.93"),
         ("encoder", "32", "0.95", "0.95–0.95"),
     ];
-    for (model, batch, ratio, rounds) in published {
-        let row = |l: &&str| l.starts_with(model) && l.split_whitespace().nth(1) == Some(batch);
-        assert!(text.lines().filter(row).any(|l| l.split_whitespace().nth(5) == Some(ratio) && l.split_whitespace().nth(6) == Some(rounds)), "{model} b{batch}: {text}");
-    }
+    guard_by_batch(&text, &published);
+    // With weight_stream on by default (H100, 37aed1b and 0d85c2d): ResNet-50 and MobileNetV2 b32 again.
+    let text = rendered("training-backend", "../paper-figs/results/training-backend-37aed1b-resnet50.json,../paper-figs/results/training-backend-0d85c2d-mobilenet-v2-b32.json", &figures);
+    let published = [("resnet50", "32", "0.99", "0.76–1.09"), ("resnet50", "64", "0.96", "0.74–1.12"), ("resnet50", "128", "0.90", "0.84–1.04"), ("mobilenet-v2", "32", "0.91", "0.80–0.97")];
+    guard_by_batch(&text, &published);
     let output = nimble_bench(&["training-backend", "--results", "../paper-figs/results/same-process-backend-e4b9e0e-float32-b16-inception-v3.json", "--out-dir", figures.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("expected training-backend"), "{output:?}");
