@@ -189,7 +189,8 @@ def test_the_shape_bound_warns_once_and_keeps_running():
 
 class PadsOddWidths(nn.Module):
     """Its ATen ops change with the input's width (Dynamo specializes the branch per shape), as
-    scaled_dot_product_attention's do on a GPU (it pads some token counts)."""
+    an attention block's do on a GPU (Inductor pads a matrix product's rows where it times
+    padding faster)."""
 
     def __init__(self):
         super().__init__()

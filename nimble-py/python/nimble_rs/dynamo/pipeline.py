@@ -111,7 +111,9 @@ def _signature(gm: torch.fx.GraphModule, kind: str) -> tuple:
     its kind), which Dynamo's recompiles of one piece of code for new shapes keep. Neither
     Inductor's kernel names nor the ATen ops alone are kept: with the kernels the shapes of one
     attention block were seen counted apart, and its ATen ops change with the shape too (on a
-    GPU, scaled_dot_product_attention pads 13 tokens, not 5 or 9), so the bound never warned.
+    GPU Inductor pads a matrix product's rows where its own timing at compile time finds that
+    faster, `shape_padding`: an attention block's 2x13 rows were padded, 2x5 and 2x9 not), so
+    the bound never warned.
     The counts are kept with the code (``code_state``): ``torch._dynamo.reset()`` starts them
     again, as it does Dynamo's own. Without Dynamo (a graph given to the backend by hand) the
     ops alone."""
