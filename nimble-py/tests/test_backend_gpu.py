@@ -211,6 +211,25 @@ def test_shapes_share_one_pool_and_are_bounded():
     assert len(bounded) == 1, ([str(w.message) for w in caught], last_report())
 
 
+def test_with_programmatic_launch_inductors_kernels_keep_inductors_order():
+    # Inductor's programmatic dependent launch (Hopper and later) lets a kernel read before the
+    # kernel launched before it ends, where Inductor's order makes that safe: the plan must not
+    # reorder those kernels.
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("Inductor launches kernels so on Hopper and later GPUs only")
+    model = Inception(channels=16).cuda().eval()
+    fast = compiled(model, choose="streams", inductor_config={"triton.enable_pdl": True})
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(5):
+            x = torch.randn(2, 16, 24, 24, device="cuda")
+            assert relative_error(fast(x), model(x)) < TOLERANCE
+    report = last_report()
+    assert "triton.enable_pdl" in report["reason"] and report["choice"] == "single" and report["streams"] == 1, report
+    assert sum("triton.enable_pdl" in str(w.message) for w in caught) == 1, [str(w.message) for w in caught]
+    assert not torch._inductor.config.triton.enable_pdl
+
+
 def test_a_new_model_captures_after_every_earlier_graph_is_gone_but_its_output_is_kept():
     # PyTorch's allocator lets a capture share a pool only while a graph captured into it lives;
     # with every earlier graph gone (dynamo reset) but one of its outputs still held, sharing the

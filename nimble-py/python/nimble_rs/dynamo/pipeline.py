@@ -249,7 +249,11 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
         report["graph_file"] = _write_graph(wrapper.task_graph(), options["graphs"], kind)
     single_program = kernels_plan.InductorProgram(compiled, kernels)
     streams_program = prologue = None
-    if options["choose"] != "single" and wrapper is not None and wrapper.tasks:
+    in_order_only = _programmatic_launch(on_cuda)
+    if in_order_only is not None and options["choose"] != "single" and wrapper is not None and wrapper.tasks:
+        warn_once(("pdl",), f"nimble backend: {in_order_only}")
+        report["reason"] = in_order_only
+    elif options["choose"] != "single" and wrapper is not None and wrapper.tasks:
         try:
             # Before planning: what the hoisted kernels ordered among the others is gone.
             prologue = _prologue(wrapper, mutated, options, kind, report)
@@ -371,6 +375,24 @@ def _write_graph(graph: dict, directory, kind: str) -> str:
     with open(path, "x") as f:
         f.write(json.dumps(graph, indent=1) + "\n")
     return str(path)
+
+
+def _programmatic_launch(on_cuda: bool) -> Optional[str]:
+    """Why Inductor's kernels must run in Inductor's order, or None. With Inductor's
+    programmatic dependent launch (``triton.enable_pdl``, on Hopper and later GPUs, as Inductor
+    decides it) a kernel starts before the kernel launched before it on its stream ends, and it
+    waits for that one before its first load only if it reads what the kernel before it in
+    Inductor's order writes. On a stream of a plan (or with kernels set aside) the kernel before
+    it may be another one, whose output it reads before it is written. (Granularity "regions"
+    is not affected: a region's first kernel always waits.)"""
+    from torch._inductor import config as inductor_config
+
+    if not (on_cuda and inductor_config.triton.enable_pdl and torch.cuda.get_device_capability()[0] >= 9):
+        return None
+    return (
+        "Inductor's programmatic dependent launch is on (triton.enable_pdl): its kernels may read before the kernel before them "
+        "in its own order ends, which only that order makes safe, so Inductor's program runs as it is, on one stream"
+    )
 
 
 def _unplanned(report: Dict[str, Any], kind: str, error: Exception) -> None:
