@@ -13,7 +13,6 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import nimble_rs
-from nimble_rs.dynamo import options as backend_options
 from nimble_rs.dynamo import pipeline
 from nimble_rs.dynamo.regions import partition
 from nimble_rs.dynamo.runner import Program
@@ -239,96 +238,6 @@ def test_uncapturable_graphs_are_announced_with_the_reason():
     with pytest.warns(RuntimeWarning, match="_local_scalar_dense synchronizes with the host"):
         pipeline.announce_uncapturable(host_read, [x])
     assert pipeline.announce_uncapturable(aten_graph(Branches().eval(), torch.randn(1, 3, 4, 4)), [torch.randn(1, 3, 4, 4)]) is None
-
-
-@pytest.mark.parametrize(
-    "options, message",
-    [
-        ({"algorithm": "no-such"}, "registered algorithm"),
-        ({"streams": 2}, "unknown option `streams`"),
-        ({"choose": "fastest"}, "choose='fastest'"),
-        ({"accuracy": "best"}, "accuracy='best'"),
-        ({"capture_training": "yes"}, "capture_training='yes'"),
-        ({"max_shapes": 0}, "max_shapes=0"),
-        ({"algorithm": "round-robin:0"}, "stream count of at least 1"),
-        ({"granularity": "ops"}, "granularity='ops'"),
-        ({"graphs": 3}, "graphs=3"),
-        ({"priority": "yes"}, "priority='yes'"),
-        ({"merge_convolutions": 1}, "merge_convolutions=1: expected True or False"),
-        ({"time_critical_path": "no"}, "time_critical_path='no': expected True or False"),
-        ({"hoist_weight_kernels": "yes"}, "hoist_weight_kernels='yes': expected True or False"),
-        ({"weight_stream": 1}, "weight_stream=1: expected True or False"),
-        ({"inductor_config": {"no_such_setting": 1}}, "no_such_setting is not settings of torch._inductor.config"),
-        ({"inductor_config": ["layout_optimization"]}, "expected a dict of torch._inductor.config names"),
-        ({"inductor_config": {"layout_optimization": "yes"}}, "layout_optimization='yes': expected True or False"),
-        ({"inductor_config": {"max_autotune_gemm_search_space": 3}}, "max_autotune_gemm_search_space=3: expected one of 'DEFAULT', 'EXHAUSTIVE'"),
-    ],
-)
-def test_bad_options_are_input_errors(options, message):
-    with pytest.raises(nimble_rs.NimbleInputError, match=message):
-        backend_options.checked(options)
-
-
-def test_inductor_settings_apply_to_the_backends_compile_alone():
-    # On the CPU Inductor runs convolutions channels-last: a kernel into that layout and one out
-    # of it. With layout_optimization off in option inductor_config they are gone, the output is
-    # still eager's, and the user's own setting is as it was.
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1)).eval()
-    x = torch.randn(2, 4, 8, 8)
-    kernels = []
-    for options in ({}, {"inductor_config": {"layout_optimization": False}}):
-        torch._dynamo.reset()
-        before = len(pipeline.reports())
-        out = torch.compile(model, backend="nimble", options=options)(x)
-        torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-5)
-        kernels.append([r["kernels"] for r in pipeline.reports()[before:]])
-    assert kernels[1][0] < kernels[0][0], kernels
-    assert torch._inductor.config.layout_optimization
-
-
-def test_inductor_settings_hold_for_the_backward_too(monkeypatch):
-    # compile_fx compiles a training graph's backward at its first call, after the backend has
-    # returned: option inductor_config must hold there as well.
-    seen = []
-    original = pipeline.compile_kernels
-
-    def spy(gm, example_inputs, options, inner_kwargs):
-        seen.append((bool(inner_kwargs.get("is_backward")), torch._inductor.config.layout_optimization))
-        return original(gm, example_inputs, options, inner_kwargs)
-
-    monkeypatch.setattr(pipeline, "compile_kernels", spy)
-    torch._dynamo.reset()
-    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
-    fast = torch.compile(model, backend="nimble", options={"inductor_config": {"layout_optimization": False}})
-    fast(torch.randn(4, 8)).sum().backward()
-    assert sorted(seen) == [(False, False), (True, False)], seen
-    assert torch._inductor.config.layout_optimization
-
-
-def test_inductor_settings_hold_for_every_region_of_a_training_step(monkeypatch):
-    # Granularity "regions": AOTAutograd compiles the backward at its first call too; every
-    # region Inductor lowers then, forward and backward, sees option inductor_config.
-    from torch._inductor.graph import GraphLowering
-
-    seen = []
-    phase = ["forward"]
-    original = GraphLowering.__init__
-
-    def spy(self, *args, **kwargs):
-        seen.append((phase[0], torch._inductor.config.layout_optimization))
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(GraphLowering, "__init__", spy)
-    torch._dynamo.reset()
-    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
-    # (Inductor's cache off: a region compiled by an earlier test would be found, not lowered.)
-    fast = torch.compile(model, backend="nimble", options={"granularity": "regions", "inductor_config": {"layout_optimization": False, "fx_graph_cache": False}})
-    out = fast(torch.randn(4, 8))
-    phase[0] = "backward"
-    out.sum().backward()
-    assert {p for p, _ in seen} == {"forward", "backward"} and not any(value for _, value in seen), seen
-    assert torch._inductor.config.layout_optimization
 
 
 def test_ops_on_weights_alone_join_their_reader():

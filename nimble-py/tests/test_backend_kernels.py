@@ -275,38 +275,3 @@ def test_the_planned_kernel_graphs_are_written_for_the_research_loop(tmp_path):
     with pytest.raises(Exception, match="graphs="):
         torch._dynamo.reset()
         torch.compile(model, backend="nimble", options={"graphs": str(path)})(torch.randn(4, 8, 16, 16))
-
-
-def test_programmatic_launch_is_found_where_inductor_turns_it_on(monkeypatch):
-    from nimble_rs.dynamo import pipeline
-
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *device: (9, 0))
-    assert pipeline._programmatic_launch(True) is None  # off by default
-    with torch._inductor.config.patch({"triton.enable_pdl": True}):
-        assert "triton.enable_pdl" in pipeline._programmatic_launch(True)
-        assert pipeline._programmatic_launch(False) is None  # no CUDA graph: nothing to keep
-        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *device: (8, 0))
-        assert pipeline._programmatic_launch(True) is None  # Inductor launches so on Hopper and later only
-
-
-def test_with_programmatic_launch_inductors_program_runs_as_it_is_announced(monkeypatch):
-    # (On the CPU no kernel is launched so; the GPU test runs it for real.)
-    import warnings
-
-    from nimble_rs.dynamo import compiled as compiled_graphs
-    from nimble_rs.dynamo import pipeline
-
-    reason = "Inductor's programmatic dependent launch is on (triton.enable_pdl), as if on a GPU"
-    monkeypatch.setattr(pipeline, "_programmatic_launch", lambda on_cuda: reason)
-    compiled_graphs._WARNED.discard(("pdl",))
-    model, x = Inception(channels=8).eval(), torch.randn(2, 8, 12, 12)
-    torch._dynamo.reset()
-    before = len(pipeline.reports())
-    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        fast = torch.compile(model, backend="nimble", options={"choose": "streams"})
-        for _ in range(2):
-            assert relative_error(fast(x), model(x)) < 1e-5
-    report = pipeline.reports()[before:][-1]
-    assert report["reason"] == reason and report["streams"] == 1 and "regions" not in report, report
-    assert sum(reason in str(w.message) for w in caught) == 1, [str(w.message) for w in caught]

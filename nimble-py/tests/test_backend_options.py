@@ -1,0 +1,133 @@
+"""The backend's options on the CPU: bad ones are input errors; option inductor_config holds
+for every compile the backend makes (forward, inference, a backward compiled at its first call,
+every region); Inductor's programmatic dependent launch keeps Inductor's own program."""
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import nimble_rs
+from nimble_rs.dynamo import compiled as compiled_graphs
+from nimble_rs.dynamo import options as backend_options
+from nimble_rs.dynamo import pipeline
+from models import Inception, relative_error
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"algorithm": "no-such"}, "registered algorithm"),
+        ({"streams": 2}, "unknown option `streams`"),
+        ({"choose": "fastest"}, "choose='fastest'"),
+        ({"accuracy": "best"}, "accuracy='best'"),
+        ({"capture_training": "yes"}, "capture_training='yes'"),
+        ({"max_shapes": 0}, "max_shapes=0"),
+        ({"algorithm": "round-robin:0"}, "stream count of at least 1"),
+        ({"granularity": "ops"}, "granularity='ops'"),
+        ({"graphs": 3}, "graphs=3"),
+        ({"priority": "yes"}, "priority='yes'"),
+        ({"merge_convolutions": 1}, "merge_convolutions=1: expected True or False"),
+        ({"time_critical_path": "no"}, "time_critical_path='no': expected True or False"),
+        ({"hoist_weight_kernels": "yes"}, "hoist_weight_kernels='yes': expected True or False"),
+        ({"weight_stream": 1}, "weight_stream=1: expected True or False"),
+        ({"inductor_config": {"no_such_setting": 1}}, "no_such_setting is not settings of torch._inductor.config"),
+        ({"inductor_config": ["layout_optimization"]}, "expected a dict of torch._inductor.config names"),
+        ({"inductor_config": {"layout_optimization": "yes"}}, "layout_optimization='yes': expected True or False"),
+        ({"inductor_config": {"max_autotune_gemm_search_space": 3}}, "max_autotune_gemm_search_space=3: expected one of 'DEFAULT', 'EXHAUSTIVE'"),
+    ],
+)
+def test_bad_options_are_input_errors(options, message):
+    with pytest.raises(nimble_rs.NimbleInputError, match=message):
+        backend_options.checked(options)
+
+
+def test_inductor_settings_apply_to_the_backends_compile_alone():
+    # On the CPU Inductor runs convolutions channels-last: a kernel into that layout and one out
+    # of it. With layout_optimization off in option inductor_config they are gone, the output is
+    # still eager's, and the user's own setting is as it was.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1)).eval()
+    x = torch.randn(2, 4, 8, 8)
+    kernels = []
+    for options in ({}, {"inductor_config": {"layout_optimization": False}}):
+        torch._dynamo.reset()
+        before = len(pipeline.reports())
+        out = torch.compile(model, backend="nimble", options=options)(x)
+        torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-5)
+        kernels.append([r["kernels"] for r in pipeline.reports()[before:]])
+    assert kernels[1][0] < kernels[0][0], kernels
+    assert torch._inductor.config.layout_optimization
+
+
+def test_inductor_settings_hold_for_the_backward_too(monkeypatch):
+    # compile_fx compiles a training graph's backward at its first call, after the backend has
+    # returned: option inductor_config must hold there as well.
+    seen = []
+    original = pipeline.compile_kernels
+
+    def spy(gm, example_inputs, options, inner_kwargs):
+        seen.append((bool(inner_kwargs.get("is_backward")), torch._inductor.config.layout_optimization))
+        return original(gm, example_inputs, options, inner_kwargs)
+
+    monkeypatch.setattr(pipeline, "compile_kernels", spy)
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    fast = torch.compile(model, backend="nimble", options={"inductor_config": {"layout_optimization": False}})
+    fast(torch.randn(4, 8)).sum().backward()
+    assert sorted(seen) == [(False, False), (True, False)], seen
+    assert torch._inductor.config.layout_optimization
+
+
+def test_inductor_settings_hold_for_every_region_of_a_training_step(monkeypatch):
+    # Granularity "regions": AOTAutograd compiles the backward at its first call too; every
+    # region Inductor lowers then, forward and backward, sees option inductor_config.
+    from torch._inductor.graph import GraphLowering
+
+    seen = []
+    phase = ["forward"]
+    original = GraphLowering.__init__
+
+    def spy(self, *args, **kwargs):
+        seen.append((phase[0], torch._inductor.config.layout_optimization))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(GraphLowering, "__init__", spy)
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    # (Inductor's cache off: a region compiled by an earlier test would be found, not lowered.)
+    fast = torch.compile(model, backend="nimble", options={"granularity": "regions", "inductor_config": {"layout_optimization": False, "fx_graph_cache": False}})
+    out = fast(torch.randn(4, 8))
+    phase[0] = "backward"
+    out.sum().backward()
+    assert {p for p, _ in seen} == {"forward", "backward"} and not any(value for _, value in seen), seen
+    assert torch._inductor.config.layout_optimization
+
+
+def test_programmatic_launch_is_found_where_inductor_turns_it_on(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *device: (9, 0))
+    assert pipeline._programmatic_launch(True) is None  # off by default
+    with torch._inductor.config.patch({"triton.enable_pdl": True}):
+        assert "triton.enable_pdl" in pipeline._programmatic_launch(True)
+        assert pipeline._programmatic_launch(False) is None  # no CUDA graph: nothing to keep
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *device: (8, 0))
+        assert pipeline._programmatic_launch(True) is None  # Inductor launches so on Hopper and later only
+
+
+def test_with_programmatic_launch_inductors_program_runs_as_it_is_announced(monkeypatch):
+    # (On the CPU no kernel is launched so; the GPU test runs it for real.)
+    reason = "Inductor's programmatic dependent launch is on (triton.enable_pdl), as if on a GPU"
+    monkeypatch.setattr(pipeline, "_programmatic_launch", lambda on_cuda: reason)
+    compiled_graphs._WARNED.discard(("pdl",))
+    model, x = Inception(channels=8).eval(), torch.randn(2, 8, 12, 12)
+    torch._dynamo.reset()
+    before = len(pipeline.reports())
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fast = torch.compile(model, backend="nimble", options={"choose": "streams"})
+        for _ in range(2):
+            assert relative_error(fast(x), model(x)) < 1e-5
+    report = pipeline.reports()[before:][-1]
+    assert report["reason"] == reason and report["streams"] == 1 and "regions" not in report, report
+    assert sum(reason in str(w.message) for w in caught) == 1, [str(w.message) for w in caught]
