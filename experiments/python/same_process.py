@@ -211,6 +211,14 @@ def prepared(system, model, make_input, save_to, variants=None):
     elif system == "backend":
         with fresh_cache(delete=False):
             run, notes = backend_system(model, example)
+    elif system in (variants or {}) and system.startswith("compile-"):
+        # reduce-overhead with Inductor settings of its own (``--compile-variant``): the mode's
+        # options, which torch.compile(mode="reduce-overhead") applies, and these beside them.
+        with fresh_cache(delete=False):
+            run = torch.compile(model, options={**torch._inductor.list_mode_options("reduce-overhead"), **variants[system]})
+            for _ in range(3):
+                run(example)
+        notes["compile_options"] = variants[system]
     elif system in (variants or {}):
         with fresh_cache(delete=False):
             run, notes = backend_system(model, example, variants[system])
@@ -261,6 +269,8 @@ def main():
     parser.add_argument("--commit", default="unknown")
     parser.add_argument("--backend-variant", action="append", default=[], metavar="NAME=JSON",
                         help="one more system, backend-NAME: torch.compile(backend='nimble', options=JSON), timed beside the others")
+    parser.add_argument("--compile-variant", action="append", default=[], metavar="NAME=JSON",
+                        help="one more system, compile-NAME: reduce-overhead with these torch._inductor.config settings (torch.compile(options=...)), timed beside the others")
     args = parser.parse_args()
     args.device = "cuda"  # baselines.write_record's provenance reads it
     if not torch.cuda.is_available():
@@ -271,12 +281,13 @@ def main():
         raise SystemExit(f"error: --checks {args.checks}: expected at least 1 input to check outputs on")
     systems = [s.strip() for s in args.systems.split(",")]
     variants = {}
-    for item in args.backend_variant:
-        name, _, options = item.partition("=")
-        try:
-            variants[f"backend-{name}"] = json.loads(options)
-        except json.JSONDecodeError as e:
-            raise SystemExit(f"error: --backend-variant {item!r}: expected NAME=JSON options ({e})")
+    for flag, prefix, items in (("--backend-variant", "backend", args.backend_variant), ("--compile-variant", "compile", args.compile_variant)):
+        for item in items:
+            name, _, options = item.partition("=")
+            try:
+                variants[f"{prefix}-{name}"] = json.loads(options)
+            except json.JSONDecodeError as e:
+                raise SystemExit(f"error: {flag} {item!r}: expected NAME=JSON options ({e})")
     systems += list(variants)
     unknown = [s for s in systems if s not in SYSTEMS and s not in variants]
     if unknown or systems[0] != "eager":

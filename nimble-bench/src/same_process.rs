@@ -183,9 +183,10 @@ pub fn same_process(records: &[PathBuf], out_dir: &Path) -> Result<()> {
             let by_round = latency("backend").zip(latency("compile")).map_or("-".to_string(), |(b, c)| round_ratio_range(b, c));
             let backend = if with_backend { format!(" {} {:>15} {by_round:>10}", cell(median("backend")), ratio("backend")) } else { String::new() };
             println!("{label:<16} {} {:>11} {} {} {:>14}{backend}", cell(median("eager")), cell(median("cuda-graph")).trim_start(), cell(median("compile")), cell(median("nimble")), ratio("nimble"));
-            // The backend with other options, timed beside it (`--backend-variant NAME=JSON`): a
-            // line each, "system  ms  over compile  by round".
-            for row in record.rows.iter().filter(|r| r.model == name && r.system.starts_with("backend-")) {
+            // The backend with other options, or reduce-overhead with other Inductor settings,
+            // timed beside them (`--backend-variant`, `--compile-variant NAME=JSON`): a line
+            // each, "system  ms  over compile  by round".
+            for row in record.rows.iter().filter(|r| r.model == name && (r.system.starts_with("backend-") || r.system.starts_with("compile-"))) {
                 let by_round = latency(&row.system).zip(latency("compile")).map_or("-".to_string(), |(b, c)| round_ratio_range(b, c));
                 println!("  {:<14} {:>9} {:>11} {:>9} {:>9} {:>14} {} {:>15} {by_round:>10}", row.system, "", "", "", "", "", cell(median(&row.system)), ratio(&row.system));
             }

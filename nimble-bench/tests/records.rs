@@ -261,6 +261,27 @@ fn same_process_labels_each_setting_and_judges_errors_by_dtype() {
 }
 
 #[test]
+fn same_process_draws_reduce_overhead_with_other_settings_on_a_line_of_its_own() {
+    // `same_process.py --compile-variant NAME=JSON` writes rows of system compile-NAME: each a
+    // line under its model, over reduce-overhead's latency, as the backend's variants are.
+    let committed = "../paper-figs/results/same-process-backend-03d7dfd-float32-b16-googlenet-inception-v3-fusion-variants.json";
+    let mut record: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(committed).unwrap()).unwrap();
+    for row in record["rows"].as_array_mut().unwrap() {
+        if row["system"] == "backend-aggr" {
+            row["system"] = "compile-aggr".into();
+        }
+    }
+    let path = write("same-process-compile-variant.json", &record.to_string());
+    let text = rendered("same-process", path.to_str().unwrap(), &scratch("same-process-compile-variant"));
+    for (model, ratio, rounds) in [("googlenet", "0.83", "0.76–0.86"), ("inception-v3", "0.84", "0.77–0.84")] {
+        let under = text.lines().skip_while(|l| l.split_whitespace().next() != Some(model)).nth(2).unwrap_or_default();
+        let words: Vec<&str> = under.split_whitespace().collect();
+        assert_eq!(words[..1], ["compile-aggr"], "{model}: {text}");
+        assert_eq!(words[2..], [ratio, rounds], "{model}: {text}");
+    }
+}
+
+#[test]
 fn same_process_guards_the_backends_published_ratios_round_by_round() {
     // The ratios and round ranges README and docs/python.md publish for the records timed in
     // rounds, and eager's own TF32 drift judging Inception-v4's float32 errors.

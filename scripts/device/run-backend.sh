@@ -16,7 +16,8 @@
 #   ResNet-50 at three batches about 450 s, MobileNetV2 at batch 32 alone about 250 s).
 #   ROUNDS=5 times each comparison in 5 rounds (default 3).
 #   SYSTEMS=eager,compile,backend picks the systems (default eager,compile,nimble,backend); BACKEND_VARIANTS="crit={\"algorithm\":\"nimble-critical\"} ..."
-#   adds a system backend-NAME per NAME=JSON (torch.compile(backend="nimble", options=JSON)), timed beside the others.
+#   adds a system backend-NAME per NAME=JSON (torch.compile(backend="nimble", options=JSON)), timed beside the others;
+#   COMPILE_VARIANTS="pdl={\"triton.enable_pdl\":true}" a system compile-NAME: reduce-overhead with those Inductor settings.
 #   TRAINING_OVERHEAD=resnet50:32 first profiles a training step's host time against reduce-overhead
 #   (experiments/python/training_overhead.py, within TRAINING_OVERHEAD_SECONDS, default 240).
 set -uo pipefail
@@ -66,6 +67,7 @@ for cell in "$@"; do
     name="same-process-backend-$cells-$dtype-b$batch"
     variants=()
     for variant in ${BACKEND_VARIANTS:-}; do variants+=(--backend-variant "$variant"); done
+    for variant in ${COMPILE_VARIANTS:-}; do variants+=(--compile-variant "$variant"); done
     timeout "$budget" python3 experiments/python/same_process.py --models-json "$out/models.json" --out "$out/$name.json" \
         --models "$models" --systems "${SYSTEMS:-eager,compile,nimble,backend}" ${variants[@]+"${variants[@]}"} --dtype "$dtype" --batch "$batch" --rounds "${ROUNDS:-3}" \
         --commit "$(cat .gpu/COMMIT 2>/dev/null || echo unknown)" > "$out/$name.table" 2> "$out/$name.log"
