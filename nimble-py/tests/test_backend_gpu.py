@@ -28,7 +28,8 @@ def gpu():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.manual_seed(0)
     torch._dynamo.reset()
-    # Each test on its own: warnings said once, and shapes counted, per subgraph's ops.
+    # Each test on its own: warnings said once, and shapes counted (with the code Dynamo
+    # compiled, which the reset above starts again; by the ops for graphs given by hand).
     compiled_graphs._WARNED.clear()
     compiled_graphs._SHAPES.clear()
 
