@@ -325,10 +325,8 @@ def admit_shape(signature: tuple, key: tuple, bound: int) -> bool:
     its kind, ATen ops and, under Dynamo, the code it came from, by which it is counted then);
     False (with one warning) when it would be one more than ``bound``."""
     kind, ops, code = signature
-    if code is None:
-        counted = _SHAPES.setdefault((kind, ops), {"seen": set(), "warned": False})
-    else:
-        counted = code_state(code[0])["shapes"].setdefault((kind, code[1]), {"seen": set(), "warned": False})
+    shapes, graph = (_SHAPES, ops) if code is None else (code_state(code[0])["shapes"], code[1])
+    counted = shapes.setdefault((kind, graph), {"seen": set(), "warned": False})
     if key in counted["seen"]:
         return True
     if len(counted["seen"]) >= bound:

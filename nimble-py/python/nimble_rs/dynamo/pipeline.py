@@ -249,11 +249,12 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
         report["graph_file"] = _write_graph(wrapper.task_graph(), options["graphs"], kind)
     single_program = kernels_plan.InductorProgram(compiled, kernels)
     streams_program = prologue = None
-    in_order_only = _programmatic_launch(on_cuda)
-    if in_order_only is not None and options["choose"] != "single" and wrapper is not None and wrapper.tasks:
+    planned = options["choose"] != "single" and wrapper is not None and bool(wrapper.tasks)
+    in_order_only = _programmatic_launch(on_cuda) if planned else None
+    if in_order_only is not None:
         warn_once(("pdl",), f"nimble backend: {in_order_only}")
         report["reason"] = in_order_only
-    elif options["choose"] != "single" and wrapper is not None and wrapper.tasks:
+    elif planned:
         try:
             # Before planning: what the hoisted kernels ordered among the others is gone.
             prologue = _prologue(wrapper, mutated, options, kind, report)
