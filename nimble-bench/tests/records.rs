@@ -287,7 +287,7 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
     // rounds, and eager's own TF32 drift judging Inception-v4's float32 errors.
     let figures = scratch("same-process-rounds");
     // "MODEL/backend-NAME": the backend with other options, on its line after the model's.
-    let cases: [(&str, &[(&str, &str, &str)]); 33] = [
+    let cases: [(&str, &[(&str, &str, &str)]); 35] = [
         ("same-process-backend-6476f4a-bfloat16-b1-decoders.json", &[("llama", "0.89", "0.89–0.89"), ("qwen2", "0.86", "0.85–0.87"), ("mistral", "0.90", "0.90–0.90")]),
         ("same-process-backend-628bc90-float32-b1-branchy.json", &[("googlenet", "0.65", "0.63–0.65"), ("inception-v4", "0.68", "0.66–0.69"), ("nasnet-a-large", "0.66", "0.64–0.67")]),
         // The critical-path plan timed at the choice (option time_critical_path), batch 16.
@@ -325,6 +325,9 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
         ("same-process-backend-6ef8069-float32-b16-googlenet-inception-v3-nchw.json", &[("googlenet", "0.83", "0.71–0.97"), ("googlenet/backend-nchw", "1.03", "0.88–1.17"), ("inception-v3", "0.85", "0.85–0.85"), ("inception-v3/backend-nchw", "1.20", "1.19–1.22")]),
         // Inductor's fusion settings through inductor_config at 03d7dfd: combo_kernels (horizontal fusion) and aggressive_fusion.
         ("same-process-backend-03d7dfd-float32-b16-googlenet-inception-v3-fusion-variants.json", &[("googlenet", "0.81", "0.77–0.82"), ("googlenet/backend-combo", "1.40", "1.32–1.43"), ("googlenet/backend-aggr", "0.83", "0.76–0.86"), ("inception-v3", "0.84", "0.84–0.86"), ("inception-v3/backend-combo", "1.29", "1.24–1.28"), ("inception-v3/backend-aggr", "0.84", "0.77–0.84")]),
+        // Inductor's programmatic dependent launch at 407dacb: the backend runs Inductor's program on one stream with it (backend-pdl), reduce-overhead with it (compile-pdl).
+        ("same-process-backend-407dacb-float32-b16-googlenet-inception-v3-pdl-variants.json", &[("googlenet", "0.82", "0.79–0.85"), ("googlenet/backend-pdl", "0.95", "0.92–0.96"), ("googlenet/compile-pdl", "1.00", "0.92–1.06"), ("inception-v3", "0.84", "0.76–0.88"), ("inception-v3/backend-pdl", "0.92", "0.87–0.96"), ("inception-v3/compile-pdl", "0.97", "0.91–0.99")]),
+        ("same-process-backend-407dacb-float32-b16-nasnet-a-large-nchw.json", &[("nasnet-a-large", "0.99", "0.93–0.99"), ("nasnet-a-large/backend-nchw", "1.39", "1.30–1.40")]),
         ("same-process-backend-6ef8069-float32-b16-inception-v4-nasnet-a-large.json", &[("inception-v4", "0.85", "0.82–0.86"), ("nasnet-a-large", "0.99", "0.95–1.01")]),
         ("same-process-backend-6ef8069-bfloat16-b1-decoders.json", &[("llama", "0.96", "0.85–0.94"), ("qwen2", "0.87", "0.86–1.09"), ("mistral", "0.88", "0.87–0.89")]),
         ("same-process-backend-6ef8069-bfloat16-b16-resnet50-mobilenet-v2-inception-v3.json", &[("resnet50", "0.95", "0.84–0.98"), ("mobilenet-v2", "0.88", "0.77–0.95"), ("inception-v3", "0.84", "0.82–0.84")]),
@@ -429,6 +432,9 @@ fn training_backend_renders_the_committed_record_and_refuses_another_kind() {
     let text = rendered("training-backend", "../paper-figs/results/training-backend-37aed1b-resnet50.json,../paper-figs/results/training-backend-0d85c2d-mobilenet-v2-b32.json", &figures);
     let published = [("resnet50", "32", "0.99", "0.76–1.09"), ("resnet50", "64", "0.96", "0.74–1.12"), ("resnet50", "128", "0.90", "0.84–1.04"), ("mobilenet-v2", "32", "0.91", "0.80–0.97")];
     guard_by_batch(&text, &published);
+    // The cells those runs did not reach (H100, 407dacb, the same backend).
+    let text = rendered("training-backend", "../paper-figs/results/training-backend-407dacb-mobilenet-v2-b64-b128.json,../paper-figs/results/training-backend-407dacb-encoder.json", &figures);
+    guard_by_batch(&text, &[("mobilenet-v2", "64", "0.97", "0.88–1.13"), ("mobilenet-v2", "128", "0.84", "0.73–0.96"), ("encoder", "32", "0.99", "0.98–0.99")]);
     let output = nimble_bench(&["training-backend", "--results", "../paper-figs/results/same-process-backend-e4b9e0e-float32-b16-inception-v3.json", "--out-dir", figures.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("expected training-backend"), "{output:?}");
