@@ -1,7 +1,8 @@
 """torch.compile(backend="nimble") on a CUDA GPU: regions captured on several streams in one CUDA
 graph, parameters read in place, one memory pool for every shape, buffers safe across streams,
-the measured choice, and the fallback for a graph that cannot be captured. Skipped without CUDA;
-with NIMBLE_REQUIRE_GPU=1 a missing GPU fails instead."""
+and the fallback for a graph that cannot be captured (the measured choice between programs:
+test_backend_gpu_choice.py). Skipped without CUDA; with NIMBLE_REQUIRE_GPU=1 a missing GPU fails
+instead."""
 
 import gc
 import re
@@ -11,36 +12,9 @@ import pytest
 import torch
 
 import nimble_rs
-from nimble_rs.dynamo import compiled as compiled_graphs
 from nimble_rs.dynamo import runner
-from conftest import require_cuda
+from gpu_backend import TOLERANCE, compiled, gpu, last_report  # noqa: F401 (gpu: the autouse fixture)
 from models import Attention, Counter, Inception, ScalesItsInput, inductor_programs, relative_error, train_beside_eager
-
-# TF32 off for eager and for Inductor's kernels: the graph must then compute what eager does
-# up to reassociation inside fused kernels.
-TOLERANCE = 1e-4
-
-
-@pytest.fixture(autouse=True)
-def gpu():
-    require_cuda()
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.manual_seed(0)
-    torch._dynamo.reset()
-    # Each test on its own: warnings said once, and shapes counted (with the code Dynamo
-    # compiled, which the reset above starts again; by the ops for graphs given by hand).
-    compiled_graphs._WARNED.clear()
-    compiled_graphs._SHAPES.clear()
-
-
-def compiled(model, **options):
-    torch._dynamo.reset()
-    return torch.compile(model, backend="nimble", options=options)
-
-
-def last_report(kind="inference"):
-    return [r for r in nimble_rs.dynamo.reports() if r["graph"] == kind][-1]
 
 
 def test_regions_on_streams_are_one_graph_that_matches_eager():
@@ -291,107 +265,6 @@ def test_values_read_on_other_streams_are_not_reused_while_read(granularity):
             assert relative_error(fast(x), model(x)) < TOLERANCE
     report = last_report()
     assert all(v > 0 for v in report["peak_bytes"].values()), report
-
-
-def test_auto_measures_both_and_says_why():
-    model = Inception(channels=16).cuda().eval()
-    fast = compiled(model)
-    with torch.no_grad():
-        x = torch.randn(1, 16, 24, 24, device="cuda")
-        assert relative_error(fast(x), model(x)) < TOLERANCE
-    report = last_report()
-    assert report["choice"] in ("streams", "single"), report
-    # The critical-path plan too, unless it is the primary plan (option time_critical_path).
-    timed = {"streams", "single"} | ({"critical"} if isinstance(report["critical_path"], dict) else set())
-    assert set(report["measured_ms"]) == timed and "measured" in report["reason"], report
-    # Every program's outputs against the ATen graph run eagerly on the capture's input.
-    assert set(report["measured_error"]) == timed, report
-    assert all(0 <= e < TOLERANCE for e in report["measured_error"].values()), report
-
-
-@pytest.mark.parametrize("critical_faster", [True, False])
-def test_the_critical_path_plan_is_kept_where_it_is_the_fastest(critical_faster, monkeypatch):
-    # Three programs timed (one region, the primary plan, the heaviest path first): the fastest
-    # beyond noise is kept, the critical-path plan captured with its stream 0 at the highest
-    # priority, and its outputs match eager.
-    from nimble_rs.dynamo import compiled as choice
-
-    captures, replays = [], []
-    capture, replay = runner.CapturedGraph.__init__, runner.CapturedGraph.__call__
-
-    def recorded_capture(graph, program, *args, **kwargs):
-        capture(graph, program, *args, **kwargs)
-        captures.append((graph, program.partition.algorithm, args[-1]))
-
-    monkeypatch.setattr(runner.CapturedGraph, "__init__", recorded_capture)
-    monkeypatch.setattr(runner.CapturedGraph, "__call__", lambda graph, args: replays.append(graph) or replay(graph, args))
-    timings = iter([[1.0] * 30, [0.8] * 30, [0.5 if critical_faster else 0.9] * 30])
-    monkeypatch.setattr(choice, "time_samples_ms", lambda run, repeats=30: next(timings))
-    model = Inception(channels=16).cuda().eval()
-    fast = compiled(model)
-    with torch.no_grad():
-        for _ in range(5):
-            x = torch.randn(2, 16, 24, 24, device="cuda")
-            assert relative_error(fast(x), model(x)) < TOLERANCE
-    report = last_report()
-    assert isinstance(report["critical_path"], dict), report  # the plans differ on this model
-    assert report["measured_ms"] == {"single": 1.0, "streams": 0.8, "critical": 0.5 if critical_faster else 0.9}, report
-    assert report["choice"] == "streams" and report["captured_shapes"] == 1, report
-    # One capture each to time; the kept graph is the fastest's, not captured again.
-    assert [(algorithm, priority) for _, algorithm, priority in captures] == [("single", False), ("nimble", False), ("nimble-critical", True)], captures
-    kept = next(c for c in captures if c[1] == ("nimble-critical" if critical_faster else "nimble"))
-    assert replays[-5:] == [kept[0]] * 5, (replays, captures)
-    if critical_faster:
-        assert report["algorithm"] == "nimble-critical" and report["priority"] is True, report
-        assert report["streams"] == report["critical_path"]["streams"] and "heaviest path first" in report["reason"], report
-    else:
-        assert report["algorithm"] == "nimble" and "priority" not in report, report
-
-
-@pytest.mark.parametrize("accuracy", ["compiler", "any"])
-def test_streams_further_from_eager_than_one_region_are_not_kept(accuracy, monkeypatch):
-    # The decision alone, on real captures: the timings say the streams win, the distances that
-    # they are further from eager (one region's five inputs are measured first, then theirs).
-    # accuracy="compiler" keeps one region, "any" the streams.
-    from nimble_rs.dynamo import compiled as choice
-
-    timings = iter([[1.0] * 30, [0.5] * 30])
-    distances = iter([0.1] * choice.ACCURACY_INPUTS + [0.2] * choice.ACCURACY_INPUTS)
-    monkeypatch.setattr(choice, "time_samples_ms", lambda run, repeats=30: next(timings))
-    monkeypatch.setattr(choice, "_distance", lambda got, expected: next(distances))
-    model = Inception(channels=16).cuda().eval()
-    fast = compiled(model, accuracy=accuracy, time_critical_path=False)
-    with torch.no_grad():
-        x = torch.randn(1, 16, 24, 24, device="cuda")
-        assert relative_error(fast(x), model(x)) < TOLERANCE
-    report = last_report()
-    assert report["measured_error"] == {"single": 0.1, "streams": 0.2}, report
-    if accuracy == "compiler":
-        assert report["choice"] == "single" and "further from eager" in report["reason"], report
-    else:
-        assert report["choice"] == "streams", report
-
-
-@pytest.mark.parametrize("clear", [True, False])
-def test_timings_that_do_not_tell_the_programs_apart_are_taken_again(clear, monkeypatch):
-    # The first timings overlap, the streams' median the lower: both are timed three times more,
-    # in turns (one region captured again), and the pooled samples decide.
-    from nimble_rs.dynamo import compiled as choice
-
-    first = [[0.9] * 10 + [1.0] * 10 + [1.1] * 10, [0.8] * 10 + [0.95] * 10 + [1.2] * 10]
-    again = [[1.0] * 30, [0.5] * 30] if clear else [[0.9] * 15 + [1.1] * 15, [0.8] * 15 + [1.2] * 15]
-    timings = iter(first + again * choice.RETIMINGS)
-    calls = []
-    monkeypatch.setattr(choice, "time_samples_ms", lambda run, repeats=30: calls.append(run) or next(timings))
-    model = Inception(channels=16).cuda().eval()
-    fast = compiled(model, time_critical_path=False)
-    with torch.no_grad():
-        x = torch.randn(1, 16, 24, 24, device="cuda")
-        assert relative_error(fast(x), model(x)) < TOLERANCE
-        assert relative_error(fast(x), model(x)) < TOLERANCE
-    report = last_report()
-    assert len(calls) == 2 + 2 * choice.RETIMINGS and report["timed_again"] == choice.RETIMINGS, report
-    assert report["choice"] == ("streams" if clear else "single") and "3 more timings each" in report["reason"], report
 
 
 @pytest.mark.parametrize("choose", ["streams", "auto"])

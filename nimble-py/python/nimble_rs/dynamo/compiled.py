@@ -13,7 +13,9 @@ import torch
 from .runner import CapturedGraph, Program, forward_outputs, quartiles, seconds_since, shape_key, time_samples_ms
 
 # The inputs the choice's accuracy check runs (the capture's and shuffles of it), and how much
-# further from eager streams may be than one region: float32's reassociation noise.
+# further from eager streams may be than one region: float32's reassociation noise, and
+# beyond it the compiler's own program's run-to-run spread (its atomic additions sum in
+# whatever order the GPU runs them: ``within_accuracy``).
 ACCURACY_INPUTS = 5
 ACCURACY_SLACK = 0.02
 # When the first timings do not tell the programs apart but the streams' median is the lower,
@@ -226,16 +228,26 @@ class NimbleCompiled:
             for inputs, reference in zip(checks, expected):
                 _restore(saved)
                 distances.append(_distance(_float_outputs(graph(inputs)), reference))
-            errors[name] = sorted(distances)[len(distances) // 2]
+            errors[name] = _median(distances)
+            if name == "single":
+                # How far the compiler's own program is from itself: each input run twice.
+                spread = []
+                for inputs in checks:
+                    _restore(saved)
+                    first = _float_outputs(graph(inputs))
+                    _restore(saved)
+                    spread.append(_distance(_float_outputs(graph(inputs)), first))
+                    del first
+                self.report["measured_spread"] = _median(spread)
             self.report.setdefault("measured_peak_bytes", {})[name] = graph.peak_bytes
             if name != "single" and (fastest is None or quartiles(samples[name])[1] < quartiles(samples[fastest[0]])[1]):
                 fastest = (name, graph)
             del graph
 
-        # No further from eager than the compiler's own program (within 2%: float32's
-        # reassociation noise), unless accuracy="any".
+        # No further from eager than the compiler's own program, within its noise, unless
+        # accuracy="any".
         def accurate(name: str) -> bool:
-            return self.options["accuracy"] == "any" or errors[name] <= errors["single"] * (1 + ACCURACY_SLACK)
+            return self.options["accuracy"] == "any" or within_accuracy(errors[name], errors["single"], self.report["measured_spread"])
 
         # The streams to hold against one region: the fastest accurate plan, by median (if none
         # is accurate, the fastest, which the check below then turns down).
@@ -274,7 +286,8 @@ class NimbleCompiled:
         if not accurate(best):
             return "single", (
                 f"streams measured {streams_q[1]:.3f} ms against {single_q[1]:.3f} ms as one region but further from eager "
-                f"({errors[best]:.2e} against {errors['single']:.2e}; option accuracy=\"any\" keeps them)"
+                f"({errors[best]:.2e} against {errors['single']:.2e}, which runs {self.report['measured_spread']:.2e} from itself; "
+                f"option accuracy=\"any\" keeps them)"
             ), None
         if best == "critical":
             self._adopt(program)
@@ -296,6 +309,20 @@ class NimbleCompiled:
                 order = torch.randperm(a.numel(), generator=generator).to(a.device)
                 shuffled[i] = a.flatten()[order].view(a.shape)
         return shuffled
+
+
+def within_accuracy(error: float, single_error: float, spread: float) -> bool:
+    """Whether outputs ``error`` from eager are no further from it than the compiler's own
+    program's (``single_error``) beyond noise: 2% for float32's reassociation, plus ``spread``,
+    how far that program's outputs are from its own on the same inputs run again (0 where its
+    kernels are deterministic; atomic additions, as in an embedding's gradient, sum in whatever
+    order the GPU runs them, and by the triangle inequality its own error moves by up to that
+    much from one run to the next)."""
+    return error <= single_error * (1 + ACCURACY_SLACK) + spread
+
+
+def _median(values: List[float]) -> float:
+    return sorted(values)[len(values) // 2]
 
 
 def _restore(saved) -> None:

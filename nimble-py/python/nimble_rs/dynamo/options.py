@@ -22,7 +22,8 @@ DEFAULTS: Dict[str, Any] = {
     # Runs before each capture (autotuning, library handles and workspaces per stream).
     "warmups": 3,
     # "compiler": streams are kept only if their outputs are no further from eager than the
-    # compiler's own program (the whole graph as one region); "any": speed alone decides.
+    # compiler's own program (the whole graph as one region), beyond its own run-to-run spread
+    # (compiled.within_accuracy); "any": speed alone decides.
     "accuracy": "compiler",
     # Training graphs (AOTAutograd's forward and backward) captured as CUDA graphs; off, they
     # run as compiled regions on one stream, announced once.

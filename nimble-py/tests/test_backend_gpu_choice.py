@@ -1,0 +1,142 @@
+"""torch.compile(backend="nimble") on a CUDA GPU: the choice between Inductor's own program and
+the plans on streams, measured on the first capture (timings, timed again where they do not
+tell the programs apart, and outputs no further from eager than the compiler's own beyond its
+noise). Skipped without CUDA; with NIMBLE_REQUIRE_GPU=1 a missing GPU fails instead."""
+
+import pytest
+import torch
+
+from nimble_rs.dynamo import runner
+from gpu_backend import TOLERANCE, compiled, gpu, last_report  # noqa: F401 (gpu: the autouse fixture)
+from models import Inception, relative_error
+
+
+def test_auto_measures_both_and_says_why():
+    model = Inception(channels=16).cuda().eval()
+    fast = compiled(model)
+    with torch.no_grad():
+        x = torch.randn(1, 16, 24, 24, device="cuda")
+        assert relative_error(fast(x), model(x)) < TOLERANCE
+    report = last_report()
+    assert report["choice"] in ("streams", "single"), report
+    # The critical-path plan too, unless it is the primary plan (option time_critical_path).
+    timed = {"streams", "single"} | ({"critical"} if isinstance(report["critical_path"], dict) else set())
+    assert set(report["measured_ms"]) == timed and "measured" in report["reason"], report
+    # Every program's outputs against the ATen graph run eagerly on the capture's input.
+    assert set(report["measured_error"]) == timed, report
+    assert all(0 <= e < TOLERANCE for e in report["measured_error"].values()), report
+
+
+@pytest.mark.parametrize("critical_faster", [True, False])
+def test_the_critical_path_plan_is_kept_where_it_is_the_fastest(critical_faster, monkeypatch):
+    # Three programs timed (one region, the primary plan, the heaviest path first): the fastest
+    # beyond noise is kept, the critical-path plan captured with its stream 0 at the highest
+    # priority, and its outputs match eager.
+    from nimble_rs.dynamo import compiled as choice
+
+    captures, replays = [], []
+    capture, replay = runner.CapturedGraph.__init__, runner.CapturedGraph.__call__
+
+    def recorded_capture(graph, program, *args, **kwargs):
+        capture(graph, program, *args, **kwargs)
+        captures.append((graph, program.partition.algorithm, args[-1]))
+
+    monkeypatch.setattr(runner.CapturedGraph, "__init__", recorded_capture)
+    monkeypatch.setattr(runner.CapturedGraph, "__call__", lambda graph, args: replays.append(graph) or replay(graph, args))
+    timings = iter([[1.0] * 30, [0.8] * 30, [0.5 if critical_faster else 0.9] * 30])
+    monkeypatch.setattr(choice, "time_samples_ms", lambda run, repeats=30: next(timings))
+    model = Inception(channels=16).cuda().eval()
+    fast = compiled(model)
+    with torch.no_grad():
+        for _ in range(5):
+            x = torch.randn(2, 16, 24, 24, device="cuda")
+            assert relative_error(fast(x), model(x)) < TOLERANCE
+    report = last_report()
+    assert isinstance(report["critical_path"], dict), report  # the plans differ on this model
+    assert report["measured_ms"] == {"single": 1.0, "streams": 0.8, "critical": 0.5 if critical_faster else 0.9}, report
+    assert report["choice"] == "streams" and report["captured_shapes"] == 1, report
+    # One capture each to time; the kept graph is the fastest's, not captured again.
+    assert [(algorithm, priority) for _, algorithm, priority in captures] == [("single", False), ("nimble", False), ("nimble-critical", True)], captures
+    kept = next(c for c in captures if c[1] == ("nimble-critical" if critical_faster else "nimble"))
+    assert replays[-5:] == [kept[0]] * 5, (replays, captures)
+    if critical_faster:
+        assert report["algorithm"] == "nimble-critical" and report["priority"] is True, report
+        assert report["streams"] == report["critical_path"]["streams"] and "heaviest path first" in report["reason"], report
+    else:
+        assert report["algorithm"] == "nimble" and "priority" not in report, report
+
+
+@pytest.mark.parametrize("accuracy, spread", [("compiler", 0.0), ("any", 0.0), ("compiler", 0.15)])
+def test_streams_further_from_eager_than_one_region_beyond_its_spread_are_not_kept(accuracy, spread, monkeypatch):
+    # The decision alone, on real captures: the timings say the streams win, the distances that
+    # they are further from eager (one region's five inputs are measured first, then how far it
+    # is from itself on each run again, then the streams' distances). accuracy="compiler" keeps
+    # one region, unless the streams are within its own spread; "any" keeps the streams.
+    from nimble_rs.dynamo import compiled as choice
+
+    timings = iter([[1.0] * 30, [0.5] * 30])
+    distances = iter([0.1] * choice.ACCURACY_INPUTS + [spread] * choice.ACCURACY_INPUTS + [0.2] * choice.ACCURACY_INPUTS)
+    monkeypatch.setattr(choice, "time_samples_ms", lambda run, repeats=30: next(timings))
+    monkeypatch.setattr(choice, "_distance", lambda got, expected: next(distances))
+    model = Inception(channels=16).cuda().eval()
+    fast = compiled(model, accuracy=accuracy, time_critical_path=False)
+    with torch.no_grad():
+        x = torch.randn(1, 16, 24, 24, device="cuda")
+        assert relative_error(fast(x), model(x)) < TOLERANCE
+    report = last_report()
+    assert report["measured_error"] == {"single": 0.1, "streams": 0.2} and report["measured_spread"] == spread, report
+    if accuracy == "compiler" and spread == 0.0:
+        assert report["choice"] == "single" and "further from eager" in report["reason"] and "0.00e+00 from itself" in report["reason"], report
+    else:
+        assert report["choice"] == "streams", report
+
+
+class TwoScatters(torch.nn.Module):
+    """Two independent sums by index (two streams): Inductor adds each value in with an atomic
+    addition, in whatever order the GPU runs them."""
+
+    def forward(self, x, i, y, j):
+        a = torch.zeros(8, x.shape[1], device=x.device).index_add_(0, i, x)
+        b = torch.zeros(4, y.shape[1], device=y.device).index_add_(0, j, y)
+        return a, b
+
+
+def test_the_compilers_own_spread_is_measured_where_its_sums_are_atomic():
+    # Deterministic kernels run the same on the same inputs: no spread. Atomic additions of many
+    # values into few sums do not (float addition is not associative), and the choice measures
+    # by how much.
+    fast = compiled(Inception(channels=16).cuda().eval())
+    with torch.no_grad():
+        fast(torch.randn(1, 16, 24, 24, device="cuda"))
+    assert last_report()["measured_spread"] == 0.0, last_report()
+    model = TwoScatters()
+    x, y = torch.randn(1 << 18, 64, device="cuda"), torch.randn(1 << 17, 32, device="cuda")
+    i, j = torch.randint(0, 8, (x.shape[0],), device="cuda"), torch.randint(0, 4, (y.shape[0],), device="cuda")
+    fast = compiled(model)
+    with torch.no_grad():
+        got, expected = fast(x, i, y, j), model(x, i, y, j)
+    assert all(relative_error(a, b) < TOLERANCE for a, b in zip(got, expected))
+    report = last_report()
+    assert report["streams"] >= 2 and report["measured_spread"] > 0, report
+
+
+@pytest.mark.parametrize("clear", [True, False])
+def test_timings_that_do_not_tell_the_programs_apart_are_taken_again(clear, monkeypatch):
+    # The first timings overlap, the streams' median the lower: both are timed three times more,
+    # in turns (one region captured again), and the pooled samples decide.
+    from nimble_rs.dynamo import compiled as choice
+
+    first = [[0.9] * 10 + [1.0] * 10 + [1.1] * 10, [0.8] * 10 + [0.95] * 10 + [1.2] * 10]
+    again = [[1.0] * 30, [0.5] * 30] if clear else [[0.9] * 15 + [1.1] * 15, [0.8] * 15 + [1.2] * 15]
+    timings = iter(first + again * choice.RETIMINGS)
+    calls = []
+    monkeypatch.setattr(choice, "time_samples_ms", lambda run, repeats=30: calls.append(run) or next(timings))
+    model = Inception(channels=16).cuda().eval()
+    fast = compiled(model, time_critical_path=False)
+    with torch.no_grad():
+        x = torch.randn(1, 16, 24, 24, device="cuda")
+        assert relative_error(fast(x), model(x)) < TOLERANCE
+        assert relative_error(fast(x), model(x)) < TOLERANCE
+    report = last_report()
+    assert len(calls) == 2 + 2 * choice.RETIMINGS and report["timed_again"] == choice.RETIMINGS, report
+    assert report["choice"] == ("streams" if clear else "single") and "3 more timings each" in report["reason"], report
