@@ -208,13 +208,11 @@ class NimbleCompiled:
         # The accuracy check's inputs: the capture's own and shuffles of its values (the same
         # distribution: token ids stay token ids), user inputs only.
         checks = [list(args)] + [self._shuffled(args, static, seed) for seed in range(ACCURACY_INPUTS - 1)]
-        # Eager's outputs kept in host memory: on the device five sets of them (a backward's
-        # every gradient, a training forward's saved values) would sit beside the graphs timed.
         expected = []
         for inputs in checks:
             _restore(saved)
             with torch.no_grad():
-                expected.append(_float_outputs(self.gm(*inputs), device="cpu"))
+                expected.append(_float_outputs(self.gm(*inputs)))
         candidates = [("single", self.single_program), ("streams", self.streams_program)]
         if self.critical_program is not None:
             candidates.append(("critical", self.critical_program))
@@ -334,10 +332,8 @@ def _restore(saved) -> None:
         tensor.data.copy_(value)
 
 
-def _float_outputs(outputs, device=None) -> List[torch.Tensor]:
-    """Copies of the floating-point outputs, as float32 (on ``device``, else where they are)."""
-    leaves = [x.detach() for x in torch.utils._pytree.tree_leaves(outputs) if isinstance(x, torch.Tensor) and x.is_floating_point()]
-    return [x.to(device or x.device, torch.float32, copy=True) for x in leaves]
+def _float_outputs(outputs) -> List[torch.Tensor]:
+    return [x.detach().float().clone() for x in torch.utils._pytree.tree_leaves(outputs) if isinstance(x, torch.Tensor) and x.is_floating_point()]
 
 
 def _distance(got: List[torch.Tensor], expected: List[torch.Tensor]) -> float:
@@ -346,11 +342,8 @@ def _distance(got: List[torch.Tensor], expected: List[torch.Tensor]) -> float:
     drift, not by the one element the largest difference happens to land on."""
     if not expected:
         return 0.0
-    squared, scale = 0.0, 0.0
-    for a, b in zip(got, expected):
-        b = b.to(a.device)  # one tensor at a time on the device where ``expected`` is kept on the host
-        squared += float(((a - b) ** 2).sum())
-        scale += float((b**2).sum())
+    squared = sum(float(((a - b) ** 2).sum()) for a, b in zip(got, expected))
+    scale = sum(float((b**2).sum()) for b in expected)
     return (squared / max(scale, 1e-60)) ** 0.5
 
 
