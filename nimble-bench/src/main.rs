@@ -28,6 +28,7 @@ mod same_process;
 mod training_backend;
 mod scaling_figure;
 mod scheduling;
+mod sys;
 #[cfg(feature = "torch")]
 mod torch;
 #[cfg(feature = "torch")]
@@ -452,6 +453,7 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
+    sys::die_quietly_on_a_closed_pipe();
     // `figN` aliases live in one table (figures::FIGURES): map them to their command here.
     let mut args: Vec<String> = std::env::args().collect();
     let invoked_as = args.get(1).cloned().unwrap_or_default();

@@ -476,3 +476,28 @@ fn every_command_gives_one_simulated_answer_per_graph() {
     }
     assert_eq!(checked, 20);
 }
+
+#[test]
+fn a_reader_that_stops_early_ends_the_output_quietly() {
+    // `nimble-bench ... | head`: once the reader closes the pipe the CLI ends as Unix tools do
+    // (SIGPIPE), not with a panic about printing. The graph printed is larger than a pipe holds.
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nimble-bench"))
+        .args(["gen", "--synthetic", "nasnet:60"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    let mut first = [0u8; 64];
+    child.stdout.as_mut().unwrap().read_exact(&mut first).unwrap();
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(output.status.signal(), Some(13), "ended by SIGPIPE: {:?} {stderr}", output.status);
+    }
+}
