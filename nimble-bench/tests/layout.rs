@@ -32,7 +32,7 @@ fn dependencies(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
         let entry = graph.entry(module.clone()).or_default();
         for (at, _) in text.match_indices("crate::") {
             // Not `nimble_crate::` or the like: the word starts here.
-            if at > 0 && text.as_bytes()[at - 1].is_ascii_alphanumeric() || at > 0 && text.as_bytes()[at - 1] == b'_' {
+            if at > 0 && (text.as_bytes()[at - 1].is_ascii_alphanumeric() || text.as_bytes()[at - 1] == b'_') {
                 continue;
             }
             let name: String = text[at + 7..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();

@@ -281,13 +281,16 @@ fn same_process_draws_reduce_overhead_with_other_settings_on_a_line_of_its_own()
     }
 }
 
+/// A record's file name and, per "MODEL" or "MODEL/SYSTEM", the published ratio and round range.
+type RecordCase = (&'static str, &'static [(&'static str, &'static str, &'static str)]);
+
 #[test]
 fn same_process_guards_the_backends_published_ratios_round_by_round() {
     // The ratios and round ranges README and docs/python.md publish for the records timed in
     // rounds, and eager's own TF32 drift judging Inception-v4's float32 errors.
     let figures = scratch("same-process-rounds");
     // "MODEL/backend-NAME": the backend with other options, on its line after the model's.
-    let cases: [(&str, &[(&str, &str, &str)]); 35] = [
+    let cases: [RecordCase; 35] = [
         ("same-process-backend-6476f4a-bfloat16-b1-decoders.json", &[("llama", "0.89", "0.89–0.89"), ("qwen2", "0.86", "0.85–0.87"), ("mistral", "0.90", "0.90–0.90")]),
         ("same-process-backend-628bc90-float32-b1-branchy.json", &[("googlenet", "0.65", "0.63–0.65"), ("inception-v4", "0.68", "0.66–0.69"), ("nasnet-a-large", "0.66", "0.64–0.67")]),
         // The critical-path plan timed at the choice (option time_critical_path), batch 16.
