@@ -24,3 +24,8 @@ pub fn write(name: &str, text: &str) -> PathBuf {
     std::fs::write(&path, text).unwrap();
     path
 }
+
+/// The text `nimble-bench COMMAND --results RECORDS --out-dir FIGURES` prints, having succeeded.
+pub fn rendered(command: &str, records: &str, figures: &std::path::Path) -> String {
+    stdout(&nimble_bench(&[command, "--results", records, "--out-dir", figures.to_str().unwrap()]))
+}
