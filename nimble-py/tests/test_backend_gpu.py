@@ -252,6 +252,22 @@ def test_captures_leave_no_cublas_workspace_behind():
     assert torch.cuda.memory_allocated() == before
 
 
+def test_capturing_leaves_the_processs_peak_memory_statistics_alone():
+    # What a capture holds is read from its pool's segments: resetting the peak-memory
+    # statistics to measure it hid every earlier peak from the user (and from our records).
+    model = Inception(channels=16).cuda().eval()
+    big = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
+    del big
+    peak = torch.cuda.max_memory_allocated()
+    with torch.no_grad():
+        x = torch.randn(2, 16, 24, 24, device="cuda")
+        assert relative_error(compiled(model)(x), model(x)) < TOLERANCE
+    report = last_report()
+    assert torch.cuda.max_memory_allocated() >= peak, (torch.cuda.max_memory_allocated(), peak)
+    # Each program timed has what its capture added to the pool; the first, into a new pool, more than nothing.
+    assert set(report["measured_peak_bytes"]) == set(report["measured_ms"]) and report["measured_peak_bytes"]["single"] > 0, report
+
+
 @pytest.mark.parametrize("granularity", ["kernels", "regions"])
 def test_values_read_on_other_streams_are_not_reused_while_read(granularity):
     # Wide branches of unequal length: a value made on one stream is read by a kernel on

@@ -1,6 +1,7 @@
 """The backend's options on the CPU: bad ones are input errors; option inductor_config holds
 for every compile the backend makes (forward, inference, a backward compiled at its first call,
-every region); Inductor's programmatic dependent launch keeps Inductor's own program."""
+every region); Inductor's programmatic dependent launch keeps Inductor's own program; the
+accuracy check's bounds (its slack and the inputs it can afford)."""
 
 import warnings
 
@@ -131,3 +132,12 @@ def test_with_programmatic_launch_inductors_program_runs_as_it_is_announced(monk
     report = pipeline.reports()[before:][-1]
     assert report["reason"] == reason and report["streams"] == 1 and "regions" not in report, report
     assert sum(reason in str(w.message) for w in caught) == 1, [str(w.message) for w in caught]
+
+
+def test_the_accuracy_checks_bounds_hold_on_any_machine():
+    # The check allows the compiler's own spread beyond 2%, and runs as many of its five inputs
+    # as a quarter of the free device memory holds eager's outputs for, at least one.
+    assert compiled_graphs.within_accuracy(0.2, 0.1, 0.15) and not compiled_graphs.within_accuracy(0.2, 0.1, 0.0)
+    assert compiled_graphs.within_accuracy(0.102, 0.1, 0.0) and not compiled_graphs.within_accuracy(0.103, 0.1, 0.0)
+    gib = 1 << 30
+    assert [compiled_graphs.check_inputs(size, 40 * gib) for size in (0, gib, 4 * gib, 6 * gib, 20 * gib)] == [5, 5, 2, 1, 1]

@@ -213,6 +213,15 @@ class NimbleCompiled:
             _restore(saved)
             with torch.no_grad():
                 expected.append(_float_outputs(self.gm(*inputs)))
+            if len(expected) == 1:
+                # Eager's outputs on every input are held while the programs are timed: a
+                # training forward's saved values or a backward's every gradient, five times
+                # over, could exhaust the device. As many inputs as a quarter of its free memory
+                # holds (at least one), the count in the report where fewer.
+                kept = check_inputs(sum(x.numel() * x.element_size() for x in expected[0]), torch.cuda.mem_get_info()[0])
+                if kept < len(checks):
+                    checks = checks[:kept]
+                    self.report["accuracy_inputs"] = kept
         candidates = [("single", self.single_program), ("streams", self.streams_program)]
         if self.critical_program is not None:
             candidates.append(("critical", self.critical_program))
@@ -309,6 +318,13 @@ class NimbleCompiled:
                 order = torch.randperm(a.numel(), generator=generator).to(a.device)
                 shuffled[i] = a.flatten()[order].view(a.shape)
         return shuffled
+
+
+def check_inputs(output_bytes: int, free_bytes: int) -> int:
+    """How many of the accuracy check's inputs to run: ``ACCURACY_INPUTS``, or as many sets of
+    ``output_bytes`` (eager's outputs on one input) as a quarter of ``free_bytes`` holds, at
+    least one."""
+    return max(1, min(ACCURACY_INPUTS, (free_bytes // 4) // max(output_bytes, 1)))
 
 
 def within_accuracy(error: float, single_error: float, spread: float) -> bool:

@@ -50,6 +50,19 @@ def shared_pool():
     return _POOL
 
 
+def pool_bytes(pool, device) -> int:
+    """The bytes the caching allocator holds in graph pool ``pool`` on ``device``: the sizes of
+    its segments (what ``torch.cuda.memory_snapshot`` lists for it, as cudagraph trees read
+    their pool)."""
+    index = torch.device(device).index
+    index = torch.cuda.current_device() if index is None else index
+    try:
+        segments = torch.cuda.memory_snapshot(mempool_id=pool, include_traces=False)
+    except TypeError:  # a torch whose snapshot takes no pool: every segment, filtered below
+        segments = torch.cuda.memory_snapshot()
+    return sum(s["total_size"] for s in segments if tuple(s["segment_pool_id"]) == tuple(pool) and s["device"] == index)
+
+
 def _captured_into(pool, graph) -> None:
     """Counts ``graph`` among the shared pool's live graphs when that is where it was captured."""
     global _POOL_USED
@@ -268,10 +281,12 @@ class CapturedGraph:
                 program.launch(self.inputs, streams)
         torch.cuda.synchronize(device)
         clear_cublas_workspaces()
-        before = torch.cuda.memory_allocated(device)
-        torch.cuda.reset_peak_memory_stats(device)
         self.graph = torch.cuda.CUDAGraph()
         pool = shared_pool() if pool is None else pool
+        # What the capture adds to its pool, the memory the graph holds while it lives, read
+        # from the allocator's segments: resetting the process's peak-memory statistics to
+        # measure it would clobber the user's own (and any measurement around this one).
+        before = pool_bytes(pool, device)
         try:
             with torch.cuda.graph(self.graph, pool=pool, stream=capture_stream):
                 self.outputs = program.launch(self.inputs, streams)
@@ -279,7 +294,7 @@ class CapturedGraph:
             clear_cublas_workspaces()
         _captured_into(pool, self)
         torch.cuda.synchronize(device)
-        self.peak_bytes = torch.cuda.max_memory_allocated(device) - before
+        self.peak_bytes = pool_bytes(pool, device) - before
         self.device = device
 
     def track_outputs(self, forward: bool) -> None:
