@@ -141,3 +141,28 @@ def test_the_accuracy_checks_bounds_hold_on_any_machine():
     assert compiled_graphs.within_accuracy(0.102, 0.1, 0.0) and not compiled_graphs.within_accuracy(0.103, 0.1, 0.0)
     gib = 1 << 30
     assert [compiled_graphs.check_inputs(size, 40 * gib) for size in (0, gib, 4 * gib, 6 * gib, 20 * gib)] == [5, 5, 2, 1, 1]
+
+
+class TwoOutputs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = Inception(channels=4)
+
+    def forward(self, x):
+        y = self.body(x)
+        return y, y.mean(1)
+
+
+def test_a_training_forward_is_checked_on_what_its_caller_sees():
+    # Inductor marks which of a training forward's outputs are the user's; the accuracy check
+    # compares those (and any updated input returned before them), not the values saved for
+    # the backward that follow. (BatchNorm's running statistics are written in place by the
+    # graph here, not returned.)
+    torch._dynamo.reset()
+    fast = torch.compile(TwoOutputs().train(), backend="nimble")
+    y, m = fast(torch.randn(2, 4, 8, 8))
+    (y.sum() + m.sum()).backward()
+    forward = [r for r in nimble_rs.dynamo.reports() if r["graph"] == "forward"][-1]
+    assert forward["accuracy_outputs"] == 2 and forward["kernels"] > 2, forward
+    backward = [r for r in nimble_rs.dynamo.reports() if r["graph"] == "backward"][-1]
+    assert "accuracy_outputs" not in backward, backward

@@ -70,6 +70,10 @@ class NimbleCompiled:
     # A second plan timed at the choice beside ``streams_program`` (option time_critical_path):
     # the heaviest path first, at high priority. Kept in its place if it is the faster.
     critical_program: Optional[Program] = None
+    # The leading outputs the accuracy check compares (None: all of them). A training forward's
+    # are the inputs it updates and the user's outputs; the values it saves for its backward,
+    # which follow, are its bulk (the encoder's: five sets of them at 10 GB held by the check).
+    checked_outputs: Optional[int] = None
 
     def _program(self) -> Program:
         if self.chosen == "single" or self.streams_program is None:
@@ -212,7 +216,7 @@ class NimbleCompiled:
         for inputs in checks:
             _restore(saved)
             with torch.no_grad():
-                expected.append(_float_outputs(self.gm(*inputs)))
+                expected.append(_float_outputs(self._checked(self.gm(*inputs))))
             if len(expected) == 1:
                 # Eager's outputs on every input are held while the programs are timed: a
                 # training forward's saved values or a backward's every gradient, five times
@@ -236,16 +240,16 @@ class NimbleCompiled:
             distances = []
             for inputs, reference in zip(checks, expected):
                 _restore(saved)
-                distances.append(_distance(_float_outputs(graph(inputs), copy=False), reference))
+                distances.append(_distance(_float_outputs(self._checked(graph(inputs)), copy=False), reference))
             errors[name] = _median(distances)
             if name == "single":
                 # How far the compiler's own program is from itself: each input run twice.
                 spread = []
                 for inputs in checks:
                     _restore(saved)
-                    first = _float_outputs(graph(inputs))
+                    first = _float_outputs(self._checked(graph(inputs)))
                     _restore(saved)
-                    spread.append(_distance(_float_outputs(graph(inputs), copy=False), first))
+                    spread.append(_distance(_float_outputs(self._checked(graph(inputs)), copy=False), first))
                     del first
                 self.report["measured_spread"] = _median(spread)
             self.report.setdefault("measured_peak_bytes", {})[name] = graph.peak_bytes
@@ -301,6 +305,11 @@ class NimbleCompiled:
         if best == "critical":
             self._adopt(program)
         return "streams", f"measured {streams_q[1]:.3f} ms on {streams} streams{first} against {single_q[1]:.3f} ms as one region (quartiles apart{again})", graph
+
+    def _checked(self, outputs) -> List[Any]:
+        """The outputs the accuracy check compares (``checked_outputs``)."""
+        leaves = torch.utils._pytree.tree_leaves(outputs)
+        return leaves if self.checked_outputs is None else leaves[: self.checked_outputs]
 
     def _adopt(self, program) -> None:
         """The critical-path plan in the primary plan's place, and in the report."""

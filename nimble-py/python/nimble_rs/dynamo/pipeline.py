@@ -229,6 +229,7 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
     reference = _copy(gm)
     signature = _signature(gm, kind)  # before Inductor's passes rewrite gm
     report, uncapturable = _graph_report(gm, example_inputs, options, kind, on_cuda)
+    seen = _seen_outputs(gm, kind, report)  # as Inductor marked them, before its passes
     if options["merge_convolutions"] and kind == "inference":
         report["merged_convolutions"] = merge.merge_sibling_convolutions(gm)
     compiled = compile_fx_inner(gm, example_inputs, **inner_kwargs)
@@ -279,6 +280,7 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
     if streams_program is not None and options["choose"] == "streams":
         single_program = None
     nimble = _assemble(streams_program, single_program, reference, example_inputs, static_indices, mutated, kind, signature, report, uncapturable, options, started)
+    nimble.checked_outputs = seen
     nimble.critical_program = critical
     if wrapper is not None:
         nimble.clobbered = [i for i in wrapper.written_inputs() if i not in mutated]
@@ -376,6 +378,21 @@ def _write_graph(graph: dict, directory, kind: str) -> str:
     with open(path, "x") as f:
         f.write(json.dumps(graph, indent=1) + "\n")
     return str(path)
+
+
+def _seen_outputs(gm: torch.fx.GraphModule, kind: str, report: Dict[str, Any]) -> Optional[int]:
+    """How many leading outputs of a training forward its caller sees: the inputs it updates
+    and the user's outputs, before the values saved for the backward (Inductor marks the user's
+    as ``user_visible_output_idxs`` on the output node before its inner compile). None for the
+    other graphs, or where the mark is missing: every output."""
+    if kind != "forward":
+        return None
+    node = next((n for n in gm.graph.nodes if n.op == "output"), None)
+    seen = node.meta.get("user_visible_output_idxs") if node is not None else None
+    if not seen:
+        return None
+    report["accuracy_outputs"] = max(seen) + 1
+    return max(seen) + 1
 
 
 def _programmatic_launch(on_cuda: bool) -> Optional[str]:
