@@ -69,13 +69,13 @@ def test_the_critical_path_plan_is_kept_where_it_is_the_fastest(critical_faster,
 @pytest.mark.parametrize("accuracy, spread", [("compiler", 0.0), ("any", 0.0), ("compiler", 0.15)])
 def test_streams_further_from_eager_than_one_region_beyond_its_spread_are_not_kept(accuracy, spread, monkeypatch):
     # The decision alone, on real captures: the timings say the streams win, the distances that
-    # they are further from eager (one region's five inputs are measured first, then how far it
-    # is from itself on each run again, then the streams' distances). accuracy="compiler" keeps
+    # they are further from eager (one region's first: on each of its five inputs its distance,
+    # then how far it is from itself run again; then the streams' distances). accuracy="compiler" keeps
     # one region, unless the streams are within its own spread; "any" keeps the streams.
     from nimble_rs.dynamo import compiled as choice
 
     timings = iter([[1.0] * 30, [0.5] * 30])
-    distances = iter([0.1] * choice.ACCURACY_INPUTS + [spread] * choice.ACCURACY_INPUTS + [0.2] * choice.ACCURACY_INPUTS)
+    distances = iter([0.1, spread] * choice.ACCURACY_INPUTS + [0.2] * choice.ACCURACY_INPUTS)
     monkeypatch.setattr(choice, "time_samples_ms", lambda run, repeats=30: next(timings))
     monkeypatch.setattr(choice, "_distance", lambda got, expected: next(distances))
     model = Inception(channels=16).cuda().eval()
