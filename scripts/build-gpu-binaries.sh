@@ -8,7 +8,7 @@ rm -rf .gpu && mkdir -p .gpu/tests
 cargo build --release --locked -p nimble-bench
 cp target/release/nimble-bench .gpu/
 for package in nimble-cuda nimble-torch; do
-    tests="--test gpu"; [ "$package" = nimble-torch ] && tests="--test gpu --test linear_ops --test conv_relu --test training_gpu --test data_parallel_gpu"
+    tests="--test gpu"; [ "$package" = nimble-torch ] && tests="--test gpu --test gpu_torchscript --test linear_ops --test conv_relu --test training_gpu --test data_parallel_gpu"
     cargo test --release --locked -p "$package" $tests --no-run --message-format=json 2>/dev/null \
         | python3 -c 'import json,sys
 for line in sys.stdin:

@@ -12,6 +12,7 @@ export NIMBLE_TEST_REPLAYS=${2:-1000}
 status=0
 if [ "$NIMBLE_TEST_REPLAYS" != 0 ] && [ -x .gpu/tests/nimble-torch-gpu ]; then
     NIMBLE_REQUIRE_GPU=1 .gpu/tests/nimble-torch-gpu --test-threads=1 --nocapture > "$out/torch-gpu-tests.log" 2>&1 || status=1
+    NIMBLE_REQUIRE_GPU=1 .gpu/tests/nimble-torch-gpu_torchscript --test-threads=1 --nocapture >> "$out/torch-gpu-tests.log" 2>&1 || status=1
     NIMBLE_REQUIRE_GPU=1 .gpu/tests/nimble-torch-linear_ops --test-threads=1 --nocapture >> "$out/torch-gpu-tests.log" 2>&1 || status=1
     NIMBLE_REQUIRE_GPU=1 .gpu/tests/nimble-torch-conv_relu --test-threads=1 --nocapture >> "$out/torch-gpu-tests.log" 2>&1 || status=1
     grep -E "^test |test result|rel. error|kernel nodes|allocated bytes|panicked" "$out/torch-gpu-tests.log" | cut -c1-400
