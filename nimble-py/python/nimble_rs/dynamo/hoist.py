@@ -32,7 +32,8 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import torch
 
-from .wrapper import WrapperProgram, _dotted
+from .signatures import dotted
+from .wrapper import WrapperProgram
 
 
 @dataclass
@@ -106,7 +107,7 @@ def find(program: WrapperProgram, mutated: Sequence[int] = ()) -> Hoisting:
             return None
         if isinstance(value, ast.Name):
             return extent(value.id, depth + 1)
-        if isinstance(value, ast.Call) and _dotted(value.func).endswith("reinterpret_tensor") and len(value.args) == 4 and isinstance(value.args[0], ast.Name):
+        if isinstance(value, ast.Call) and dotted(value.func).endswith("reinterpret_tensor") and len(value.args) == 4 and isinstance(value.args[0], ast.Name):
             covered = extent(value.args[0].id, depth + 1)
             offset = _literal(value.args[3])
             return covered if covered is not None and offset == 0 and _dense_extent(value.args[1:3]) == covered else None

@@ -16,11 +16,11 @@ plan keeps."""
 
 import ast
 import copy
-import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
+from .signatures import KernelSignatures, dotted, names_in
 from .taskgraph import Accesses
 
 # Calls that allocate a new, uninitialised tensor.
@@ -54,71 +54,6 @@ class Task:
     id: int
     statements: List[int]
     name: str
-
-
-def _dotted(node: ast.AST) -> str:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        return f"{_dotted(node.value)}.{node.attr}"
-    return ""
-
-
-def _names(node: ast.AST) -> Set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-
-
-class KernelSignatures:
-    """Which arguments each kernel of the module writes, from its source: Triton kernels'
-    parameter names, C++ kernels' pointer types. ``writes(kernel)`` is a list of booleans per
-    positional argument, or None when unknown."""
-
-    def __init__(self, module_source: str):
-        self.by_kernel: Dict[str, List[bool]] = {}
-        # The parameters' names where the source gives them (``out_ptr*``: written, not read).
-        self.names: Dict[str, List[str]] = {}
-        for statement in ast.parse(module_source).body:
-            if not (isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call) and len(statement.targets) == 1):
-                continue
-            target, call = statement.targets[0], statement.value
-            if not isinstance(target, ast.Name):
-                continue
-            how = _dotted(call.func)
-            if how == "async_compile.triton" and len(call.args) >= 2:
-                self._triton(target.id, call.args[1])
-            elif how == "async_compile.cpp_pybinding" and call.args and isinstance(call.args[0], ast.List):
-                types = [e.value for e in call.args[0].elts if isinstance(e, ast.Constant)]
-                self.by_kernel[target.id] = ["*" in t and not t.startswith("const") for t in types]
-                if len(call.args) >= 2 and isinstance(call.args[1], ast.Constant) and isinstance(call.args[1].value, str):
-                    found = re.search(r'extern "C"[^(]*\bkernel\(([^)]*)\)', call.args[1].value)
-                    names = [p.strip().split()[-1].lstrip("*&") for p in found.group(1).split(",") if p.strip()] if found else []
-                    if len(names) == len(types):
-                        self.names[target.id] = names
-
-    def _triton(self, name: str, source: ast.AST) -> None:
-        if not isinstance(source, ast.Constant) or not isinstance(source.value, str):
-            return
-        try:
-            tree = ast.parse(source.value)
-        except SyntaxError:
-            return
-        for node in ast.walk(tree):
-            if isinstance(node, ast.FunctionDef):
-                params = [a for a in node.args.args if "constexpr" not in ast.unparse(a.annotation or ast.Constant(""))]
-                # Only pointers named as inputs are read alone; outputs, in-place and workspace
-                # pointers, and names a template chose, are taken as written.
-                self.by_kernel[name] = [not a.arg.startswith("in_ptr") for a in params]
-                self.names[name] = [a.arg for a in params]
-                return
-
-    def writes(self, kernel: str) -> Optional[List[bool]]:
-        return self.by_kernel.get(kernel)
-
-    def pure_writes(self, kernel: str) -> Optional[List[bool]]:
-        """Per positional argument, whether the kernel writes it without reading it (Inductor
-        names such parameters ``out_ptr*``; ``in_out_ptr*`` are updated in place), or None."""
-        names = self.names.get(kernel)
-        return [n.startswith("out_ptr") for n in names] if names is not None else None
 
 
 def _call_function(module) -> Tuple[ast.FunctionDef, str]:
@@ -155,7 +90,7 @@ class WrapperProgram:
         self.guard: Optional[ast.With] = None
         flat: List[ast.stmt] = []
         for statement in body:
-            if isinstance(statement, ast.With) and _dotted(statement.items[0].context_expr.func if isinstance(statement.items[0].context_expr, ast.Call) else statement.items[0].context_expr).endswith("DeviceGuard") and self.guard is None:
+            if isinstance(statement, ast.With) and dotted(statement.items[0].context_expr.func if isinstance(statement.items[0].context_expr, ast.Call) else statement.items[0].context_expr).endswith("DeviceGuard") and self.guard is None:
                 self.guard = statement
                 flat.extend(statement.body)
             else:
@@ -185,12 +120,12 @@ class WrapperProgram:
 
     def _tensors(self, node: ast.AST) -> Set[int]:
         found: Set[int] = set()
-        for name in _names(node):
+        for name in names_in(node):
             found |= self.storage.get(name, set())
         return found
 
     def _read(self, index: int, node: ast.stmt) -> Statement:
-        uses = _names(node)
+        uses = names_in(node)
         if isinstance(node, ast.Delete):
             return Statement(index, node, "del", uses=uses)
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
@@ -203,17 +138,17 @@ class WrapperProgram:
                     self.storage[name] = self._new_storage()
                 return Statement(index, node, "host", defines=targets, uses=uses - set(targets))
             uses -= set(targets)
-            if isinstance(value, ast.Call) and _dotted(value.func).endswith("get_raw_stream"):
+            if isinstance(value, ast.Call) and dotted(value.func).endswith("get_raw_stream"):
                 self.stream_variables.update(targets)
                 return Statement(index, node, "host", defines=targets, uses=uses)
-            if isinstance(value, ast.Name) or isinstance(value, ast.Subscript) or (isinstance(value, ast.Call) and _dotted(value.func).split(".")[-1] in VIEWS and value.args):
+            if isinstance(value, ast.Name) or isinstance(value, ast.Subscript) or (isinstance(value, ast.Call) and dotted(value.func).split(".")[-1] in VIEWS and value.args):
                 source = value if not isinstance(value, ast.Call) else value.args[0]
                 shared = self._tensors(source)
                 if shared:
                     for name in targets:
                         self.storage[name] = set(shared)
                     return Statement(index, node, "alias", defines=targets, uses=uses)
-            if isinstance(value, ast.Call) and _dotted(value.func).split(".")[-1] in ALLOCATORS and not self._tensors(value):
+            if isinstance(value, ast.Call) and dotted(value.func).split(".")[-1] in ALLOCATORS and not self._tensors(value):
                 for name in targets:
                     self.storage[name] = self._new_storage()
                 return Statement(index, node, "alloc", defines=targets, uses=uses)
@@ -225,7 +160,7 @@ class WrapperProgram:
                 # An extern kernel returns a new tensor, an ATen op what its schema says; any
                 # other call might return a view of what it was given.
                 schema = self._schema(value)
-                if _dotted(value.func).startswith("extern_kernels."):
+                if dotted(value.func).startswith("extern_kernels."):
                     result = fresh
                 elif schema is not None:
                     result = fresh | self._schema_aliases(value, schema)
@@ -239,7 +174,7 @@ class WrapperProgram:
             return Statement(index, node, "host", defines=targets, uses=uses)
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
             call = node.value
-            if _dotted(call.func) in CHECKS:
+            if dotted(call.func) in CHECKS:
                 return Statement(index, node, "check", uses=uses)
             reads, writes = self._accesses(call)
             if reads or writes:
@@ -255,12 +190,12 @@ class WrapperProgram:
         return Statement(index, node, "host", uses=uses)
 
     def _kernel_name(self, call: ast.Call) -> str:
-        name = _dotted(call.func)
+        name = dotted(call.func)
         return name[: -len(".run")] if name.endswith(".run") else name
 
     def _accesses(self, call: ast.Call) -> Tuple[Set[int], Set[int]]:
         """The storages a call reads and writes."""
-        function = _dotted(call.func)
+        function = dotted(call.func)
         kernel = function[: -len(".run")] if function.endswith(".run") else function
         known = self.signatures.writes(kernel)
         keywords = [k for k in call.keywords if k.arg != "stream"]
@@ -304,7 +239,7 @@ class WrapperProgram:
     def _schema(self, call: ast.Call):
         """The schema of the ATen overload a call names (``aten.x.default``,
         ``torch.ops.aten.x.default``), if it names one."""
-        parts = _dotted(call.func).split(".")
+        parts = dotted(call.func).split(".")
         if not parts[0] or not (parts[0] in ("aten", "torch") and len(parts) >= 3):
             return None
         value = self.namespace.get(parts[0])
