@@ -3,6 +3,7 @@
 the plan's order (``emit``), the schedule's proof that every kernel follows what it depends on,
 and outputs against eager when the plan's order is not Inductor's."""
 
+import ast
 import copy
 import json
 from pathlib import Path
@@ -53,6 +54,30 @@ def test_every_algorithm_plans_inductors_kernels_and_the_plan_order_matches_eage
         torch._dynamo.reset()
         got = torch.compile(model, backend="nimble", options={"algorithm": algorithm})(x)
     assert relative_error(got, expected) < 1e-5
+
+
+def test_the_programs_on_streams_leave_inductors_statements_as_they_are(inception):
+    # Both programs of a plan are compiled from Inductor's statements without copying them: the
+    # one on streams reads each launch's raw stream as its plan stream's handle in new nodes.
+    from nimble_rs.dynamo.emit import _on_raw_stream
+
+    launch = ast.parse("triton_poi_0.run(buf0, arg1_1, 16, stream=stream0)\nbuf1 = empty((4,), stream0)").body
+    before = [ast.dump(n) for n in launch]
+    moved = [_on_raw_stream(n, {"stream0"}, 2) for n in launch]
+    assert [ast.dump(n) for n in launch] == before
+    assert [ast.unparse(n) for n in moved] == ["triton_poi_0.run(buf0, arg1_1, 16, stream=_nimble_raw[2])", "buf1 = empty((4,), _nimble_raw[2])"]
+    # What does not name the stream is shared, not copied.
+    assert moved[0].value.args is launch[0].value.args and moved[1].targets is launch[1].targets
+    assert _on_raw_stream(launch[0].value.args[0], {"stream0"}, 2) is launch[0].value.args[0]
+    model, x, compiled, static = inception
+    wrapper = WrapperProgram(kernels_plan.inductor_module(compiled), static)
+    dumped = [ast.dump(s.node) for s in wrapper.statements]
+    plan, cut = kernels_plan.plan(wrapper, "nimble")
+    schedule = Schedule(wrapper, cut["regions"], cut["syncs"])
+    schedule.function(streams=False)
+    schedule.function(streams=True)
+    assert plan["streams"] > 1 and "_nimble_streams[1]" in schedule.source
+    assert [ast.dump(s.node) for s in wrapper.statements] == dumped
 
 
 def test_nimble_critical_puts_the_longest_chain_of_kernels_on_stream_zero(inception):

@@ -20,7 +20,6 @@ storages that no point before the join makes safe. ``check()`` proves both, kern
 """
 
 import ast
-import copy
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from . import hoist
@@ -211,10 +210,12 @@ class Schedule:
         for step in self.steps:
             kind = step[0]
             if kind == "stmt":
-                node = copy.deepcopy(p.statements[step[1]].node)
+                # Inductor's statement itself (compiling a tree changes none of its nodes), on
+                # its stream a new one where it names the raw stream.
+                node = p.statements[step[1]].node
                 if streams and step[2] is not None:
                     block = _parsed(f"with torch.cuda.stream(_nimble_streams[{step[2]}]):\n    pass")[0]
-                    block.body = [_RawStream(p.stream_variables, step[2]).visit(node)]
+                    block.body = [_on_raw_stream(node, p.stream_variables, step[2])]
                     node = block
                 body.append(node)
             elif kind == "del":
@@ -230,8 +231,13 @@ class Schedule:
             elif kind == "join":
                 body += _parsed("for _s in _nimble_streams[1:]:\n    _nimble_streams[0].wait_stream(_s)")
         arguments = "args, _nimble_streams, _nimble_raw" if streams else "args"
-        function, self.source = p.compile_function(body, f"nimble_call({arguments})", "plan", after=[copy.deepcopy(p.returned)], _nimble_cache=cache)
+        function, self._tree = p.compile_function(body, f"nimble_call({arguments})", "plan", after=[p.returned], _nimble_cache=cache)
         return function
+
+    @property
+    def source(self) -> str:
+        """The code of the function ``function`` compiled last."""
+        return ast.unparse(self._tree)
 
 
 class _Completion:
@@ -295,15 +301,19 @@ def _parsed(text: str) -> List[ast.stmt]:
     return ast.parse(text).body
 
 
-class _RawStream(ast.NodeTransformer):
-    """Triton launches name the raw stream Inductor got (``stream=stream0``): the plan's
-    stream's handle instead."""
-
-    def __init__(self, variables: Set[str], stream: int):
-        self.variables = variables
-        self.stream = stream
-
-    def visit_Name(self, node: ast.Name) -> Any:
-        if node.id in self.variables and isinstance(node.ctx, ast.Load):
-            return ast.Subscript(value=ast.Name(id="_nimble_raw", ctx=ast.Load()), slice=ast.Constant(self.stream), ctx=ast.Load())
+def _on_raw_stream(node: Any, variables: Set[str], stream: int) -> Any:
+    """``node`` with the raw stream Inductor got (``stream=stream0`` in Triton launches) read as
+    the plan's stream's handle, ``_nimble_raw[stream]``: new nodes on the paths to those names,
+    the rest of the tree shared with ``node``, which is left as it is."""
+    if isinstance(node, list):
+        new = [_on_raw_stream(n, variables, stream) for n in node]
+        return node if all(a is b for a, b in zip(new, node)) else new
+    if not isinstance(node, ast.AST):
         return node
+    if isinstance(node, ast.Name) and node.id in variables and isinstance(node.ctx, ast.Load):
+        return ast.Subscript(value=ast.Name(id="_nimble_raw", ctx=ast.Load()), slice=ast.Constant(stream), ctx=ast.Load())
+    fields = {name: _on_raw_stream(value, variables, stream) for name, value in ast.iter_fields(node)}
+    if all(fields[name] is value for name, value in ast.iter_fields(node)):
+        return node
+    changed = type(node)(**fields)
+    return ast.copy_location(changed, node)

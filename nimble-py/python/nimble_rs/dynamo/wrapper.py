@@ -408,9 +408,9 @@ class WrapperProgram:
     def compile_function(self, body: List[ast.stmt], signature: str, label: str, after: Sequence[ast.stmt] = (), **names: Any):
         """``def SIGNATURE:`` over ``body`` (inside Inductor's device guard) and ``after``,
         compiled in a copy of the namespace of Inductor's module with ``names`` added: the
-        function and its source."""
+        function and its syntax tree (which shares the statements given, left as they are)."""
         if self.guard is not None:
-            guard = copy.deepcopy(self.guard)
+            guard = copy.copy(self.guard)  # the guard alone: its body is ``body``
             guard.body = body
             body = [guard]
         function = ast.parse(f"def {signature}:\n    pass").body[0]
@@ -420,7 +420,7 @@ class WrapperProgram:
         namespace.setdefault("torch", sys.modules["torch"])
         namespace.update(names)
         exec(compile(tree, f"<nimble {label} of {self.module.__name__}>", "exec"), namespace)
-        return namespace[function.name], ast.unparse(tree)
+        return namespace[function.name], tree
 
     def written_inputs(self) -> List[int]:
         """The indices of the inputs some kernel writes (through any name sharing their storage)."""
