@@ -143,6 +143,24 @@ def test_the_accuracy_checks_bounds_hold_on_any_machine():
     assert [compiled_graphs.check_inputs(size, 40 * gib) for size in (0, gib, 4 * gib, 6 * gib, 20 * gib)] == [5, 5, 2, 1, 1]
 
 
+def test_the_accuracy_checks_inputs_permute_the_users_inputs_alone():
+    # Each check input after the first permutes the values of the user's inputs (the same
+    # distribution: token ids stay token ids), fixed per seed, drawn where each input is;
+    # parameters (static), inputs the graph updates, and the process's random state untouched.
+    graph = object.__new__(compiled_graphs.NimbleCompiled)
+    graph.mutated, graph.clobbered = [2], [3]
+    args = [torch.arange(12.0).view(3, 4), torch.randn(5), torch.randn(6), torch.randn(7), torch.arange(10), 3]
+    static = [False, True, False, False, False, False]
+    state = torch.random.get_rng_state()
+    first, again, other = (graph._shuffled(args, static, seed) for seed in (0, 0, 1))
+    assert torch.equal(torch.random.get_rng_state(), state)
+    for i in (0, 4):
+        assert first[i].shape == args[i].shape and first[i].dtype == args[i].dtype
+        assert torch.equal(first[i].flatten().sort().values, args[i].flatten().sort().values) and not torch.equal(first[i], args[i])
+        assert torch.equal(first[i], again[i]) and not torch.equal(first[i], other[i])
+    assert all(first[i] is args[i] for i in (1, 2, 3, 5))
+
+
 class TwoOutputs(nn.Module):
     def __init__(self):
         super().__init__()

@@ -318,12 +318,16 @@ class NimbleCompiled:
         self.report.update(shared_buffers=program.shared_buffers, shared_kept_to_end=program.kept_to_end)
 
     def _shuffled(self, args, static: List[bool], seed: int) -> List[Any]:
-        """``args`` with each user input's values permuted (a fixed permutation per seed)."""
-        generator = torch.Generator().manual_seed(seed)
+        """``args`` with each user input's values permuted (a fixed permutation per seed), the
+        permutation drawn where the input is (on the host, a batch of images took 0.15-0.2 s
+        each), from a generator of its own: the process's random state is left as it is."""
+        generators: Dict[torch.device, torch.Generator] = {}
         shuffled = list(args)
         for i, a in enumerate(args):
             if isinstance(a, torch.Tensor) and not static[i] and a.numel() > 1 and i not in self.mutated and i not in self.clobbered:
-                order = torch.randperm(a.numel(), generator=generator).to(a.device)
+                if a.device not in generators:
+                    generators[a.device] = torch.Generator(device=a.device).manual_seed(seed)
+                order = torch.randperm(a.numel(), generator=generators[a.device], device=a.device)
                 shuffled[i] = a.flatten()[order].view(a.shape)
         return shuffled
 
