@@ -80,6 +80,43 @@ def test_the_programs_on_streams_leave_inductors_statements_as_they_are(inceptio
     assert [ast.dump(s.node) for s in wrapper.statements] == dumped
 
 
+# A module as Inductor writes it for a GPU: each Triton kernel's source is a string argument.
+TRITON_MODULE = '''
+from torch._inductor.async_compile import AsyncCompile
+async_compile = AsyncCompile()
+
+triton_poi_fused_add_relu_0 = async_compile.triton('triton_poi_fused_add_relu_0', """
+import triton
+import triton.language as tl
+
+from torch._inductor.runtime import triton_helpers
+
+@triton_heuristics.pointwise(size_hints={'x': 1024}, filename=__file__)
+@triton.jit
+def triton_poi_fused_add_relu_0(in_out_ptr0, in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr):
+    xoffset = tl.program_id(0) * XBLOCK
+    def unused(x):
+        return x
+    tl.store(out_ptr0 + xoffset, tl.load(in_ptr0 + xoffset))
+""", device_str='cuda')
+not_a_kernel = 3
+'''
+
+
+def test_triton_kernels_write_what_their_parameters_do_not_name_as_inputs():
+    # On a GPU Inductor's kernels are Triton's: read from each kernel's own source, its pointers
+    # named in_ptr* are only read, out_ptr* only written, in_out_ptr* both; constexpr parameters
+    # are not arguments of the launch.
+    from nimble_rs.dynamo.signatures import KernelSignatures
+
+    signatures = KernelSignatures(ast.parse(TRITON_MODULE))
+    kernel = "triton_poi_fused_add_relu_0"
+    assert signatures.names[kernel] == ["in_out_ptr0", "in_ptr0", "out_ptr0", "xnumel"]
+    assert signatures.writes(kernel) == [True, False, True, True]
+    assert signatures.pure_writes(kernel) == [False, False, True, False]
+    assert signatures.writes("not_a_kernel") is None and signatures.pure_writes("not_a_kernel") is None
+
+
 def test_nimble_critical_puts_the_longest_chain_of_kernels_on_stream_zero(inception):
     model, x, compiled, static = inception
     wrapper = WrapperProgram(kernels_plan.inductor_module(compiled), static)

@@ -26,11 +26,12 @@ class KernelSignatures:
     parameter names, C++ kernels' pointer types. ``writes(kernel)`` is a list of booleans per
     positional argument, or None when unknown."""
 
-    def __init__(self, module_source: str):
+    def __init__(self, module: ast.Module):
+        """``module``: the module's source, parsed."""
         self.by_kernel: Dict[str, List[bool]] = {}
         # The parameters' names where the source gives them (``out_ptr*``: written, not read).
         self.names: Dict[str, List[str]] = {}
-        for statement in ast.parse(module_source).body:
+        for statement in module.body:
             if not (isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call) and len(statement.targets) == 1):
                 continue
             target, call = statement.targets[0], statement.value
@@ -55,7 +56,7 @@ class KernelSignatures:
             tree = ast.parse(source.value)
         except SyntaxError:
             return
-        for node in ast.walk(tree):
+        for node in tree.body:  # the kernel, after its imports (its decorators are its own)
             if isinstance(node, ast.FunctionDef):
                 params = [a for a in node.args.args if "constexpr" not in ast.unparse(a.annotation or ast.Constant(""))]
                 # Only pointers named as inputs are read alone; outputs, in-place and workspace

@@ -56,8 +56,8 @@ class Task:
     name: str
 
 
-def _call_function(module) -> Tuple[ast.FunctionDef, str]:
-    """Inductor's ``call`` in ``module`` and the module's source."""
+def _call_function(module) -> Tuple[ast.FunctionDef, ast.Module]:
+    """Inductor's ``call`` in ``module`` and the module's source, parsed."""
     source = module.__loader__.get_source(module.__name__) if getattr(module, "__loader__", None) else None
     if source is None:
         with open(module.__file__) as f:
@@ -65,7 +65,7 @@ def _call_function(module) -> Tuple[ast.FunctionDef, str]:
     tree = ast.parse(source)
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef) and node.name == "call":
-            return node, source
+            return node, tree
     raise WrapperError("no call function in Inductor's module")
 
 
@@ -77,8 +77,8 @@ class WrapperProgram:
         self.module = module
         self.static_inputs = list(static_inputs)
         self.namespace = vars(module)
-        function, source = _call_function(module)
-        self.signatures = KernelSignatures(source)
+        function, tree = _call_function(module)
+        self.signatures = KernelSignatures(tree)
         if "self" in {n.id for n in ast.walk(ast.Module(body=function.body, type_ignores=[])) if isinstance(n, ast.Name)}:
             raise WrapperError("Inductor's call uses its runner (graph partitions)")
         body = list(function.body)
