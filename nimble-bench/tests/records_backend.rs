@@ -29,22 +29,22 @@ fn same_process_reports_each_systems_preparation_and_peak_memory() {
     // The compile-time bound (at most 1.5x reduce-overhead's) and peak memory for both,
     // on a line under each model, variants included.
     let figures = scratch("same-process-costs");
-    let text = rendered("same-process", "../paper-figs/results/same-process-backend-5c81c32-float32-b16-inception-v3-nows.json", &figures);
-    let line = "  prepare and peak: compile 27.7 s, 2268 MiB; backend 22.0 s (0.79x compile's), 298 MiB; backend-nows 22.1 s (0.80x compile's), 242 MiB";
-    assert!(text.lines().any(|l| l == line), "{text}");
-    // The backend's peaks measured right (9bf3279: nothing resets the peak statistics any more).
-    let text = rendered("same-process", "../paper-figs/results/same-process-backend-9bf3279-float32-b16-googlenet-inception-v3-true-peak.json", &figures);
-    for line in ["  prepare and peak: compile 29.3 s, 718 MiB; backend 19.2 s (0.66x compile's), 312 MiB", "  prepare and peak: compile 23.8 s, 2268 MiB; backend 29.3 s (1.23x compile's), 512 MiB"] {
-        assert!(text.lines().any(|l| l == line), "{line}: {text}");
+    let cases: [(&str, &[&str]); 5] = [
+        ("same-process-backend-5c81c32-float32-b16-inception-v3-nows.json", &["  prepare and peak: compile 27.7 s, 2268 MiB; backend 22.0 s (0.79x compile's), 298 MiB; backend-nows 22.1 s (0.80x compile's), 242 MiB"]),
+        // The backend's peaks measured right (9bf3279: nothing resets the peak statistics any more).
+        ("same-process-backend-9bf3279-float32-b16-googlenet-inception-v3-true-peak.json", &["  prepare and peak: compile 29.3 s, 718 MiB; backend 19.2 s (0.66x compile's), 312 MiB", "  prepare and peak: compile 23.8 s, 2268 MiB; backend 29.3 s (1.23x compile's), 512 MiB"]),
+        // The cells of 62c6be4 whose preparation took more than 1.5x the compiler's, and a peak
+        // below it (EfficientNet-B5, float32).
+        ("same-process-backend-62c6be4-float32-b16-efficientnet-b5-bert-base-decoders.json", &["  prepare and peak: compile 6.0 s, 148 MiB; backend 9.4 s (1.56x compile's), 360 MiB", "  prepare and peak: compile 46.5 s, 3006 MiB; backend 33.9 s (0.73x compile's), 1594 MiB"]),
+        ("same-process-backend-62c6be4-bfloat16-b16-decoders.json", &["  prepare and peak: compile 7.1 s, 105 MiB; backend 10.8 s (1.51x compile's), 304 MiB"]),
+        ("same-process-backend-62c6be4-bfloat16-b16-googlenet-inception-v4.json", &["  prepare and peak: compile 28.3 s, 124 MiB; backend 42.6 s (1.50x compile's), 419 MiB"]),
+    ];
+    for (record, lines) in cases {
+        let text = rendered("same-process", &format!("../paper-figs/results/{record}"), &figures);
+        for line in lines {
+            assert!(text.lines().any(|l| l == *line), "{line}: {text}");
+        }
     }
-    // The cells of 62c6be4 whose preparation took more than 1.5x the compiler's, and a peak
-    // below it (EfficientNet-B5, float32).
-    let text = rendered("same-process", "../paper-figs/results/same-process-backend-62c6be4-float32-b16-efficientnet-b5-bert-base-decoders.json", &figures);
-    for line in ["  prepare and peak: compile 6.0 s, 148 MiB; backend 9.4 s (1.56x compile's), 360 MiB", "  prepare and peak: compile 46.5 s, 3006 MiB; backend 33.9 s (0.73x compile's), 1594 MiB"] {
-        assert!(text.lines().any(|l| l == line), "{line}: {text}");
-    }
-    let text = rendered("same-process", "../paper-figs/results/same-process-backend-62c6be4-bfloat16-b16-googlenet-inception-v4.json", &figures);
-    assert!(text.lines().any(|l| l == "  prepare and peak: compile 28.3 s, 124 MiB; backend 42.6 s (1.50x compile's), 419 MiB"), "{text}");
 }
 
 #[test]
