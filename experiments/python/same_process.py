@@ -183,6 +183,33 @@ def tf32_drift(model, checks):
     return drifts[len(drifts) // 2]
 
 
+def warm_up_compilers(systems, dtype, variants=None, device="cuda"):
+    """A small model compiled by each compiling system, before any model of the record: the
+    process's one-time costs (Inductor's and Triton's imports, its compile workers' start) would
+    otherwise fall on whichever system compiles first, reduce-overhead, and lower the others'
+    compile times against it (at e36a9ad the first model's reduce-overhead took 11.4-17.0 s on
+    decoders whose later ones took 5.9-7.4)."""
+    torch.manual_seed(0)
+    small = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 16), torch.nn.LayerNorm(16)
+    ).to(device).eval().to(dtype)
+    x = torch.randn(2, 3, 8, 8, device=device, dtype=dtype)
+    started = time.time()
+    for system in systems:
+        if system == "compile" or system.startswith("compile-"):
+            run = torch.compile(small, mode="reduce-overhead")
+        elif system == "backend" or (system in (variants or {})):
+            run = torch.compile(small, backend="nimble")
+        else:
+            continue
+        with fresh_cache(delete=False), torch.no_grad():
+            for _ in range(3):
+                run(x)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.time() - started
+
+
 def prepared(system, model, make_input, save_to, variants=None):
     """A function of the input for `system`, the seconds it took to make it, and notes (its
     peak memory among them)."""
@@ -248,7 +275,8 @@ METHOD = (
     "call on the current stream, from an idle device; every system prepared and kept, then timed in --rounds rounds, each round every system in turn (50 warm-ups, 100 timed calls; the order rotated by one each round): latency over all rounds' samples, median, and round_medians_us each round's median (their spread is the run's noise); relative_error: max-abs difference from eager's output over eager's max-abs value, the median over --checks fresh inputs (all in relative_errors; matches: the largest within the dtype's tolerance); rms_error: root-mean-square difference over eager's root-mean-square value, the median over the same inputs (all in rms_errors); cuda-graph: torch.cuda.graph of the whole forward after three warm-ups on a "
     "side stream; compile: torch.compile(mode='reduce-overhead'); nimble: nimble_rs.Nimble(model).prepare(x) "
     "(algorithm nimble, the inference rewrites on, layout chosen by measuring); backend: torch.compile(model, "
-    "backend='nimble') with its defaults (granularity kernels: Inductor compiles the graph once and its kernels are planned; algorithm nimble; streams or Inductor's own program chosen by measuring); torch.compile and the backend each compile from empty caches (torch._inductor.utils.fresh_cache); peak_bytes: "
+    "backend='nimble') with its defaults (granularity kernels: Inductor compiles the graph once and its kernels are planned; algorithm nimble; streams or Inductor's own program chosen by measuring); torch.compile and the backend each compile from empty caches (torch._inductor.utils.fresh_cache), "
+    "after each compiled a small model once, before the first model (warm_up_compilers: the process's one-time costs charged to neither; records before it charged them to the first model's compile); peak_bytes: "
     "torch.cuda.max_memory_allocated during preparation and three calls, above what was allocated before"
 )
 
@@ -303,6 +331,7 @@ def main():
     torch.backends.cudnn.benchmark = True
     dtype = getattr(torch, args.dtype)
     reference = load_reference_module()
+    print(f"compilers warmed up on a small model in {warm_up_compilers(systems, dtype, variants):.1f} s", file=sys.stderr, flush=True)
     rows, skipped = [], []
     for name in names:
         if name in zoo:
