@@ -29,7 +29,7 @@ fn same_process_reports_each_systems_preparation_and_peak_memory() {
     // The compile-time bound (at most 1.5x reduce-overhead's) and peak memory for both,
     // on a line under each model, variants included.
     let figures = scratch("same-process-costs");
-    let cases: [(&str, &[&str]); 5] = [
+    let cases: [(&str, &[&str]); 8] = [
         ("same-process-backend-5c81c32-float32-b16-inception-v3-nows.json", &["  prepare and peak: compile 27.7 s, 2268 MiB; backend 22.0 s (0.79x compile's), 298 MiB; backend-nows 22.1 s (0.80x compile's), 242 MiB"]),
         // The backend's peaks measured right (9bf3279: nothing resets the peak statistics any more).
         ("same-process-backend-9bf3279-float32-b16-googlenet-inception-v3-true-peak.json", &["  prepare and peak: compile 29.3 s, 718 MiB; backend 19.2 s (0.66x compile's), 312 MiB", "  prepare and peak: compile 23.8 s, 2268 MiB; backend 29.3 s (1.23x compile's), 512 MiB"]),
@@ -38,6 +38,11 @@ fn same_process_reports_each_systems_preparation_and_peak_memory() {
         ("same-process-backend-62c6be4-float32-b16-efficientnet-b5-bert-base-decoders.json", &["  prepare and peak: compile 6.0 s, 148 MiB; backend 9.4 s (1.56x compile's), 360 MiB", "  prepare and peak: compile 46.5 s, 3006 MiB; backend 33.9 s (0.73x compile's), 1594 MiB"]),
         ("same-process-backend-62c6be4-bfloat16-b16-decoders.json", &["  prepare and peak: compile 7.1 s, 105 MiB; backend 10.8 s (1.51x compile's), 304 MiB"]),
         ("same-process-backend-62c6be4-bfloat16-b16-googlenet-inception-v4.json", &["  prepare and peak: compile 28.3 s, 124 MiB; backend 42.6 s (1.50x compile's), 419 MiB"]),
+        // Those cells after the compile-time cuts: Llama not first in its process (5ebb91c), and
+        // with both compilers warmed up on a small model first (93d13d5).
+        ("same-process-backend-5ebb91c-float32-b16-mistral-llama.json", &["  prepare and peak: compile 7.4 s, 149 MiB; backend 9.8 s (1.33x compile's), 360 MiB"]),
+        ("same-process-backend-93d13d5-float32-b16-decoders.json", &["  prepare and peak: compile 7.6 s, 149 MiB; backend 9.1 s (1.20x compile's), 360 MiB", "  prepare and peak: compile 7.2 s, 149 MiB; backend 9.0 s (1.24x compile's), 366 MiB", "  prepare and peak: compile 8.6 s, 148 MiB; backend 11.1 s (1.29x compile's), 360 MiB"]),
+        ("same-process-backend-93d13d5-bfloat16-b16-inception-v4.json", &["  prepare and peak: compile 33.0 s, 123 MiB; backend 34.7 s (1.05x compile's), 419 MiB"]),
     ];
     for (record, lines) in cases {
         let text = rendered("same-process", &format!("../paper-figs/results/{record}"), &figures);
@@ -90,7 +95,7 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
     // rounds, and eager's own TF32 drift judging Inception-v4's float32 errors.
     let figures = scratch("same-process-rounds");
     // "MODEL/backend-NAME": the backend with other options, on its line after the model's.
-    let cases: [RecordCase; 43] = [
+    let cases: [RecordCase; 48] = [
         ("same-process-backend-6476f4a-bfloat16-b1-decoders.json", &[("llama", "0.89", "0.89–0.89"), ("qwen2", "0.86", "0.85–0.87"), ("mistral", "0.90", "0.90–0.90")]),
         ("same-process-backend-628bc90-float32-b1-branchy.json", &[("googlenet", "0.65", "0.63–0.65"), ("inception-v4", "0.68", "0.66–0.69"), ("nasnet-a-large", "0.66", "0.64–0.67")]),
         // The critical-path plan timed at the choice (option time_critical_path), batch 16.
@@ -143,6 +148,12 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
         ("same-process-backend-62c6be4-bfloat16-b16-resnet101-efficientnets-bert-base.json", &[("resnet101", "0.98", "0.97–0.98"), ("efficientnet-b0", "0.95", "0.92–0.97"), ("efficientnet-b5", "0.92", "0.90–0.97"), ("bert-base", "0.97", "0.96–0.98")]),
         ("same-process-backend-62c6be4-bfloat16-b16-googlenet-inception-v4.json", &[("googlenet", "0.81", "0.80–0.82"), ("inception-v4", "0.82", "0.82–0.82")]),
         ("same-process-backend-62c6be4-bfloat16-b16-nasnet-a-large.json", &[("nasnet-a-large", "0.90", "0.85–0.95")]),
+        // The last 7 cells (e36a9ad, H200), and the compile-time cells with both compilers warmed up (93d13d5).
+        ("same-process-backend-e36a9ad-bfloat16-b1-resnet101-bert-base-googlenet.json", &[("resnet101", "0.92", "0.92–0.98"), ("bert-base", "0.85", "0.84–0.87"), ("googlenet", "0.76", "0.73–1.18")]),
+        ("same-process-backend-e36a9ad-bfloat16-b1-inception-v3-inception-v4-efficientnet-b5.json", &[("inception-v3", "0.67", "0.65–0.67"), ("inception-v4", "0.74", "0.71–0.89"), ("efficientnet-b5", "0.95", "0.94–0.96")]),
+        ("same-process-backend-e36a9ad-bfloat16-b1-nasnet-a-large.json", &[("nasnet-a-large", "0.69", "0.69–0.71")]),
+        ("same-process-backend-93d13d5-float32-b16-decoders.json", &[("llama", "0.97", "0.96–0.97"), ("qwen2", "0.97", "0.96–0.98"), ("mistral", "0.97", "0.96–0.98")]),
+        ("same-process-backend-93d13d5-bfloat16-b16-inception-v4.json", &[("inception-v4", "0.88", "0.83–0.89")]),
     ];
     for (record, rows) in cases {
         let text = rendered("same-process", &format!("../paper-figs/results/{record}"), &figures);
