@@ -25,6 +25,8 @@ pub mod scaling_model;
 #[cfg(feature = "torch")]
 pub mod schedulers;
 pub mod simulator_validation;
+#[cfg(feature = "torch")]
+pub mod subject;
 pub mod tolerance;
 #[cfg(feature = "torch")]
 pub mod torchscript;
