@@ -1,10 +1,12 @@
 """Where torch.compile(backend="nimble") spends its compile time, against reduce-overhead's, in
-one process: the seconds of the first three calls of each, and the backend's own phases
-(planning and partitioning, Inductor's compile of each region and of the whole graph, the
-captures and timings of the choice, the accuracy check), then a cProfile of the backend's first
-call (Inductor's and Triton's functions by cumulative time).
+one process: the seconds of the first three calls of each (both compilers warmed up on a small
+model first, each compiling from empty caches, as experiments/python/same_process.py does), the
+backend's own phases (granularity "kernels": Inductor's compile, reading its program, the plan,
+the plan's programs, the captures, the choice's timings and the rest of the choice: eager's
+references and the accuracy check), then a cProfile of the backend's first calls (the backend's,
+Inductor's and Triton's functions by cumulative time).
 
-    python3 experiments/python/backend_compile_profile.py [--model inception-v3|llama]
+    python3 experiments/python/backend_compile_profile.py [--model inception-v3|bert-base|llama|...] [--batch 1]
 """
 
 import argparse
@@ -15,8 +17,10 @@ import time
 from collections import defaultdict
 
 import torch
+from torch._inductor.utils import fresh_cache
 
 from backend_overhead import model_and_input
+from same_process import warm_up_compilers
 
 PHASES = defaultdict(lambda: [0, 0.0])
 
@@ -36,44 +40,57 @@ def timed(owner, name, label):
     setattr(owner, name, wrapper)
 
 
-def first_calls(run, x):
-    torch.cuda.synchronize()
+def first_calls(run, x, device):
+    """Seconds of ``run``'s first three calls on ``x`` (where it compiles and captures), from
+    empty compile caches."""
+    synchronize = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    synchronize()
     started = time.perf_counter()
-    for _ in range(3):
-        run(x)
-    torch.cuda.synchronize()
+    with fresh_cache(delete=False):
+        for _ in range(3):
+            run(x)
+    synchronize()
     return time.perf_counter() - started
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="inception-v3")
+    parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--top", type=int, default=45)
     args = parser.parse_args()
-    import torch._inductor
+    import torch._inductor.compile_fx
 
     import nimble_rs
-    from nimble_rs.dynamo import compiled, pipeline, regions
+    from nimble_rs.dynamo import compiled, kernels_plan, pipeline
 
     torch.backends.cudnn.benchmark = True
-    model, x = model_and_input(args.model)
+    model, x = model_and_input(args.model, args.batch)
+    device = x.device.type
+    print(f"== {args.model}, batch {args.batch}, {device}", flush=True)
     with torch.no_grad():
-        print(f"reduce-overhead first 3 calls {first_calls(torch.compile(model, mode='reduce-overhead'), x):7.1f} s")
-        torch._dynamo.reset()
-        timed(regions, "plan_regions", "plan (Rust registry) and regions")
-        timed(torch._inductor, "compile", "torch._inductor.compile (each region)")
-        timed(pipeline, "_compile_regions", "a program's regions, compiled")
-        timed(compiled, "CapturedGraph", "capture (warm-ups and torch.cuda.graph)")
+        print(f"compilers warmed up on a small model     {warm_up_compilers(['compile', 'backend'], torch.float32, device=device):7.1f} s")
+        print(f"reduce-overhead first 3 calls            {first_calls(torch.compile(model, mode='reduce-overhead'), x, device):7.1f} s", flush=True)
+        # Looked up by name at each compile (compile_kernels imports it when called).
+        timed(torch._inductor.compile_fx, "compile_fx_inner", "Inductor's compile (compile_fx_inner)")
+        timed(pipeline, "WrapperProgram", "reading Inductor's program")
+        timed(pipeline, "_separated", "weight copies' buffers apart")
+        timed(kernels_plan, "plan", "the plan (Rust registry, checker)")
+        timed(kernels_plan, "PlannedProgram", "the plan's program")
+        timed(pipeline, "_critical_path_program", "the critical-path plan and program")
+        timed(compiled, "CapturedGraph", "captures (warm-ups, torch.cuda.graph)")
         timed(compiled, "time_samples_ms", "the choice's timings")
+        timed(compiled.NimbleCompiled, "_choose", "the whole choice")
+        before = len(nimble_rs.dynamo.reports())
         profile = cProfile.Profile()
         profile.enable()
-        seconds = first_calls(torch.compile(model, backend="nimble"), x)
+        seconds = first_calls(torch.compile(model, backend="nimble"), x, device)
         profile.disable()
-    print(f"backend first 3 calls         {seconds:7.1f} s")
+    print(f"backend first 3 calls                    {seconds:7.1f} s")
     for label, (calls, total) in PHASES.items():
-        print(f"  {label:<44} {calls:4d} calls {total:7.1f} s")
-    for report in nimble_rs.dynamo.reports():
-        print("  report:", {k: report.get(k) for k in ("ops", "streams", "regions", "choice", "compile_seconds", "capture_seconds", "measured_ms", "measured_error")})
+        print(f"  {label:<44} {calls:4d} calls {total:7.2f} s")
+    for report in nimble_rs.dynamo.reports()[before:]:
+        print("  report:", {k: report.get(k) for k in ("kernels", "streams", "regions", "choice", "compile_seconds", "capture_seconds", "measured_ms", "timed_again")})
     text = io.StringIO()
     stats = pstats.Stats(profile, stream=text).sort_stats("cumulative")
     stats.print_stats(r"_inductor|triton|nimble_rs", args.top)

@@ -2,7 +2,7 @@
 the median of CUDA-event timings of the whole call, of the backend's own entry (the captured
 graph's input checks, copy and replay) and of the replay alone, then a cProfile of calls.
 
-    python3 experiments/python/backend_overhead.py [--model llama|qwen2|mistral|inception-v3|googlenet|TORCHVISION-NAME] [--batch 1] [--calls 200]
+    python3 experiments/python/backend_overhead.py [--model llama|qwen2|mistral|inception-v3|inception-v4|googlenet|bert-base|TORCHVISION-NAME] [--batch 1] [--calls 200]
 """
 
 import argparse
@@ -24,13 +24,18 @@ def model_and_input(name, batch):
     if name == "googlenet":
         model = torchvision.models.googlenet(weights=None, aux_logits=False, init_weights=False)
         return model.cuda().eval(), torch.randn(batch, 3, 224, 224, device="cuda")
+    if name in ("bert-base", "inception-v4"):
+        from same_process import batched, coverage_model
+
+        model, one = coverage_model(name)
+        return model.cuda().eval(), batched(one(), batch, torch.float32)
     if name == "inception-v3":
         model = torchvision.models.inception_v3(weights=None, aux_logits=False, init_weights=False)
         return model.cuda().eval(), torch.randn(batch, 3, 299, 299, device="cuda")
     # Any other torchvision classifier by its name (resnet50, mobilenet-v2, efficientnet-b0), at 224x224.
     builder = getattr(torchvision.models, name.replace("-", "_"), None)
     if builder is None:
-        raise SystemExit(f"unknown model {name!r}: expected llama, qwen2, mistral, inception-v3, googlenet or a torchvision classifier (resnet50, efficientnet-b0)")
+        raise SystemExit(f"unknown model {name!r}: expected llama, qwen2, mistral, inception-v3, inception-v4, googlenet, bert-base or a torchvision classifier (resnet50, efficientnet-b0)")
     return builder(weights=None).cuda().eval(), torch.randn(batch, 3, 224, 224, device="cuda")
 
 

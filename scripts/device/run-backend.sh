@@ -6,8 +6,8 @@
 # scripts/build-gpu-binaries.sh). Results are packed into $OUT/backend.tgz, the table printed last.
 #   usage: scripts/device/run-backend.sh SECONDS_PER_CELL CELL...   e.g. 200 inception-v3,googlenet:float32:1 llama:bfloat16:1
 #   TESTS_SECONDS=0 skips the tests (PYTEST_ARGS picks them; a test past 120 s dumps its stack); OVERHEAD_MODEL="llama inception-v3:16" first profiles a call's host time (model:batch, batch 1 by default)
-#   (experiments/python/backend_overhead.py); COMPILE_PROFILE_MODEL=inception-v3 the compile
-#   time's phases (experiments/python/backend_compile_profile.py); KERNEL_GRAPHS="inception-v3:float32
+#   (experiments/python/backend_overhead.py); COMPILE_PROFILE_MODEL="inception-v3 bert-base:16" the compile
+#   time's phases, model:batch (experiments/python/backend_compile_profile.py); KERNEL_GRAPHS="inception-v3:float32
 #   llama,qwen2:bfloat16:16" writes the fused-kernel graphs of those models, at the batch given (default 1;
 #   experiments/python/kernel_graphs.py) into kernel-graphs/, each group within KERNEL_GRAPHS_SECONDS (default 250);
 #   KERNEL_GRAPHS_TIMED=1 also times reduce-overhead on them (each graph's best schedule against it). TRAINING="resnet50,mobilenet-v2,encoder:32,64" runs the training comparison
@@ -34,7 +34,10 @@ if [ -n "${TRAINING_OVERHEAD:-}" ]; then
     IFS=: read -r model batch <<< "$TRAINING_OVERHEAD"
     timeout "${TRAINING_OVERHEAD_SECONDS:-240}" python3 experiments/python/training_overhead.py --model "$model" --batch "${batch:-32}" > "$out/training-overhead.txt" 2>&1
 fi
-[ -n "${COMPILE_PROFILE_MODEL:-}" ] && timeout 300 python3 experiments/python/backend_compile_profile.py --model "$COMPILE_PROFILE_MODEL" > "$out/compile-profile.txt" 2>&1
+for profiled in ${COMPILE_PROFILE_MODEL:-}; do
+    IFS=: read -r model batch <<< "$profiled"
+    timeout 300 python3 experiments/python/backend_compile_profile.py --model "$model" --batch "${batch:-1}" >> "$out/compile-profile.txt" 2>&1
+done
 for group in ${KERNEL_GRAPHS:-}; do
     IFS=: read -r models dtype batch <<< "$group"
     timeout "${KERNEL_GRAPHS_SECONDS:-250}" python3 experiments/python/kernel_graphs.py --models-json <(.gpu/nimble-bench models --json) --out-dir "$out/kernel-graphs" \
