@@ -40,16 +40,15 @@ def timed(owner, name, label):
     setattr(owner, name, wrapper)
 
 
-def first_calls(run, x, device):
+def first_calls(run, x):
     """Seconds of ``run``'s first three calls on ``x`` (where it compiles and captures), from
     empty compile caches."""
-    synchronize = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    synchronize()
+    torch.cuda.synchronize()
     started = time.perf_counter()
     with fresh_cache(delete=False):
         for _ in range(3):
             run(x)
-    synchronize()
+    torch.cuda.synchronize()
     return time.perf_counter() - started
 
 
@@ -66,11 +65,10 @@ def main():
 
     torch.backends.cudnn.benchmark = True
     model, x = model_and_input(args.model, args.batch)
-    device = x.device.type
-    print(f"== {args.model}, batch {args.batch}, {device}", flush=True)
+    print(f"== {args.model}, batch {args.batch}", flush=True)
     with torch.no_grad():
-        print(f"compilers warmed up on a small model     {warm_up_compilers(['compile', 'backend'], torch.float32, device=device):7.1f} s")
-        print(f"reduce-overhead first 3 calls            {first_calls(torch.compile(model, mode='reduce-overhead'), x, device):7.1f} s", flush=True)
+        print(f"compilers warmed up on a small model     {warm_up_compilers(['compile', 'backend'], torch.float32):7.1f} s")
+        print(f"reduce-overhead first 3 calls            {first_calls(torch.compile(model, mode='reduce-overhead'), x):7.1f} s", flush=True)
         # Looked up by name at each compile (compile_kernels imports it when called).
         timed(torch._inductor.compile_fx, "compile_fx_inner", "Inductor's compile (compile_fx_inner)")
         timed(pipeline, "WrapperProgram", "reading Inductor's program")
@@ -84,7 +82,7 @@ def main():
         before = len(nimble_rs.dynamo.reports())
         profile = cProfile.Profile()
         profile.enable()
-        seconds = first_calls(torch.compile(model, backend="nimble"), x, device)
+        seconds = first_calls(torch.compile(model, backend="nimble"), x)
         profile.disable()
     print(f"backend first 3 calls                    {seconds:7.1f} s")
     for label, (calls, total) in PHASES.items():
