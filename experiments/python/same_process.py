@@ -183,7 +183,7 @@ def tf32_drift(model, checks):
     return drifts[len(drifts) // 2]
 
 
-def warm_up_compilers(systems, dtype, variants=None, device="cuda"):
+def warm_up_compilers(systems, dtype, variants=None):
     """A small model compiled by each compiling system, before any model of the record: the
     process's one-time costs (Inductor's and Triton's imports, its compile workers' start) would
     otherwise fall on whichever system compiles first, reduce-overhead, and lower the others'
@@ -192,8 +192,8 @@ def warm_up_compilers(systems, dtype, variants=None, device="cuda"):
     torch.manual_seed(0)
     small = torch.nn.Sequential(
         torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 16), torch.nn.LayerNorm(16)
-    ).to(device).eval().to(dtype)
-    x = torch.randn(2, 3, 8, 8, device=device, dtype=dtype)
+    ).cuda().eval().to(dtype)
+    x = torch.randn(2, 3, 8, 8, device="cuda", dtype=dtype)
     started = time.time()
     for system in systems:
         if system == "compile" or system.startswith("compile-"):
@@ -205,8 +205,7 @@ def warm_up_compilers(systems, dtype, variants=None, device="cuda"):
         with fresh_cache(delete=False), torch.no_grad():
             for _ in range(3):
                 run(x)
-    if device == "cuda":
-        torch.cuda.synchronize()
+    torch.cuda.synchronize()
     return time.time() - started
 
 
