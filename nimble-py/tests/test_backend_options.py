@@ -143,6 +143,26 @@ def test_the_accuracy_checks_bounds_hold_on_any_machine():
     assert [compiled_graphs.check_inputs(size, 40 * gib) for size in (0, gib, 4 * gib, 6 * gib, 20 * gib)] == [5, 5, 2, 1, 1]
 
 
+def test_eagers_references_run_without_cudnns_benchmark_and_leave_the_users_setting():
+    # The choice computes eager's references with cuDNN's benchmark mode off (the ATen graph's
+    # convolutions would each be benchmarked again), and puts the user's setting back, also
+    # when the reference fails.
+    before = torch.backends.cudnn.benchmark
+    try:
+        for setting in (True, False):
+            torch.backends.cudnn.benchmark = setting
+            with compiled_graphs._heuristic_convolutions():
+                assert torch.backends.cudnn.benchmark is False
+            assert torch.backends.cudnn.benchmark is setting
+        torch.backends.cudnn.benchmark = True
+        with pytest.raises(RuntimeError, match="eager failed"):
+            with compiled_graphs._heuristic_convolutions():
+                raise RuntimeError("eager failed")
+        assert torch.backends.cudnn.benchmark is True
+    finally:
+        torch.backends.cudnn.benchmark = before
+
+
 def test_the_accuracy_checks_inputs_permute_the_users_inputs_alone():
     # Each check input after the first permutes the values of the user's inputs (the same
     # distribution: token ids stay token ids), fixed per seed, drawn where each input is;

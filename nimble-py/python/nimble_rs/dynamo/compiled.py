@@ -3,6 +3,7 @@ own program as one stream), the choice between them measured on the first captur
 graph per input shape, replayed; training forwards and backwards replayed without overwriting
 values autograd still holds."""
 
+import contextlib
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -215,7 +216,7 @@ class NimbleCompiled:
         expected = []
         for inputs in checks:
             _restore(saved)
-            with torch.no_grad():
+            with torch.no_grad(), _heuristic_convolutions():
                 expected.append(_float_outputs(self._checked(self.gm(*inputs))))
             if len(expected) == 1:
                 # Eager's outputs on every input are held while the programs are timed: a
@@ -330,6 +331,21 @@ class NimbleCompiled:
                 order = torch.randperm(a.numel(), generator=generators[a.device], device=a.device)
                 shuffled[i] = a.flatten()[order].view(a.shape)
         return shuffled
+
+
+@contextlib.contextmanager
+def _heuristic_convolutions():
+    """cuDNN's benchmark mode off while eager's references are computed: the ATen graph's
+    convolutions (NCHW, unlike Inductor's) would each be benchmarked once more, seconds of the
+    choice on a convolutional network whose eager model never ran (GoogLeNet: 3.3 s of a 6.1 s
+    choice on an H200). The references need not be fast, and the programs compared against them
+    are compared against the same ones."""
+    benchmark = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = benchmark
 
 
 def check_inputs(output_bytes: int, free_bytes: int) -> int:
