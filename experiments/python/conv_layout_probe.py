@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from baselines import build, load_reference_module
+from same_process import COVERAGE_MODELS, batched, coverage_model
 
 
 def convolutions(model, example):
@@ -83,11 +84,15 @@ def main():
     reference = load_reference_module()
     summary = []
     for name in args.models.split(","):
-        model = build(name, reference, [])
-        if model is None:
-            continue
+        if name in COVERAGE_MODELS:
+            model, one = coverage_model(name)
+            example = batched(one(), args.batch, dtype)
+        else:
+            model = build(name, reference, [])
+            if model is None:
+                continue
+            example = torch.randn([args.batch] + zoo[name]["input_shape"], device="cuda", dtype=dtype)
         model = model.cuda().eval().to(dtype)
-        example = torch.randn([args.batch] + zoo[name]["input_shape"], device="cuda", dtype=dtype)
         seen = convolutions(model, example)
         rows = []
         for key, count in seen.items():
@@ -102,7 +107,8 @@ def main():
         for key, count, a, b in sorted(rows, key=lambda r: -(r[1] * (r[3] - r[2])))[: args.top]:
             shape, wshape, stride, padding, dilation, groups = key
             print(f"   {str(list(shape)):<22} {str(list(wshape)):<20} {str(stride[0]):<7} {groups:>6} {count:>3} {a:9.1f} {b:9.1f} {count * (b - a):9.1f}", flush=True)
-        head = next((m for m in model.modules() if isinstance(m, torch.nn.Linear)), None)
+        # The classifier: the last Linear (Inception-v3's first is its auxiliary head's).
+        head = ([m for m in model.modules() if isinstance(m, torch.nn.Linear)] or [None])[-1]
         if head is not None:
             x = torch.randn(args.batch, head.in_features, device="cuda", dtype=dtype)
             w, bias = head.weight.detach(), head.bias.detach()
