@@ -8,7 +8,7 @@ import torch
 
 from nimble_rs.dynamo import runner
 from gpu_backend import TOLERANCE, compiled, gpu, last_report  # noqa: F401 (gpu: the autouse fixture)
-from models import Inception, relative_error
+from models import Inception, relative_error, train_beside_eager
 
 
 def test_auto_measures_both_and_says_why():
@@ -140,3 +140,77 @@ def test_timings_that_do_not_tell_the_programs_apart_are_taken_again(clear, monk
     report = last_report()
     assert len(calls) == 2 + 2 * choice.RETIMINGS and report["timed_again"] == choice.RETIMINGS, report
     assert report["choice"] == ("streams" if clear else "single") and "3 more timings each" in report["reason"], report
+
+
+def test_references_above_the_bound_wait_in_host_memory_and_measure_the_same(monkeypatch):
+    # Eager's outputs larger than HOST_REFERENCES_BYTES (a backward's every gradient) are kept on
+    # the host, each moved back for its comparison: the check measures the same distances as
+    # with them on the device, and a training step's choices still keep gradients right.
+    import copy
+
+    import nimble_rs
+    from nimble_rs.dynamo import compiled as choice
+
+    model = Inception(channels=16).cuda().eval()
+    x = torch.randn(1, 16, 24, 24, device="cuda")
+    errors = []
+    for bound in (choice.HOST_REFERENCES_BYTES, 0):
+        monkeypatch.setattr(choice, "HOST_REFERENCES_BYTES", bound)
+        fast = compiled(model)
+        with torch.no_grad():
+            assert relative_error(fast(x), model(x)) < TOLERANCE
+        report = last_report()
+        assert report.get("references") == ("host" if bound == 0 else None), report
+        errors.append(report["measured_error"])
+    assert errors[0].keys() == errors[1].keys() and all(errors[1][k] == pytest.approx(errors[0][k], rel=1e-6, abs=1e-12) for k in errors[0]), errors
+    eager = Inception(channels=8).cuda().train()
+    trained = copy.deepcopy(eager)
+    fast = compiled(trained)
+    before = len(nimble_rs.dynamo.reports())
+    train_beside_eager(eager, fast, trained, lambda: torch.randn(4, 8, 16, 16, device="cuda"), steps=3, state_rtol=1e-4)
+    reports = nimble_rs.dynamo.reports()[before:]
+    assert [(r["graph"], r.get("references")) for r in reports] == [("forward", "host"), ("backward", "host")], reports
+
+
+class FourBranches(torch.nn.Module):
+    """Four independent chains of two matrix products: one stream reuses one chain's buffers for
+    the next; on four streams all four chains' buffers are live at once."""
+
+    def __init__(self, d=2048):
+        super().__init__()
+        self.w = torch.nn.ParameterList([torch.nn.Parameter(torch.randn(d, d) / d**0.5) for _ in range(8)])
+
+    def forward(self, x):
+        return torch.stack([((x @ self.w[2 * i]) @ self.w[2 * i + 1]).sum(0) for i in range(4)])
+
+
+def test_a_plan_on_streams_the_device_has_no_room_for_gives_way_to_one_region():
+    # A real shortage: the process limited (PyTorch's per-process memory fraction) to what one
+    # region's capture needs and less than the plan on streams needs. The choice catches the
+    # plan's out-of-memory error, says so once, and keeps Inductor's own program.
+    import gc
+    import warnings
+
+    model = FourBranches().cuda().eval()
+    x = torch.randn(8192, 2048, device="cuda")
+    with torch.no_grad():
+        expected = model(x)
+        compiled(model, time_critical_path=False)(x)
+    peaks = last_report()["measured_peak_bytes"]
+    assert peaks["streams"] > peaks["single"] + (128 << 20), peaks
+    torch._dynamo.reset()
+    gc.collect()
+    torch.cuda.empty_cache()
+    limit = torch.cuda.memory_reserved() + x.nbytes + peaks["single"] + peaks["streams"]
+    torch.cuda.set_per_process_memory_fraction(limit / torch.cuda.get_device_properties(x.device).total_memory)
+    try:
+        with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+            warnings.simplefilter("always")
+            fast = compiled(model, time_critical_path=False)
+            for _ in range(2):
+                assert relative_error(fast(x), expected) < TOLERANCE
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+    report = last_report()
+    assert report["choice"] == "single" and report["out_of_memory"] == ["streams"] and "ran out of device memory" in report["reason"], report
+    assert sum("ran out of device memory" in str(w.message) for w in caught) == 1, [str(w.message) for w in caught]

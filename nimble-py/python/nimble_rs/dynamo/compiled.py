@@ -22,6 +22,10 @@ ACCURACY_SLACK = 0.02
 # When the first timings do not tell the programs apart but the streams' median is the lower,
 # both are timed this many times more, in turns, before one region is kept for want of proof.
 RETIMINGS = 3
+# Eager's outputs on one of the check's inputs larger than this are kept in host memory, each
+# moved back for its comparison: on the device a backward's every gradient, five times over, sat
+# beside the graphs timed (the encoder's backward choice peaked at 4,087 MiB, 1,719 before it).
+HOST_REFERENCES_BYTES = 64 << 20
 
 # The input shapes seen so far per subgraph given to the backend without Dynamo (by its kind
 # and op sequence); under Dynamo they are kept with the code Dynamo compiled (``code_state``).
@@ -213,20 +217,26 @@ class NimbleCompiled:
         # The accuracy check's inputs: the capture's own and shuffles of its values (the same
         # distribution: token ids stay token ids), user inputs only.
         checks = [list(args)] + [self._shuffled(args, static, seed) for seed in range(ACCURACY_INPUTS - 1)]
-        expected = []
+        expected, where = [], None
         for inputs in checks:
             _restore(saved)
             with torch.no_grad(), _heuristic_convolutions():
-                expected.append(_float_outputs(self._checked(self.gm(*inputs))))
-            if len(expected) == 1:
+                outputs = _float_outputs(self._checked(self.gm(*inputs)), copy=False)
+            if where is None:
                 # Eager's outputs on every input are held while the programs are timed: a
-                # training forward's saved values or a backward's every gradient, five times
-                # over, could exhaust the device. As many inputs as a quarter of its free memory
-                # holds (at least one), the count in the report where fewer.
-                kept = check_inputs(sum(x.numel() * x.element_size() for x in expected[0]), torch.cuda.mem_get_info()[0])
+                # backward's every gradient, five times over, could exhaust the device. As many
+                # inputs as a quarter of its free memory holds (at least one), the count in the
+                # report where fewer; large ones in host memory (``HOST_REFERENCES_BYTES``).
+                size = sum(x.numel() * 4 for x in outputs)
+                kept = check_inputs(size, torch.cuda.mem_get_info()[0])
                 if kept < len(checks):
                     checks = checks[:kept]
                     self.report["accuracy_inputs"] = kept
+                where = "cpu" if size > HOST_REFERENCES_BYTES else None
+                if where is not None:
+                    self.report["references"] = "host"
+            expected.append([x.to(where or x.device, torch.float32, copy=True) for x in outputs])
+            del outputs
         candidates = [("single", self.single_program), ("streams", self.streams_program)]
         if self.critical_program is not None:
             candidates.append(("critical", self.critical_program))
@@ -236,26 +246,25 @@ class NimbleCompiled:
         # most two graphs' memory is held at a time.
         fastest: Optional[tuple] = None
         for name, program in candidates:
-            graph = self._captured(program, args, static)
-            samples[name] = time_samples_ms(lambda graph=graph: graph(args))
-            distances, spread = [], []
-            for inputs, reference in zip(checks, expected):
-                _restore(saved)
-                # The compiler's own program's outputs are copied: each input runs once more,
-                # for how far that program is from itself (its spread).
-                got = _float_outputs(self._checked(graph(inputs)), copy=name == "single")
-                distances.append(_distance(got, reference))
+            try:
+                graph, samples[name], errors[name] = self._measured(name, program, args, static, saved, checks, expected)
+            except torch.OutOfMemoryError:
+                # A plan on streams holds more memory than one region (buffers kept across
+                # streams): where the device has no room for it, the compiler's own program runs.
                 if name == "single":
-                    _restore(saved)
-                    spread.append(_distance(_float_outputs(self._checked(graph(inputs)), copy=False), got))
-                del got
-            errors[name] = _median(distances)
-            if name == "single":
-                self.report["measured_spread"] = _median(spread)
-            self.report.setdefault("measured_peak_bytes", {})[name] = graph.peak_bytes
+                    raise
+                self.report.setdefault("out_of_memory", []).append(name)
+                continue
             if name != "single" and (fastest is None or quartiles(samples[name])[1] < quartiles(samples[fastest[0]])[1]):
                 fastest = (name, graph)
             del graph
+        plans = [name for name, _ in candidates[1:] if name in samples]
+        if "out_of_memory" in self.report:
+            short = ", ".join(self.report["out_of_memory"])
+            then = "the other plans were compared" if plans else "Inductor's own program runs instead"
+            warn_once(("memory", self.signature), f"nimble backend: capturing the plan on streams ({short}) ran out of device memory at the choice; {then}")
+            if not plans:
+                return "single", f"the plans on streams ({short}) ran out of device memory at the choice; one region did not", None
 
         # No further from eager than the compiler's own program, within its noise, unless
         # accuracy="any".
@@ -264,7 +273,6 @@ class NimbleCompiled:
 
         # The streams to hold against one region: the fastest accurate plan, by median (if none
         # is accurate, the fastest, which the check below then turns down).
-        plans = [name for name, _ in candidates[1:]]
         best = min([n for n in plans if accurate(n)] or plans, key=lambda n: quartiles(samples[n])[1])
         program = dict(candidates)[best]
         graph = fastest[1] if fastest is not None and fastest[0] == best else None
@@ -274,17 +282,22 @@ class NimbleCompiled:
             # Not apart, though the streams' median is lower: a noisy moment (one such choice
             # kept one region 17% slower, by median, than the streams). One region is captured
             # again and both are timed in turns (both graphs held meanwhile), all samples pooled.
-            if graph is None:
-                graph = self._captured(program, args, static)
-            single = self._captured(self.single_program, args, static)
-            for _ in range(RETIMINGS):
-                samples["single"] += time_samples_ms(lambda: single(args))
-                samples[best] += time_samples_ms(lambda: graph(args))
-            del single
+            try:
+                if graph is None:
+                    graph = self._captured(program, args, static)
+                single = self._captured(self.single_program, args, static)
+                for _ in range(RETIMINGS):
+                    samples["single"] += time_samples_ms(lambda: single(args))
+                    samples[best] += time_samples_ms(lambda: graph(args))
+                del single
+            except torch.OutOfMemoryError:
+                self.report.setdefault("out_of_memory", []).append("timed again")
+                warn_once(("memory", self.signature), "nimble backend: capturing one region beside the plan on streams, to time them again, ran out of device memory; Inductor's own program runs")
+                return "single", f"measured {single_q[1]:.3f} ms as one region against {streams_q[1]:.3f} ms on streams, not apart; timing both again ran out of device memory", None
             streams_q, single_q = quartiles(samples[best]), quartiles(samples["single"])
             self.report["timed_again"] = RETIMINGS
         again = f", {RETIMINGS} more timings each" if "timed_again" in self.report else ""
-        self.report["measured_ms"] = {name: quartiles(samples[name])[1] for name, _ in candidates}
+        self.report["measured_ms"] = {name: quartiles(values)[1] for name, values in samples.items()}
         # Root-mean-square error over root-mean-square value of the outputs against the ATen
         # graph run eagerly, the median over the check's inputs.
         self.report["measured_error"] = errors
@@ -305,6 +318,27 @@ class NimbleCompiled:
         if best == "critical":
             self._adopt(program)
         return "streams", f"measured {streams_q[1]:.3f} ms on {streams} streams{first} against {single_q[1]:.3f} ms as one region (quartiles apart{again})", graph
+
+    def _measured(self, name: str, program, args, static, saved, checks, expected):
+        """``program`` captured for ``args`` (``name`` the candidate's), its timings and its median
+        distance from eager's outputs ``expected`` on ``checks``; for one region, also its spread."""
+        graph = self._captured(program, args, static)
+        samples = time_samples_ms(lambda: graph(args))
+        distances, spread = [], []
+        for inputs, reference in zip(checks, expected):
+            _restore(saved)
+            # The compiler's own program's outputs are copied: each input runs once more, for
+            # how far that program is from itself (its spread).
+            got = _float_outputs(self._checked(graph(inputs)), copy=name == "single")
+            distances.append(_distance(got, reference))
+            if name == "single":
+                _restore(saved)
+                spread.append(_distance(_float_outputs(self._checked(graph(inputs)), copy=False), got))
+            del got
+        if name == "single":
+            self.report["measured_spread"] = _median(spread)
+        self.report.setdefault("measured_peak_bytes", {})[name] = graph.peak_bytes
+        return graph, samples, _median(distances)
 
     def _checked(self, outputs) -> List[Any]:
         """The outputs the accuracy check compares (``checked_outputs``)."""
@@ -390,8 +424,11 @@ def _distance(got: List[torch.Tensor], expected: List[torch.Tensor]) -> float:
     drift, not by the one element the largest difference happens to land on."""
     if not expected:
         return 0.0
-    squared = sum(float(((a - b) ** 2).sum()) for a, b in zip(got, expected))
-    scale = sum(float((b**2).sum()) for b in expected)
+    squared, scale = 0.0, 0.0
+    for a, b in zip(got, expected):
+        b = b.to(a.device)  # one at a time where ``expected`` is in host memory
+        squared += float(((a - b) ** 2).sum())
+        scale += float((b**2).sum())
     return (squared / max(scale, 1e-60)) ** 0.5
 
 
