@@ -215,13 +215,18 @@ class NimbleCompiled:
         if self.single_program is None:
             return "streams", "option choose=\"streams\"", None
         # The accuracy check's inputs: the capture's own and shuffles of its values (the same
-        # distribution: token ids stay token ids), user inputs only.
-        checks = [list(args)] + [self._shuffled(args, static, seed) for seed in range(ACCURACY_INPUTS - 1)]
-        expected, where = [], None
-        for inputs in checks:
+        # distribution: token ids stay token ids), user inputs only; each made again where it
+        # is used (seeded: the same each time), so that one is on the device at a time.
+        def checks(index: int) -> List[Any]:
+            return list(args) if index == 0 else self._shuffled(args, static, index - 1)
+
+        expected, where, kept = [], None, ACCURACY_INPUTS
+        for index in range(ACCURACY_INPUTS):
+            if index == kept:
+                break
             _restore(saved)
             with torch.no_grad(), _heuristic_convolutions():
-                outputs = _float_outputs(self._checked(self.gm(*inputs)), copy=False)
+                outputs = _float_outputs(self._checked(self.gm(*checks(index))), copy=False)
             if where is None:
                 # Eager's outputs on every input are held while the programs are timed: a
                 # backward's every gradient, five times over, could exhaust the device. As many
@@ -229,8 +234,7 @@ class NimbleCompiled:
                 # report where fewer; large ones in host memory (``HOST_REFERENCES_BYTES``).
                 size = sum(x.numel() * 4 for x in outputs)
                 kept = check_inputs(size, torch.cuda.mem_get_info()[0])
-                if kept < len(checks):
-                    checks = checks[:kept]
+                if kept < ACCURACY_INPUTS:
                     self.report["accuracy_inputs"] = kept
                 where = "cpu" if size > HOST_REFERENCES_BYTES else None
                 if where is not None:
@@ -321,12 +325,14 @@ class NimbleCompiled:
 
     def _measured(self, name: str, program, args, static, saved, checks, expected):
         """``program`` captured for ``args`` (``name`` the candidate's), its timings and its median
-        distance from eager's outputs ``expected`` on ``checks``; for one region, also its spread."""
+        distance from eager's outputs ``expected`` on the inputs ``checks(index)`` makes; for one
+        region, also its spread."""
         graph = self._captured(program, args, static)
         samples = time_samples_ms(lambda: graph(args))
         distances, spread = [], []
-        for inputs, reference in zip(checks, expected):
+        for index, reference in enumerate(expected):
             _restore(saved)
+            inputs = checks(index)
             # The compiler's own program's outputs are copied: each input runs once more, for
             # how far that program is from itself (its spread).
             got = _float_outputs(self._checked(graph(inputs)), copy=name == "single")
