@@ -172,17 +172,17 @@ def test_references_above_the_bound_wait_in_host_memory_and_measure_the_same(mon
     assert [(r["graph"], r.get("references")) for r in reports] == [("forward", "host"), ("backward", "host")], reports
 
 
-class FourBranches(torch.nn.Module):
-    """Four independent chains of two matrix products through a wide middle: one stream reuses
-    one chain's wide buffer for the next; on four streams all four are live at once."""
+class EightBranches(torch.nn.Module):
+    """Eight independent chains of two matrix products through a wide middle: one stream reuses
+    one chain's wide buffer for the next; on eight streams all eight are live at once."""
 
     def __init__(self, d=256, wide=4096):
         super().__init__()
-        shapes = [(d, wide), (wide, d)] * 4
+        shapes = [(d, wide), (wide, d)] * 8
         self.w = torch.nn.ParameterList([torch.nn.Parameter(torch.randn(shape) / shape[0] ** 0.5) for shape in shapes])
 
     def forward(self, x):
-        return torch.stack([((x @ self.w[2 * i]) @ self.w[2 * i + 1]).sum(0) for i in range(4)])
+        return torch.stack([((x @ self.w[2 * i]) @ self.w[2 * i + 1]).sum(0) for i in range(8)])
 
 
 def test_a_plan_on_streams_the_device_has_no_room_for_gives_way_to_one_region():
@@ -192,19 +192,21 @@ def test_a_plan_on_streams_the_device_has_no_room_for_gives_way_to_one_region():
     import gc
     import warnings
 
-    model = FourBranches().cuda().eval()
+    model = EightBranches().cuda().eval()
     x = torch.randn(4096, 256, device="cuda")
     with torch.no_grad():
         expected = model(x)
         compiled(model, time_critical_path=False)(x)
     peaks = last_report()["measured_peak_bytes"]
-    assert peaks["streams"] > peaks["single"] + (128 << 20), peaks
+    assert peaks["streams"] > 4 * peaks["single"], peaks
     torch._dynamo.reset()
     gc.collect()
     torch.cuda.empty_cache()
-    # Room for one region's warm-up and capture (each about its peak), the user's input copied
-    # and one of the check's shuffles of it (with its int64 permutation): not for the streams'.
-    limit = torch.cuda.memory_reserved() + 4 * x.nbytes + peaks["single"] + peaks["streams"]
+    # Room for the user's input copied, one of the check's shuffles of it (with its int64
+    # permutation), and halfway between the two programs' captures: one region's warm-up and
+    # capture fit (twice its peak, if its warm-up's memory stays cached), the streams' capture
+    # does not.
+    limit = torch.cuda.memory_reserved() + 4 * x.nbytes + (peaks["single"] + peaks["streams"]) // 2
     torch.cuda.set_per_process_memory_fraction(limit / torch.cuda.get_device_properties(x.device).total_memory)
     try:
         with warnings.catch_warnings(record=True) as caught, torch.no_grad():
@@ -215,5 +217,5 @@ def test_a_plan_on_streams_the_device_has_no_room_for_gives_way_to_one_region():
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0)
     report = last_report()
-    assert report["choice"] == "single" and report["out_of_memory"] == ["streams"] and "ran out of device memory" in report["reason"], report
+    assert report["choice"] == "single" and report.get("out_of_memory") == ["streams"] and "ran out of device memory" in report["reason"], (peaks, report)
     assert sum("ran out of device memory" in str(w.message) for w in caught) == 1, [str(w.message) for w in caught]
