@@ -2,11 +2,13 @@
 
     python3 experiments/python/choice_memory_probe.py [eager] [compile] [backend]
 
-Four SGD steps of the BERT-style encoder at batch 32 per system; for the backend each graph's
-choice (NimbleCompiled._choose) is bracketed: memory allocated before it, its peak, allocated
-after (absolute MiB). Step rows: the peak since the system started and what stays allocated,
-above the base. (It resets PyTorch's peak statistics around each choice itself, so a step's
-peak does not include the choices'.)"""
+Four SGD steps of the BERT-style encoder at batch 32 per system. For the backend, each graph's
+compile (pipeline.compile_kernels), each capture (NimbleCompiled._capture: the choice and the
+graph kept) and each choice within it (NimbleCompiled._choose) is bracketed: memory allocated
+before it, its peak, allocated after (absolute MiB). Step rows: the peak since the system
+started and what stays allocated, above the base. Brackets nest: each resets PyTorch's peak
+statistics where it starts and ends, and hands its peak on to the bracket around it and to the
+step rows, so every row's peak includes what happened inside it."""
 
 import os
 import sys
@@ -17,26 +19,40 @@ import torch  # noqa: E402
 
 import nimble_rs  # noqa: E402
 from nimble_rs.dynamo import compiled as C  # noqa: E402
+from nimble_rs.dynamo import pipeline as P  # noqa: E402
 from training_backend import build, no_dropout, stepper  # noqa: E402
 
 torch.backends.cudnn.benchmark = True
 MiB = 2**20
 log = []
-choose_first = C.NimbleCompiled._choose
+# The peak of each open bracket so far (the innermost last), its inner brackets' included; the
+# first entry is the running system's.
+open_peaks = [0]
 
 
-def choose(self, args, saved, static):
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    out = choose_first(self, args, saved, static)
-    torch.cuda.synchronize()
-    log.append((self.kind, "choose", before / MiB, torch.cuda.max_memory_allocated() / MiB, torch.cuda.memory_allocated() / MiB))
-    torch.cuda.reset_peak_memory_stats()
-    return out
+def bracketed(what, label):
+    """``what`` wrapped: a row (label(args), "when", before, peak, after) per call."""
+
+    def call(*args, **kwargs):
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        open_peaks[-1] = max(open_peaks[-1], torch.cuda.max_memory_allocated())
+        torch.cuda.reset_peak_memory_stats()
+        open_peaks.append(0)
+        out = what(*args, **kwargs)
+        torch.cuda.synchronize()
+        peak = max(open_peaks.pop(), torch.cuda.max_memory_allocated())
+        open_peaks[-1] = max(open_peaks[-1], peak)
+        log.append((*label(*args, **kwargs), before / MiB, peak / MiB, torch.cuda.memory_allocated() / MiB))
+        torch.cuda.reset_peak_memory_stats()
+        return out
+
+    return call
 
 
-C.NimbleCompiled._choose = choose
+C.NimbleCompiled._choose = bracketed(C.NimbleCompiled._choose, lambda self, *a, **k: (self.kind, "choose"))
+C.NimbleCompiled._capture = bracketed(C.NimbleCompiled._capture, lambda self, *a, **k: (self.kind, "capture"))
+P.compile_kernels = bracketed(P.compile_kernels, lambda gm, ex, options, inner: ("backward" if inner.get("is_backward") else "graph", "compile"))
 
 
 def run(system):
@@ -46,6 +62,7 @@ def run(system):
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
+    open_peaks[:] = [0]
     runner = torch.compile(model, mode="reduce-overhead") if system == "compile" else torch.compile(model, backend="nimble") if system == "backend" else model
     step = stepper(runner, model)
     overall = 0
@@ -53,7 +70,7 @@ def run(system):
         x, y = make(32)
         step(x, y)
         torch.cuda.synchronize()
-        overall = max(overall, torch.cuda.max_memory_allocated())
+        overall = max(overall, torch.cuda.max_memory_allocated(), open_peaks[0])
         log.append((system, f"step {i}", base / MiB, (overall - base) / MiB, (torch.cuda.memory_allocated() - base) / MiB))
     del runner, step, model
     torch._dynamo.reset()
