@@ -12,7 +12,6 @@ Inductor calls it, against the same product transposed).
         [--batch 16] [--dtype float32] [--top 8]
 """
 
-import argparse
 import json
 import sys
 from collections import Counter
@@ -21,8 +20,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from baselines import build, load_reference_module
-from same_process import COVERAGE_MODELS, batched, coverage_model
+from baselines import load_reference_module
+from same_process import model_and_inputs, probe_parser
 
 
 def convolutions(model, example):
@@ -71,11 +70,7 @@ def conv_times(key, dtype):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models-json", required=True)
-    parser.add_argument("--models", required=True)
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--dtype", default="float32")
+    parser = probe_parser(__doc__)
     parser.add_argument("--top", type=int, default=8)
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
@@ -84,14 +79,11 @@ def main():
     reference = load_reference_module()
     summary = []
     for name in args.models.split(","):
-        if name in COVERAGE_MODELS:
-            model, one = coverage_model(name)
-            example = batched(one(), args.batch, dtype)
-        else:
-            model = build(name, reference, [])
-            if model is None:
-                continue
-            example = torch.randn([args.batch] + zoo[name]["input_shape"], device="cuda", dtype=dtype)
+        made = model_and_inputs(name, zoo, reference, args.batch, dtype, [])
+        if made is None:
+            continue
+        model, make = made
+        example = make()
         model = model.cuda().eval().to(dtype)
         seen = convolutions(model, example)
         rows = []

@@ -12,15 +12,14 @@ fresh input.
         [--batch 16] [--dtype float32]
 """
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 import torch
 
-from baselines import build, load_reference_module, measure
-from same_process import COVERAGE_MODELS, batched, coverage_model
+from baselines import load_reference_module, measure
+from same_process import model_and_inputs, probe_parser
 
 SYSTEMS = ["compile", "compile-frozen", "backend", "backend-frozen", "nimble"]
 
@@ -47,11 +46,7 @@ def prepared(system, model, example):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models-json", required=True)
-    parser.add_argument("--models", required=True)
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--dtype", default="float32")
+    parser = probe_parser(__doc__)
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
     dtype = getattr(torch, args.dtype)
@@ -59,15 +54,11 @@ def main():
     reference = load_reference_module()
     print(f"{'model':<14} {'system':<15} {'ms':>8} {'vs compile':>10} {'from eager':>10}", flush=True)
     for name in args.models.split(","):
-        if name in COVERAGE_MODELS:
-            model, one = coverage_model(name)
-            make = lambda one=one: (batched(one(), args.batch, dtype),)  # noqa: E731
-        else:
-            model = build(name, reference, [])
-            if model is None:
-                continue
-            shape = [args.batch] + zoo[name]["input_shape"]
-            make = lambda shape=shape: (torch.randn(shape, device="cuda", dtype=dtype),)  # noqa: E731
+        made = model_and_inputs(name, zoo, reference, args.batch, dtype, [])
+        if made is None:
+            continue
+        model, one = made
+        make = lambda one=one: (one(),)  # noqa: E731
         model = model.cuda().eval().to(dtype)
         check = make()[0]
         with torch.no_grad():

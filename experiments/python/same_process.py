@@ -130,6 +130,33 @@ def cuda_graph_system(model, example):
     return replay
 
 
+def probe_parser(doc):
+    """The arguments of a probe over some of these models (`model_and_inputs`): --models-json,
+    --models (comma-separated), --batch (16 by default) and --dtype."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--models-json", required=True, help="nimble-bench models --json output")
+    parser.add_argument("--models", required=True)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--dtype", default="float32")
+    return parser
+
+
+def model_and_inputs(name, zoo, reference, batch, dtype, skipped):
+    """(model, make_input) for a model of the zoo (`nimble-bench models --json`, by name), the
+    decoders or the coverage set, its inputs at `batch` and, if floating, in `dtype`, on the GPU;
+    None when no package here provides it (the reason then added to `skipped`)."""
+    if name in zoo:
+        model = build(name, reference, skipped)
+        if model is None:
+            return None
+        shape = [batch] + zoo[name]["input_shape"]
+        return model, lambda: torch.randn(shape, device="cuda", dtype=dtype)
+    if name in DECODERS:
+        return decoder(name, batch)
+    model, one = coverage_model(name)
+    return model, lambda: batched(one(), batch, dtype)
+
+
 def batched(x, batch, dtype):
     """A batch-1 input of the coverage set at `batch` and, if floating, in `dtype`."""
     x = x.to(dtype) if x.is_floating_point() else x
@@ -333,17 +360,10 @@ def main():
     print(f"compilers warmed up on a small model in {warm_up_compilers(systems, dtype, variants):.1f} s", file=sys.stderr, flush=True)
     rows, skipped = [], []
     for name in names:
-        if name in zoo:
-            model = build(name, reference, skipped)
-            if model is None:
-                continue
-            shape = [args.batch] + zoo[name]["input_shape"]
-            make_input = lambda shape=shape: torch.randn(shape, device="cuda", dtype=dtype)
-        elif name in DECODERS:
-            model, make_input = decoder(name, args.batch)
-        else:
-            model, one = coverage_model(name)
-            make_input = lambda one=one: batched(one(), args.batch, dtype)
+        made = model_and_inputs(name, zoo, reference, args.batch, dtype, skipped)
+        if made is None:
+            continue
+        model, make_input = made
         torch.manual_seed(0)
         model = calibrated(model.cuda(), make_input).eval().to(dtype)
         with torch.no_grad():
