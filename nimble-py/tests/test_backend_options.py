@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 import nimble_rs
+from nimble_rs.dynamo import accuracy
 from nimble_rs.dynamo import compiled as compiled_graphs
 from nimble_rs.dynamo import options as backend_options
 from nimble_rs.dynamo import pipeline
@@ -137,10 +138,10 @@ def test_with_programmatic_launch_inductors_program_runs_as_it_is_announced(monk
 def test_the_accuracy_checks_bounds_hold_on_any_machine():
     # The check allows the compiler's own spread beyond 2%, and runs as many of its five inputs
     # as a quarter of the free device memory holds eager's outputs for, at least one.
-    assert compiled_graphs.within_accuracy(0.2, 0.1, 0.15) and not compiled_graphs.within_accuracy(0.2, 0.1, 0.0)
-    assert compiled_graphs.within_accuracy(0.102, 0.1, 0.0) and not compiled_graphs.within_accuracy(0.103, 0.1, 0.0)
+    assert accuracy.within_accuracy(0.2, 0.1, 0.15) and not accuracy.within_accuracy(0.2, 0.1, 0.0)
+    assert accuracy.within_accuracy(0.102, 0.1, 0.0) and not accuracy.within_accuracy(0.103, 0.1, 0.0)
     gib = 1 << 30
-    assert [compiled_graphs.check_inputs(size, 40 * gib) for size in (0, gib, 4 * gib, 6 * gib, 20 * gib)] == [5, 5, 2, 1, 1]
+    assert [accuracy.check_inputs(size, 40 * gib) for size in (0, gib, 4 * gib, 6 * gib, 20 * gib)] == [5, 5, 2, 1, 1]
 
 
 def test_eagers_references_run_without_cudnns_benchmark_and_leave_the_users_setting():
@@ -151,12 +152,12 @@ def test_eagers_references_run_without_cudnns_benchmark_and_leave_the_users_sett
     try:
         for setting in (True, False):
             torch.backends.cudnn.benchmark = setting
-            with compiled_graphs._heuristic_convolutions():
+            with accuracy.heuristic_convolutions():
                 assert torch.backends.cudnn.benchmark is False
             assert torch.backends.cudnn.benchmark is setting
         torch.backends.cudnn.benchmark = True
         with pytest.raises(RuntimeError, match="eager failed"):
-            with compiled_graphs._heuristic_convolutions():
+            with accuracy.heuristic_convolutions():
                 raise RuntimeError("eager failed")
         assert torch.backends.cudnn.benchmark is True
     finally:

@@ -3,7 +3,6 @@ own program as one stream), the choice between them measured on the first captur
 graph per input shape, replayed; training forwards and backwards replayed without overwriting
 values autograd still holds."""
 
-import contextlib
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -11,22 +10,12 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
+from .accuracy import ACCURACY_INPUTS, HOST_REFERENCES_BYTES, check_inputs, distance, float_outputs, heuristic_convolutions, median, within_accuracy
 from .runner import CapturedGraph, Program, forward_outputs, quartiles, seconds_since, shape_key, time_samples_ms
 
-# The inputs the choice's accuracy check runs (the capture's and shuffles of it), and how much
-# further from eager streams may be than one region: float32's reassociation noise, and
-# beyond it the compiler's own program's run-to-run spread (its atomic additions sum in
-# whatever order the GPU runs them: ``within_accuracy``).
-ACCURACY_INPUTS = 5
-ACCURACY_SLACK = 0.02
 # When the first timings do not tell the programs apart but the streams' median is the lower,
 # both are timed this many times more, in turns, before one region is kept for want of proof.
 RETIMINGS = 3
-# Eager's outputs on one of the check's inputs larger than this are kept in host memory, each
-# moved back for its comparison: on the device a backward's every gradient, five times over, sat
-# beside the graphs timed (the encoder's backward choice peaked at 4,087 MiB, 1,719 before it).
-HOST_REFERENCES_BYTES = 64 << 20
-
 # The input shapes seen so far per subgraph given to the backend without Dynamo (by its kind
 # and op sequence); under Dynamo they are kept with the code Dynamo compiled (``code_state``).
 _SHAPES: Dict[tuple, dict] = {}
@@ -220,27 +209,11 @@ class NimbleCompiled:
         def checks(index: int) -> List[Any]:
             return list(args) if index == 0 else self._shuffled(args, static, index - 1)
 
-        expected, where, kept = [], None, ACCURACY_INPUTS
-        for index in range(ACCURACY_INPUTS):
-            if index == kept:
-                break
-            _restore(saved)
-            with torch.no_grad(), _heuristic_convolutions():
-                outputs = _float_outputs(self._checked(self.gm(*checks(index))), copy=False)
-            if where is None:
-                # Eager's outputs on every input are held while the programs are timed: a
-                # backward's every gradient, five times over, could exhaust the device. As many
-                # inputs as a quarter of its free memory holds (at least one), the count in the
-                # report where fewer; large ones in host memory (``HOST_REFERENCES_BYTES``).
-                size = sum(x.numel() * 4 for x in outputs)
-                kept = check_inputs(size, torch.cuda.mem_get_info()[0])
-                if kept < ACCURACY_INPUTS:
-                    self.report["accuracy_inputs"] = kept
-                where = "cpu" if size > HOST_REFERENCES_BYTES else None
-                if where is not None:
-                    self.report["references"] = "host"
-            expected.append([x.to(where or x.device, torch.float32, copy=True) for x in outputs])
-            del outputs
+        try:
+            expected = self._references(saved, checks)
+        except torch.OutOfMemoryError:
+            # The ATen graph run op by op holds more than the compiler's fused kernels.
+            return self._out_of_memory("eager's references for the accuracy check", ["references"])
         candidates = [("single", self.single_program), ("streams", self.streams_program)]
         if self.critical_program is not None:
             candidates.append(("critical", self.critical_program))
@@ -256,7 +229,7 @@ class NimbleCompiled:
                 # A plan on streams holds more memory than one region (buffers kept across
                 # streams): where the device has no room for it, the compiler's own program runs.
                 if name == "single":
-                    raise
+                    return self._out_of_memory("capturing one region beside eager's references", ["single"])
                 self.report.setdefault("out_of_memory", []).append(name)
                 continue
             if name != "single" and (fastest is None or quartiles(samples[name])[1] < quartiles(samples[fastest[0]])[1]):
@@ -265,10 +238,9 @@ class NimbleCompiled:
         plans = [name for name, _ in candidates[1:] if name in samples]
         if "out_of_memory" in self.report:
             short = ", ".join(self.report["out_of_memory"])
-            then = "the other plans were compared" if plans else "Inductor's own program runs instead"
-            warn_once(("memory", self.signature), f"nimble backend: capturing the plan on streams ({short}) ran out of device memory at the choice; {then}")
             if not plans:
-                return "single", f"the plans on streams ({short}) ran out of device memory at the choice; one region did not", None
+                return self._out_of_memory(f"capturing the plan on streams ({short})", [])
+            warn_once(("memory", self.signature), f"nimble backend: capturing the plan on streams ({short}) ran out of device memory at the choice; the other plans were compared")
 
         # No further from eager than the compiler's own program, within its noise, unless
         # accuracy="any".
@@ -295,9 +267,7 @@ class NimbleCompiled:
                     samples[best] += time_samples_ms(lambda: graph(args))
                 del single
             except torch.OutOfMemoryError:
-                self.report.setdefault("out_of_memory", []).append("timed again")
-                warn_once(("memory", self.signature), "nimble backend: capturing one region beside the plan on streams, to time them again, ran out of device memory; Inductor's own program runs")
-                return "single", f"measured {single_q[1]:.3f} ms as one region against {streams_q[1]:.3f} ms on streams, not apart; timing both again ran out of device memory", None
+                return self._out_of_memory(f"timing one region ({single_q[1]:.3f} ms) and the plan on streams ({streams_q[1]:.3f} ms, not apart) again, both captured,", ["timed again"])
             streams_q, single_q = quartiles(samples[best]), quartiles(samples["single"])
             self.report["timed_again"] = RETIMINGS
         again = f", {RETIMINGS} more timings each" if "timed_again" in self.report else ""
@@ -323,6 +293,39 @@ class NimbleCompiled:
             self._adopt(program)
         return "streams", f"measured {streams_q[1]:.3f} ms on {streams} streams{first} against {single_q[1]:.3f} ms as one region (quartiles apart{again})", graph
 
+    def _references(self, saved, checks) -> List[List[torch.Tensor]]:
+        """Eager's outputs (the ATen graph run op by op) on the check's inputs, as float32."""
+        expected, where, kept = [], None, ACCURACY_INPUTS
+        for index in range(ACCURACY_INPUTS):
+            if index == kept:
+                break
+            _restore(saved)
+            with torch.no_grad(), heuristic_convolutions():
+                outputs = float_outputs(self._checked(self.gm(*checks(index))), copy=False)
+            if where is None:
+                # Eager's outputs on every input are held while the programs are timed: a
+                # backward's every gradient, five times over, could exhaust the device. As many
+                # inputs as a quarter of its free memory holds (at least one), the count in the
+                # report where fewer; large ones in host memory (``HOST_REFERENCES_BYTES``).
+                size = sum(x.numel() * 4 for x in outputs)
+                kept = check_inputs(size, torch.cuda.mem_get_info()[0])
+                if kept < ACCURACY_INPUTS:
+                    self.report["accuracy_inputs"] = kept
+                where = "cpu" if size > HOST_REFERENCES_BYTES else None
+                if where is not None:
+                    self.report["references"] = "host"
+            expected.append([x.to(where or x.device, torch.float32, copy=True) for x in outputs])
+            del outputs
+        return expected
+
+    def _out_of_memory(self, what: str, names: List[str]):
+        """The choice's answer where ``what`` ran out of device memory: one region, captured once
+        the choice's memory is let go (as reduce-overhead's would be), with one warning;
+        ``names`` (what ran short) added to the report's ``out_of_memory``."""
+        self.report.setdefault("out_of_memory", []).extend(names)
+        warn_once(("memory", self.signature), f"nimble backend: {what} ran out of device memory at the choice; Inductor's own program runs, captured alone")
+        return "single", f"{what} ran out of device memory at the choice; one region, captured alone", None
+
     def _measured(self, name: str, program, args, static, saved, checks, expected):
         """``program`` captured for ``args`` (``name`` the candidate's), its timings and its median
         distance from eager's outputs ``expected`` on the inputs ``checks(index)`` makes; for one
@@ -335,16 +338,16 @@ class NimbleCompiled:
             inputs = checks(index)
             # The compiler's own program's outputs are copied: each input runs once more, for
             # how far that program is from itself (its spread).
-            got = _float_outputs(self._checked(graph(inputs)), copy=name == "single")
-            distances.append(_distance(got, reference))
+            got = float_outputs(self._checked(graph(inputs)), copy=name == "single")
+            distances.append(distance(got, reference))
             if name == "single":
                 _restore(saved)
-                spread.append(_distance(_float_outputs(self._checked(graph(inputs)), copy=False), got))
+                spread.append(distance(float_outputs(self._checked(graph(inputs)), copy=False), got))
             del got
         if name == "single":
-            self.report["measured_spread"] = _median(spread)
+            self.report["measured_spread"] = median(spread)
         self.report.setdefault("measured_peak_bytes", {})[name] = graph.peak_bytes
-        return graph, samples, _median(distances)
+        return graph, samples, median(distances)
 
     def _checked(self, outputs) -> List[Any]:
         """The outputs the accuracy check compares (``checked_outputs``)."""
@@ -373,69 +376,11 @@ class NimbleCompiled:
         return shuffled
 
 
-@contextlib.contextmanager
-def _heuristic_convolutions():
-    """cuDNN's benchmark mode off while eager's references are computed: the ATen graph's
-    convolutions (NCHW, unlike Inductor's) would each be benchmarked once more, seconds of the
-    choice on a convolutional network whose eager model never ran (GoogLeNet: 3.3 s of a 6.1 s
-    choice on an H200). The references need not be fast, and the programs compared against them
-    are compared against the same ones."""
-    benchmark = torch.backends.cudnn.benchmark
-    torch.backends.cudnn.benchmark = False
-    try:
-        yield
-    finally:
-        torch.backends.cudnn.benchmark = benchmark
-
-
-def check_inputs(output_bytes: int, free_bytes: int) -> int:
-    """How many of the accuracy check's inputs to run: ``ACCURACY_INPUTS``, or as many sets of
-    ``output_bytes`` (eager's outputs on one input) as a quarter of ``free_bytes`` holds, at
-    least one."""
-    return max(1, min(ACCURACY_INPUTS, (free_bytes // 4) // max(output_bytes, 1)))
-
-
-def within_accuracy(error: float, single_error: float, spread: float) -> bool:
-    """Whether outputs ``error`` from eager are no further from it than the compiler's own
-    program's (``single_error``) beyond noise: 2% for float32's reassociation, plus ``spread``,
-    how far that program's outputs are from its own on the same inputs run again (0 where its
-    kernels are deterministic; atomic additions, as in an embedding's gradient, sum in whatever
-    order the GPU runs them, and by the triangle inequality its own error moves by up to that
-    much from one run to the next)."""
-    return error <= single_error * (1 + ACCURACY_SLACK) + spread
-
-
-def _median(values: List[float]) -> float:
-    return sorted(values)[len(values) // 2]
-
-
 def _restore(saved) -> None:
     """Puts back the values ``saved`` held, through ``.data``: a tensor's version (autograd's
     check that a value it saved was not changed since) stays what the user's program made it."""
     for tensor, value in saved:
         tensor.data.copy_(value)
-
-
-def _float_outputs(outputs, copy: bool = True) -> List[torch.Tensor]:
-    """The floating-point outputs as float32: copies, or with ``copy=False`` the outputs
-    themselves where they are float32 already (a graph's outputs, read before its next replay
-    writes them again: no set of them more on the device than the check needs)."""
-    leaves = [x.detach() for x in torch.utils._pytree.tree_leaves(outputs) if isinstance(x, torch.Tensor) and x.is_floating_point()]
-    return [x.to(torch.float32, copy=copy) for x in leaves]
-
-
-def _distance(got: List[torch.Tensor], expected: List[torch.Tensor]) -> float:
-    """The outputs' root-mean-square difference over their root-mean-square value (0 with no
-    float output). Over every element, so that two programs a rounding apart compare by their
-    drift, not by the one element the largest difference happens to land on."""
-    if not expected:
-        return 0.0
-    squared, scale = 0.0, 0.0
-    for a, b in zip(got, expected):
-        b = b.to(a.device)  # one at a time where ``expected`` is in host memory
-        squared += float(((a - b) ** 2).sum())
-        scale += float((b**2).sum())
-    return (squared / max(scale, 1e-60)) ** 0.5
 
 
 def admit_shape(signature: tuple, key: tuple, bound: int) -> bool:
