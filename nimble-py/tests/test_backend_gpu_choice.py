@@ -190,7 +190,6 @@ def test_a_plan_on_streams_the_device_has_no_room_for_gives_way_to_one_region():
     # region's capture needs and less than the plan on streams needs. The choice catches the
     # plan's out-of-memory error, says so once, and keeps Inductor's own program.
     import gc
-    import warnings
 
     model = EightBranches().cuda().eval()
     x = torch.randn(4096, 256, device="cuda")
@@ -207,18 +206,28 @@ def test_a_plan_on_streams_the_device_has_no_room_for_gives_way_to_one_region():
     # capture fit (twice its peak, if its warm-up's memory stays cached), the streams' capture
     # does not.
     limit = torch.cuda.memory_reserved() + 4 * x.nbytes + (peaks["single"] + peaks["streams"]) // 2
+    caught = compiled_within(limit, model, x, lambda got: relative_error(got, expected) < TOLERANCE)
+    report = last_report()
+    assert report["choice"] == "single" and report.get("out_of_memory") == ["streams"] and "ran out of device memory" in report["reason"], (peaks, report)
+    assert sum("ran out of device memory" in message for message in caught) == 1, caught
+
+
+def compiled_within(limit: int, model, x, right) -> list:
+    """``model`` compiled and called twice on ``x`` (each output ``right``) with the process held
+    to ``limit`` bytes of device memory (PyTorch's per-process memory fraction, put back after);
+    the warnings it gave."""
+    import warnings
+
     torch.cuda.set_per_process_memory_fraction(limit / torch.cuda.get_device_properties(x.device).total_memory)
     try:
         with warnings.catch_warnings(record=True) as caught, torch.no_grad():
             warnings.simplefilter("always")
             fast = compiled(model, time_critical_path=False)
             for _ in range(2):
-                assert relative_error(fast(x), expected) < TOLERANCE
+                assert right(fast(x))
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0)
-    report = last_report()
-    assert report["choice"] == "single" and report.get("out_of_memory") == ["streams"] and "ran out of device memory" in report["reason"], (peaks, report)
-    assert sum("ran out of device memory" in str(w.message) for w in caught) == 1, [str(w.message) for w in caught]
+    return [str(w.message) for w in caught]
 
 
 class TwoChains(torch.nn.Module):
@@ -238,7 +247,6 @@ def test_eagers_references_the_device_has_no_room_for_give_way_to_one_region():
     # intermediates, which eager's references for the accuracy check need. The choice keeps
     # Inductor's own program, captured once its memory is let go, with one warning.
     import gc
-    import warnings
 
     model = TwoChains()
     x = torch.randn(8192, 8192, device="cuda")
@@ -247,16 +255,8 @@ def test_eagers_references_the_device_has_no_room_for_give_way_to_one_region():
     gc.collect()
     torch.cuda.empty_cache()
     limit = torch.cuda.memory_reserved() + 3 * x.nbytes // 2
-    torch.cuda.set_per_process_memory_fraction(limit / torch.cuda.get_device_properties(x.device).total_memory)
-    try:
-        with warnings.catch_warnings(record=True) as caught, torch.no_grad():
-            warnings.simplefilter("always")
-            fast = compiled(model, time_critical_path=False)
-            for _ in range(2):
-                assert all(relative_error(a, b) < TOLERANCE for a, b in zip(fast(x), expected))
-    finally:
-        torch.cuda.set_per_process_memory_fraction(1.0)
+    caught = compiled_within(limit, model, x, lambda got: all(relative_error(a, b) < TOLERANCE for a, b in zip(got, expected)))
     report = last_report()
     assert report["streams"] >= 2 and report["choice"] == "single" and report.get("out_of_memory") == ["references"], report
     assert "eager's references for the accuracy check ran out of device memory" in report["reason"], report
-    assert sum("ran out of device memory" in str(w.message) for w in caught) == 1, [str(w.message) for w in caught]
+    assert sum("ran out of device memory" in message for message in caught) == 1, caught
