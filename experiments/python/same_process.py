@@ -144,7 +144,9 @@ def probe_parser(doc):
 def model_and_inputs(name, zoo, reference, batch, dtype, skipped):
     """(model, make_input) for a model of the zoo (`nimble-bench models --json`, by name), the
     decoders or the coverage set, its inputs at `batch` and, if floating, in `dtype`, on the GPU;
-    None when no package here provides it (the reason then added to `skipped`)."""
+    None when no package here provides it (the reason then added to `skipped`). The models as the
+    records build them; `backend_overhead.model_and_input` builds a few without the zoo's
+    manifest, for the profiles that run without one."""
     if name in zoo:
         model = build(name, reference, skipped)
         if model is None:
