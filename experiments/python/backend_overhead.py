@@ -4,10 +4,10 @@ graph's input checks, copy and replay) and of the replay alone, then a cProfile 
 
     python3 experiments/python/backend_overhead.py [--model llama|qwen2|mistral|inception-v3|inception-v4|googlenet|bert-base|TORCHVISION-NAME] [--batch 1] [--calls 200] [--timeline 20]
 
-With --timeline N, N calls of each system are also traced (the Kineto profiler, each call from an
-idle device) and split on the trace's one clock: the host's time from the call to its first graph
-launch, the launch call itself, the device's first work after the call began, the span from the
-first to the last kernel and the device's idle time inside that span (medians over the calls).
+With --timeline N, N more calls of each system are split at their graph launch (CUDA events and
+the host's clock just before and after it, no profiler): the host's time from the call to the
+launch and in the launch call, the device's time from the call's start to the launch, in the graph
+and after it (medians over the calls).
 """
 
 import argparse
@@ -51,63 +51,55 @@ def median_ms(call, calls):
     return time_quartiles_ms(call, calls)[1]
 
 
-def _intervals_union(intervals):
-    total, end = 0.0, None
-    for start, stop in sorted(intervals):
-        if end is None or start > end:
-            total += stop - start
-            end = stop
-        elif stop > end:
-            total += stop - end
-            end = stop
-    return total
-
-
 def timeline(label, call, calls):
-    """Medians, over `calls` traced calls, of where one call's time goes (microseconds)."""
-    import json
+    """Where one call's time goes, medians over `calls` calls each from an idle device: CUDA
+    events at the call's start, just before and just after its graph launch (torch.cuda.CUDAGraph.replay,
+    which reduce-overhead's graph trees and the backend both call) and at its end, and the host's
+    clock at the same points. No profiler: CUPTI's tracing slows graph launches many times over."""
     import statistics
-    import tempfile
+    import time
 
-    from torch.profiler import ProfilerActivity, profile, record_function
+    original = torch.cuda.CUDAGraph.replay
+    points = []
 
-    for _ in range(5):
-        call()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as traced:
-        for index in range(calls):
+    def replay(graph):
+        before = torch.cuda.Event(enable_timing=True)
+        after = torch.cuda.Event(enable_timing=True)
+        host = time.perf_counter()
+        before.record()
+        original(graph)
+        after.record()
+        points.append((host, time.perf_counter(), before, after))
+
+    torch.cuda.CUDAGraph.replay = replay
+    try:
+        for _ in range(5):
+            call()
+        rows = {"host: call to launch": [], "host: launch call": [], "device: start to launch": [], "device: graph": [], "device: after graph": [], "device: whole call": []}
+        for _ in range(calls):
+            points.clear()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             torch.cuda.synchronize()
-            with record_function(f"overhead_call_{index}"):
-                call()
-            torch.cuda.synchronize()
-    with tempfile.NamedTemporaryFile(suffix=".json") as trace:
-        traced.export_chrome_trace(trace.name)
-        events = json.load(open(trace.name))["traceEvents"]
-    marks = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("overhead_call_"))
-    device = [(e["ts"], e["ts"] + e.get("dur", 0)) for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
-    launches = [(e["ts"], e["ts"] + e.get("dur", 0)) for e in events if e.get("ph") == "X" and e.get("cat") == "cuda_runtime" and "GraphLaunch" in str(e.get("name", ""))]
-    rows = {"host before launch": [], "launch call": [], "first device work": [], "device span": [], "device idle in span": [], "call to last kernel": [], "kernels": []}
-    for index, (begin, end) in enumerate(marks):
-        limit = marks[index + 1][0] if index + 1 < len(marks) else float("inf")
-        work = [w for w in device if begin <= w[0] < limit]
-        launched = [l for l in launches if begin <= l[0] <= end]
-        if not work:
-            continue
-        first, last = min(w[0] for w in work), max(w[1] for w in work)
-        if launched:
-            rows["host before launch"].append(launched[0][0] - begin)
-            rows["launch call"].append(sum(l[1] - l[0] for l in launched))
-        rows["first device work"].append(first - begin)
-        rows["device span"].append(last - first)
-        rows["device idle in span"].append((last - first) - _intervals_union(work))
-        rows["call to last kernel"].append(last - begin)
-        rows["kernels"].append(len(work))
-    print(f"-- timeline of {label}: medians of {len(rows['device span'])} traced calls (us)")
+            host = time.perf_counter()
+            start.record()
+            call()
+            end.record()
+            end.synchronize()
+            if len(points) != 1:
+                print(f"   ({label}: {len(points)} graph launches in one call; not split)")
+                return
+            entered, left, before, after = points[0]
+            rows["host: call to launch"].append((entered - host) * 1e6)
+            rows["host: launch call"].append((left - entered) * 1e6)
+            rows["device: start to launch"].append(start.elapsed_time(before) * 1e3)
+            rows["device: graph"].append(before.elapsed_time(after) * 1e3)
+            rows["device: after graph"].append(after.elapsed_time(end) * 1e3)
+            rows["device: whole call"].append(start.elapsed_time(end) * 1e3)
+    finally:
+        torch.cuda.CUDAGraph.replay = original
+    print(f"-- where a call of {label} goes: medians of {calls} calls (us)")
     for key, values in rows.items():
-        if values:
-            print(f"   {key:<22} {statistics.median(values):9.1f}   (min {min(values):.1f}, max {max(values):.1f})")
-        else:
-            print(f"   {key:<22}   none in the trace")
+        print(f"   {key:<24} {statistics.median(values):9.1f}   (quartiles {sorted(values)[len(values) // 4]:.1f}-{sorted(values)[(3 * len(values)) // 4]:.1f})")
 
 
 def main():
@@ -115,7 +107,7 @@ def main():
     parser.add_argument("--model", default="llama")
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--timeline", type=int, default=0, help="trace this many calls of each system (0: none)")
+    parser.add_argument("--timeline", type=int, default=0, help="split this many more calls of each system at their graph launch (0: none)")
     args = parser.parse_args()
     import nimble_rs
     from nimble_rs.dynamo import pipeline
@@ -151,7 +143,8 @@ def main():
         print(f"report: {nimble_rs.dynamo.reports()[-1]}")
         if args.timeline:
             timeline("the backend", lambda: fast(x), args.timeline)
-            timeline("the backend's replay alone", graph.graph.replay, args.timeline)
+            timeline("the backend's entry", lambda: entry(*flat), args.timeline)
+            timeline("the backend's replay alone", lambda: graph.graph.replay(), args.timeline)
         profile = cProfile.Profile()
         profile.enable()
         for _ in range(args.calls):
