@@ -78,7 +78,11 @@ class NimbleCompiled:
     def __call__(self, *args):
         # The common case first, with as little Python as possible: the last graph replayed.
         last = self.last
-        if last is not None and last.accepts(args):
+        if last is not None and last.checks_after_launch and last.accepts_user_inputs(args):
+            outputs = last.replay_checked(args)
+            if outputs is not None:
+                return outputs
+        elif last is not None and last.accepts(args):
             return last(args) if self.kind == "inference" else self._training_replay(last, args)
         cuda = any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
         if not cuda or self.uncapturable is not None:
@@ -172,6 +176,10 @@ class NimbleCompiled:
         graph.consumes = tuple(consumes)
         if self.kind != "inference":
             graph.track_outputs(forward=self.kind == "forward")
+        elif not self.clobbered and graph.check_after_launch():
+            # (A backward's inputs read in place are new tensors on every call, and its storages
+            # are counted by outputs_released: training graphs check before the launch.)
+            self.report["addresses_checked"] = "after the launch"
         if self.kind == "backward" and lend:
             graph.lends_outputs = True
             self.report["gradients"] = "lent"
