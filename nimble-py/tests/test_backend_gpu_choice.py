@@ -35,7 +35,7 @@ def test_the_critical_path_plan_is_kept_where_it_is_the_fastest(critical_faster,
     from nimble_rs.dynamo import compiled as choice
 
     captures, replays = [], []
-    capture, replay = runner.CapturedGraph.__init__, runner.CapturedGraph.__call__
+    capture, replay, checked = runner.CapturedGraph.__init__, runner.CapturedGraph.__call__, runner.CapturedGraph.replay_checked
 
     def recorded_capture(graph, program, *args, **kwargs):
         capture(graph, program, *args, **kwargs)
@@ -43,6 +43,8 @@ def test_the_critical_path_plan_is_kept_where_it_is_the_fastest(critical_faster,
 
     monkeypatch.setattr(runner.CapturedGraph, "__init__", recorded_capture)
     monkeypatch.setattr(runner.CapturedGraph, "__call__", lambda graph, args: replays.append(graph) or replay(graph, args))
+    # (The user's calls of an inference graph: replayed, then its addresses checked.)
+    monkeypatch.setattr(runner.CapturedGraph, "replay_checked", lambda graph, args: replays.append(graph) or checked(graph, args))
     timings = iter([[1.0] * 30, [0.8] * 30, [0.5 if critical_faster else 0.9] * 30])
     monkeypatch.setattr(choice, "time_samples_ms", lambda run, repeats=30: next(timings))
     model = Inception(channels=16).cuda().eval()

@@ -176,7 +176,7 @@ class NimbleCompiled:
         graph.consumes = tuple(consumes)
         if self.kind != "inference":
             graph.track_outputs(forward=self.kind == "forward")
-        elif not self.clobbered and graph.check_after_launch():
+        elif self.options["check_after_launch"] and not self.clobbered and graph.check_after_launch():
             # (A backward's inputs read in place are new tensors on every call, and its storages
             # are counted by outputs_released: training graphs check before the launch.)
             self.report["addresses_checked"] = "after the launch"

@@ -77,6 +77,12 @@ DEFAULTS: Dict[str, Any] = {
     # Inception-v4 from 0.93x to 0.89x, GoogLeNet from 0.84x to 0.81x. Without buffers of their own (separate_weight_buffers),
     # the copies into a reused buffer would wait for its last readers: they stay in the plan.
     "weight_stream": True,
+    # True: a call of a captured inference graph launches it first and compares the parameters'
+    # and buffers with the captured addresses while it runs (``runner.CapturedGraph.replay_checked``;
+    # a moved one found that way costs a wasted replay, then a capture again). False: compared
+    # before the launch, as training graphs and graphs that write a buffer in place always are:
+    # about 0.1 us a tensor on the call's critical path.
+    "check_after_launch": True,
     # Inductor's settings for this backend's compiles, as {name: value} (names of
     # `torch._inductor.config`, e.g. {"layout_optimization": False}); the rest are the user's.
     # Measured on an H100 (6ef8069): layout_optimization off drops Inductor's channels-last
@@ -103,7 +109,7 @@ def checked(options: Optional[dict]) -> Dict[str, Any]:
         raise NimbleInputError(f"option granularity={chosen['granularity']!r}: expected \"kernels\" or \"regions\"")
     if chosen["graphs"] is not None and (not isinstance(chosen["graphs"], (str, os.PathLike)) or os.path.isfile(chosen["graphs"])):
         raise NimbleInputError(f"option graphs={chosen['graphs']!r}: expected a directory to write the planned kernel graphs to")
-    for flag in ("priority", "merge_convolutions", "time_critical_path", "hoist_weight_kernels", "separate_weight_buffers", "weight_stream"):
+    for flag in ("priority", "merge_convolutions", "time_critical_path", "hoist_weight_kernels", "separate_weight_buffers", "weight_stream", "check_after_launch"):
         if not isinstance(chosen[flag], bool):
             raise NimbleInputError(f"option {flag}={chosen[flag]!r}: expected True or False")
     _check_inductor_config(chosen["inductor_config"])
