@@ -29,7 +29,7 @@ fn same_process_reports_each_systems_preparation_and_peak_memory() {
     // The compile-time bound (at most 1.5x reduce-overhead's) and peak memory for both,
     // on a line under each model, variants included.
     let figures = scratch("same-process-costs");
-    let cases: [(&str, &[&str]); 15] = [
+    let cases: [(&str, &[&str]); 17] = [
         ("same-process-backend-5c81c32-float32-b16-inception-v3-nows.json", &["  prepare and peak: compile 27.7 s, 2268 MiB; backend 22.0 s (0.79x compile's), 298 MiB; backend-nows 22.1 s (0.80x compile's), 242 MiB"]),
         // The backend's peaks measured right (9bf3279: nothing resets the peak statistics any more).
         ("same-process-backend-9bf3279-float32-b16-googlenet-inception-v3-true-peak.json", &["  prepare and peak: compile 29.3 s, 718 MiB; backend 19.2 s (0.66x compile's), 312 MiB", "  prepare and peak: compile 23.8 s, 2268 MiB; backend 29.3 s (1.23x compile's), 512 MiB"]),
@@ -50,6 +50,9 @@ fn same_process_reports_each_systems_preparation_and_peak_memory() {
         ("same-process-backend-0b0f213-float32-b1-nasnet-a-large.json", &["  prepare and peak: compile 73.5 s, 5625 MiB; backend 75.6 s (1.03x compile's), 132 MiB"]),
         // After the choice's references moved to the host for large outputs (991169e): GoogLeNet and Inception-v3 at batch 16.
         ("same-process-backend-991169e-float32-b16-googlenet-inception-v3.json", &["  prepare and peak: compile 14.9 s, 718 MiB; backend 13.8 s (0.93x compile's), 284 MiB", "  prepare and peak: compile 18.7 s, 2268 MiB; backend 21.6 s (1.15x compile's), 463 MiB"]),
+        // Calls that compare the parameters' addresses after the launch (option check_after_launch, 5fd14b9), beside the old order: Inception-v3's preparation once above 1.5x.
+        ("same-process-backend-5fd14b9-float32-b16-googlenet-inception-v3-check-after-launch.json", &["  prepare and peak: compile 17.4 s, 718 MiB; backend 15.1 s (0.87x compile's), 284 MiB; backend-before 16.7 s (0.96x compile's), 285 MiB", "  prepare and peak: compile 20.0 s, 2268 MiB; backend 32.1 s (1.61x compile's), 463 MiB; backend-before 28.8 s (1.44x compile's), 463 MiB"]),
+        ("same-process-backend-a08cef2-float32-b16-googlenet-inception-v3-check-after-launch.json", &["  prepare and peak: compile 20.5 s, 718 MiB; backend 17.0 s (0.83x compile's), 284 MiB; backend-before 19.9 s (0.97x compile's), 285 MiB", "  prepare and peak: compile 24.4 s, 2268 MiB; backend 27.1 s (1.11x compile's), 463 MiB; backend-before 28.1 s (1.15x compile's), 463 MiB"]),
         ("same-process-backend-0b0f213-float32-b16-efficientnet-b5.json", &["  prepare and peak: compile 46.0 s, 3006 MiB; backend 38.6 s (0.84x compile's), 1594 MiB"]),
         ("same-process-backend-0b0f213-float32-b16-inception-v4-resnet50-googlenet.json", &["  prepare and peak: compile 40.0 s, 2349 MiB; backend 38.5 s (0.96x compile's), 512 MiB", "  prepare and peak: compile 11.5 s, 2381 MiB; backend 12.9 s (1.13x compile's), 315 MiB", "  prepare and peak: compile 18.9 s, 718 MiB; backend 18.5 s (0.98x compile's), 313 MiB"]),
     ];
@@ -104,7 +107,7 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
     // rounds, and eager's own TF32 drift judging Inception-v4's float32 errors.
     let figures = scratch("same-process-rounds");
     // "MODEL/backend-NAME": the backend with other options, on its line after the model's.
-    let cases: [RecordCase; 55] = [
+    let cases: [RecordCase; 59] = [
         ("same-process-backend-6476f4a-bfloat16-b1-decoders.json", &[("llama", "0.89", "0.89–0.89"), ("qwen2", "0.86", "0.85–0.87"), ("mistral", "0.90", "0.90–0.90")]),
         ("same-process-backend-628bc90-float32-b1-branchy.json", &[("googlenet", "0.65", "0.63–0.65"), ("inception-v4", "0.68", "0.66–0.69"), ("nasnet-a-large", "0.66", "0.64–0.67")]),
         // The critical-path plan timed at the choice (option time_critical_path), batch 16.
@@ -171,6 +174,11 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
         ("same-process-backend-0b0f213-float32-b16-efficientnet-b5.json", &[("efficientnet-b5", "1.00", "0.98–1.04")]),
         ("same-process-backend-0b0f213-float32-b16-inception-v4-resnet50-googlenet.json", &[("inception-v4", "0.86", "0.85–0.87"), ("resnet50", "1.01", "1.01–1.01"), ("googlenet", "0.85", "0.80–0.87")]),
         ("same-process-backend-991169e-float32-b16-googlenet-inception-v3.json", &[("googlenet", "0.82", "0.81–0.83"), ("inception-v3", "0.83", "0.83–0.86")]),
+        // The parameters' addresses compared after the launch (check_after_launch, the default since 5fd14b9; backend-before: off).
+        ("same-process-backend-5fd14b9-float32-b16-googlenet-inception-v3-check-after-launch.json", &[("googlenet", "0.79", "0.77–0.80"), ("googlenet/backend-before", "0.81", "0.81–0.82"), ("inception-v3", "0.75", "0.73–0.81"), ("inception-v3/backend-before", "0.76", "0.74–0.84")]),
+        ("same-process-backend-5fd14b9-float32-b16-inception-v4-check-after-launch.json", &[("inception-v4", "0.82", "0.81–0.88"), ("inception-v4/backend-before", "0.89", "0.85–0.97")]),
+        ("same-process-backend-a08cef2-float32-b16-googlenet-inception-v3-check-after-launch.json", &[("googlenet", "0.79", "0.78–0.80"), ("googlenet/backend-before", "0.83", "0.82–0.83"), ("inception-v3", "0.80", "0.79–0.81"), ("inception-v3/backend-before", "0.83", "0.80–0.87")]),
+        ("same-process-backend-a08cef2-float32-b16-inception-v4-check-after-launch.json", &[("inception-v4", "0.82", "0.82–0.82"), ("inception-v4/backend-before", "0.84", "0.84–0.84")]),
     ];
     for (record, rows) in cases {
         let text = rendered("same-process", &format!("../paper-figs/results/{record}"), &figures);
