@@ -107,7 +107,7 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
     // rounds, and eager's own TF32 drift judging Inception-v4's float32 errors.
     let figures = scratch("same-process-rounds");
     // "MODEL/backend-NAME": the backend with other options, on its line after the model's.
-    let cases: [RecordCase; 62] = [
+    let cases: [RecordCase; 63] = [
         ("same-process-backend-6476f4a-bfloat16-b1-decoders.json", &[("llama", "0.89", "0.89–0.89"), ("qwen2", "0.86", "0.85–0.87"), ("mistral", "0.90", "0.90–0.90")]),
         ("same-process-backend-628bc90-float32-b1-branchy.json", &[("googlenet", "0.65", "0.63–0.65"), ("inception-v4", "0.68", "0.66–0.69"), ("nasnet-a-large", "0.66", "0.64–0.67")]),
         // The critical-path plan timed at the choice (option time_critical_path), batch 16.
@@ -183,6 +183,7 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
         // The cells last measured at 1.01-1.03x, again with it (H200).
         ("same-process-backend-a08cef2-float32-b16-efficientnet-b0-resnet50-check-after-launch.json", &[("efficientnet-b0", "0.88", "0.86–0.90"), ("efficientnet-b0/backend-before", "0.87", "0.79–0.88"), ("resnet50", "0.97", "0.97–1.01"), ("resnet50/backend-before", "0.99", "0.98–0.99")]),
         ("same-process-backend-a08cef2-bfloat16-b1-resnet101-check-after-launch.json", &[("resnet101", "0.90", "0.90–0.98"), ("resnet101/backend-before", "0.94", "0.94–1.07")]),
+        ("same-process-backend-a08cef2-float32-b16-nasnet-a-large.json", &[("nasnet-a-large", "0.94", "0.93–0.96")]),
     ];
     for (record, rows) in cases {
         let text = rendered("same-process", &format!("../paper-figs/results/{record}"), &figures);
