@@ -56,8 +56,9 @@ def timeline(label, call, calls):
     events at the call's start, just before and just after its graph launch (torch.cuda.CUDAGraph.replay,
     which reduce-overhead's graph trees and the backend both call) and at its end, and the host's
     clock at the same points. No profiler: CUPTI's tracing slows graph launches many times over."""
-    import statistics
     import time
+
+    from nimble_rs.dynamo.runner import quartiles
 
     original = torch.cuda.CUDAGraph.replay
     points = []
@@ -99,7 +100,8 @@ def timeline(label, call, calls):
         torch.cuda.CUDAGraph.replay = original
     print(f"-- where a call of {label} goes: medians of {calls} calls (us)")
     for key, values in rows.items():
-        print(f"   {key:<24} {statistics.median(values):9.1f}   (quartiles {sorted(values)[len(values) // 4]:.1f}-{sorted(values)[(3 * len(values)) // 4]:.1f})")
+        low, median, high = quartiles(values)
+        print(f"   {key:<24} {median:9.1f}   (quartiles {low:.1f}-{high:.1f})")
 
 
 def main():
