@@ -79,10 +79,6 @@ class PlannedProgram:
     def __init__(self, compiled, wrapper: WrapperProgram, plan: dict, cut: dict, priority: bool = False, prologue: Optional[hoist.Prologue] = None):
         # Whether its capture puts the plan's stream 0 at the device's highest priority.
         self.priority = priority
-        # The stream of the kernels set aside (``side_stream``), if any; at the highest priority
-        # too where ``side_priority`` is set (option weight_stream_priority).
-        self.side_stream = plan.get("side_stream")
-        self.side_priority = False
         # The kernels on weights alone, run before the program (``prepare``) where hoisted
         # (option hoist_weight_kernels; one prologue, and its kept values, per compiled graph).
         self.prologue = prologue
@@ -100,13 +96,6 @@ class PlannedProgram:
         self._compiled = compiled
         self.shared_buffers = self.schedule.shared
         self.kept_to_end = self.schedule.kept_to_end
-
-    def high_priority_streams(self) -> set:
-        """The plan's streams its capture puts at the device's highest priority."""
-        high = {0} if self.priority else set()
-        if self.side_priority and self.side_stream is not None:
-            high.add(self.side_stream)
-        return high
 
     def run(self, args: Sequence[Any]):
         if self.prepare is not None:

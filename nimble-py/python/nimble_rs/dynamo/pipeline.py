@@ -277,9 +277,6 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
     if streams_program is not None and options["choose"] == "auto" and options["time_critical_path"] and on_cuda and uncapturable is None:
         critical = _critical_path_program(compiled, wrapper, plan, report, prologue)
     report.setdefault("streams", 1)
-    for program in (streams_program, critical):
-        if program is not None:
-            program.side_priority = options["weight_stream_priority"]
     if streams_program is not None and options["choose"] == "streams":
         single_program = None
     nimble = _assemble(streams_program, single_program, reference, example_inputs, static_indices, mutated, kind, signature, report, uncapturable, options, started)

@@ -269,12 +269,9 @@ class CapturedGraph:
         # With ``priority``, the plan's stream 0 (where nimble-critical puts the heaviest path)
         # runs at the device's highest priority: a kernel node takes the priority of the stream
         # it was captured on, and PyTorch instantiates graphs to honour it.
-        # A planned program may name more (its weight stream, option weight_stream_priority).
-        count = program.partition.streams
-        high = (set(program.high_priority_streams()) if hasattr(program, "high_priority_streams") else {0} if priority else set()) if count > 1 else set()
-        top = torch.cuda.Stream.priority_range()[1]
-        streams = [torch.cuda.Stream(device, priority=top if i in high else 0) for i in range(count)]
-        capture_stream = streams[0]
+        high = priority and program.partition.streams > 1
+        capture_stream = torch.cuda.Stream(device, priority=torch.cuda.Stream.priority_range()[1] if high else 0)
+        streams = [capture_stream] + [torch.cuda.Stream(device) for _ in range(program.partition.streams - 1)]
         # Warm-up on the same streams: Triton's autotuning, cuBLAS handles and workspaces per
         # stream, all before the capture.
         # Kernels hoisted out of the graph (``hoist``) run first, outside it, and again before a
