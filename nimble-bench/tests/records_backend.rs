@@ -29,7 +29,7 @@ fn same_process_reports_each_systems_preparation_and_peak_memory() {
     // The compile-time bound (at most 1.5x reduce-overhead's) and peak memory for both,
     // on a line under each model, variants included.
     let figures = scratch("same-process-costs");
-    let cases: [(&str, &[&str]); 17] = [
+    let cases: [(&str, &[&str]); 18] = [
         ("same-process-backend-5c81c32-float32-b16-inception-v3-nows.json", &["  prepare and peak: compile 27.7 s, 2268 MiB; backend 22.0 s (0.79x compile's), 298 MiB; backend-nows 22.1 s (0.80x compile's), 242 MiB"]),
         // The backend's peaks measured right (9bf3279: nothing resets the peak statistics any more).
         ("same-process-backend-9bf3279-float32-b16-googlenet-inception-v3-true-peak.json", &["  prepare and peak: compile 29.3 s, 718 MiB; backend 19.2 s (0.66x compile's), 312 MiB", "  prepare and peak: compile 23.8 s, 2268 MiB; backend 29.3 s (1.23x compile's), 512 MiB"]),
@@ -48,6 +48,7 @@ fn same_process_reports_each_systems_preparation_and_peak_memory() {
         ("same-process-backend-0b0f213-bfloat16-b16-resnets-googlenet-llama-qwen2-nasnet-a-large.json", &["  prepare and peak: compile 17.9 s, 96 MiB; backend 22.7 s (1.27x compile's), 260 MiB", "  prepare and peak: compile 12.7 s, 95 MiB; backend 11.7 s (0.92x compile's), 260 MiB", "  prepare and peak: compile 16.5 s, 71 MiB; backend 16.9 s (1.03x compile's), 260 MiB", "  prepare and peak: compile 8.6 s, 94 MiB; backend 9.4 s (1.09x compile's), 298 MiB", "  prepare and peak: compile 8.9 s, 95 MiB; backend 10.5 s (1.18x compile's), 304 MiB", "  prepare and peak: compile 80.7 s, 659 MiB; backend 77.5 s (0.96x compile's), 529 MiB"]),
         ("same-process-backend-0b0f213-float32-b1-bert-base-resnet50-googlenet-efficientnet-b5.json", &["  prepare and peak: compile 12.4 s, 53 MiB; backend 15.8 s (1.28x compile's), 121 MiB", "  prepare and peak: compile 13.6 s, 2290 MiB; backend 13.6 s (1.00x compile's), 97 MiB", "  prepare and peak: compile 18.6 s, 674 MiB; backend 24.2 s (1.30x compile's), 93 MiB", "  prepare and peak: compile 47.6 s, 3439 MiB; backend 32.1 s (0.67x compile's), 155 MiB"]),
         ("same-process-backend-0b0f213-float32-b1-nasnet-a-large.json", &["  prepare and peak: compile 73.5 s, 5625 MiB; backend 75.6 s (1.03x compile's), 132 MiB"]),
+        ("same-process-backend-9eafab2-float32-b16-inception-v4-bounded.json", &["  prepare and peak: compile 40.4 s, 2349 MiB; backend 49.4 s (1.22x compile's), 463 MiB; backend-b8 35.7 s (0.88x compile's), 463 MiB; backend-b4 35.6 s (0.88x compile's), 463 MiB"]),
         // After the choice's references moved to the host for large outputs (991169e): GoogLeNet and Inception-v3 at batch 16.
         ("same-process-backend-991169e-float32-b16-googlenet-inception-v3.json", &["  prepare and peak: compile 14.9 s, 718 MiB; backend 13.8 s (0.93x compile's), 284 MiB", "  prepare and peak: compile 18.7 s, 2268 MiB; backend 21.6 s (1.15x compile's), 463 MiB"]),
         // Calls that compare the parameters' addresses after the launch (option check_after_launch, 5fd14b9), beside the old order: Inception-v3's preparation once above 1.5x.
@@ -107,7 +108,7 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
     // rounds, and eager's own TF32 drift judging Inception-v4's float32 errors.
     let figures = scratch("same-process-rounds");
     // "MODEL/backend-NAME": the backend with other options, on its line after the model's.
-    let cases: [RecordCase; 63] = [
+    let cases: [RecordCase; 65] = [
         ("same-process-backend-6476f4a-bfloat16-b1-decoders.json", &[("llama", "0.89", "0.89–0.89"), ("qwen2", "0.86", "0.85–0.87"), ("mistral", "0.90", "0.90–0.90")]),
         ("same-process-backend-628bc90-float32-b1-branchy.json", &[("googlenet", "0.65", "0.63–0.65"), ("inception-v4", "0.68", "0.66–0.69"), ("nasnet-a-large", "0.66", "0.64–0.67")]),
         // The critical-path plan timed at the choice (option time_critical_path), batch 16.
@@ -184,6 +185,9 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
         ("same-process-backend-a08cef2-float32-b16-efficientnet-b0-resnet50-check-after-launch.json", &[("efficientnet-b0", "0.88", "0.86–0.90"), ("efficientnet-b0/backend-before", "0.87", "0.79–0.88"), ("resnet50", "0.97", "0.97–1.01"), ("resnet50/backend-before", "0.99", "0.98–0.99")]),
         ("same-process-backend-a08cef2-bfloat16-b1-resnet101-check-after-launch.json", &[("resnet101", "0.90", "0.90–0.98"), ("resnet101/backend-before", "0.94", "0.94–1.07")]),
         ("same-process-backend-a08cef2-float32-b16-nasnet-a-large.json", &[("nasnet-a-large", "0.94", "0.93–0.96")]),
+        // Inception-v4 at batch 16 on two more H100 machines (9eafab2): the default, a weight stream at high priority, merged convolutions, bounded streams.
+        ("same-process-backend-9eafab2-float32-b16-inception-v4-wsprio.json", &[("inception-v4", "0.79", "0.79–0.81"), ("inception-v4/backend-wsprio", "0.81", "0.81–0.83"), ("inception-v4/backend-wsmerge", "0.82", "0.82–0.85")]),
+        ("same-process-backend-9eafab2-float32-b16-inception-v4-bounded.json", &[("inception-v4", "0.83", "0.82–0.84"), ("inception-v4/backend-b8", "0.84", "0.83–0.85"), ("inception-v4/backend-b4", "0.84", "0.83–0.85")]),
     ];
     for (record, rows) in cases {
         let text = rendered("same-process", &format!("../paper-figs/results/{record}"), &figures);
