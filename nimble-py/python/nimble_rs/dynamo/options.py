@@ -83,6 +83,12 @@ DEFAULTS: Dict[str, Any] = {
     # before the launch, as training graphs and graphs that write a buffer in place always are:
     # 0.06-0.08 us a tensor on the call's critical path.
     "check_after_launch": True,
+    # True: in float32 inference graphs on a GPU, a convolution whose output goes through
+    # per-channel affine ops (an inference BatchNorm) to a ReLU runs as cuDNN's fused
+    # convolution, bias and ReLU, over its weights scaled by the BatchNorm in the graph on every
+    # call (``fold``); not where the ReLU feeds a concatenation or cuDNN's fused kernel is
+    # measured slower than the convolution alone at that shape.
+    "fuse_convolutions": False,
     # Inductor's settings for this backend's compiles, as {name: value} (names of
     # `torch._inductor.config`, e.g. {"layout_optimization": False}); the rest are the user's.
     # Measured on an H100 (6ef8069): layout_optimization off drops Inductor's channels-last
@@ -109,7 +115,7 @@ def checked(options: Optional[dict]) -> Dict[str, Any]:
         raise NimbleInputError(f"option granularity={chosen['granularity']!r}: expected \"kernels\" or \"regions\"")
     if chosen["graphs"] is not None and (not isinstance(chosen["graphs"], (str, os.PathLike)) or os.path.isfile(chosen["graphs"])):
         raise NimbleInputError(f"option graphs={chosen['graphs']!r}: expected a directory to write the planned kernel graphs to")
-    for flag in ("priority", "merge_convolutions", "time_critical_path", "hoist_weight_kernels", "separate_weight_buffers", "weight_stream", "check_after_launch"):
+    for flag in ("priority", "merge_convolutions", "time_critical_path", "hoist_weight_kernels", "separate_weight_buffers", "weight_stream", "check_after_launch", "fuse_convolutions"):
         if not isinstance(chosen[flag], bool):
             raise NimbleInputError(f"option {flag}={chosen[flag]!r}: expected True or False")
     _check_inductor_config(chosen["inductor_config"])

@@ -28,7 +28,7 @@ import torch
 import torch.fx
 
 from ..errors import NimbleInputError
-from . import hoist, kernels_plan, merge
+from . import fold, hoist, kernels_plan, merge
 from . import regions as regions_module
 from .compiled import NimbleCompiled, admit_shape, code_state, warn_once
 from .options import checked as _options
@@ -232,6 +232,8 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
     seen = _seen_outputs(gm, kind, report)  # as Inductor marked them, before its passes
     if options["merge_convolutions"] and kind == "inference":
         report["merged_convolutions"] = merge.merge_sibling_convolutions(gm)
+    if options["fuse_convolutions"] and kind == "inference" and on_cuda:
+        report["fused_convolutions"] = _fused(gm)
     compiled = compile_fx_inner(gm, example_inputs, **inner_kwargs)
     mutated = sorted(set(mutated) | set(getattr(compiled, "mutated_input_idxs", None) or ()))
     try:
@@ -317,6 +319,18 @@ def _critical_path_program(compiled, wrapper, primary: dict, report: Dict[str, A
         return None
     report["critical_path"] = {"streams": plan["streams"], "syncs": plan["syncs"], "regions": len(cut["regions"])}
     return program
+
+
+def _fused(gm: torch.fx.GraphModule) -> Dict[str, Any]:
+    """Option ``fuse_convolutions`` on ``gm`` (``fold``): its counts, or, where the pass fails,
+    the reason, announced once (the chains it had not reached stay Inductor's)."""
+    try:
+        return fold.fuse_convolutions(gm, fold.pays_on_gpu)
+    except Exception as error:  # noqa: BLE001 - Inductor compiles whatever the graph is now
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+        warn_once(("fold", type(error).__name__), f"nimble backend: option fuse_convolutions stopped ({type(error).__name__}: {error}); the convolutions it had not fused run as Inductor compiles them")
+        return {"failed": f"{type(error).__name__}: {error}"}
 
 
 def _separated(wrapper, mutated, report: Dict[str, Any]):

@@ -1,0 +1,94 @@
+"""What cuDNN's fused convolution + bias + ReLU (``torch.cudnn_convolution_relu``, BatchNorm folded
+into the weights and bias) would save against what Inductor runs for each convolution of a model
+in inference (cuDNN's convolution, then a Triton kernel for BatchNorm and ReLU), channels-last,
+each timed alone in a CUDA graph of repeats: the sum over the model's convolutions of each, and
+each fused output's distance from the unfused one.
+
+    python3 experiments/python/fused_conv_probe.py [--model inception_v4] [--batch 16] [--size 299]
+
+A probe: every convolution is taken as followed by BatchNorm and ReLU (true of timm's Inception
+models), and the folded weights are made once, outside the timing (per call they would take the
+place of Inductor's copy of each weight into channels-last).
+"""
+
+import argparse
+import statistics
+
+import torch
+import torch.nn.functional as F
+
+
+def graph_us(fn, repeats=20, samples=30):
+    """Median microseconds of one call of ``fn``, ``repeats`` calls captured in one CUDA graph."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(repeats):
+            fn()
+    times = []
+    for _ in range(samples):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000 / repeats)
+    return statistics.median(times)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="inception_v4")
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--size", type=int, default=299)
+    args = parser.parse_args()
+    import timm
+
+    torch.backends.cudnn.benchmark = True
+    model = timm.create_model(args.model, pretrained=False).cuda().eval()
+    convs = []
+    hooks = [m.register_forward_pre_hook(lambda m, inputs, name=name: convs.append((name, tuple(inputs[0].shape), m))) for name, m in model.named_modules() if isinstance(m, torch.nn.Conv2d)]
+    with torch.no_grad():
+        model(torch.randn(args.batch, 3, args.size, args.size, device="cuda"))
+    for h in hooks:
+        h.remove()
+    pointwise = torch.compile(lambda y, s, b: torch.relu(y * s + b))
+    totals = {"conv": 0.0, "conv + bn-relu": 0.0, "fused": 0.0}
+    worst = 0.0
+    print(f"{args.model}, batch {args.batch}, {len(convs)} convolutions; us each: conv alone, conv + BatchNorm-ReLU (Inductor's kernel), cuDNN fused; fused/unfused; relative max-abs difference")
+    with torch.no_grad():
+        for name, shape, conv in convs:
+            x = torch.randn(shape, device="cuda").contiguous(memory_format=torch.channels_last)
+            w = conv.weight.detach().contiguous(memory_format=torch.channels_last)
+            out = w.shape[0]
+            scale = torch.rand(out, device="cuda") + 0.5
+            shift = torch.randn(out, device="cuda")
+            folded = (w * scale.view(-1, 1, 1, 1)).contiguous(memory_format=torch.channels_last)
+            geometry = (conv.stride, conv.padding, conv.dilation, conv.groups)
+
+            def alone():
+                return F.conv2d(x, w, None, *geometry)
+
+            def unfused():
+                return pointwise(F.conv2d(x, w, None, *geometry), scale.view(1, -1, 1, 1), shift.view(1, -1, 1, 1))
+
+            def fused():
+                return torch.cudnn_convolution_relu(x, folded, shift, *geometry)
+
+            a, b = unfused(), fused()
+            difference = ((a - b).abs().max() / a.abs().max().clamp_min(1e-30)).item()
+            worst = max(worst, difference)
+            times = [graph_us(f) for f in (alone, unfused, fused)]
+            for key, value in zip(totals, times):
+                totals[key] += value
+            print(f"{name:<28} {str(list(shape)):<22} k{conv.kernel_size[0]}x{conv.kernel_size[1]} -> {out:<5} {times[0]:8.1f} {times[1]:8.1f} {times[2]:8.1f}  {times[2] / times[1]:5.2f}  {difference:.1e}")
+    print(f"total us: conv alone {totals['conv']:.0f}, conv + bn-relu {totals['conv + bn-relu']:.0f}, fused {totals['fused']:.0f} ({totals['fused'] / totals['conv + bn-relu']:.2f} of unfused); largest difference {worst:.1e}")
+
+
+if __name__ == "__main__":
+    main()
