@@ -151,6 +151,64 @@ def test_weight_layout_copies_on_a_stream_of_their_own_are_captured_and_see_ever
     assert last_report()["captured_shapes"] == 1
 
 
+class BranchyConvBN(torch.nn.Module):
+    """Two branches of convolution, BatchNorm and ReLU chains (calibrated statistics), added."""
+
+    def __init__(self, c=16):
+        super().__init__()
+
+        def block(k):
+            return [torch.nn.Conv2d(c, c, k, padding=k // 2, bias=False), torch.nn.BatchNorm2d(c), torch.nn.ReLU()]
+
+        self.left = torch.nn.Sequential(*block(3), *block(1))
+        self.right = torch.nn.Sequential(*block(1), *block(3))
+        for m in self.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.uniform_(-1, 1)
+                m.running_var.uniform_(0.5, 2)
+                m.weight.data.uniform_(0.5, 1.5)
+                m.bias.data.uniform_(-1, 1)
+
+    def forward(self, x):
+        return self.left(x) + self.right(x)
+
+
+@pytest.mark.parametrize("choose", ["streams", "single"])
+def test_fused_convolutions_are_captured_and_fold_the_weights_of_every_call(choose, monkeypatch):
+    # Option fuse_convolutions: each chain is cuDNN's fused convolution+bias+ReLU over weights
+    # scaled in the graph (TF32 off: what eager computes, up to reassociation); where the fused
+    # kernel would be measured slower, the test says it pays, so that all four chains are fused.
+    from nimble_rs.dynamo import fold
+
+    monkeypatch.setattr(fold, "pays_on_gpu", lambda *shape: True)
+    model = BranchyConvBN().cuda().eval()
+    fast = compiled(model, choose=choose, fuse_convolutions=True)
+    x = torch.randn(4, 16, 24, 24, device="cuda")
+    with torch.no_grad():
+        assert relative_error(fast(x), model(x)) < TOLERANCE
+        report = last_report()
+        assert report["fused_convolutions"] == {"fused": 4, "left_to_inductor": 0, "slower_fused": 0}, report
+        assert report["choice"] == choose, report
+        # Every call folds the weights as they are, .data writes included.
+        model.left[0].weight.data.mul_(-0.5)
+        model.right[4].running_var.mul_(2.0)
+        for _ in range(3):
+            x = torch.randn(4, 16, 24, 24, device="cuda")
+            assert relative_error(fast(x), model(x)) < TOLERANCE
+    assert last_report()["captured_shapes"] == 1
+
+
+def test_the_fused_kernel_is_measured_once_per_shape():
+    from nimble_rs.dynamo import fold
+
+    x = torch.empty(4, 16, 24, 24, device="cuda")
+    w = torch.empty(16, 16, 3, 3, device="cuda")
+    fold._MEASURED.clear()
+    first = fold.pays_on_gpu(x, w, (1, 1), (1, 1), (1, 1), 1)
+    assert isinstance(first, bool) and len(fold._MEASURED) == 1
+    assert fold.pays_on_gpu(x, w, (1, 1), (1, 1), (1, 1), 1) is first and len(fold._MEASURED) == 1
+
+
 @pytest.mark.parametrize("streams_faster", [True, False])
 def test_hoisted_values_are_kept_only_while_a_plan_that_reads_them_is(streams_faster, monkeypatch):
     # The choice times the plans with the weights' kernels hoisted against Inductor's own

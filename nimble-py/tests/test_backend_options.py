@@ -35,6 +35,7 @@ from models import Inception, relative_error
         ({"hoist_weight_kernels": "yes"}, "hoist_weight_kernels='yes': expected True or False"),
         ({"weight_stream": 1}, "weight_stream=1: expected True or False"),
         ({"check_after_launch": "no"}, "check_after_launch='no': expected True or False"),
+        ({"fuse_convolutions": 1}, "fuse_convolutions=1: expected True or False"),
         ({"inductor_config": {"no_such_setting": 1}}, "no_such_setting is not settings of torch._inductor.config"),
         ({"inductor_config": ["layout_optimization"]}, "expected a dict of torch._inductor.config names"),
         ({"inductor_config": {"layout_optimization": "yes"}}, "layout_optimization='yes': expected True or False"),

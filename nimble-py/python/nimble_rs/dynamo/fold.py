@@ -197,19 +197,19 @@ def fold_chain(graph: torch.fx.Graph, conv: torch.fx.Node, ops, relu: torch.fx.N
 
 def fuse_convolutions(gm: torch.fx.GraphModule, pays: Callable[..., bool], dtypes=(torch.float32,)) -> Dict[str, int]:
     """Every chain of ``gm`` (a convolution, per-channel affine ops, a ReLU) fused where ``pays``
-    says so, in place; counts of the chains fused, left (their ReLU feeds a concatenation or is
-    an output) and measured slower fused."""
+    says so, in place; counts of the chains fused, left to Inductor (their ReLU feeds a
+    concatenation or is a graph output) and measured slower fused."""
     from torch._guards import detect_fake_mode
 
     graph = gm.graph
-    counts = {"fused": 0, "feeds_concatenation": 0, "slower_fused": 0}
+    counts = {"fused": 0, "left_to_inductor": 0, "slower_fused": 0}
     for conv in [n for n in graph.nodes if _convolution(n, dtypes)]:
         found = chain(conv)
         if found is None:
             continue
         ops, relu = found
         if any(u.op == "output" or u.target is aten.cat.default for u in relu.users):
-            counts["feeds_concatenation"] += 1
+            counts["left_to_inductor"] += 1
             continue
         x, weight, _, stride, padding, dilation, _, _, groups = conv.args
         if not pays(_val(x), _val(weight), tuple(stride), tuple(padding), tuple(dilation), groups):

@@ -1,0 +1,129 @@
+"""Option ``fuse_convolutions``'s rewrite (``nimble_rs.dynamo.fold``) on the CPU: which chains of
+convolution, per-channel affine ops and ReLU become the fused op, the folded arithmetic against
+eager, and what is left to Inductor. The op's CPU body computes what cuDNN's fused kernel does;
+the backend applies the rewrite on a GPU only (test_backend_gpu.py runs it there)."""
+
+import torch
+from torch import nn
+
+from nimble_rs.dynamo import fold
+from models import relative_error
+
+
+def fused_through_inductor(model, x, pays=lambda *shape: True):
+    """The model compiled by Inductor with the rewrite applied to its inference graph (caches
+    off: a cached program would skip the rewrite), its output on ``x`` and the rewrite's counts."""
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
+    counts, ops = [], []
+
+    def inner(gm, example_inputs, **kwargs):
+        counts.append(fold.fuse_convolutions(gm, pays))
+        ops.extend(n.target for n in gm.graph.nodes if n.op == "call_function")
+        return compile_fx_inner(gm, example_inputs, **kwargs)
+
+    torch._dynamo.reset()
+    with torch._functorch.config.patch(enable_autograd_cache=False), torch._inductor.config.patch(fx_graph_cache=False), torch.no_grad():
+        got = torch.compile(model, backend=lambda gm, inputs: compile_fx(gm, inputs, inner_compile=inner))(x)
+    return got, counts[0], ops
+
+
+def calibrated(model):
+    """BatchNorm statistics and affine parameters away from their initial zeros and ones, so
+    that folding them is exercised."""
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-1, 1)
+            m.running_var.uniform_(0.5, 2)
+            m.weight.data.uniform_(0.5, 1.5)
+            m.bias.data.uniform_(-1, 1)
+    return model.eval()
+
+
+class Chains(nn.Module):
+    """Chains the rewrite fuses (convolution, BatchNorm, ReLU with and without the
+    convolution's bias; a scale and a shift by numbers) and ones it leaves (a ReLU feeding a
+    concatenation, a ReLU that is the graph's output, a shift subtracted from a number)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Sequential(nn.Conv2d(3, 8, 3, bias=False), nn.BatchNorm2d(8), nn.ReLU())
+        self.b = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1, stride=2), nn.BatchNorm2d(8, eps=1e-3), nn.ReLU())
+        self.grouped = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1, groups=4, bias=False), nn.BatchNorm2d(8), nn.ReLU())
+        self.scaled = nn.Conv2d(8, 8, 1)
+        self.left = nn.Conv2d(8, 4, 1)
+        self.right = nn.Conv2d(8, 4, 3, padding=1)
+        self.reversed = nn.Conv2d(8, 8, 1)
+        self.last = nn.Sequential(nn.Conv2d(8, 8, 1), nn.BatchNorm2d(8), nn.ReLU())
+
+    def forward(self, x):
+        y = self.grouped(self.b(self.a(x)))
+        y = torch.relu(self.scaled(y) * 2.0 + 0.5)
+        y = torch.relu(1.0 - self.reversed(y))
+        z = torch.cat([torch.relu(self.left(y)), torch.relu(self.right(y))], 1)
+        return self.last(z)
+
+
+def test_chains_fuse_and_compute_what_eager_does():
+    model = calibrated(Chains())
+    x = torch.randn(2, 3, 20, 20)
+    got, counts, ops = fused_through_inductor(model, x)
+    # a, b, grouped, scaled fused; left, right (into the concatenation) and last (the output) left.
+    assert counts == {"fused": 4, "left_to_inductor": 3, "slower_fused": 0}, counts
+    assert ops.count(torch.ops.nimble.conv_bias_relu.default) == 4 and ops.count(torch.ops.aten.convolution.default) == 4, ops
+    with torch.no_grad():
+        expected = model(x)
+    assert relative_error(got, expected) < 1e-5
+
+
+def test_a_convolution_measured_slower_fused_is_left_as_it_is():
+    model = calibrated(Chains())
+    x = torch.randn(2, 3, 20, 20)
+    measured = []
+
+    def slower(x, weight, stride, padding, dilation, groups):
+        measured.append((tuple(x.shape), tuple(weight.shape), stride, groups))
+        return False
+
+    got, counts, ops = fused_through_inductor(model, x, slower)
+    assert counts == {"fused": 0, "left_to_inductor": 3, "slower_fused": 4}, counts
+    assert torch.ops.nimble.conv_bias_relu.default not in ops
+    assert ((2, 3, 20, 20), (8, 3, 3, 3), (1, 1), 1) in measured and ((2, 8, 9, 9), (8, 2, 3, 3), (1, 1), 4) in measured, measured
+    with torch.no_grad():
+        assert relative_error(got, model(x)) < 1e-5
+
+
+def test_weights_changed_after_compiling_are_folded_again():
+    # The scaled weights and the bias are computed in the graph on every call: a change through
+    # .data (which bumps no version counter) is seen as well.
+    model = calibrated(nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(1), nn.Linear(8 * 16 * 16, 4)))
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
+    def inner(gm, example_inputs, **kwargs):
+        fold.fuse_convolutions(gm, lambda *shape: True)
+        return compile_fx_inner(gm, example_inputs, **kwargs)
+
+    torch._dynamo.reset()
+    with torch._functorch.config.patch(enable_autograd_cache=False), torch._inductor.config.patch(fx_graph_cache=False), torch.no_grad():
+        fast = torch.compile(model, backend=lambda gm, inputs: compile_fx(gm, inputs, inner_compile=inner))
+        x = torch.randn(2, 3, 20, 20)
+        fast(x)
+        model[0].weight.data.mul_(0.5)
+        model[1].running_var.mul_(3.0)
+        model[4].bias.data.add_(0.25)
+        assert relative_error(fast(x), model(x)) < 1e-5
+
+
+def test_the_backend_fuses_on_a_gpu_only():
+    # On the CPU the option changes nothing (cuDNN's kernel is what it buys), and says so in
+    # no report key.
+    import nimble_rs
+
+    model = calibrated(nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 3)))
+    torch._dynamo.reset()
+    before = len(nimble_rs.dynamo.reports())
+    x = torch.randn(2, 3, 12, 12)
+    with torch.no_grad():
+        got = torch.compile(model, backend="nimble", options={"fuse_convolutions": True})(x)
+        assert relative_error(got, model(x)) < 1e-5
+    assert "fused_convolutions" not in nimble_rs.dynamo.reports()[before]
