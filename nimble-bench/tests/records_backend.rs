@@ -108,7 +108,7 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
     // rounds, and eager's own TF32 drift judging Inception-v4's float32 errors.
     let figures = scratch("same-process-rounds");
     // "MODEL/backend-NAME": the backend with other options, on its line after the model's.
-    let cases: [RecordCase; 65] = [
+    let cases: [RecordCase; 67] = [
         ("same-process-backend-6476f4a-bfloat16-b1-decoders.json", &[("llama", "0.89", "0.89–0.89"), ("qwen2", "0.86", "0.85–0.87"), ("mistral", "0.90", "0.90–0.90")]),
         ("same-process-backend-628bc90-float32-b1-branchy.json", &[("googlenet", "0.65", "0.63–0.65"), ("inception-v4", "0.68", "0.66–0.69"), ("nasnet-a-large", "0.66", "0.64–0.67")]),
         // The critical-path plan timed at the choice (option time_critical_path), batch 16.
@@ -188,6 +188,9 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
         // Inception-v4 at batch 16 on two more H100 machines (9eafab2): the default, a weight stream at high priority, merged convolutions, bounded streams.
         ("same-process-backend-9eafab2-float32-b16-inception-v4-wsprio.json", &[("inception-v4", "0.79", "0.79–0.81"), ("inception-v4/backend-wsprio", "0.81", "0.81–0.83"), ("inception-v4/backend-wsmerge", "0.82", "0.82–0.85")]),
         ("same-process-backend-9eafab2-float32-b16-inception-v4-bounded.json", &[("inception-v4", "0.83", "0.82–0.84"), ("inception-v4/backend-b8", "0.84", "0.83–0.85"), ("inception-v4/backend-b4", "0.84", "0.83–0.85")]),
+        // Option fuse_convolutions (cuDNN's fused convolution+bias+ReLU over weights folded every call), off by default.
+        ("same-process-backend-e2bdbbc-float32-b16-inception-v4-googlenet-fuse.json", &[("inception-v4", "0.82", "0.79–0.84"), ("inception-v4/backend-fuse", "0.77", "0.74–0.80"), ("googlenet", "0.80", "0.78–0.87"), ("googlenet/backend-fuse", "0.85", "0.82–0.90")]),
+        ("same-process-backend-554031c-float32-b16-inception-v3-resnet50-fuse.json", &[("inception-v3", "0.83", "0.72–0.88"), ("inception-v3/backend-fuse", "0.76", "0.72–0.79"), ("resnet50", "0.98", "0.93–0.98"), ("resnet50/backend-fuse", "0.95", "0.92–0.95")]),
     ];
     for (record, rows) in cases {
         let text = rendered("same-process", &format!("../paper-figs/results/{record}"), &figures);
@@ -249,6 +252,17 @@ fn same_process_guards_the_backends_whole_record_of_52_cells() {
     for (model, b1, b16) in [("googlenet", "0.65", "0.81"), ("inception-v3", "0.71", "0.88"), ("inception-v4", "0.68", "0.90"), ("nasnet-a-large", "0.66", "0.99")] {
         assert_eq!((ratio(model, "(float32, b1)"), ratio(model, "(float32, b16)")), (b1.to_string(), b16.to_string()), "{model}");
     }
+}
+
+#[test]
+fn the_fused_convolution_probe_totals_are_as_published() {
+    // docs/python.md: cuDNN's fused convolution+bias+ReLU 0.76 of convolution and Inductor's
+    // BatchNorm-ReLU kernel over Inception-v4's and Inception-v3's convolutions at batch 16.
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../paper-figs/results");
+    let text = std::fs::read_to_string(dir.join("fused-conv-probe-e2bdbbc.h100.txt")).unwrap();
+    let totals: Vec<&str> = text.lines().filter(|l| l.starts_with("total us:")).collect();
+    assert_eq!(totals, ["total us: conv alone 2918, conv + bn-relu 3771, fused 2877 (0.76 of unfused); largest difference 2.8e-04", "total us: conv alone 1593, conv + bn-relu 2094, fused 1602 (0.76 of unfused); largest difference 3.5e-04"], "{text}");
+    assert!(text.lines().any(|l| l.starts_with("features.4.branch1.1.conv") && l.contains(" 1.30 ")), "{text}");
 }
 
 /// Each (model, batch, ratio, rounds) on a row of `nimble-bench training-backend`'s table.
