@@ -76,6 +76,41 @@ def test_chains_fuse_and_compute_what_eager_does():
     assert relative_error(got, expected) < 1e-5
 
 
+class ScaledAndShiftedByANumber(nn.Module):
+    """relu(conv(x) * a * b + 1) with no bias: the scale a * b is built before the shift turns
+    out to be a number with no bias to carry it."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, bias=False)
+        self.a = nn.Parameter(torch.rand(8, 1, 1) + 0.5)
+        self.b = nn.Parameter(torch.rand(8, 1, 1) + 0.5)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x) * self.a * self.b + 1.0).sum(dim=(2, 3)) * 2
+
+
+def test_a_shift_by_a_number_without_a_bias_to_carry_it_is_left_unchanged():
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
+    model, x = ScaledAndShiftedByANumber().eval(), torch.randn(2, 3, 10, 10)
+    seen = []
+
+    def inner(gm, example_inputs, **kwargs):
+        before = [str(n) for n in gm.graph.nodes]
+        seen.append((fold.fuse_convolutions(gm, lambda *shape: True), before, [str(n) for n in gm.graph.nodes]))
+        return compile_fx_inner(gm, example_inputs, **kwargs)
+
+    torch._dynamo.reset()
+    with torch._functorch.config.patch(enable_autograd_cache=False), torch._inductor.config.patch(fx_graph_cache=False), torch.no_grad():
+        got = torch.compile(model, backend=lambda gm, inputs: compile_fx(gm, inputs, inner_compile=inner))(x)
+        expected = model(x)
+    counts, before, after = seen[0]
+    assert counts == {"fused": 0, "left_to_inductor": 1, "slower_fused": 0}, counts
+    assert after == before  # what the attempt built is gone
+    assert relative_error(got, expected) < 1e-5
+
+
 def test_a_convolution_measured_slower_fused_is_left_as_it_is():
     model = calibrated(Chains())
     x = torch.randn(2, 3, 20, 20)

@@ -21,8 +21,11 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
+from .merge import _val
+
 aten = torch.ops.aten
 AFFINE = {aten.sub.Tensor, aten.add.Tensor, aten.mul.Tensor, aten.div.Tensor}
+
 
 @torch.library.custom_op("nimble::conv_bias_relu", mutates_args=())
 def conv_bias_relu(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: List[int], padding: List[int], dilation: List[int], groups: int) -> torch.Tensor:
@@ -63,17 +66,12 @@ def fused_op():
     return op
 
 
-def _val(node) -> Optional[torch.Tensor]:
-    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-    return value if isinstance(value, torch.Tensor) else None
-
-
 def _static_ints(values) -> bool:
     return all(isinstance(v, int) for v in values)
 
 
 def _convolution(node: torch.fx.Node, dtypes) -> bool:
-    """A plain 2-D convolution of concrete sizes in one of ``dtypes``, not a graph output."""
+    """A plain 2-D convolution of concrete sizes in one of ``dtypes``."""
     if node.op != "call_function" or node.target is not aten.convolution.default or len(node.args) != 9 or node.kwargs:
         return False
     x, weight, bias, stride, padding, dilation, transposed, output_padding, groups = node.args
@@ -132,6 +130,7 @@ class _Builder:
 
     def __init__(self, graph: torch.fx.Graph, anchor: torch.fx.Node, fake_mode):
         self.graph, self.anchor, self.fake_mode = graph, anchor, fake_mode
+        self.created: List[torch.fx.Node] = []
 
     def add(self, target, *args) -> torch.fx.Node:
         with self.graph.inserting_before(self.anchor):
@@ -139,7 +138,12 @@ class _Builder:
         values = torch.fx.node.map_arg(args, _val)
         with self.fake_mode:
             node.meta["val"] = target(*values)
+        self.created.append(node)
         return node
+
+    def undo(self) -> None:
+        for node in reversed(self.created):
+            self.graph.erase_node(node)
 
     def combine(self, target, a, b):
         """``target(a, b)`` where None is the identity (1 for a product, 0 for a sum) and either
@@ -179,6 +183,7 @@ def fold_chain(graph: torch.fx.Graph, conv: torch.fx.Node, ops, relu: torch.fx.N
         else:
             shift = build.combine(node.target, shift, operand)
     if isinstance(shift, (int, float)) and shift != 0 and bias is None:
+        build.undo()
         return False
 
     def vector(term, shape):
@@ -198,7 +203,8 @@ def fold_chain(graph: torch.fx.Graph, conv: torch.fx.Node, ops, relu: torch.fx.N
 def fuse_convolutions(gm: torch.fx.GraphModule, pays: Callable[..., bool], dtypes=(torch.float32,)) -> Dict[str, int]:
     """Every chain of ``gm`` (a convolution, per-channel affine ops, a ReLU) fused where ``pays``
     says so, in place; counts of the chains fused, left to Inductor (their ReLU feeds a
-    concatenation or is a graph output) and measured slower fused."""
+    concatenation or is a graph output, or a number shifts them and the convolution has no bias)
+    and measured slower fused."""
     from torch._guards import detect_fake_mode
 
     graph = gm.graph
@@ -218,8 +224,8 @@ def fuse_convolutions(gm: torch.fx.GraphModule, pays: Callable[..., bool], dtype
         fake_mode = detect_fake_mode([_val(x), _val(weight)])
         if fake_mode is None:
             continue
-        if fold_chain(graph, conv, ops, relu, fake_mode):
-            counts["fused"] += 1
+        # (A shift by a number alone, with no bias to carry it: left.)
+        counts["fused" if fold_chain(graph, conv, ops, relu, fake_mode) else "left_to_inductor"] += 1
     if counts["fused"]:
         graph.lint()
         gm.recompile()
