@@ -6,39 +6,19 @@ each fused output's distance from the unfused one.
 
     python3 experiments/python/fused_conv_probe.py [--model inception_v4] [--batch 16] [--size 299]
 
+(with nimble_rs installed, whose ``fold.graph_us`` times each; on the device, ``install_nimble_rs``
+of scripts/device/setup.sh)
+
 A probe: every convolution is taken as followed by BatchNorm and ReLU (true of timm's Inception
 models), and the folded weights are made once, outside the timing (per call they would take the
 place of Inductor's copy of each weight into channels-last).
 """
 
 import argparse
-import statistics
 
 import torch
 import torch.nn.functional as F
-
-
-def graph_us(fn, repeats=20, samples=30):
-    """Median microseconds of one call of ``fn``, ``repeats`` calls captured in one CUDA graph."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(repeats):
-            fn()
-    times = []
-    for _ in range(samples):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / repeats)
-    return statistics.median(times)
+from nimble_rs.dynamo.fold import graph_us
 
 
 def main():
@@ -83,7 +63,7 @@ def main():
             a, b = unfused(), fused()
             difference = ((a - b).abs().max() / a.abs().max().clamp_min(1e-30)).item()
             worst = max(worst, difference)
-            times = [graph_us(f) for f in (alone, unfused, fused)]
+            times = [graph_us(f, repeats=20, samples=30) for f in (alone, unfused, fused)]
             for key, value in zip(totals, times):
                 totals[key] += value
             print(f"{name:<28} {str(list(shape)):<22} k{conv.kernel_size[0]}x{conv.kernel_size[1]} -> {out:<5} {times[0]:8.1f} {times[1]:8.1f} {times[2]:8.1f}  {times[2] / times[1]:5.2f}  {difference:.1e}")
