@@ -198,6 +198,28 @@ def test_fused_convolutions_are_captured_and_fold_the_weights_of_every_call(choo
     assert last_report()["captured_shapes"] == 1
 
 
+def test_a_shape_without_a_fused_engine_stays_inductors_with_a_warning(monkeypatch):
+    # Where cuDNN has no fused kernel for a shape, the timing at compile time finds it (its
+    # warm-up raises): that convolution is not fused, announced once, and the model runs.
+    from nimble_rs.dynamo import fold
+
+    def no_engine(*args):
+        raise RuntimeError("cuDNN error: CUDNN_STATUS_NOT_SUPPORTED (test)")
+
+    monkeypatch.setattr(fold, "fused_op", lambda: no_engine)
+    fold._MEASURED.clear()
+    model = BranchyConvBN().cuda().eval()
+    fast = compiled(model, choose="streams", fuse_convolutions=True)
+    x = torch.randn(4, 16, 24, 24, device="cuda")
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        assert relative_error(fast(x), model(x)) < TOLERANCE
+    assert last_report()["fused_convolutions"] == {"fused": 0, "left_to_inductor": 0, "slower_fused": 4}
+    said = [str(w.message) for w in caught if "fused convolution failed" in str(w.message)]
+    assert len(said) == 2 and "CUDNN_STATUS_NOT_SUPPORTED" in said[0], said  # two shapes: 3x3 and 1x1
+    fold._MEASURED.clear()
+
+
 def test_the_fused_kernel_is_measured_once_per_shape():
     from nimble_rs.dynamo import fold
 

@@ -11,7 +11,7 @@ buffers as they are then (kernels on weights alone, which the backend runs on it
 a weight changed after compiling is the weight used. Inference graphs, float32, 2-D
 convolutions; a chain whose ReLU feeds a concatenation is left to Inductor (it writes the ReLU's
 result into the concatenation's buffer, which the fused kernel could not), and so is any
-convolution where the fused kernel is measured slower than the convolution alone
+convolution where the fused kernel is measured slower than the convolution alone, or fails
 (``pays_on_gpu``)."""
 
 import statistics
@@ -21,6 +21,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
+from .compiled import warn_once
 from .merge import _val
 
 aten = torch.ops.aten
@@ -251,7 +252,13 @@ def pays_on_gpu(x: torch.Tensor, weight: torch.Tensor, stride, padding, dilation
         br = torch.randn(weight.shape[0], dtype=x.dtype, device=device)
         op = fused_op()
         alone = graph_us(lambda: F.conv2d(xr, wr, None, stride, padding, dilation, groups), device)
-        fused = graph_us(lambda: op(xr, wr, br, list(stride), list(padding), list(dilation), groups), device)
+        try:
+            fused = graph_us(lambda: op(xr, wr, br, list(stride), list(padding), list(dilation), groups), device)
+        except RuntimeError as error:
+            # No fused engine for this shape (cuDNN's error, raised in the warm-up before the
+            # capture): the convolution stays Inductor's.
+            warn_once(("fold", key), f"nimble backend: cuDNN's fused convolution failed for input {list(x.shape)}, weight {list(weight.shape)} ({str(error).splitlines()[0][:200]}); that convolution runs as Inductor compiles it")
+            fused = float("inf")
         del xr, wr, br
     _MEASURED[key] = fused <= 1.05 * alone
     return _MEASURED[key]
