@@ -22,7 +22,8 @@ import torch.fx
 import torch.nn.functional as F
 
 from .compiled import warn_once
-from .merge import _val
+from .fxnodes import Builder
+from .fxnodes import value as _val
 
 aten = torch.ops.aten
 AFFINE = {aten.sub.Tensor, aten.add.Tensor, aten.mul.Tensor, aten.div.Tensor}
@@ -126,25 +127,8 @@ def chain(conv: torch.fx.Node) -> Optional[Tuple[List[Tuple[torch.fx.Node, Any]]
         node = user
 
 
-class _Builder:
-    """New nodes before ``anchor``, each given its fake value (Inductor lowers by them)."""
-
-    def __init__(self, graph: torch.fx.Graph, anchor: torch.fx.Node, fake_mode):
-        self.graph, self.anchor, self.fake_mode = graph, anchor, fake_mode
-        self.created: List[torch.fx.Node] = []
-
-    def add(self, target, *args) -> torch.fx.Node:
-        with self.graph.inserting_before(self.anchor):
-            node = self.graph.call_function(target, args)
-        values = torch.fx.node.map_arg(args, _val)
-        with self.fake_mode:
-            node.meta["val"] = target(*values)
-        self.created.append(node)
-        return node
-
-    def undo(self) -> None:
-        for node in reversed(self.created):
-            self.graph.erase_node(node)
+class _Builder(Builder):
+    """New nodes before the ReLU, and the affine terms composed from them."""
 
     def combine(self, target, a, b):
         """``target(a, b)`` where None is the identity (1 for a product, 0 for a sum) and either

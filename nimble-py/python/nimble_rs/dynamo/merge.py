@@ -16,12 +16,10 @@ from typing import Dict, List, Optional, Tuple
 import torch
 import torch.fx
 
+from .fxnodes import Builder
+from .fxnodes import value as _val
+
 aten = torch.ops.aten
-
-
-def _val(node) -> Optional[torch.Tensor]:
-    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-    return value if isinstance(value, torch.Tensor) else None
 
 
 def _key(node: torch.fx.Node) -> Optional[Tuple]:
@@ -81,23 +79,16 @@ def _merge(graph: torch.fx.Graph, convolutions: List[torch.fx.Node]) -> bool:
     if fake_mode is None:
         return False
 
-    def add(target, args):
-        node = graph.call_function(target, args)
-        values = torch.fx.node.map_arg(args, _val)
-        with fake_mode:
-            node.meta["val"] = target(*values)
-        return node
-
-    with graph.inserting_before(first):
-        weight = add(aten.cat.default, ([c.args[1] for c in convolutions], 0))
-        merged_bias = add(aten.cat.default, ([c.args[2] for c in convolutions], 0)) if bias is not None else None
-        output = add(aten.convolution.default, (x, weight, merged_bias, *rest))
-        start = 0
-        for c in convolutions:
-            end = start + _val(c.args[1]).shape[0]
-            piece = add(aten.slice.Tensor, (output, 1, start, end))
-            c.replace_all_uses_with(piece)
-            start = end
+    add = Builder(graph, first, fake_mode).add
+    weight = add(aten.cat.default, [c.args[1] for c in convolutions], 0)
+    merged_bias = add(aten.cat.default, [c.args[2] for c in convolutions], 0) if bias is not None else None
+    output = add(aten.convolution.default, x, weight, merged_bias, *rest)
+    start = 0
+    for c in convolutions:
+        end = start + _val(c.args[1]).shape[0]
+        piece = add(aten.slice.Tensor, output, 1, start, end)
+        c.replace_all_uses_with(piece)
+        start = end
     for c in convolutions:
         graph.erase_node(c)
     return True
