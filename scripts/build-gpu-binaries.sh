@@ -28,6 +28,9 @@ for manifest in nimble-py/Cargo.toml nimble-py/engine/Cargo.toml; do
     VIRTUAL_ENV="$PWD/$venv" PATH="$PWD/$venv/bin:$PATH" maturin build --release --locked --auditwheel skip --manifest-path "$manifest" --out .gpu/wheels
 done
 "$venv/bin/pip" download --quiet --disable-pip-version-check --only-binary=:all: --python-version 3.12 --dest .gpu/wheels "pytest==8.4.2"
+# The backend's optional cuDNN graph API (fuse_convolutions="epilogue"), without its own
+# dependencies (its convolution graphs need none of them; the GPU machine's torch brings cuDNN).
+"$venv/bin/pip" download --quiet --disable-pip-version-check --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 --dest .gpu/wheels "nvidia-cudnn-frontend==1.32.0"
 # The commit the binaries were built from, for records made by scripts (the Python baselines).
 { git rev-parse HEAD | tr -d '\n'; git diff --quiet HEAD 2>/dev/null || printf -- '-dirty'; echo; } > .gpu/COMMIT
 ls -la .gpu .gpu/tests

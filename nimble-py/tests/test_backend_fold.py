@@ -3,6 +3,7 @@ convolution, per-channel affine ops and ReLU become the fused op, the folded ari
 eager, and what is left to Inductor. The op's CPU body computes what cuDNN's fused kernel does;
 the backend applies the rewrite on a GPU only (test_backend_gpu.py runs it there)."""
 
+import pytest
 import torch
 from torch import nn
 
@@ -10,7 +11,7 @@ from nimble_rs.dynamo import fold
 from models import relative_error
 
 
-def fused_through_inductor(model, x, pays=lambda *shape: True):
+def fused_through_inductor(model, x, pays=lambda *shape: True, mode="folded"):
     """The model compiled by Inductor with the rewrite applied to its inference graph (caches
     off: a cached program would skip the rewrite), its output on ``x`` and the rewrite's counts."""
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
@@ -18,7 +19,7 @@ def fused_through_inductor(model, x, pays=lambda *shape: True):
     counts, ops = [], []
 
     def inner(gm, example_inputs, **kwargs):
-        counts.append(fold.fuse_convolutions(gm, pays))
+        counts.append(fold.fuse_convolutions(gm, pays, mode=mode))
         ops.extend(n.target for n in gm.graph.nodes if n.op == "call_function")
         return compile_fx_inner(gm, example_inputs, **kwargs)
 
@@ -76,6 +77,30 @@ def test_chains_fuse_and_compute_what_eager_does():
     assert relative_error(got, expected) < 1e-5
 
 
+def test_in_the_epilogue_the_batchnorm_chains_fuse_over_the_weights_as_they_are():
+    # fuse_convolutions="epilogue": nimble::conv_scale_bias_relu takes the weights unscaled and
+    # the BatchNorm's scale and shift; chains scaled or shifted by numbers, and grouped
+    # convolutions, stay Inductor's. (The op's CPU body is the unfused arithmetic, which cuDNN's
+    # graph matches within epilogue.EXACT where it is kept.)
+    model = calibrated(Chains())
+    x = torch.randn(2, 3, 20, 20)
+    measured = []
+
+    def pays(x, weight, stride, padding, dilation, groups):
+        measured.append(groups)
+        return True
+
+    got, counts, ops = fused_through_inductor(model, x, pays, mode="epilogue")
+    # a and b fused; grouped and scaled now left too.
+    assert counts == {"fused": 2, "left_to_inductor": 5, "slower_fused": 0}, counts
+    assert ops.count(torch.ops.nimble.conv_scale_bias_relu.default) == 2 and ops.count(torch.ops.aten.convolution.default) == 6, ops
+    assert torch.ops.nimble.conv_bias_relu.default not in ops
+    assert measured and set(measured) == {1}, measured  # a grouped one is not even measured
+    with torch.no_grad():
+        expected = model(x)
+    assert relative_error(got, expected) < 1e-5
+
+
 class ScaledAndShiftedByANumber(nn.Module):
     """relu(conv(x) * a * b + 1) with no bias: the scale a * b is built before the shift turns
     out to be a number with no bias to carry it."""
@@ -128,21 +153,24 @@ def test_a_convolution_measured_slower_fused_is_left_as_it_is():
         assert relative_error(got, model(x)) < 1e-5
 
 
-def test_weights_changed_after_compiling_are_folded_again():
-    # The scaled weights and the bias are computed in the graph on every call: a change through
-    # .data (which bumps no version counter) is seen as well.
+@pytest.mark.parametrize("mode", ["folded", "epilogue"])
+def test_weights_changed_after_compiling_are_folded_again(mode):
+    # The scaled weights (or, "epilogue", the scale) and the bias are computed in the graph on
+    # every call: a change through .data (which bumps no version counter) is seen as well.
     model = calibrated(nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(1), nn.Linear(8 * 16 * 16, 4)))
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
     def inner(gm, example_inputs, **kwargs):
-        fold.fuse_convolutions(gm, lambda *shape: True)
+        counts.append(fold.fuse_convolutions(gm, lambda *shape: True, mode=mode))
         return compile_fx_inner(gm, example_inputs, **kwargs)
 
+    counts = []
     torch._dynamo.reset()
     with torch._functorch.config.patch(enable_autograd_cache=False), torch._inductor.config.patch(fx_graph_cache=False), torch.no_grad():
         fast = torch.compile(model, backend=lambda gm, inputs: compile_fx(gm, inputs, inner_compile=inner))
         x = torch.randn(2, 3, 20, 20)
         fast(x)
+        assert counts[0]["fused"] == 2, counts
         model[0].weight.data.mul_(0.5)
         model[1].running_var.mul_(3.0)
         model[4].bias.data.add_(0.25)

@@ -220,6 +220,90 @@ def test_a_shape_without_a_fused_engine_stays_inductors_with_a_warning(monkeypat
     fold._MEASURED.clear()
 
 
+def _require_cudnn_frontend():
+    from nimble_rs.dynamo import epilogue
+
+    missing = epilogue.available()
+    if missing is not None:
+        import os
+
+        if os.environ.get("NIMBLE_REQUIRE_GPU") == "1":
+            pytest.fail(f"NIMBLE_REQUIRE_GPU=1 and {missing}")
+        pytest.skip(missing)
+
+
+@pytest.mark.parametrize("choose", ["streams", "single"])
+def test_convolutions_fused_in_the_epilogue_are_captured_and_exact(choose, monkeypatch):
+    # fuse_convolutions="epilogue": cuDNN's graph runs each chain (TF32 off: eager's arithmetic
+    # up to reassociation) over the weights as they are, the BatchNorm's scale and shift made in
+    # the graph on every call. Where the fastest plan would be measured slower than the
+    # convolution and a pointwise pass, the test keeps it anyway, so that all four are fused.
+    from nimble_rs.dynamo import epilogue, fold
+
+    _require_cudnn_frontend()
+    epilogue._TUNED.clear()
+    tuned = []
+
+    def kept(*args):
+        fused = fold.epilogue_plan(*args)
+        if fused.plan is None and fused.why.startswith("slower"):
+            fused.plan = min(fused.plans, key=lambda p: fused.times[f"plan_{p}_us"])
+        tuned.append(fused)
+        return fused.plan is not None
+
+    monkeypatch.setattr(fold, "pays_in_epilogue", kept)
+    model = BranchyConvBN().cuda().eval()
+    fast = compiled(model, choose=choose, fuse_convolutions="epilogue")
+    x = torch.randn(4, 16, 24, 24, device="cuda")
+    with torch.no_grad():
+        assert relative_error(fast(x), model(x)) < TOLERANCE
+        report = last_report()
+        assert report["fused_convolutions"] == {"fused": 4, "left_to_inductor": 0, "slower_fused": 0}, report
+        assert report["choice"] == choose, report
+        assert all(f.times["difference"] <= epilogue.EXACT for f in tuned), [f.times for f in tuned]
+        model.left[0].weight.data.mul_(-0.5)
+        model.right[4].running_var.mul_(2.0)
+        for _ in range(3):
+            x = torch.randn(4, 16, 24, 24, device="cuda")
+            assert relative_error(fast(x), model(x)) < TOLERANCE
+    assert last_report()["captured_shapes"] == 1
+    # Two shapes (3x3 and 1x1), each built and timed once.
+    assert len(epilogue._TUNED) == 2, list(epilogue._TUNED)
+    epilogue._TUNED.clear()
+
+
+def test_a_shape_not_exact_in_the_epilogue_stays_inductors_with_a_warning(monkeypatch):
+    from nimble_rs.dynamo import epilogue
+
+    _require_cudnn_frontend()
+    epilogue._TUNED.clear()
+    monkeypatch.setattr(epilogue, "EXACT", -1.0)  # any output at all counts as inexact
+    model = BranchyConvBN().cuda().eval()
+    fast = compiled(model, choose="streams", fuse_convolutions="epilogue")
+    x = torch.randn(4, 16, 24, 24, device="cuda")
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        assert relative_error(fast(x), model(x)) < TOLERANCE
+    assert last_report()["fused_convolutions"] == {"fused": 0, "left_to_inductor": 0, "slower_fused": 4}
+    said = [str(w.message) for w in caught if "not fused in cuDNN's epilogue" in str(w.message)]
+    assert len(said) == 2 and "differs from the unfused arithmetic" in said[0], said
+    epilogue._TUNED.clear()
+
+
+def test_the_epilogue_option_without_cudnn_frontend_leaves_the_convolutions_with_a_warning(monkeypatch):
+    from nimble_rs.dynamo import epilogue
+
+    monkeypatch.setattr(epilogue, "available", lambda: "nvidia-cudnn-frontend is not importable (test)")
+    model = BranchyConvBN().cuda().eval()
+    fast = compiled(model, fuse_convolutions="epilogue")
+    x = torch.randn(4, 16, 24, 24, device="cuda")
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        assert relative_error(fast(x), model(x)) < TOLERANCE
+    assert last_report()["fused_convolutions"] == {"failed": "nvidia-cudnn-frontend is not importable (test)"}
+    assert any("needs cuDNN's graph API" in str(w.message) for w in caught)
+
+
 def test_the_fused_kernel_is_measured_once_per_shape():
     from nimble_rs.dynamo import fold
 

@@ -21,6 +21,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
+from . import epilogue  # noqa: F401 - defines nimble::conv_scale_bias_relu
 from .compiled import warn_once
 from .fxnodes import Builder
 from .fxnodes import value as _val
@@ -49,22 +50,22 @@ def _(x, weight, bias, stride, padding, dilation, groups):
     return torch.empty_strided((n, o, ho, wo), (ho * wo * o, 1, wo * o, o), dtype=x.dtype, device=x.device)
 
 
-_LOWERED = False
+_LOWERED: set = set()
 
 
-def fused_op():
-    """``nimble::conv_bias_relu``, with Inductor's fallback to it (registered once, when a
-    graph is first fused) taking ``x`` and ``weight`` channels-last."""
-    global _LOWERED
-    op = torch.ops.nimble.conv_bias_relu.default
-    if not _LOWERED:
+def fused_op(name: str = "conv_bias_relu"):
+    """``nimble::conv_bias_relu`` (or ``nimble::NAME``: ``epilogue``'s op), with Inductor's
+    fallback to it (registered once, when a graph is first fused) taking ``x`` and ``weight``
+    channels-last."""
+    op = getattr(torch.ops.nimble, name).default
+    if name not in _LOWERED:
         from torch._inductor import ir, lowering
 
         def channels_last_inputs(_node, x, weight, *rest, **kwargs):
             return (ir.ExternKernel.require_channels_last(x), ir.ExternKernel.require_channels_last(weight), *rest), kwargs
 
         lowering.make_fallback(op, layout_constraint=channels_last_inputs, warn=False)
-        _LOWERED = True
+        _LOWERED.add(name)
     return op
 
 
@@ -153,9 +154,12 @@ class _Builder(Builder):
         return self.add(target, a, b)
 
 
-def fold_chain(graph: torch.fx.Graph, conv: torch.fx.Node, ops, relu: torch.fx.Node, fake_mode) -> bool:
+def fold_chain(graph: torch.fx.Graph, conv: torch.fx.Node, ops, relu: torch.fx.Node, fake_mode, epilogue: bool = False) -> bool:
     """``conv``, ``ops`` and ``relu`` replaced by the fused op over the scaled weights and the
-    bias (False, unchanged, where the shift is a number but the convolution has no bias)."""
+    bias (False, unchanged, where the shift is a number but the convolution has no bias). With
+    ``epilogue``, by ``nimble::conv_scale_bias_relu`` over the weights as they are, the scale and
+    the bias applied to the convolution's result (False where either is a number: a BatchNorm
+    gives tensors)."""
     x, weight, bias, stride, padding, dilation, _, _, groups = conv.args
     channels = _val(weight).shape[0]
     build = _Builder(graph, relu, fake_mode)
@@ -174,22 +178,37 @@ def fold_chain(graph: torch.fx.Graph, conv: torch.fx.Node, ops, relu: torch.fx.N
     def vector(term, shape):
         return build.add(aten.view.default, term, shape) if isinstance(term, torch.fx.Node) else term
 
+    if epilogue:
+        if not (isinstance(scale, torch.fx.Node) and isinstance(shift, torch.fx.Node)):
+            build.undo()
+            return False
+        total = vector(shift, [channels])
+        if bias is not None:
+            # s * (conv + b) + shift = s * conv + (s * b + shift)
+            total = build.combine(aten.add.Tensor, build.combine(aten.mul.Tensor, bias, vector(scale, [channels])), total)
+        fused = build.add(fused_op("conv_scale_bias_relu"), x, weight, vector(scale, [channels]), total, list(stride), list(padding), list(dilation))
+        return _replace(graph, conv, ops, relu, fused)
     scaled = weight if scale is None else build.combine(aten.mul.Tensor, weight, vector(scale, [channels, 1, 1, 1]))
     new_bias = bias if bias is None or scale is None else build.combine(aten.mul.Tensor, bias, vector(scale, [channels]))
     if isinstance(shift, torch.fx.Node) or (shift is not None and shift != 0):
         new_bias = build.combine(aten.add.Tensor, new_bias, vector(shift, [channels]))
     fused = build.add(fused_op(), x, scaled, new_bias, list(stride), list(padding), list(dilation), groups)
+    return _replace(graph, conv, ops, relu, fused)
+
+
+def _replace(graph: torch.fx.Graph, conv: torch.fx.Node, ops, relu: torch.fx.Node, fused: torch.fx.Node) -> bool:
     relu.replace_all_uses_with(fused)
     for erased in [relu] + [node for node, _ in reversed(ops)] + [conv]:
         graph.erase_node(erased)
     return True
 
 
-def fuse_convolutions(gm: torch.fx.GraphModule, pays: Callable[..., bool], dtypes=(torch.float32,)) -> Dict[str, int]:
+def fuse_convolutions(gm: torch.fx.GraphModule, pays: Callable[..., bool], dtypes=(torch.float32,), mode: str = "folded") -> Dict[str, int]:
     """Every chain of ``gm`` (a convolution, per-channel affine ops, a ReLU) fused where ``pays``
     says so, in place; counts of the chains fused, left to Inductor (their ReLU feeds a
-    concatenation or is a graph output, or a number shifts them and the convolution has no bias)
-    and measured slower fused."""
+    concatenation or is a graph output, or a number shifts them and the convolution has no bias;
+    with ``mode`` "epilogue", also a number scaling or shifting them, or grouped convolutions)
+    and measured slower fused (or, "epilogue", not matching the unfused arithmetic)."""
     from torch._guards import detect_fake_mode
 
     graph = gm.graph
@@ -203,6 +222,9 @@ def fuse_convolutions(gm: torch.fx.GraphModule, pays: Callable[..., bool], dtype
             counts["left_to_inductor"] += 1
             continue
         x, weight, _, stride, padding, dilation, _, _, groups = conv.args
+        if mode == "epilogue" and groups != 1:
+            counts["left_to_inductor"] += 1
+            continue
         if not pays(_val(x), _val(weight), tuple(stride), tuple(padding), tuple(dilation), groups):
             counts["slower_fused"] += 1
             continue
@@ -210,7 +232,7 @@ def fuse_convolutions(gm: torch.fx.GraphModule, pays: Callable[..., bool], dtype
         if fake_mode is None:
             continue
         # (A shift by a number alone, with no bias to carry it: left.)
-        counts["fused" if fold_chain(graph, conv, ops, relu, fake_mode) else "left_to_inductor"] += 1
+        counts["fused" if fold_chain(graph, conv, ops, relu, fake_mode, mode == "epilogue") else "left_to_inductor"] += 1
     if counts["fused"]:
         graph.lint()
         gm.recompile()
@@ -218,6 +240,30 @@ def fuse_convolutions(gm: torch.fx.GraphModule, pays: Callable[..., bool], dtype
 
 
 _MEASURED: Dict[tuple, bool] = {}
+
+
+def pays_in_epilogue(x: torch.Tensor, weight: torch.Tensor, stride, padding, dilation, groups) -> bool:
+    """Whether cuDNN's graph of the convolution with its scale, bias and ReLU in the epilogue
+    is faster than the convolution and a pointwise pass, and exact (``epilogue_plan``)."""
+    return epilogue_plan(x, weight, stride, padding, dilation, groups).plan is not None
+
+
+def epilogue_plan(x: torch.Tensor, weight: torch.Tensor, stride, padding, dilation, groups) -> "epilogue.Fused":
+    """``epilogue.tune`` for the convolution (once per shape, channels-last as Inductor gives
+    them to the op); where cuDNN has no graph or its output is not exact, announced once per
+    shape."""
+    device = torch.device(x.device.type, x.device.index if x.device.index is not None else torch.cuda.current_device())
+    layouts = (tuple(x.shape), _channels_last(x.shape), tuple(weight.shape), _channels_last(weight.shape))
+    fused = epilogue.tune(*layouts, x.dtype, device, tuple(stride), tuple(padding), tuple(dilation), lambda run: graph_us(run, device))
+    if fused.plan is None and not fused.why.startswith("slower"):
+        warn_once(("epilogue", tuple(x.shape), tuple(weight.shape), stride, padding, dilation), f"nimble backend: the convolution of input {list(x.shape)}, weight {list(weight.shape)} is not fused in cuDNN's epilogue: {fused.why}; it runs as Inductor compiles it")
+    return fused
+
+
+def _channels_last(shape) -> Tuple[int, int, int, int]:
+    """The strides of a contiguous channels-last tensor of ``shape`` (N, C, H, W)."""
+    _, c, h, w = shape
+    return (h * w * c, 1, w * c, c)
 
 
 def pays_on_gpu(x: torch.Tensor, weight: torch.Tensor, stride, padding, dilation, groups) -> bool:

@@ -83,11 +83,16 @@ DEFAULTS: Dict[str, Any] = {
     # before the launch, as training graphs and graphs that write a buffer in place always are:
     # 0.06-0.08 us a tensor on the call's critical path.
     "check_after_launch": True,
-    # True: in float32 inference graphs on a GPU, a convolution whose output goes through
-    # per-channel affine ops (an inference BatchNorm) to a ReLU runs as cuDNN's fused
+    # True or "folded": in float32 inference graphs on a GPU, a convolution whose output goes
+    # through per-channel affine ops (an inference BatchNorm) to a ReLU runs as cuDNN's fused
     # convolution, bias and ReLU, over its weights scaled by the BatchNorm in the graph on every
     # call (``fold``); not where the ReLU feeds a concatenation or cuDNN's fused kernel is
-    # measured slower than the convolution alone at that shape.
+    # measured slower than the convolution alone at that shape. Its outputs differ from eager's
+    # by TF32's own error (the scaled weights round differently).
+    # "epilogue": the same chains as one cuDNN graph (package nvidia-cudnn-frontend) with the
+    # scale, bias and ReLU in the convolution's epilogue over the weights as they are: eager's
+    # arithmetic but for the order of float32 sums (``epilogue``); each shape's plans timed once,
+    # fused where the fastest beats the convolution and a pointwise pass and is exact.
     "fuse_convolutions": False,
     # Inductor's settings for this backend's compiles, as {name: value} (names of
     # `torch._inductor.config`, e.g. {"layout_optimization": False}); the rest are the user's.
@@ -115,7 +120,9 @@ def checked(options: Optional[dict]) -> Dict[str, Any]:
         raise NimbleInputError(f"option granularity={chosen['granularity']!r}: expected \"kernels\" or \"regions\"")
     if chosen["graphs"] is not None and (not isinstance(chosen["graphs"], (str, os.PathLike)) or os.path.isfile(chosen["graphs"])):
         raise NimbleInputError(f"option graphs={chosen['graphs']!r}: expected a directory to write the planned kernel graphs to")
-    for flag in ("priority", "merge_convolutions", "time_critical_path", "hoist_weight_kernels", "separate_weight_buffers", "weight_stream", "check_after_launch", "fuse_convolutions"):
+    if chosen["fuse_convolutions"] not in (False, True, "folded", "epilogue") or isinstance(chosen["fuse_convolutions"], int) and not isinstance(chosen["fuse_convolutions"], bool):
+        raise NimbleInputError(f"option fuse_convolutions={chosen['fuse_convolutions']!r}: expected False, True (\"folded\"), \"folded\" or \"epilogue\"")
+    for flag in ("priority", "merge_convolutions", "time_critical_path", "hoist_weight_kernels", "separate_weight_buffers", "weight_stream", "check_after_launch"):
         if not isinstance(chosen[flag], bool):
             raise NimbleInputError(f"option {flag}={chosen[flag]!r}: expected True or False")
     _check_inductor_config(chosen["inductor_config"])

@@ -233,7 +233,7 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
     if options["merge_convolutions"] and kind == "inference":
         report["merged_convolutions"] = merge.merge_sibling_convolutions(gm)
     if options["fuse_convolutions"] and kind == "inference" and on_cuda:
-        report["fused_convolutions"] = _fused(gm)
+        report["fused_convolutions"] = _fused(gm, "epilogue" if options["fuse_convolutions"] == "epilogue" else "folded")
     compiled = compile_fx_inner(gm, example_inputs, **inner_kwargs)
     mutated = sorted(set(mutated) | set(getattr(compiled, "mutated_input_idxs", None) or ()))
     try:
@@ -321,11 +321,19 @@ def _critical_path_program(compiled, wrapper, primary: dict, report: Dict[str, A
     return program
 
 
-def _fused(gm: torch.fx.GraphModule) -> Dict[str, Any]:
-    """Option ``fuse_convolutions`` on ``gm`` (``fold``): its counts, or, where the pass fails,
-    the reason, announced once (the chains it had not reached stay Inductor's)."""
+def _fused(gm: torch.fx.GraphModule, mode: str) -> Dict[str, Any]:
+    """Option ``fuse_convolutions`` on ``gm`` (``fold``, ``mode`` "folded" or "epilogue"): its
+    counts, or, where the pass fails or cannot run, the reason, announced once (the chains it
+    had not reached stay Inductor's)."""
+    if mode == "epilogue":
+        from . import epilogue
+
+        missing = epilogue.available()
+        if missing is not None:
+            warn_once(("epilogue",), f"nimble backend: option fuse_convolutions=\"epilogue\" needs cuDNN's graph API: {missing}; the convolutions run as Inductor compiles them")
+            return {"failed": missing}
     try:
-        return fold.fuse_convolutions(gm, fold.pays_on_gpu)
+        return fold.fuse_convolutions(gm, fold.pays_in_epilogue if mode == "epilogue" else fold.pays_on_gpu, mode=mode)
     except Exception as error:  # noqa: BLE001 - Inductor compiles whatever the graph is now
         gm.graph.eliminate_dead_code()
         gm.recompile()
