@@ -234,20 +234,23 @@ def _require_cudnn_frontend():
 
 @pytest.mark.parametrize("choose", ["streams", "single"])
 def test_convolutions_fused_in_the_epilogue_are_captured_and_exact(choose, monkeypatch):
-    # fuse_convolutions="epilogue": cuDNN's graph runs each chain (TF32 off: eager's arithmetic
-    # up to reassociation) over the weights as they are, the BatchNorm's scale and shift made in
-    # the graph on every call. Where the fastest plan would be measured slower than the
-    # convolution and a pointwise pass, the test keeps it anyway, so that all four are fused.
+    # fuse_convolutions="epilogue": cuDNN's graph runs each chain over the weights as they are,
+    # the BatchNorm's scale and shift made in the graph on every call. TF32 on for cuDNN's
+    # convolutions, eager's and the fused ones (cuDNN's fused plans in float32 are TF32 ones):
+    # the same roundings of the same numbers, so eager's outputs up to reassociation. Where the
+    # fastest plan would be measured slower than the convolution and a pointwise pass, the test
+    # keeps it anyway, so that all four are fused.
     from nimble_rs.dynamo import epilogue, fold
 
     _require_cudnn_frontend()
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
     epilogue._TUNED.clear()
     tuned = []
 
     def kept(*args):
         fused = fold.epilogue_plan(*args)
         if fused.plan is None and fused.why.startswith("slower"):
-            fused.plan = min(fused.plans, key=lambda p: fused.times[f"plan_{p}_us"])
+            fused.plan = min((p for p in fused.built if f"plan_{p}_us" in fused.times), key=lambda p: fused.times[f"plan_{p}_us"])
         tuned.append(fused)
         return fused.plan is not None
 
@@ -276,6 +279,7 @@ def test_a_shape_not_exact_in_the_epilogue_stays_inductors_with_a_warning(monkey
     from nimble_rs.dynamo import epilogue
 
     _require_cudnn_frontend()
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
     epilogue._TUNED.clear()
     monkeypatch.setattr(epilogue, "EXACT", -1.0)  # any output at all counts as inexact
     model = BranchyConvBN().cuda().eval()
@@ -287,6 +291,25 @@ def test_a_shape_not_exact_in_the_epilogue_stays_inductors_with_a_warning(monkey
     assert last_report()["fused_convolutions"] == {"fused": 0, "left_to_inductor": 0, "slower_fused": 4}
     said = [str(w.message) for w in caught if "not fused in cuDNN's epilogue" in str(w.message)]
     assert len(said) == 2 and "differs from the unfused arithmetic" in said[0], said
+    epilogue._TUNED.clear()
+
+
+def test_with_tf32_off_the_epilogue_fuses_only_plans_without_it_and_stays_exact():
+    # Eager's convolutions are full float32 then: plans that would use TF32 are not candidates.
+    # Whichever shapes are fused, the model computes what eager does.
+    from nimble_rs.dynamo import epilogue
+
+    _require_cudnn_frontend()
+    epilogue._TUNED.clear()
+    model = BranchyConvBN().cuda().eval()
+    fast = compiled(model, choose="streams", fuse_convolutions="epilogue")
+    with torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(4, 16, 24, 24, device="cuda")
+            assert relative_error(fast(x), model(x)) < TOLERANCE
+    counts = last_report()["fused_convolutions"]
+    assert counts["fused"] + counts["slower_fused"] == 4 and counts["left_to_inductor"] == 0, counts
+    assert len(epilogue._TUNED) == 2
     epilogue._TUNED.clear()
 
 

@@ -17,6 +17,7 @@ backend), so that a program Inductor cached with it finds it; off CUDA, or for a
 tuned, it computes the same thing by ATen ops (every shape the backend fuses was tuned first).
 """
 
+import atexit
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
@@ -31,6 +32,8 @@ EXACT = 1e-5
 # The plans of cuDNN's ranked list built and timed per shape (on Inception-v4's and -v3's
 # convolutions the fastest of the first eight was always among the first five; H200, 1.32.0).
 PLANS = 5
+# A plan within this factor of the convolution alone ends the search (``tune``).
+ENOUGH = 1.02
 
 
 @torch.library.custom_op("nimble::conv_scale_bias_relu", mutates_args=())
@@ -95,28 +98,34 @@ def _handle(device: torch.device):
 
 @dataclass
 class Fused:
-    """One shape's cuDNN graph, its plans that build, and the plan kept (None: not fused)."""
+    """One shape's cuDNN graph, the plans of its ranked list to try, those built (with their
+    workspace bytes), and the plan kept (None: not fused, ``why``)."""
 
     graph: Any
     tensors: Tuple[Any, ...]
     handle: Any
-    plans: List[int]
-    workspace: int
+    candidates: List[int]
     geometry: tuple = ()
+    built: Dict[int, int] = field(default_factory=dict)
     plan: Optional[int] = None
     why: str = ""
     times: Dict[str, float] = field(default_factory=dict)
 
+    def build(self, plan: int) -> None:
+        self.graph.build_plan_at_index(plan)
+        self.built[plan] = self.graph.get_workspace_size_plan_at_index(plan)
+
     def run(self, x, weight, scale, bias, plan: Optional[int] = None) -> torch.Tensor:
         import cudnn
 
+        plan = self.plan if plan is None else plan
         channels = weight.shape[0]
         out = torch.empty(_out_shape(x, weight, self.geometry), dtype=x.dtype, device=x.device, memory_format=torch.channels_last)
-        workspace = torch.empty(max(self.workspace, 1), dtype=torch.uint8, device=x.device)
+        workspace = torch.empty(max(self.built[plan], 1), dtype=torch.uint8, device=x.device)
         cudnn.set_stream(self.handle, torch.cuda.current_stream(x.device).cuda_stream)
         tx, tw, ts, tb, ty = self.tensors
         pack = {tx: x, tw: weight, ts: scale.contiguous().view(1, channels, 1, 1), tb: bias.contiguous().view(1, channels, 1, 1), ty: out}
-        self.graph.execute_plan_at_index(pack, workspace, index=self.plan if plan is None else plan, handle=self.handle)
+        self.graph.execute_plan_at_index(pack, workspace, index=plan, handle=self.handle)
         return out
 
 
@@ -129,8 +138,8 @@ def _out_shape(x, weight, geometry) -> Tuple[int, int, int, int]:
 
 def _build(x, weight, scale, bias, stride, padding, dilation) -> Fused:
     """The graph relu(conv(x, weight) * scale + bias) for these tensors' shapes and strides, in
-    float32 (TF32 where PyTorch allows it for cuDNN's convolutions, as eager's), with the first
-    ``PLANS`` plans of cuDNN's ranked list that build."""
+    float32 (TF32 where PyTorch allows it for cuDNN's convolutions, as eager's), the first
+    ``PLANS`` plans of cuDNN's ranked list its candidates (built as they are tried)."""
     import cudnn
 
     handle = _handle(x.device)
@@ -147,18 +156,19 @@ def _build(x, weight, scale, bias, stride, padding, dilation) -> Fused:
         # Eager's convolutions are full float32 then: so are the fused ones.
         graph.deselect_numeric_notes([cudnn.numerical_note.TENSOR_CORE])
     graph.check_support()
-    plans, workspace = [], 0
-    for index in range(min(graph.get_execution_plan_count(), PLANS)):
-        try:
-            graph.build_plan_at_index(index)
-        except Exception:  # noqa: BLE001 - a plan that does not build is no candidate
-            continue
-        plans.append(index)
-        workspace = max(workspace, graph.get_workspace_size_plan_at_index(index))
-    return Fused(graph, (tx, tw, ts, tb, y), handle, plans, workspace, (tuple(stride), tuple(padding), tuple(dilation)))
+    candidates = list(range(min(graph.get_execution_plan_count(), PLANS)))
+    return Fused(graph, (tx, tw, ts, tb, y), handle, candidates, (tuple(stride), tuple(padding), tuple(dilation)))
 
 
 _TUNED: Dict[tuple, Fused] = {}
+
+
+@atexit.register
+def _release() -> None:
+    """cuDNN's graphs and handles let go before the interpreter tears its modules down (held
+    then, the package's bindings report them as leaks)."""
+    _TUNED.clear()
+    _HANDLES.clear()
 
 
 def tune(x_shape, x_stride, w_shape, w_stride, dtype, device, stride, padding, dilation, timer) -> Fused:
@@ -166,7 +176,9 @@ def tune(x_shape, x_stride, w_shape, w_stride, dtype, device, stride, padding, d
     (a CUDA device with its index), built once: its plans timed (``timer(run) -> microseconds``)
     on random tensors, the fastest kept where it beats the convolution followed by one pointwise
     pass over its output (Inductor's BatchNorm-ReLU kernel reads and writes as much) and matches
-    the unfused arithmetic within ``EXACT``; else ``plan`` None and ``why``."""
+    the unfused arithmetic within ``EXACT``; else ``plan`` None and ``why``. Plans are built
+    (cuDNN compiles some: most of the time this takes) and timed in cuDNN's order, until one
+    takes at most ``ENOUGH`` times the convolution alone: none would gain more than that."""
     key = _key(x_shape, x_stride, w_shape, w_stride, dtype, device, stride, padding, dilation)
     if key in _TUNED:
         return _TUNED[key]
@@ -182,20 +194,25 @@ def tune(x_shape, x_stride, w_shape, w_stride, dtype, device, stride, padding, d
         try:
             fused = _build(x, weight, scale.view(1, channels, 1, 1), bias.view(1, channels, 1, 1), stride, padding, dilation)
         except Exception as error:  # noqa: BLE001 - cuDNN has no graph for it: not fused
-            fused = Fused(None, (), None, [], 0, why=f"no cuDNN graph ({type(error).__name__}: {str(error).splitlines()[0][:160] if str(error) else ''})")
+            fused = Fused(None, (), None, [], why=f"no cuDNN graph ({type(error).__name__}: {str(error).splitlines()[0][:160] if str(error) else ''})")
             _TUNED[key] = fused
             return fused
         geometry = (list(stride), list(padding), list(dilation))
+        alone = timer(lambda: F.conv2d(x, weight, None, *geometry))
         unfused = timer(lambda: torch.clamp_min(F.conv2d(x, weight, None, *geometry), 0))
-        times = {}
-        for plan in fused.plans:
+        times, failure = {}, ""
+        for plan in fused.candidates:
             try:
+                fused.build(plan)
                 times[plan] = timer(lambda plan=plan: fused.run(x, weight, scale, bias, plan))
-            except Exception:  # noqa: BLE001 - a plan that fails to run is no candidate
+            except Exception as error:  # noqa: BLE001 - a plan that fails to build or run is no candidate
+                failure = failure or f" (the first failure: {type(error).__name__}: {str(error).splitlines()[0][:160] if str(error) else ''})"
                 continue
-        fused.times = {"unfused_us": unfused, **{f"plan_{p}_us": t for p, t in times.items()}}
+            if times[plan] <= ENOUGH * alone:
+                break
+        fused.times = {"alone_us": alone, "unfused_us": unfused, **{f"plan_{p}_us": t for p, t in times.items()}}
         if not times:
-            fused.why = "no plan of cuDNN's ran"
+            fused.why = f"none of cuDNN's first {len(fused.candidates)} plans ran{failure}"
         else:
             best = min(times, key=times.get)
             expected = reference(x, weight, scale, bias, *geometry)
