@@ -101,6 +101,18 @@ def test_in_the_epilogue_the_batchnorm_chains_fuse_over_the_weights_as_they_are(
     assert relative_error(got, expected) < 1e-5
 
 
+def test_a_tuned_epilogue_graph_is_found_whatever_the_strides_of_dimensions_of_size_one():
+    # A 1x1 weight tuned channels-last at compile time, (C, 1, C, C), comes contiguous at run
+    # time, (C, 1, 1, 1): the same memory, so the same graph (the strides of size-1 dimensions
+    # are no part of the key); a 3x3 weight's layouts are two graphs.
+    from nimble_rs.dynamo.epilogue import _key
+
+    geometry = ((1, 1), (0, 0), (1, 1))
+    x = ((4, 16, 24, 24), (9216, 1, 384, 16))
+    assert _key(*x, (8, 16, 1, 1), (16, 1, 16, 16), torch.float32, "cuda:0", *geometry) == _key(*x, (8, 16, 1, 1), (16, 1, 1, 1), torch.float32, "cuda:0", *geometry)
+    assert _key(*x, (8, 16, 3, 3), (144, 1, 48, 16), torch.float32, "cuda:0", *geometry) != _key(*x, (8, 16, 3, 3), (144, 9, 3, 1), torch.float32, "cuda:0", *geometry)
+
+
 class ScaledAndShiftedByANumber(nn.Module):
     """relu(conv(x) * a * b + 1) with no bias: the scale a * b is built before the shift turns
     out to be a number with no bias to carry it."""

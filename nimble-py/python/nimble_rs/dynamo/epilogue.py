@@ -71,7 +71,11 @@ def reference(x, weight, scale, bias, stride, padding, dilation) -> torch.Tensor
 
 
 def _key(x_shape, x_stride, w_shape, w_stride, dtype, device, stride, padding, dilation) -> tuple:
-    return (tuple(x_shape), tuple(x_stride), tuple(w_shape), tuple(w_stride), dtype, torch.device(device), tuple(stride), tuple(padding), tuple(dilation))
+    """What a tuned graph is kept under. The stride of a dimension of size 1 addresses nothing,
+    so it is left out: a 1x1 weight Inductor passes contiguous, (C, 1, 1, 1), is the channels-last
+    one tuned at compile time, (C, 1, C, C) (seen tuned a second time at the first call)."""
+    used = lambda shape, strides: tuple(st if n != 1 else None for n, st in zip(shape, strides))
+    return (tuple(x_shape), used(x_shape, x_stride), tuple(w_shape), used(w_shape, w_stride), dtype, torch.device(device), tuple(stride), tuple(padding), tuple(dilation))
 
 
 def available() -> Optional[str]:
