@@ -108,7 +108,7 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
     // rounds, and eager's own TF32 drift judging Inception-v4's float32 errors.
     let figures = scratch("same-process-rounds");
     // "MODEL/backend-NAME": the backend with other options, on its line after the model's.
-    let cases: [RecordCase; 67] = [
+    let cases: [RecordCase; 69] = [
         ("same-process-backend-6476f4a-bfloat16-b1-decoders.json", &[("llama", "0.89", "0.89–0.89"), ("qwen2", "0.86", "0.85–0.87"), ("mistral", "0.90", "0.90–0.90")]),
         ("same-process-backend-628bc90-float32-b1-branchy.json", &[("googlenet", "0.65", "0.63–0.65"), ("inception-v4", "0.68", "0.66–0.69"), ("nasnet-a-large", "0.66", "0.64–0.67")]),
         // The critical-path plan timed at the choice (option time_critical_path), batch 16.
@@ -191,6 +191,9 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
         // Option fuse_convolutions (cuDNN's fused convolution+bias+ReLU over weights folded every call), off by default.
         ("same-process-backend-e2bdbbc-float32-b16-inception-v4-googlenet-fuse.json", &[("inception-v4", "0.82", "0.79–0.84"), ("inception-v4/backend-fuse", "0.77", "0.74–0.80"), ("googlenet", "0.80", "0.78–0.87"), ("googlenet/backend-fuse", "0.85", "0.82–0.90")]),
         ("same-process-backend-554031c-float32-b16-inception-v3-resnet50-fuse.json", &[("inception-v3", "0.83", "0.72–0.88"), ("inception-v3/backend-fuse", "0.76", "0.72–0.79"), ("resnet50", "0.98", "0.93–0.98"), ("resnet50/backend-fuse", "0.95", "0.92–0.95")]),
+        // fuse_convolutions="epilogue" (cuDNN's graph API, the BatchNorm in the convolution's epilogue over unscaled weights), off by default.
+        ("same-process-backend-31a6c10-float32-b16-inception-v4-epilogue.json", &[("inception-v4", "0.81", "0.75–0.87"), ("inception-v4/backend-epi", "0.78", "0.76–0.81")]),
+        ("same-process-backend-b4fb905-float32-b16-inception-v4-inception-v3-epilogue.json", &[("inception-v4", "0.78", "0.78–0.82"), ("inception-v4/backend-epi", "0.82", "0.77–0.88"), ("inception-v3", "0.82", "0.81–0.83"), ("inception-v3/backend-epi", "0.80", "0.78–0.82")]),
     ];
     for (record, rows) in cases {
         let text = rendered("same-process", &format!("../paper-figs/results/{record}"), &figures);
@@ -263,6 +266,14 @@ fn the_fused_convolution_probe_totals_are_as_published() {
     let totals: Vec<&str> = text.lines().filter(|l| l.starts_with("total us:")).collect();
     assert_eq!(totals, ["total us: conv alone 2918, conv + bn-relu 3771, fused 2877 (0.76 of unfused); largest difference 2.8e-04", "total us: conv alone 1593, conv + bn-relu 2094, fused 1602 (0.76 of unfused); largest difference 3.5e-04"], "{text}");
     assert!(text.lines().any(|l| l.starts_with("features.4.branch1.1.conv") && l.contains(" 1.30 ")), "{text}");
+    // The epilogue probe (cuDNN's graph API, H200): the fastest of cuDNN's plans 0.79 and 0.74 of
+    // the unfused time, its first plan no faster, exact but for the first convolution.
+    let text = std::fs::read_to_string(dir.join("cudnn-graph-probe-b5a5906.h200.txt")).unwrap();
+    let totals: Vec<&str> = text.lines().filter(|l| l.starts_with("total us:")).collect();
+    assert_eq!(totals.len(), 2, "{text}");
+    assert!(totals[0].contains("conv + bn-relu 3595, folded 2779, graph first 3499, graph 2858") && totals[0].contains("of unfused: graph 0.79, best 0.79, folded 0.77"), "{text}");
+    assert!(totals[1].contains("of unfused: graph 0.74, best 0.74, folded 0.77"), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("features.0.conv") && l.contains(" 6.8e-04 ")), "{text}");
 }
 
 /// Each (model, batch, ratio, rounds) on a row of `nimble-bench training-backend`'s table.
