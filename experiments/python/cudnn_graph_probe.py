@@ -85,17 +85,10 @@ def main():
     parser.add_argument("--limit", type=int, default=0, help="the first N convolutions only")
     args = parser.parse_args()
     import cudnn
-    import timm
+    from fused_conv_probe import convolutions
 
-    torch.backends.cudnn.benchmark = True
     print(f"cudnn-frontend {cudnn.__version__}, cuDNN backend {cudnn.backend_version()}, torch {torch.__version__} (cuDNN {torch.backends.cudnn.version()})")
-    model = timm.create_model(args.model, pretrained=False).cuda().eval()
-    convs = []
-    hooks = [m.register_forward_pre_hook(lambda m, inputs, name=name: convs.append((name, tuple(inputs[0].shape), m))) for name, m in model.named_modules() if isinstance(m, torch.nn.Conv2d)]
-    with torch.no_grad():
-        model(torch.randn(args.batch, 3, args.size, args.size, device="cuda"))
-    for h in hooks:
-        h.remove()
+    convs = convolutions(args.model, args.batch, args.size)
     if args.limit:
         convs = convs[: args.limit]
     handle = cudnn.create_handle()

@@ -21,22 +21,29 @@ import torch.nn.functional as F
 from nimble_rs.dynamo.fold import graph_us
 
 
+def convolutions(model_name: str, batch: int, size: int):
+    """(name, input shape, module) of each 2-D convolution of the timm model, in the order one
+    inference call on the GPU runs them (cuDNN's benchmark mode on)."""
+    import timm
+
+    torch.backends.cudnn.benchmark = True
+    model = timm.create_model(model_name, pretrained=False).cuda().eval()
+    convs = []
+    hooks = [m.register_forward_pre_hook(lambda m, inputs, name=name: convs.append((name, tuple(inputs[0].shape), m))) for name, m in model.named_modules() if isinstance(m, torch.nn.Conv2d)]
+    with torch.no_grad():
+        model(torch.randn(batch, 3, size, size, device="cuda"))
+    for h in hooks:
+        h.remove()
+    return convs
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="inception_v4")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--size", type=int, default=299)
     args = parser.parse_args()
-    import timm
-
-    torch.backends.cudnn.benchmark = True
-    model = timm.create_model(args.model, pretrained=False).cuda().eval()
-    convs = []
-    hooks = [m.register_forward_pre_hook(lambda m, inputs, name=name: convs.append((name, tuple(inputs[0].shape), m))) for name, m in model.named_modules() if isinstance(m, torch.nn.Conv2d)]
-    with torch.no_grad():
-        model(torch.randn(args.batch, 3, args.size, args.size, device="cuda"))
-    for h in hooks:
-        h.remove()
+    convs = convolutions(args.model, args.batch, args.size)
     pointwise = torch.compile(lambda y, s, b: torch.relu(y * s + b))
     totals = {"conv": 0.0, "conv + bn-relu": 0.0, "fused": 0.0}
     worst = 0.0

@@ -181,20 +181,26 @@ def test_fused_convolutions_are_captured_and_fold_the_weights_of_every_call(choo
     from nimble_rs.dynamo import fold
 
     monkeypatch.setattr(fold, "pays_on_gpu", lambda *shape: True)
+    _all_chains_fused_and_following_every_call(choose, TOLERANCE, fuse_convolutions=True)
+
+
+def _all_chains_fused_and_following_every_call(choose, tolerance, **options):
+    """BranchyConvBN compiled with ``options``: its four chains fused, its outputs against
+    eager's within ``tolerance``, also after .data writes to a weight and to a BatchNorm's
+    statistics (every call computes what is fused from them as they are), one shape captured."""
     model = BranchyConvBN().cuda().eval()
-    fast = compiled(model, choose=choose, fuse_convolutions=True)
+    fast = compiled(model, choose=choose, **options)
     x = torch.randn(4, 16, 24, 24, device="cuda")
     with torch.no_grad():
-        assert relative_error(fast(x), model(x)) < TOLERANCE
+        assert relative_error(fast(x), model(x)) < tolerance
         report = last_report()
         assert report["fused_convolutions"] == {"fused": 4, "left_to_inductor": 0, "slower_fused": 0}, report
         assert report["choice"] == choose, report
-        # Every call folds the weights as they are, .data writes included.
         model.left[0].weight.data.mul_(-0.5)
         model.right[4].running_var.mul_(2.0)
         for _ in range(3):
             x = torch.randn(4, 16, 24, 24, device="cuda")
-            assert relative_error(fast(x), model(x)) < TOLERANCE
+            assert relative_error(fast(x), model(x)) < tolerance
     assert last_report()["captured_shapes"] == 1
 
 
@@ -250,30 +256,15 @@ def test_convolutions_fused_in_the_epilogue_are_captured_and_match_eager(choose,
     _require_cudnn_frontend()
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
     epilogue._TUNED.clear()
-    tuned = []
 
     def kept(*args):
         fused = fold.epilogue_plan(*args)
         if fused.plan is None and fused.times.get("difference") is not None:
             fused.plan = min((p for p in fused.built if f"plan_{p}_us" in fused.times), key=lambda p: fused.times[f"plan_{p}_us"])
-        tuned.append(fused)
         return fused.plan is not None
 
     monkeypatch.setattr(fold, "pays_in_epilogue", kept)
-    model = BranchyConvBN().cuda().eval()
-    fast = compiled(model, choose=choose, fuse_convolutions="epilogue")
-    x = torch.randn(4, 16, 24, 24, device="cuda")
-    with torch.no_grad():
-        assert relative_error(fast(x), model(x)) < TF32_TOLERANCE
-        report = last_report()
-        assert report["fused_convolutions"] == {"fused": 4, "left_to_inductor": 0, "slower_fused": 0}, report
-        assert report["choice"] == choose, report
-        model.left[0].weight.data.mul_(-0.5)
-        model.right[4].running_var.mul_(2.0)
-        for _ in range(3):
-            x = torch.randn(4, 16, 24, 24, device="cuda")
-            assert relative_error(fast(x), model(x)) < TF32_TOLERANCE
-    assert last_report()["captured_shapes"] == 1
+    _all_chains_fused_and_following_every_call(choose, TF32_TOLERANCE, fuse_convolutions="epilogue")
     # Two shapes (3x3 and 1x1), each built and timed once.
     assert len(epilogue._TUNED) == 2, list(epilogue._TUNED)
     epilogue._TUNED.clear()

@@ -56,6 +56,11 @@ def conv_scale_bias_relu(x: torch.Tensor, weight: torch.Tensor, scale: torch.Ten
 
 @conv_scale_bias_relu.register_fake
 def _(x, weight, scale, bias, stride, padding, dilation):
+    return channels_last_output(x, weight, stride, padding, dilation)
+
+
+def channels_last_output(x, weight, stride, padding, dilation) -> torch.Tensor:
+    """An empty channels-last tensor of the convolution's output shape (real or fake, as ``x``)."""
     n, _, h, w = x.shape
     o, _, kh, kw = weight.shape
     ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
@@ -124,20 +129,13 @@ class Fused:
 
         plan = self.plan if plan is None else plan
         channels = weight.shape[0]
-        out = torch.empty(_out_shape(x, weight, self.geometry), dtype=x.dtype, device=x.device, memory_format=torch.channels_last)
+        out = channels_last_output(x, weight, *self.geometry)
         workspace = torch.empty(max(self.built[plan], 1), dtype=torch.uint8, device=x.device)
         cudnn.set_stream(self.handle, torch.cuda.current_stream(x.device).cuda_stream)
         tx, tw, ts, tb, ty = self.tensors
         pack = {tx: x, tw: weight, ts: scale.contiguous().view(1, channels, 1, 1), tb: bias.contiguous().view(1, channels, 1, 1), ty: out}
         self.graph.execute_plan_at_index(pack, workspace, index=plan, handle=self.handle)
         return out
-
-
-def _out_shape(x, weight, geometry) -> Tuple[int, int, int, int]:
-    stride, padding, dilation = geometry
-    n, _, h, w = x.shape
-    o, _, kh, kw = weight.shape
-    return (n, o, (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1, (w + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1)
 
 
 def _build(x, weight, scale, bias, stride, padding, dilation) -> Fused:

@@ -21,7 +21,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from . import epilogue  # noqa: F401 - defines nimble::conv_scale_bias_relu
+from . import epilogue  # (also defines nimble::conv_scale_bias_relu)
 from .compiled import warn_once
 from .fxnodes import Builder
 from .fxnodes import value as _val
@@ -43,11 +43,7 @@ def conv_bias_relu(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.T
 
 @conv_bias_relu.register_fake
 def _(x, weight, bias, stride, padding, dilation, groups):
-    n, _, h, w = x.shape
-    o, _, kh, kw = weight.shape
-    ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
-    wo = (w + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-    return torch.empty_strided((n, o, ho, wo), (ho * wo * o, 1, wo * o, o), dtype=x.dtype, device=x.device)
+    return epilogue.channels_last_output(x, weight, stride, padding, dilation)
 
 
 _LOWERED: set = set()
