@@ -214,16 +214,25 @@ def test_a_shape_without_a_fused_engine_stays_inductors_with_a_warning(monkeypat
 
     monkeypatch.setattr(fold, "fused_op", lambda: no_engine)
     fold._MEASURED.clear()
+    said = _none_fused_with_a_warning_per_shape("fused convolution failed", TOLERANCE, fuse_convolutions=True)
+    assert "CUDNN_STATUS_NOT_SUPPORTED" in said[0], said
+    fold._MEASURED.clear()
+
+
+def _none_fused_with_a_warning_per_shape(phrase, tolerance, **options):
+    """BranchyConvBN compiled with ``options`` where no chain gets fused: its outputs against
+    eager's, its four chains counted slower fused, and one warning saying ``phrase`` for each
+    of its two shapes (3x3 and 1x1), returned."""
     model = BranchyConvBN().cuda().eval()
-    fast = compiled(model, choose="streams", fuse_convolutions=True)
+    fast = compiled(model, choose="streams", **options)
     x = torch.randn(4, 16, 24, 24, device="cuda")
     with warnings.catch_warnings(record=True) as caught, torch.no_grad():
         warnings.simplefilter("always")
-        assert relative_error(fast(x), model(x)) < TOLERANCE
+        assert relative_error(fast(x), model(x)) < tolerance
     assert last_report()["fused_convolutions"] == {"fused": 0, "left_to_inductor": 0, "slower_fused": 4}
-    said = [str(w.message) for w in caught if "fused convolution failed" in str(w.message)]
-    assert len(said) == 2 and "CUDNN_STATUS_NOT_SUPPORTED" in said[0], said  # two shapes: 3x3 and 1x1
-    fold._MEASURED.clear()
+    said = [str(w.message) for w in caught if phrase in str(w.message)]
+    assert len(said) == 2, said
+    return said
 
 
 # With TF32 on (cuDNN's fused float32 plans are TF32 ones), Inductor's program alone is 1.1e-4
@@ -277,15 +286,8 @@ def test_a_shape_not_exact_in_the_epilogue_stays_inductors_with_a_warning(monkey
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
     epilogue._TUNED.clear()
     monkeypatch.setattr(epilogue, "EXACT", -1.0)  # any output at all counts as inexact
-    model = BranchyConvBN().cuda().eval()
-    fast = compiled(model, choose="streams", fuse_convolutions="epilogue")
-    x = torch.randn(4, 16, 24, 24, device="cuda")
-    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
-        warnings.simplefilter("always")
-        assert relative_error(fast(x), model(x)) < TF32_TOLERANCE
-    assert last_report()["fused_convolutions"] == {"fused": 0, "left_to_inductor": 0, "slower_fused": 4}
-    said = [str(w.message) for w in caught if "not fused in cuDNN's epilogue" in str(w.message)]
-    assert len(said) == 2 and "differs from the unfused arithmetic" in said[0], said
+    said = _none_fused_with_a_warning_per_shape("not fused in cuDNN's epilogue", TF32_TOLERANCE, fuse_convolutions="epilogue")
+    assert "differs from the unfused arithmetic" in said[0], said
     epilogue._TUNED.clear()
 
 

@@ -25,6 +25,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 
+from .runner import graph_us
+
 # The largest difference a fused shape may show from the unfused arithmetic (ATen's convolution,
 # then the scale, the bias and the ReLU), relative to the output's largest magnitude: float32
 # sums in another order, not TF32 roundings of other numbers (about 3e-4 at these shapes).
@@ -46,8 +48,6 @@ def conv_scale_bias_relu(x: torch.Tensor, weight: torch.Tensor, scale: torch.Ten
     if fused is None:
         # Strides other than those tuned at compile time (Inductor's padding, say): tuned now,
         # at a warm-up call, before the program is captured.
-        from .fold import graph_us
-
         fused = tune(tuple(x.shape), tuple(x.stride()), tuple(weight.shape), tuple(weight.stride()), x.dtype, x.device, stride, padding, dilation, lambda run: graph_us(run, x.device))
     if fused.plan is None:
         return reference(x, weight, scale, bias, stride, padding, dilation)

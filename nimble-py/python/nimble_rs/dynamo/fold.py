@@ -14,7 +14,6 @@ result into the concatenation's buffer, which the fused kernel could not), and s
 convolution where the fused kernel is measured slower than the convolution alone, or fails
 (``pays_on_gpu``)."""
 
-import statistics
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -25,6 +24,7 @@ from . import epilogue  # (also defines nimble::conv_scale_bias_relu)
 from .compiled import warn_once
 from .fxnodes import Builder
 from .fxnodes import value as _val
+from .runner import graph_us
 
 aten = torch.ops.aten
 AFFINE = {aten.sub.Tensor, aten.add.Tensor, aten.mul.Tensor, aten.div.Tensor}
@@ -288,27 +288,3 @@ def pays_on_gpu(x: torch.Tensor, weight: torch.Tensor, stride, padding, dilation
         del xr, wr, br
     _MEASURED[key] = fused <= 1.05 * alone
     return _MEASURED[key]
-
-
-def graph_us(run: Callable[[], Any], device=None, repeats: int = 10, samples: int = 5) -> float:
-    """Median microseconds of one ``run``, ``repeats`` of them captured in one CUDA graph."""
-    stream = torch.cuda.Stream(device)
-    stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            run()
-    torch.cuda.current_stream(device).wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for _ in range(repeats):
-            run()
-    times = []
-    for _ in range(samples):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / repeats)
-    del graph
-    return statistics.median(times)

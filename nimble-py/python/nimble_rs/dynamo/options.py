@@ -120,7 +120,7 @@ def checked(options: Optional[dict]) -> Dict[str, Any]:
         raise NimbleInputError(f"option granularity={chosen['granularity']!r}: expected \"kernels\" or \"regions\"")
     if chosen["graphs"] is not None and (not isinstance(chosen["graphs"], (str, os.PathLike)) or os.path.isfile(chosen["graphs"])):
         raise NimbleInputError(f"option graphs={chosen['graphs']!r}: expected a directory to write the planned kernel graphs to")
-    if chosen["fuse_convolutions"] not in (False, True, "folded", "epilogue") or isinstance(chosen["fuse_convolutions"], int) and not isinstance(chosen["fuse_convolutions"], bool):
+    if not (isinstance(chosen["fuse_convolutions"], bool) or chosen["fuse_convolutions"] in ("folded", "epilogue")):
         raise NimbleInputError(f"option fuse_convolutions={chosen['fuse_convolutions']!r}: expected False, True (\"folded\"), \"folded\" or \"epilogue\"")
     for flag in ("priority", "merge_convolutions", "time_critical_path", "hoist_weight_kernels", "separate_weight_buffers", "weight_stream", "check_after_launch"):
         if not isinstance(chosen[flag], bool):

@@ -14,6 +14,7 @@ Outputs are the graph's static tensors: the next call overwrites them (as with
 """
 
 import gc
+import statistics
 import time
 import weakref
 from typing import Any, Callable, Dict, List, Sequence, Tuple
@@ -418,6 +419,30 @@ def time_samples_ms(run: Callable[[], Any], repeats: int = 30) -> List[float]:
         end.synchronize()
         times.append(start.elapsed_time(end))
     return times
+
+
+def graph_us(run: Callable[[], Any], device=None, repeats: int = 10, samples: int = 5) -> float:
+    """Median microseconds of one ``run``, ``repeats`` of them captured in one CUDA graph."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            run()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for _ in range(repeats):
+            run()
+    times = []
+    for _ in range(samples):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000 / repeats)
+    del graph
+    return statistics.median(times)
 
 
 def shape_key(args: Sequence[Any]) -> Tuple:
