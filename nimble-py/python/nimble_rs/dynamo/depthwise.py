@@ -1,0 +1,55 @@
+"""A depthwise convolution (one filter per channel) as the sum of its kernel's shifted windows,
+each scaled by its channel's weight: pointwise arithmetic Inductor fuses into one kernel (with
+the padding, and with the producers and consumers it can fuse with), where it otherwise calls
+cuDNN's depthwise kernel. A decomposition of ``aten.convolution`` (for AOTAutograd's table):
+other convolutions are left as they are (``NotImplemented``)."""
+
+from typing import List, Optional
+
+import torch
+
+aten = torch.ops.aten
+
+# The largest kernel decomposed: a k x k window is k * k loads per output.
+MAX_TAPS = 49
+
+
+def applies(x: torch.Tensor, weight: torch.Tensor, transposed: bool, output_padding: List[int], groups: int) -> bool:
+    """A 2-D depthwise convolution, one output channel per input channel, a kernel of at most
+    ``MAX_TAPS`` taps, float sizes known."""
+    if transposed or any(output_padding) or x.dim() != 4 or weight.dim() != 4 or not x.is_floating_point():
+        return False
+    channels = x.shape[1]
+    if not all(isinstance(s, int) for s in (*x.shape, *weight.shape)):
+        return False
+    return groups == channels and groups > 1 and weight.shape[0] == channels and weight.shape[1] == 1 and weight.shape[2] * weight.shape[3] <= MAX_TAPS
+
+
+def decompose(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: List[int], padding: List[int], dilation: List[int], transposed: bool, output_padding: List[int], groups: int):
+    """``aten.convolution`` of a depthwise convolution as windows of the padded input times
+    each tap's per-channel weight, summed tap by tap in the kernel's row-major order, plus the
+    bias; ``NotImplemented`` for any other convolution."""
+    if not applies(x, weight, transposed, output_padding, groups):
+        return NotImplemented
+    n, channels, height, width = x.shape
+    kh, kw = weight.shape[2], weight.shape[3]
+    (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
+    out_h = (height + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    out_w = (width + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    padded = aten.constant_pad_nd.default(x, [pw, pw, ph, ph], 0.0) if ph or pw else x
+    total = None
+    for i in range(kh):
+        rows = aten.slice.Tensor(padded, 2, i * dh, i * dh + sh * (out_h - 1) + 1, sh)
+        for j in range(kw):
+            window = aten.slice.Tensor(rows, 3, j * dw, j * dw + sw * (out_w - 1) + 1, sw)
+            tap = aten.view.default(aten.select.int(aten.select.int(weight, 3, j), 2, i), [1, channels, 1, 1])
+            term = aten.mul.Tensor(window, tap)
+            total = term if total is None else aten.add.Tensor(total, term)
+    if bias is not None:
+        total = aten.add.Tensor(total, aten.view.default(bias, [1, channels, 1, 1]))
+    return total
+
+
+def _pair(values: List[int]):
+    values = list(values)
+    return (values[0], values[0]) if len(values) == 1 else (values[0], values[1])
