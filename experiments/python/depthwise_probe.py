@@ -22,7 +22,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-from nimble_rs.dynamo.depthwise import decompose
+from nimble_rs.dynamo.depthwise import decompose, triton_depthwise
 from nimble_rs.dynamo.runner import graph_us
 
 
@@ -30,13 +30,17 @@ def relative(a, b):
     return ((a.double() - b.double()).abs().max() / b.double().abs().max().clamp_min(1e-30)).item()
 
 
-def per_convolution(model_name, batch, size):
+CONFIGS = [(8, 32, 4), (16, 32, 4), (8, 64, 4), (4, 64, 4), (16, 64, 8), (32, 32, 8), (4, 128, 4), (2, 128, 4)]
+
+
+def per_convolution(model_name, batch, size, decomposed):
     from fused_conv_probe import convolutions
 
     convs = convolutions(model_name, batch, size)
     depthwise = [(n, s, c) for n, s, c in convs if c.groups > 1 and c.groups == c.in_channels == c.out_channels]
-    print(f"== {model_name} b{batch}: {len(convs)} convolutions, {len(depthwise)} depthwise; us each: cuDNN, decomposed; decomposed/cuDNN; difference from float64: cuDNN, decomposed; compile s", flush=True)
-    seen, totals, worst = {}, {"cudnn": 0.0, "decomposed": 0.0}, {"cudnn": 0.0, "decomposed": 0.0}
+    systems = ["cudnn"] + [f"triton {w}x{c}/{nw}" for w, c, nw in CONFIGS] + (["decomposed"] if decomposed else [])
+    print(f"== {model_name} b{batch}: {len(convs)} convolutions, {len(depthwise)} depthwise; us each: " + ", ".join(systems) + "; best triton/cuDNN; difference from float64: cuDNN, triton (largest of its tiles)" + (", decomposed" if decomposed else ""), flush=True)
+    seen, totals, worst = {}, dict.fromkeys(systems + ["best triton"], 0.0), {"cudnn": 0.0, "triton": 0.0, "decomposed": 0.0}
     with torch.no_grad():
         for name, shape, conv in depthwise:
             geometry = (list(conv.stride), list(conv.padding), list(conv.dilation))
@@ -44,24 +48,26 @@ def per_convolution(model_name, batch, size):
             if key not in seen:
                 x = torch.randn(shape, device="cuda").contiguous(memory_format=torch.channels_last)
                 w = conv.weight.detach().contiguous(memory_format=torch.channels_last)
-                started = time.perf_counter()
-                compiled = torch.compile(lambda x, w: decompose(x, w, None, *geometry, False, [0, 0], conv.groups), dynamic=False)
-                out = compiled(x, w)
-                seconds = time.perf_counter() - started
                 exact = F.conv2d(x.double(), w.double(), None, *geometry, conv.groups)
-                times = {
-                    "cudnn": graph_us(lambda: F.conv2d(x, w, None, *geometry, conv.groups), repeats=20, samples=30),
-                    "decomposed": graph_us(lambda: compiled(x, w), repeats=20, samples=30),
-                }
-                errors = {"cudnn": relative(F.conv2d(x, w, None, *geometry, conv.groups), exact), "decomposed": relative(out, exact)}
+                runs = {"cudnn": lambda: F.conv2d(x, w, None, *geometry, conv.groups)}
+                for (bw, bc, nw), label in zip(CONFIGS, systems[1:]):
+                    runs[label] = lambda bw=bw, bc=bc, nw=nw: triton_depthwise(x, w, *geometry, block_w=bw, block_c=bc, num_warps=nw)
+                if decomposed:
+                    runs["decomposed"] = torch.compile(lambda x, w: decompose(x, w, None, *geometry, False, [0, 0], conv.groups), dynamic=False)
+                    runs["decomposed"] = functools.partial(runs["decomposed"], x, w)
+                errors = {"cudnn": relative(runs["cudnn"](), exact), "triton": max(relative(runs[label](), exact) for label in systems[1 : 1 + len(CONFIGS)])}
+                if decomposed:
+                    errors["decomposed"] = relative(runs["decomposed"](), exact)
+                times = {label: graph_us(run, repeats=20, samples=30) for label, run in runs.items()}
+                times["best triton"] = min(times[label] for label in systems[1 : 1 + len(CONFIGS)])
                 seen[key] = times
-                for which in worst:
+                for which in errors:
                     worst[which] = max(worst[which], errors[which])
-                print(f"{name:<40} {str(list(shape)):<20} k{conv.kernel_size[0]}x{conv.kernel_size[1]} s{conv.stride[0]} {times['cudnn']:8.1f} {times['decomposed']:8.1f}  {times['decomposed'] / times['cudnn']:5.2f}  {errors['cudnn']:.1e} {errors['decomposed']:.1e}  {seconds:.1f}", flush=True)
+                print(f"{name[-40:]:<40} {str(list(shape)):<20} k{conv.kernel_size[0]}x{conv.kernel_size[1]} s{conv.stride[0]} " + " ".join(f"{times[s]:7.1f}" for s in systems) + f"  {times['best triton'] / times['cudnn']:5.2f}  " + " ".join(f"{errors[k]:.1e}" for k in errors), flush=True)
                 torch._dynamo.reset()
             for which in totals:
                 totals[which] += seen[key][which]
-    print(f"total us: cuDNN {totals['cudnn']:.0f}, decomposed {totals['decomposed']:.0f} ({totals['decomposed'] / max(totals['cudnn'], 1e-9):.2f}); {len(seen)} distinct; largest difference from float64: cuDNN {worst['cudnn']:.1e}, decomposed {worst['decomposed']:.1e}", flush=True)
+    print(f"total us ({len(seen)} distinct): " + ", ".join(f"{k} {v:.0f} ({v / max(totals['cudnn'], 1e-9):.2f})" for k, v in totals.items()) + "; largest difference from float64: " + ", ".join(f"{k} {v:.1e}" for k, v in worst.items()), flush=True)
     return totals
 
 
@@ -117,10 +123,11 @@ def main():
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--size", type=int, default=331)
     parser.add_argument("--whole", action="store_true")
+    parser.add_argument("--decomposed", action="store_true", help="also time the decomposition compiled by Inductor")
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
-    per_convolution(args.model, args.batch, args.size)
+    per_convolution(args.model, args.batch, args.size, args.decomposed)
     if args.whole:
         whole(args.model, args.batch, args.size)
 

@@ -50,6 +50,59 @@ def decompose(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor
     return total
 
 
+def triton_depthwise(x: torch.Tensor, weight: torch.Tensor, stride: List[int], padding: List[int], dilation: List[int], block_w: int = 8, block_c: int = 32, num_warps: int = 4) -> torch.Tensor:
+    """The depthwise convolution of channels-last ``x`` (CUDA) by ``weight`` ([C, 1, kh, kw])
+    with one Triton kernel: each program a row segment of ``block_w`` outputs by ``block_c``
+    channels, accumulated in float32 tap by tap; the output channels-last."""
+    import triton
+
+    n, channels, height, width = x.shape
+    kh, kw = weight.shape[2], weight.shape[3]
+    (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
+    out_h = (height + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    out_w = (width + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    x = x.contiguous(memory_format=torch.channels_last)
+    y = torch.empty((n, channels, out_h, out_w), device=x.device, dtype=x.dtype, memory_format=torch.channels_last)
+    grid = (n * out_h, triton.cdiv(out_w, block_w), triton.cdiv(channels, block_c))
+    _kernel()[grid](x, weight.contiguous(), y, height, width, channels, out_h, out_w, sh, sw, ph, pw, dh, dw, kh, kw, block_w, block_c, num_warps=num_warps)
+    return y
+
+
+_KERNEL = []
+
+
+def _kernel():
+    """The Triton kernel, defined at its first use (Triton is imported only where one runs)."""
+    if _KERNEL:
+        return _KERNEL[0]
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def depthwise_nhwc(x_ptr, w_ptr, y_ptr, H, W, C, OH, OW, SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
+        row = tl.program_id(0)  # n * OH + oh
+        n = row // OH
+        oh = row % OH
+        ow = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
+        c = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)
+        c_ok = c < C
+        acc = tl.zeros((BLOCK_W, BLOCK_C), dtype=tl.float32)
+        for i in tl.static_range(KH):
+            ih = oh * SH - PH + i * DH
+            for j in tl.static_range(KW):
+                iw = ow * SW - PW + j * DW
+                inside = ((iw >= 0) & (iw < W) & (ih >= 0) & (ih < H))[:, None] & c_ok[None, :]
+                offsets = ((n * H + ih) * W + iw)[:, None].to(tl.int64) * C + c[None, :]
+                xv = tl.load(x_ptr + offsets, mask=inside, other=0.0)
+                wv = tl.load(w_ptr + c * (KH * KW) + (i * KW + j), mask=c_ok, other=0.0)
+                acc += xv.to(tl.float32) * wv.to(tl.float32)[None, :]
+        out = (row * OW + ow)[:, None].to(tl.int64) * C + c[None, :]
+        tl.store(y_ptr + out, acc.to(y_ptr.dtype.element_ty), mask=(ow < OW)[:, None] & c_ok[None, :])
+
+    _KERNEL.append(depthwise_nhwc)
+    return depthwise_nhwc
+
+
 def _pair(values: List[int]):
     values = list(values)
     return (values[0], values[0]) if len(values) == 1 else (values[0], values[1])
