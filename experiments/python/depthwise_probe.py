@@ -1,18 +1,19 @@
-"""Depthwise convolutions as Inductor's pointwise kernels against cuDNN's depthwise kernels
-(``nimble_rs.dynamo.depthwise``). A probe, for a timm model in inference at a batch, float32:
+"""Depthwise convolutions run other than by cuDNN (``depthwise_kernels``) against cuDNN's
+depthwise kernels. A probe, for a timm model in inference at a batch, float32:
 
 - each distinct depthwise convolution alone, channels-last as Inductor runs it: cuDNN (ATen,
-  benchmark mode on) and the decomposition compiled by Inductor, each timed as 20 calls in one
-  CUDA graph (median of 30 replays); each one's largest difference from float64, relative to
-  the output's largest magnitude; the totals count each convolution as often as the model runs it;
+  benchmark mode on), the Triton kernel in each tile shape of ``CONFIGS`` and, with
+  ``--decomposed``, the decomposition compiled by Inductor; each timed as 20 calls in one CUDA
+  graph (median of 30 replays); the largest difference from float64 of each, relative to the
+  output's largest magnitude; the totals count each convolution as often as the model runs it;
 - with ``--whole``: the model compiled as ``mode="reduce-overhead"`` compiles it (Inductor with
   its CUDA graphs), with and without the decomposition in AOTAutograd's table: compile
   seconds, latency (cuDNN benchmark on, 50 warm-ups, median of 100 CUDA-event timings of one
   call, fresh inputs) and the largest difference from eager.
 
-    python3 experiments/python/depthwise_probe.py --model nasnetalarge --size 331 [--batch 16] [--whole]
+    python3 experiments/python/depthwise_probe.py --model nasnetalarge --size 331 [--batch 16] [--decomposed] [--whole]
 
-(with nimble_rs installed).
+(with nimble_rs installed, for its CUDA-graph timer).
 """
 
 import argparse
@@ -22,7 +23,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-from nimble_rs.dynamo.depthwise import decompose, triton_depthwise
+from depthwise_kernels import decompose, triton_depthwise
 from nimble_rs.dynamo.runner import graph_us
 
 
@@ -40,7 +41,7 @@ def per_convolution(model_name, batch, size, decomposed):
     depthwise = [(n, s, c) for n, s, c in convs if c.groups > 1 and c.groups == c.in_channels == c.out_channels]
     systems = ["cudnn"] + [f"triton {w}x{c}/{nw}" for w, c, nw in CONFIGS] + (["decomposed"] if decomposed else [])
     print(f"== {model_name} b{batch}: {len(convs)} convolutions, {len(depthwise)} depthwise; us each: " + ", ".join(systems) + "; best triton/cuDNN; difference from float64: cuDNN, triton (largest of its tiles)" + (", decomposed" if decomposed else ""), flush=True)
-    seen, totals, worst = {}, dict.fromkeys(systems + ["best triton"], 0.0), {"cudnn": 0.0, "triton": 0.0, "decomposed": 0.0}
+    seen, totals, worst = {}, dict.fromkeys(systems + ["best triton"], 0.0), {"cudnn": 0.0, "triton": 0.0, **({"decomposed": 0.0} if decomposed else {})}
     with torch.no_grad():
         for name, shape, conv in depthwise:
             geometry = (list(conv.stride), list(conv.padding), list(conv.dilation))

@@ -1,8 +1,14 @@
-"""A depthwise convolution (one filter per channel) as the sum of its kernel's shifted windows,
-each scaled by its channel's weight: pointwise arithmetic Inductor fuses into one kernel (with
-the padding, and with the producers and consumers it can fuse with), where it otherwise calls
-cuDNN's depthwise kernel. A decomposition of ``aten.convolution`` (for AOTAutograd's table):
-other convolutions are left as they are (``NotImplemented``)."""
+"""Two ways to run a depthwise convolution (one filter per channel) other than cuDNN's kernels,
+for `depthwise_probe.py`:
+
+- ``decompose``: the sum of the kernel's shifted windows of the padded input, each scaled by its
+  channel's weight: pointwise arithmetic Inductor fuses into one kernel. A decomposition of
+  ``aten.convolution`` for AOTAutograd's table: other convolutions are left as they are
+  (``NotImplemented``).
+- ``triton_depthwise``: one Triton kernel over channels-last memory.
+
+Neither is in the backend: both measured slower than cuDNN (paper-figs/results/depthwise-probe-*).
+"""
 
 from typing import List, Optional
 
