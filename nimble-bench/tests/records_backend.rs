@@ -274,6 +274,18 @@ fn the_fused_convolution_probe_totals_are_as_published() {
     assert!(totals[0].contains("conv + bn-relu 3595, folded 2779, graph first 3499, graph 2858") && totals[0].contains("of unfused: graph 0.79, best 0.79, folded 0.77"), "{text}");
     assert!(totals[1].contains("of unfused: graph 0.74, best 0.74, folded 0.77"), "{text}");
     assert!(text.lines().any(|l| l.starts_with("features.0.conv") && l.contains(" 6.8e-04 ")), "{text}");
+    // The depthwise probe (H100): Inductor's decomposition 2.91x cuDNN's time on NASNet-A large,
+    // the Triton kernel at its best tile shape 1.45x (MobileNetV2 1.10x, EfficientNet-B0 1.36x).
+    let text = std::fs::read_to_string(dir.join("depthwise-probe-a3e6eb6-1bb3b3b.h100.txt")).unwrap();
+    let totals: Vec<&str> = text.lines().filter(|l| l.starts_with("total us")).collect();
+    assert_eq!(totals.len(), 5, "{text}");
+    assert!(totals[0].starts_with("total us: cuDNN 4692, decomposed 13637 (2.91)"), "{text}");
+    for (line, best) in [(2, "best triton 6844 (1.45)"), (3, "best triton 207 (1.10)"), (4, "best triton 330 (1.36)")] {
+        assert!(totals[line].contains(best), "{text}");
+    }
+    // cuDNN's pick for one MobileNetV2 convolution differed between the two processes.
+    let picks: Vec<&str> = text.lines().filter(|l| l.starts_with("blocks.5.0.conv_dw") && l.contains("[16, 576, 14, 14]")).collect();
+    assert!(picks.len() == 2 && picks[0].contains(" s2      3.7 ") && picks[1].contains(" s2    27.1     4.3 "), "{text}");
 }
 
 /// Each (model, batch, ratio, rounds) on a row of `nimble-bench training-backend`'s table.
