@@ -3,13 +3,16 @@ the batch given, run as Inductor runs it (no bias: Inductor peels it off on a GP
 NCHW (contiguous) input and weight and once channels-last (Inductor's layout for every
 convolution when its layout optimization is on, the default), cuDNN's benchmark mode on and
 PyTorch's default precision (TF32 for convolutions). A probe for a per-convolution layout
-choice, not a record of the backend: each convolution's time is the median of 10 CUDA-event
-timings of 20 back-to-back calls; the totals count each convolution as often as the model
-runs it. Also times the classifier's fp32 matrix product at that batch (aten::addmm, as
+choice, not a record of the backend: each convolution's time is the median of 10 replays of
+a CUDA graph of 20 calls (``--timing graph``, the device's time alone) or of 10 CUDA-event
+timings of 20 back-to-back eager calls (``--timing eager``, the first records' method: where
+a convolution takes less device time than an eager call's host work, about 10-20 us, that
+host work is what it measures); the totals count each convolution as often as the model runs
+it. Also times the classifier's fp32 matrix product at that batch (aten::addmm, as
 Inductor calls it, against the same product transposed).
 
     python3 experiments/python/conv_layout_probe.py --models-json MODELS.json --models googlenet,inception-v3 \
-        [--batch 16] [--dtype float32] [--top 8]
+        [--batch 16] [--dtype float32] [--top 8] [--timing graph|eager]
 """
 
 import json
@@ -41,8 +44,16 @@ def convolutions(model, example):
     return seen
 
 
+TIMING = ["graph"]
+
+
 def kernel_us(call, repeats=20, timings=10):
-    """The median microseconds of one call, timed as ``repeats`` back-to-back calls."""
+    """The median microseconds of one call, timed as ``repeats`` calls, captured in one CUDA
+    graph (``TIMING`` "graph") or back-to-back (``TIMING`` "eager")."""
+    if TIMING[0] == "graph":
+        from nimble_rs.dynamo.runner import graph_us
+
+        return graph_us(call, repeats=repeats, samples=timings)
     for _ in range(5):
         call()
     samples = []
@@ -72,7 +83,9 @@ def conv_times(key, dtype):
 def main():
     parser = probe_parser(__doc__)
     parser.add_argument("--top", type=int, default=8)
+    parser.add_argument("--timing", choices=["graph", "eager"], default="graph")
     args = parser.parse_args()
+    TIMING[0] = args.timing
     torch.backends.cudnn.benchmark = True
     dtype = getattr(torch, args.dtype)
     zoo = {m["name"]: m for m in json.loads(Path(args.models_json).read_text())}
@@ -94,7 +107,7 @@ def main():
         nchw = sum(c * a for _, c, a, _ in rows)
         best = sum(c * min(a, b) for _, c, a, b in rows)
         faster = sum(c for _, c, a, b in rows if a < b)
-        print(f"== {name} {args.dtype} b{args.batch}: {sum(seen.values())} convolutions ({len(rows)} distinct); all channels-last {nhwc:.0f} us, all NCHW {nchw:.0f} us, each in its faster layout {best:.0f} us; NCHW faster for {faster}", flush=True)
+        print(f"== {name} {args.dtype} b{args.batch} (timing: {args.timing}): {sum(seen.values())} convolutions ({len(rows)} distinct); all channels-last {nhwc:.0f} us, all NCHW {nchw:.0f} us, each in its faster layout {best:.0f} us; NCHW faster for {faster}", flush=True)
         print(f"   {'input':<22} {'weight':<20} {'stride':<7} {'groups':>6} {'n':>3} {'nchw us':>9} {'nhwc us':>9} {'saved us':>9}")
         for key, count, a, b in sorted(rows, key=lambda r: -(r[1] * (r[3] - r[2])))[: args.top]:
             shape, wshape, stride, padding, dilation, groups = key
