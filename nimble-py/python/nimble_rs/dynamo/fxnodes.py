@@ -1,5 +1,5 @@
 """What the backend's rewrites of AOTAutograd's graph before Inductor compiles it share
-(``merge``, ``fold``): a node's fake value, and new nodes each given theirs (Inductor lowers by
+(``merge``, ``fold``, ``products``): a node's fake value, and new nodes each given theirs (Inductor lowers by
 them)."""
 
 from typing import List, Optional
@@ -21,11 +21,11 @@ class Builder:
         self.graph, self.anchor, self.fake_mode = graph, anchor, fake_mode
         self.created: List[torch.fx.Node] = []
 
-    def add(self, target, *args) -> torch.fx.Node:
+    def add(self, target, *args, **kwargs) -> torch.fx.Node:
         with self.graph.inserting_before(self.anchor):
-            node = self.graph.call_function(target, args)
+            node = self.graph.call_function(target, args, kwargs)
         with self.fake_mode:
-            node.meta["val"] = target(*torch.fx.node.map_arg(args, value))
+            node.meta["val"] = target(*torch.fx.node.map_arg(args, value), **kwargs)
         self.created.append(node)
         return node
 

@@ -94,6 +94,11 @@ DEFAULTS: Dict[str, Any] = {
     # arithmetic but for the order of float32 sums (``epilogue``); each shape's plans timed once,
     # fused where the fastest beats the convolution and a pointwise pass and is exact.
     "fuse_convolutions": False,
+    # True: in inference graphs on a GPU, a matrix product of few rows by a wide weight (a
+    # classifier at a small batch: addmm(bias, x, w.t()) as Inductor calls cuBLAS) runs
+    # transposed, (w @ x.t()).t() + bias, where that is measured faster at its shape (at most
+    # 0.8 of the time; ``products``). The same float arithmetic summed in another order.
+    "transpose_products": False,
     # Inductor's settings for this backend's compiles, as {name: value} (names of
     # `torch._inductor.config`, e.g. {"layout_optimization": False}); the rest are the user's.
     # Measured on an H100 (6ef8069): layout_optimization off drops Inductor's channels-last
@@ -122,7 +127,7 @@ def checked(options: Optional[dict]) -> Dict[str, Any]:
         raise NimbleInputError(f"option graphs={chosen['graphs']!r}: expected a directory to write the planned kernel graphs to")
     if not (isinstance(chosen["fuse_convolutions"], bool) or chosen["fuse_convolutions"] in ("folded", "epilogue")):
         raise NimbleInputError(f"option fuse_convolutions={chosen['fuse_convolutions']!r}: expected False, True (\"folded\"), \"folded\" or \"epilogue\"")
-    for flag in ("priority", "merge_convolutions", "time_critical_path", "hoist_weight_kernels", "separate_weight_buffers", "weight_stream", "check_after_launch"):
+    for flag in ("priority", "merge_convolutions", "time_critical_path", "hoist_weight_kernels", "separate_weight_buffers", "weight_stream", "check_after_launch", "transpose_products"):
         if not isinstance(chosen[flag], bool):
             raise NimbleInputError(f"option {flag}={chosen[flag]!r}: expected True or False")
     _check_inductor_config(chosen["inductor_config"])

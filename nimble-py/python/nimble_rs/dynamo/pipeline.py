@@ -28,7 +28,7 @@ import torch
 import torch.fx
 
 from ..errors import NimbleInputError
-from . import fold, hoist, kernels_plan, merge
+from . import fold, hoist, kernels_plan, merge, products
 from . import regions as regions_module
 from .compiled import NimbleCompiled, admit_shape, code_state, warn_once
 from .options import checked as _options
@@ -234,6 +234,8 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
         report["merged_convolutions"] = merge.merge_sibling_convolutions(gm)
     if options["fuse_convolutions"] and kind == "inference" and on_cuda:
         report["fused_convolutions"] = _fused(gm, "epilogue" if options["fuse_convolutions"] == "epilogue" else "folded")
+    if options["transpose_products"] and kind == "inference" and on_cuda:
+        report["transposed_products"] = products.rewrite(gm)
     compiled = compile_fx_inner(gm, example_inputs, **inner_kwargs)
     mutated = sorted(set(mutated) | set(getattr(compiled, "mutated_input_idxs", None) or ()))
     try:

@@ -1,0 +1,52 @@
+"""Option ``transpose_products`` on a CUDA GPU: a classifier's product measured both ways and,
+where transposed, captured in the backend's graph and computing what eager does (the rewrite's
+CPU tests: test_backend_products.py). Skipped without CUDA; with NIMBLE_REQUIRE_GPU=1 a missing
+GPU fails instead."""
+
+import torch
+from torch import nn
+
+from nimble_rs.dynamo import products
+from gpu_backend import TOLERANCE, compiled, gpu, last_report  # noqa: F401 (gpu: the autouse fixture)
+from models import relative_error
+
+
+def classifier():
+    # Inception-v3's head at batch 16: 2048 features into 1000 classes, behind a pooling.
+    return nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2048, 1000)).cuda().eval()
+
+
+def follows_eager(fast, model, calls=5):
+    with torch.no_grad():
+        for _ in range(calls):
+            x = torch.randn(16, 2048, 4, 4, device="cuda")
+            got = fast(x)
+            assert got.is_contiguous() and got.shape == (16, 1000)
+            assert relative_error(got, model(x)) < TOLERANCE
+
+
+def test_the_classifier_is_measured_both_ways_once_and_matches_eager():
+    products._MEASURED.clear()
+    model = classifier()
+    follows_eager(compiled(model, transpose_products=True), model)
+    counts = last_report()["transposed_products"]
+    assert counts["transposed"] + counts["slower_transposed"] == 1, counts
+    assert len(products._MEASURED) == 1, products._MEASURED
+    print(f"classifier 16x2048 into 1000: {counts}")
+
+
+def test_a_transposed_product_is_captured_on_streams_and_matches_eager(monkeypatch):
+    # Whatever this GPU measures, the transposed product runs in the captured graph.
+    monkeypatch.setattr(products, "pays_on_gpu", lambda x, w, bias: True)
+    model = classifier()
+    for choose in ("streams", "single"):
+        follows_eager(compiled(model, transpose_products=True, choose=choose), model)
+        report = last_report()
+        assert report["transposed_products"] == {"transposed": 1, "slower_transposed": 0}, report
+        assert report["captured_shapes"] == 1, report
+
+
+def test_off_by_default():
+    model = classifier()
+    follows_eager(compiled(model), model)
+    assert "transposed_products" not in last_report()
