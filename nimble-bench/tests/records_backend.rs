@@ -108,7 +108,7 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
     // rounds, and eager's own TF32 drift judging Inception-v4's float32 errors.
     let figures = scratch("same-process-rounds");
     // "MODEL/backend-NAME": the backend with other options, on its line after the model's.
-    let cases: [RecordCase; 69] = [
+    let cases: [RecordCase; 70] = [
         ("same-process-backend-6476f4a-bfloat16-b1-decoders.json", &[("llama", "0.89", "0.89–0.89"), ("qwen2", "0.86", "0.85–0.87"), ("mistral", "0.90", "0.90–0.90")]),
         ("same-process-backend-628bc90-float32-b1-branchy.json", &[("googlenet", "0.65", "0.63–0.65"), ("inception-v4", "0.68", "0.66–0.69"), ("nasnet-a-large", "0.66", "0.64–0.67")]),
         // The critical-path plan timed at the choice (option time_critical_path), batch 16.
@@ -194,6 +194,8 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
         // fuse_convolutions="epilogue" (cuDNN's graph API, the BatchNorm in the convolution's epilogue over unscaled weights), off by default.
         ("same-process-backend-31a6c10-float32-b16-inception-v4-epilogue.json", &[("inception-v4", "0.81", "0.75–0.87"), ("inception-v4/backend-epi", "0.78", "0.76–0.81")]),
         ("same-process-backend-b4fb905-float32-b16-inception-v4-inception-v3-epilogue.json", &[("inception-v4", "0.78", "0.78–0.82"), ("inception-v4/backend-epi", "0.82", "0.77–0.88"), ("inception-v3", "0.82", "0.81–0.83"), ("inception-v3/backend-epi", "0.80", "0.78–0.82")]),
+        // transpose_products (the classifier's product transposed where measured faster), off by default.
+        ("same-process-backend-4b313ca-float32-b16-inception-v3-transpose.json", &[("inception-v3", "0.84", "0.84–0.86"), ("inception-v3/backend-tp", "0.81", "0.81–0.82")]),
     ];
     for (record, rows) in cases {
         let text = rendered("same-process", &format!("../paper-figs/results/{record}"), &figures);
