@@ -236,5 +236,25 @@ def inductor_programs(model, *inputs, train=False):
     return found
 
 
+def rewritten_through_inductor(model, x, rewrite):
+    """The model compiled by Inductor with ``rewrite`` (a pass over a graph, returning its
+    counts) applied to its inference graph before Inductor compiles it (caches off: a cached
+    program would skip the rewrite); its output on ``x``, the rewrite's counts and the graph's
+    ops after it."""
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
+    counts, ops = [], []
+
+    def inner(gm, example_inputs, **kwargs):
+        counts.append(rewrite(gm))
+        ops.extend(n.target for n in gm.graph.nodes if n.op == "call_function")
+        return compile_fx_inner(gm, example_inputs, **kwargs)
+
+    torch._dynamo.reset()
+    with torch._functorch.config.patch(enable_autograd_cache=False), torch._inductor.config.patch(fx_graph_cache=False), torch.no_grad():
+        got = torch.compile(model, backend=lambda gm, inputs: compile_fx(gm, inputs, inner_compile=inner))(x)
+    return got, counts[0], ops
+
+
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-12))

@@ -8,25 +8,13 @@ import torch
 from torch import nn
 
 from nimble_rs.dynamo import fold
-from models import relative_error
+from models import relative_error, rewritten_through_inductor
 
 
 def fused_through_inductor(model, x, pays=lambda *shape: True, mode="folded"):
-    """The model compiled by Inductor with the rewrite applied to its inference graph (caches
-    off: a cached program would skip the rewrite), its output on ``x`` and the rewrite's counts."""
-    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
-
-    counts, ops = [], []
-
-    def inner(gm, example_inputs, **kwargs):
-        counts.append(fold.fuse_convolutions(gm, pays, mode=mode))
-        ops.extend(n.target for n in gm.graph.nodes if n.op == "call_function")
-        return compile_fx_inner(gm, example_inputs, **kwargs)
-
-    torch._dynamo.reset()
-    with torch._functorch.config.patch(enable_autograd_cache=False), torch._inductor.config.patch(fx_graph_cache=False), torch.no_grad():
-        got = torch.compile(model, backend=lambda gm, inputs: compile_fx(gm, inputs, inner_compile=inner))(x)
-    return got, counts[0], ops
+    """The model compiled by Inductor with the rewrite applied to its inference graph, its
+    output on ``x``, the rewrite's counts and the graph's ops after it."""
+    return rewritten_through_inductor(model, x, lambda gm: fold.fuse_convolutions(gm, pays, mode=mode))
 
 
 def asked(answer):

@@ -8,27 +8,15 @@ import torch
 from torch import nn
 
 from nimble_rs.dynamo import products
-from models import relative_error
+from models import relative_error, rewritten_through_inductor
 
 aten = torch.ops.aten
 
 
-def rewritten_through_inductor(model, x, pays):
-    """The model compiled by Inductor with the rewrite applied to its inference graph (caches
-    off), its output on ``x``, the rewrite's counts and the graph's ops after it."""
-    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
-
-    counts, ops = [], []
-
-    def inner(gm, example_inputs, **kwargs):
-        counts.append(products.transpose_products(gm, pays))
-        ops.extend(n.target for n in gm.graph.nodes if n.op == "call_function")
-        return compile_fx_inner(gm, example_inputs, **kwargs)
-
-    torch._dynamo.reset()
-    with torch._functorch.config.patch(enable_autograd_cache=False), torch._inductor.config.patch(fx_graph_cache=False), torch.no_grad():
-        got = torch.compile(model, backend=lambda gm, inputs: compile_fx(gm, inputs, inner_compile=inner))(x)
-    return got, counts[0], ops
+def transposed_through_inductor(model, x, pays):
+    """The model compiled by Inductor with the rewrite applied to its inference graph, its
+    output on ``x``, the rewrite's counts and the graph's ops after it."""
+    return rewritten_through_inductor(model, x, lambda gm: products.transpose_products(gm, pays))
 
 
 def asked(answer):
@@ -65,7 +53,7 @@ def test_products_of_few_rows_are_transposed_and_compute_what_eager_does():
     model = Products().eval()
     x = torch.randn(4, 4, 16)
     pays, seen = asked(True)
-    got, counts, ops = rewritten_through_inductor(model, x, pays)
+    got, counts, ops = transposed_through_inductor(model, x, pays)
     with torch.no_grad():
         expected = model(x)
     # The hidden layer (a bias), the head (none) and the layer into 8 columns (still more than
@@ -82,7 +70,7 @@ def test_a_product_measured_slower_transposed_is_left_as_it_is():
     model = Products().eval()
     x = torch.randn(4, 4, 16)
     pays, seen = asked(False)
-    got, counts, ops = rewritten_through_inductor(model, x, pays)
+    got, counts, ops = transposed_through_inductor(model, x, pays)
     assert counts == {"transposed": 0, "slower_transposed": 3} and len(seen) == 3, counts
     assert ops.count(aten.addmm.default) == 3 and ops.count(aten.mm.default) == 1, ops
     with torch.no_grad():
@@ -94,7 +82,7 @@ def test_products_of_many_rows_are_not_candidates(rows):
     # 300 rows into 100 columns (more rows than columns), and more rows than MAX_ROWS into 300.
     model = nn.Linear(64, 100 if rows == 300 else 300).eval()
     pays, seen = asked(True)
-    got, counts, _ = rewritten_through_inductor(model, torch.randn(rows, 64), pays)
+    got, counts, _ = transposed_through_inductor(model, torch.randn(rows, 64), pays)
     assert counts == {"transposed": 0, "slower_transposed": 0} and seen == [], (counts, seen)
 
 
@@ -125,19 +113,11 @@ def test_a_failing_measurement_leaves_the_graph_and_says_so(monkeypatch):
 
     monkeypatch.setattr(products, "pays_on_gpu", broken)
     model = nn.Sequential(nn.Flatten(), nn.Linear(64, 100)).eval()
-    reports = []
-
-    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
-
-    def inner(gm, example_inputs, **kwargs):
-        reports.append(products.rewrite(gm))
-        return compile_fx_inner(gm, example_inputs, **kwargs)
-
-    torch._dynamo.reset()
     x = torch.randn(2, 64)
-    with warnings.catch_warnings(record=True) as said, torch._functorch.config.patch(enable_autograd_cache=False), torch._inductor.config.patch(fx_graph_cache=False), torch.no_grad():
+    with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
-        got = torch.compile(model, backend=lambda gm, inputs: compile_fx(gm, inputs, inner_compile=inner))(x)
+        got, reports, _ = rewritten_through_inductor(model, x, products.rewrite)
+    with torch.no_grad():
         assert relative_error(got, model(x)) < 1e-5
-    assert reports == [{"failed": "RuntimeError: CUBLAS_STATUS_ALLOC_FAILED"}], reports
+    assert reports == {"failed": "RuntimeError: CUBLAS_STATUS_ALLOC_FAILED"}, reports
     assert [str(w.message) for w in said if "transpose_products" in str(w.message)] == ["nimble backend: option transpose_products stopped (RuntimeError: CUBLAS_STATUS_ALLOC_FAILED); the products it had not reached run as Inductor compiles them"]
