@@ -99,6 +99,11 @@ DEFAULTS: Dict[str, Any] = {
     # transposed, (w @ x.t()).t() + bias, where that is measured faster at its shape (at most
     # 0.8 of the time; ``products``). The same float arithmetic summed in another order.
     "transpose_products": False,
+    # True: a concatenation Inductor would compute in one pointwise kernel loading from every
+    # input (an Inception block's join of its branches' BatchNorm-ReLUs) is written in place
+    # instead, each input by its own kernel into its slice, as Inductor does on a CPU; not one
+    # whose every use is pointwise (fused into its readers, as Inductor chose). ``concat``.
+    "concat_in_place": False,
     # Inductor's settings for this backend's compiles, as {name: value} (names of
     # `torch._inductor.config`, e.g. {"layout_optimization": False}); the rest are the user's.
     # Measured on an H100 (6ef8069): layout_optimization off drops Inductor's channels-last
@@ -127,7 +132,7 @@ def checked(options: Optional[dict]) -> Dict[str, Any]:
         raise NimbleInputError(f"option graphs={chosen['graphs']!r}: expected a directory to write the planned kernel graphs to")
     if not (isinstance(chosen["fuse_convolutions"], bool) or chosen["fuse_convolutions"] in ("folded", "epilogue")):
         raise NimbleInputError(f"option fuse_convolutions={chosen['fuse_convolutions']!r}: expected False, True (\"folded\"), \"folded\" or \"epilogue\"")
-    for flag in ("priority", "merge_convolutions", "time_critical_path", "hoist_weight_kernels", "separate_weight_buffers", "weight_stream", "check_after_launch", "transpose_products"):
+    for flag in ("priority", "merge_convolutions", "time_critical_path", "hoist_weight_kernels", "separate_weight_buffers", "weight_stream", "check_after_launch", "transpose_products", "concat_in_place"):
         if not isinstance(chosen[flag], bool):
             raise NimbleInputError(f"option {flag}={chosen[flag]!r}: expected True or False")
     _check_inductor_config(chosen["inductor_config"])

@@ -18,6 +18,7 @@ report says which and why.
 """
 
 import collections
+import contextlib
 import json
 import os
 import time
@@ -28,7 +29,7 @@ import torch
 import torch.fx
 
 from ..errors import NimbleInputError
-from . import fold, hoist, kernels_plan, merge, products
+from . import concat, fold, hoist, kernels_plan, merge, products
 from . import regions as regions_module
 from .compiled import NimbleCompiled, admit_shape, code_state, warn_once
 from .options import checked as _options
@@ -236,7 +237,11 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
         report["fused_convolutions"] = _fused(gm, "epilogue" if options["fuse_convolutions"] == "epilogue" else "folded")
     if options["transpose_products"] and kind == "inference" and on_cuda:
         report["transposed_products"] = products.rewrite(gm)
-    compiled = compile_fx_inner(gm, example_inputs, **inner_kwargs)
+    joined: Dict[str, int] = {}
+    with _concatenations(options, joined):
+        compiled = compile_fx_inner(gm, example_inputs, **inner_kwargs)
+    if joined:
+        report["concat_in_place"] = joined
     mutated = sorted(set(mutated) | set(getattr(compiled, "mutated_input_idxs", None) or ()))
     try:
         wrapper = WrapperProgram(kernels_plan.inductor_module(compiled), sorted(static_indices))
@@ -341,6 +346,17 @@ def _fused(gm: torch.fx.GraphModule, mode: str) -> Dict[str, Any]:
         gm.recompile()
         warn_once(("fold", type(error).__name__), f"nimble backend: option fuse_convolutions stopped ({type(error).__name__}: {error}); the convolutions it had not fused run as Inductor compiles them")
         return {"failed": f"{type(error).__name__}: {error}"}
+
+
+def _concatenations(options: Dict[str, Any], counts: Dict[str, int]):
+    """Option ``concat_in_place`` for one Inductor compile (``concat``); announced once where
+    this torch's Inductor lacks what it needs."""
+    if not options["concat_in_place"]:
+        return contextlib.nullcontext()
+    if not concat.available():
+        warn_once(("concat",), "nimble backend: option concat_in_place needs Inductor's cat lowering as in torch 2.11 (lowering.pointwise_cat, ir.ConcatKernel); concatenations are compiled as Inductor chooses")
+        return contextlib.nullcontext()
+    return concat.in_place(counts)
 
 
 def _separated(wrapper, mutated, report: Dict[str, Any]):

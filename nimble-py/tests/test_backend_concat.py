@@ -1,0 +1,81 @@
+"""Option ``concat_in_place`` on the CPU: which concatenations it writes in place and which it
+leaves to Inductor's pointwise kernel, and the outputs against eager. Inductor computes a
+concatenation pointwise only on a GPU, unless ``force_pointwise_cat`` is set: the tests set it so
+that the option's choice is reached here (test_backend_gpu_concat.py runs it on a GPU)."""
+
+import pytest
+import torch
+from torch import nn
+
+import nimble_rs
+from models import relative_error
+
+
+class Block(nn.Module):
+    """An Inception-style block: four branches of convolution, BatchNorm and ReLU joined along
+    the channels, the join read by a convolution."""
+
+    def __init__(self):
+        super().__init__()
+        self.branches = nn.ModuleList([nn.Sequential(nn.Conv2d(8, c, 1), nn.BatchNorm2d(c), nn.ReLU()) for c in (4, 6, 8, 10)])
+        self.out = nn.Conv2d(28, 8, 1)
+
+    def forward(self, x):
+        return self.out(torch.cat([b(x) for b in self.branches], 1))
+
+
+class Rotary(nn.Module):
+    """A rotary embedding's halves joined and read only by pointwise ops."""
+
+    def forward(self, x):
+        half = x.shape[-1] // 2
+        return x * 0.5 + torch.cat([-x[..., half:], x[..., :half]], -1) * 2.0
+
+
+def compiled_report(model, x, **options):
+    torch._dynamo.reset()
+    before = len(nimble_rs.dynamo.reports())
+    with torch.no_grad():
+        got = torch.compile(model, backend="nimble", options=options)(x)
+        assert relative_error(got, model(x)) < 1e-5
+    return nimble_rs.dynamo.reports()[before]
+
+
+def calibrated(model):
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-1, 1)
+            m.running_var.uniform_(0.5, 2)
+    return model.eval()
+
+
+@pytest.mark.parametrize("model, x, expected", [
+    (calibrated(Block()), torch.randn(2, 8, 10, 10), {"in_place": 1}),
+    (Rotary().eval(), torch.randn(2, 5, 16), {"fused_into_users": 1}),
+])
+def test_a_join_is_written_in_place_and_a_join_read_pointwise_is_left_fused(model, x, expected):
+    report = compiled_report(model, x, concat_in_place=True, inductor_config={"force_pointwise_cat": True})
+    assert report["concat_in_place"] == expected, report
+
+
+def test_off_by_default():
+    report = compiled_report(calibrated(Block()), torch.randn(2, 8, 10, 10), inductor_config={"force_pointwise_cat": True})
+    assert "concat_in_place" not in report, report
+
+
+def test_without_inductors_hooks_it_says_so_once_and_compiles_as_inductor_chooses(monkeypatch):
+    from nimble_rs.dynamo import compiled, concat
+
+    compiled._WARNED.clear()
+    monkeypatch.setattr(concat, "available", lambda: False)
+    with pytest.warns(RuntimeWarning, match="option concat_in_place needs Inductor's cat lowering"):
+        report = compiled_report(calibrated(Block()), torch.randn(2, 8, 10, 10), concat_in_place=True, inductor_config={"force_pointwise_cat": True})
+    assert "concat_in_place" not in report, report
+
+
+def test_the_lowering_is_restored_after_each_compile():
+    from torch._inductor import lowering
+
+    original = lowering.pointwise_cat
+    compiled_report(calibrated(Block()), torch.randn(2, 8, 10, 10), concat_in_place=True, inductor_config={"force_pointwise_cat": True})
+    assert lowering.pointwise_cat is original

@@ -1,0 +1,38 @@
+"""Option ``concat_in_place`` on a CUDA GPU, where Inductor computes a concatenation pointwise:
+an Inception-style block's join written in place by one kernel per branch, captured on streams
+and in one region, matching eager (the choice's CPU tests: test_backend_concat.py). Skipped
+without CUDA; with NIMBLE_REQUIRE_GPU=1 a missing GPU fails instead."""
+
+import pytest
+import torch
+
+from gpu_backend import TOLERANCE, compiled, gpu, last_report  # noqa: F401 (gpu: the autouse fixture)
+from models import relative_error
+from test_backend_concat import Block, Rotary, calibrated
+
+
+def follows_eager(fast, model, make, calls=5):
+    with torch.no_grad():
+        for _ in range(calls):
+            x = make()
+            assert relative_error(fast(x), model(x)) < TOLERANCE
+
+
+@pytest.mark.parametrize("choose", ["streams", "single"])
+def test_a_join_written_in_place_is_one_kernel_per_branch_and_matches_eager(choose):
+    model = calibrated(Block()).cuda()
+    make = lambda: torch.randn(4, 8, 24, 24, device="cuda")
+    follows_eager(compiled(model, choose=choose), model, make)
+    joined = last_report()["kernels"]
+    follows_eager(compiled(model, choose=choose, concat_in_place=True), model, make)
+    report = last_report()
+    assert report["concat_in_place"] == {"in_place": 1}, report
+    # The join's one pointwise kernel became one per branch.
+    assert report["kernels"] == joined + 3, (joined, report["kernels"])
+    assert report["captured_shapes"] == 1 and report["choice"] == choose, report
+
+
+def test_a_join_read_pointwise_stays_fused():
+    model = Rotary().cuda().eval()
+    follows_eager(compiled(model, concat_in_place=True), model, lambda: torch.randn(2, 5, 16, device="cuda"))
+    assert last_report()["concat_in_place"] == {"fused_into_users": 1}
