@@ -7,7 +7,7 @@ such joins in place (option ``concat_in_place``) would give, at the join's speed
 faster.
 
     python3 experiments/python/split_joins.py --graphs paper-figs/results/fused-kernel-graphs-occupancy \\
-        --models inception-v4,inception-v3,googlenet --batch 16 --factor 0.5 --out-dir /tmp/split
+        --models inception-v4,inception-v3,googlenet --batch 16 --factor 0.5 [--chain] --out-dir /tmp/split
 """
 
 import argparse
@@ -18,8 +18,9 @@ import json
 from pathlib import Path
 
 
-def split(graph, factor):
-    """``graph`` with its joins split; the number split."""
+def split(graph, factor, chain=False):
+    """``graph`` with its joins split; the number split. With ``chain``, each part of a join
+    also follows the part before it (as the backend orders writes to one buffer)."""
     g = copy.deepcopy(graph)
     nodes = {t["id"]: t for t in g["nodes"]}
     pred = collections.defaultdict(list)
@@ -48,6 +49,9 @@ def split(graph, factor):
         for x in parts[a] if a in joins else [a]:
             for y in [part_of[(b, a)]] if b in joins else [b]:
                 edges.add((x, y))
+    if chain:
+        for ids in parts.values():
+            edges.update(zip(ids, ids[1:]))
     g["nodes"] = [t for t in g["nodes"] if t["id"] not in joins] + added
     g["edges"] = [list(e) for e in sorted(edges)]
     return g, len(joins)
@@ -59,6 +63,7 @@ def main():
     parser.add_argument("--models", required=True)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--factor", type=float, default=1.0)
+    parser.add_argument("--chain", action="store_true", help="each part after the one before it")
     parser.add_argument("--out-dir", required=True)
     args = parser.parse_args()
     out = Path(args.out_dir)
@@ -67,7 +72,7 @@ def main():
         name = f"{model}-float32-b{args.batch}.graph.json"
         source = Path(args.graphs) / (name + ".gz")
         graph = json.load(gzip.open(source) if source.exists() else open(Path(args.graphs) / name))
-        result, count = split(graph, args.factor)
+        result, count = split(graph, args.factor, args.chain)
         (out / name).write_text(json.dumps(result))
         print(f"{model}: {count} joins split, {len(graph['nodes'])} -> {len(result['nodes'])} kernels")
 
