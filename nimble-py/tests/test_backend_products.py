@@ -86,6 +86,26 @@ def test_products_of_many_rows_are_not_candidates(rows):
     assert counts == {"transposed": 0, "slower_transposed": 0} and seen == [], (counts, seen)
 
 
+class Broadcast(nn.Module):
+    """A product whose left operand is one row broadcast to four: not a candidate."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(16, 300))
+
+    def forward(self, x):
+        return torch.mm(x[:1].expand(4, 16), self.w) + x.sum()
+
+
+def test_a_broadcast_operand_is_not_a_candidate():
+    model, x = Broadcast().eval(), torch.randn(4, 16)
+    pays, seen = asked(True)
+    got, counts, _ = transposed_through_inductor(model, x, pays)
+    with torch.no_grad():
+        assert relative_error(got, model(x)) < 1e-5
+    assert seen == [] and counts == {"transposed": 0, "slower_transposed": 0}, (seen, counts)
+
+
 def test_the_backend_transposes_on_a_gpu_only():
     # On the CPU the option changes nothing (cuBLAS's kernels are what it measures) and adds no
     # report key.

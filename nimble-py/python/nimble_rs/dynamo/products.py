@@ -49,6 +49,8 @@ def candidate(node: torch.fx.Node) -> bool:
         return False
     if not all(isinstance(s, int) for s in (*xv.shape, *wv.shape, *xv.stride(), *wv.stride())):
         return False
+    if any(stride == 0 and size > 1 for t in (xv, wv) for size, stride in zip(t.shape, t.stride())):
+        return False  # a broadcast operand: not measured (random values cannot fill it)
     if bv is not None and (bv.shape[0] != wv.shape[1] or bv.dtype != xv.dtype):
         return False
     rows, columns = xv.shape[0], wv.shape[1]
