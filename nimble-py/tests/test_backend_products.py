@@ -121,7 +121,7 @@ def test_the_backend_transposes_on_a_gpu_only():
     assert "transposed_products" not in nimble_rs.dynamo.reports()[before]
 
 
-def test_a_failing_measurement_leaves_the_graph_and_says_so(monkeypatch):
+def test_a_failing_measurement_leaves_that_product_and_says_so(monkeypatch):
     import warnings
 
     from nimble_rs.dynamo import compiled
@@ -139,5 +139,27 @@ def test_a_failing_measurement_leaves_the_graph_and_says_so(monkeypatch):
         got, reports, _ = rewritten_through_inductor(model, x, products.rewrite)
     with torch.no_grad():
         assert relative_error(got, model(x)) < 1e-5
-    assert reports == {"failed": "RuntimeError: CUBLAS_STATUS_ALLOC_FAILED"}, reports
-    assert [str(w.message) for w in said if "transpose_products" in str(w.message)] == ["nimble backend: option transpose_products stopped (RuntimeError: CUBLAS_STATUS_ALLOC_FAILED); the products it had not reached run as Inductor compiles them"]
+    assert reports == {"transposed": 0, "slower_transposed": 0, "unmeasured": 1}, reports
+    assert [str(w.message) for w in said if "could not be measured" in str(w.message)] == ["nimble backend: the product of [2, 64] by [64, 100] could not be measured transposed (RuntimeError: CUBLAS_STATUS_ALLOC_FAILED); it runs as Inductor compiles it"]
+
+
+def test_a_pass_that_fails_leaves_the_graph_and_says_so(monkeypatch):
+    import warnings
+
+    from nimble_rs.dynamo import compiled
+
+    compiled._WARNED.clear()
+
+    def broken(gm, pays):
+        raise RuntimeError("a graph the pass does not read")
+
+    monkeypatch.setattr(products, "transpose_products", broken)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 100)).eval()
+    x = torch.randn(2, 64)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        got, reports, ops = rewritten_through_inductor(model, x, products.rewrite)
+    with torch.no_grad():
+        assert relative_error(got, model(x)) < 1e-5
+    assert reports == {"failed": "RuntimeError: a graph the pass does not read"} and aten.addmm.default in ops, reports
+    assert [str(w.message) for w in said if "transpose_products" in str(w.message)] == ["nimble backend: option transpose_products stopped (RuntimeError: a graph the pass does not read); the products it had not reached run as Inductor compiles them"]

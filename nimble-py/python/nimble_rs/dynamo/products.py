@@ -59,8 +59,9 @@ def candidate(node: torch.fx.Node) -> bool:
 
 def transpose_products(gm: torch.fx.GraphModule, pays: Callable[..., bool]) -> Dict[str, int]:
     """Every ``candidate`` product of ``gm`` that ``pays`` (given x, w and the bias or None,
-    their fake values) rewritten in place as the transposed product; counts of those rewritten
-    and those measured slower."""
+    their fake values) rewritten in place as the transposed product; counts of those rewritten,
+    those measured slower and (``unmeasured``, where any) those ``pays`` could not measure
+    (it returned None)."""
     from torch._guards import detect_fake_mode
 
     graph = gm.graph
@@ -70,7 +71,11 @@ def transpose_products(gm: torch.fx.GraphModule, pays: Callable[..., bool]) -> D
         fake_mode = detect_fake_mode([_val(x), _val(w)])
         if fake_mode is None:
             continue
-        if not pays(_val(x), _val(w), _val(bias) if bias is not None else None):
+        verdict = pays(_val(x), _val(w), _val(bias) if bias is not None else None)
+        if verdict is None:
+            counts["unmeasured"] = counts.get("unmeasured", 0) + 1
+            continue
+        if not verdict:
             counts["slower_transposed"] += 1
             continue
         build = Builder(graph, node, fake_mode)
@@ -89,11 +94,20 @@ def transpose_products(gm: torch.fx.GraphModule, pays: Callable[..., bool]) -> D
 
 
 def rewrite(gm: torch.fx.GraphModule) -> Dict[str, Any]:
-    """Option ``transpose_products`` on ``gm``, each product measured on the GPU: its counts,
-    or, where the pass fails, the reason, announced once (the products it had not reached stay
-    as they were)."""
+    """Option ``transpose_products`` on ``gm``, each product measured on the GPU (one whose
+    measurement fails is left as it is, announced once per shape): its counts, or, where the
+    pass fails, the reason, announced once (the products it had not reached stay as they
+    were)."""
+
+    def measured(x, w, bias) -> Optional[bool]:
+        try:
+            return pays_on_gpu(x, w, bias)
+        except Exception as error:  # noqa: BLE001 - that product stays cuBLAS's as called
+            warn_once(("products", tuple(x.shape), tuple(w.shape)), f"nimble backend: the product of {list(x.shape)} by {list(w.shape)} could not be measured transposed ({type(error).__name__}: {error}); it runs as Inductor compiles it")
+            return None
+
     try:
-        return transpose_products(gm, pays_on_gpu)
+        return transpose_products(gm, measured)
     except Exception as error:  # noqa: BLE001 - Inductor compiles whatever the graph is now
         gm.graph.eliminate_dead_code()
         gm.recompile()
