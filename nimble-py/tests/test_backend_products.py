@@ -121,39 +121,15 @@ def test_the_backend_transposes_on_a_gpu_only():
     assert "transposed_products" not in nimble_rs.dynamo.reports()[before]
 
 
-def test_a_failing_measurement_leaves_that_product_and_says_so(monkeypatch):
+def rewritten_saying(monkeypatch, name, broken):
+    """The classifier through ``products.rewrite`` with ``products.NAME`` replaced by
+    ``broken``: its counts, ops and the messages said, its output checked against eager."""
     import warnings
 
     from nimble_rs.dynamo import compiled
 
     compiled._WARNED.clear()
-
-    def broken(x, w, bias):
-        raise RuntimeError("CUBLAS_STATUS_ALLOC_FAILED")
-
-    monkeypatch.setattr(products, "pays_on_gpu", broken)
-    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 100)).eval()
-    x = torch.randn(2, 64)
-    with warnings.catch_warnings(record=True) as said:
-        warnings.simplefilter("always")
-        got, reports, _ = rewritten_through_inductor(model, x, products.rewrite)
-    with torch.no_grad():
-        assert relative_error(got, model(x)) < 1e-5
-    assert reports == {"transposed": 0, "slower_transposed": 0, "unmeasured": 1}, reports
-    assert [str(w.message) for w in said if "could not be measured" in str(w.message)] == ["nimble backend: the product of [2, 64] by [64, 100] could not be measured transposed (RuntimeError: CUBLAS_STATUS_ALLOC_FAILED); it runs as Inductor compiles it"]
-
-
-def test_a_pass_that_fails_leaves_the_graph_and_says_so(monkeypatch):
-    import warnings
-
-    from nimble_rs.dynamo import compiled
-
-    compiled._WARNED.clear()
-
-    def broken(gm, pays):
-        raise RuntimeError("a graph the pass does not read")
-
-    monkeypatch.setattr(products, "transpose_products", broken)
+    monkeypatch.setattr(products, name, broken)
     model = nn.Sequential(nn.Flatten(), nn.Linear(64, 100)).eval()
     x = torch.randn(2, 64)
     with warnings.catch_warnings(record=True) as said:
@@ -161,5 +137,22 @@ def test_a_pass_that_fails_leaves_the_graph_and_says_so(monkeypatch):
         got, reports, ops = rewritten_through_inductor(model, x, products.rewrite)
     with torch.no_grad():
         assert relative_error(got, model(x)) < 1e-5
+    return reports, ops, [str(w.message) for w in said if "nimble backend" in str(w.message)]
+
+
+def test_a_failing_measurement_leaves_that_product_and_says_so(monkeypatch):
+    def broken(x, w, bias):
+        raise RuntimeError("CUBLAS_STATUS_ALLOC_FAILED")
+
+    reports, _, said = rewritten_saying(monkeypatch, "pays_on_gpu", broken)
+    assert reports == {"transposed": 0, "slower_transposed": 0, "unmeasured": 1}, reports
+    assert said == ["nimble backend: the product of [2, 64] by [64, 100] could not be measured transposed (RuntimeError: CUBLAS_STATUS_ALLOC_FAILED); it runs as Inductor compiles it"], said
+
+
+def test_a_pass_that_fails_leaves_the_graph_and_says_so(monkeypatch):
+    def broken(gm, pays):
+        raise RuntimeError("a graph the pass does not read")
+
+    reports, ops, said = rewritten_saying(monkeypatch, "transpose_products", broken)
     assert reports == {"failed": "RuntimeError: a graph the pass does not read"} and aten.addmm.default in ops, reports
-    assert [str(w.message) for w in said if "transpose_products" in str(w.message)] == ["nimble backend: option transpose_products stopped (RuntimeError: a graph the pass does not read); the products it had not reached run as Inductor compiles them"]
+    assert said == ["nimble backend: option transpose_products stopped (RuntimeError: a graph the pass does not read); the products it had not reached run as Inductor compiles them"], said
