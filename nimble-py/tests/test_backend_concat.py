@@ -73,6 +73,40 @@ def test_without_inductors_hooks_it_says_so_once_and_compiles_as_inductor_choose
     assert "concat_in_place" not in report, report
 
 
+def allocations(model, x, **settings):
+    """The buffers Inductor's program for ``model`` allocates, (shape, strides) each, compiled
+    with ``concat.in_place`` and Inductor's ``settings``; its output checked against eager."""
+    import inspect
+    import re
+
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
+    from nimble_rs.dynamo import concat, kernels_plan
+
+    sources = []
+
+    def inner(gm, example_inputs, **kwargs):
+        with concat.in_place({}):
+            compiled = compile_fx_inner(gm, example_inputs, **kwargs)
+        sources.append(inspect.getsource(kernels_plan.inductor_module(compiled)))
+        return compiled
+
+    torch._dynamo.reset()
+    with torch._functorch.config.patch(enable_autograd_cache=False), torch._inductor.config.patch(fx_graph_cache=False, force_pointwise_cat=True, **settings), torch.no_grad():
+        got = torch.compile(model, backend=lambda gm, inputs: compile_fx(gm, inputs, inner_compile=inner))(x)
+        assert relative_error(got, model(x)) < 1e-5
+    return re.findall(r"= empty_strided_\w+\(\(([\d, ]+)\), \(([\d, ]+)\)", sources[0])
+
+
+@pytest.mark.parametrize("layout_optimization", [True, False])
+def test_the_join_is_laid_out_as_its_convolution_reads_it(layout_optimization):
+    # Inductor lays convolutions out channels-last (layout_optimization): the join is written
+    # channels-last, not contiguous and then copied for the convolution that reads it.
+    found = allocations(calibrated(Block()), torch.randn(2, 8, 10, 10), layout_optimization=layout_optimization)
+    joins = [strides for shape, strides in found if shape == "2, 28, 10, 10"]
+    assert joins == (["2800, 1, 280, 28"] if layout_optimization else ["2800, 100, 10, 1"]), found
+
+
 def test_the_lowering_is_restored_after_each_compile():
     from torch._inductor import lowering
 

@@ -46,6 +46,8 @@ def in_place(counts: Dict[str, int]) -> Iterator[None]:
             counts["fused_into_users"] = counts.get("fused_into_users", 0) + 1
             return original(inputs, dim)
         counts["in_place"] = counts.get("in_place", 0) + 1
+        if getattr(V.graph, "layout_opt", False) and len(inputs[0].get_size()) == 4:
+            return lowering.TensorBox(_channels_last_concat(ir, inputs, dim))
         return lowering.TensorBox(ir.ConcatKernel.create(inputs, dim))
 
     lowering.pointwise_cat = chosen
@@ -54,6 +56,23 @@ def in_place(counts: Dict[str, int]) -> Iterator[None]:
             yield
     finally:
         lowering.pointwise_cat = original
+
+
+def _channels_last_concat(ir, inputs, dim):
+    """``ConcatKernel.create`` with a channels-last output. Where Inductor lays convolutions out
+    channels-last (its layout optimization), a pointwise concatenation is computed straight
+    into the channels-last buffer its reading convolution wants; ``ConcatKernel`` would choose
+    the layout of the graph's traced values (contiguous, from a contiguous input) and Inductor
+    would then copy the whole output into channels-last for that convolution."""
+    from torch._prims_common import make_channels_last_strides_for
+
+    layout = ir.FlexibleLayout
+    contiguous = layout.__dict__["contiguous_strides"]
+    layout.contiguous_strides = staticmethod(lambda sizes: make_channels_last_strides_for(sizes) if len(sizes) == 4 else contiguous.__func__(sizes))
+    try:
+        return ir.ConcatKernel.create(inputs, dim)
+    finally:
+        layout.contiguous_strides = contiguous
 
 
 def available() -> bool:
