@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from . import epilogue  # (also defines nimble::conv_scale_bias_relu)
 from .compiled import warn_once
-from .fxnodes import Builder
+from .fxnodes import Builder, cuda_device
 from .fxnodes import value as _val
 from .runner import graph_us
 
@@ -248,7 +248,7 @@ def epilogue_plan(x: torch.Tensor, weight: torch.Tensor, stride, padding, dilati
     """``epilogue.tune`` for the convolution (once per shape, channels-last as Inductor gives
     them to the op); where cuDNN has no graph or its output is not exact, announced once per
     shape."""
-    device = torch.device(x.device.type, x.device.index if x.device.index is not None else torch.cuda.current_device())
+    device = cuda_device(x)
     layouts = (tuple(x.shape), _channels_last(x.shape), tuple(weight.shape), _channels_last(weight.shape))
     fused = epilogue.tune(*layouts, x.dtype, device, tuple(stride), tuple(padding), tuple(dilation), lambda run: graph_us(run, device))
     if fused.plan is None and not fused.why.startswith("slower"):
@@ -272,7 +272,7 @@ def pays_on_gpu(x: torch.Tensor, weight: torch.Tensor, stride, padding, dilation
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily(), torch.no_grad():
-        device = torch.device(x.device.type, x.device.index if x.device.index is not None else torch.cuda.current_device())
+        device = cuda_device(x)
         xr = torch.randn(tuple(x.shape), dtype=x.dtype, device=device).contiguous(memory_format=torch.channels_last)
         wr = torch.randn(tuple(weight.shape), dtype=x.dtype, device=device).contiguous(memory_format=torch.channels_last)
         br = torch.randn(weight.shape[0], dtype=x.dtype, device=device)

@@ -1,8 +1,8 @@
 """What the backend's rewrites of AOTAutograd's graph before Inductor compiles it share
-(``merge``, ``fold``, ``products``): a node's fake value, and new nodes each given theirs (Inductor lowers by
-them)."""
+(``merge``, ``fold``, ``products``): a node's fake value, new nodes each given theirs (Inductor
+lowers by them), and a rewrite that fails leaving the graph to Inductor, said once."""
 
-from typing import List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 import torch.fx
@@ -12,6 +12,13 @@ def value(node) -> Optional[torch.Tensor]:
     """The fake tensor a node computes, if it computes one."""
     found = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
     return found if isinstance(found, torch.Tensor) else None
+
+
+def cuda_device(tensor: torch.Tensor) -> torch.device:
+    """The CUDA device of a (fake) tensor, its index filled in (the current device's where the
+    tensor names none), for the real tensors a measurement at compile time makes."""
+    index = tensor.device.index
+    return torch.device(tensor.device.type, index if index is not None else torch.cuda.current_device())
 
 
 class Builder:
@@ -34,3 +41,18 @@ class Builder:
         for node in reversed(self.created):
             self.graph.erase_node(node)
         self.created.clear()
+
+
+def guarded(gm: torch.fx.GraphModule, option: str, what: str, rewrite: Callable[[], Dict[str, Any]]) -> Dict[str, Any]:
+    """``rewrite()`` (a pass of option ``option`` over ``gm``, its counts); where it raises, the
+    nodes it left unused removed, the failure announced once and returned as ``{"failed": ...}``:
+    ``what`` it had not reached are compiled by Inductor as they are."""
+    from .compiled import warn_once
+
+    try:
+        return rewrite()
+    except Exception as error:  # noqa: BLE001 - Inductor compiles whatever the graph is now
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+        warn_once((option, type(error).__name__), f"nimble backend: option {option} stopped ({type(error).__name__}: {error}); the {what} it had not reached run as Inductor compiles them")
+        return {"failed": f"{type(error).__name__}: {error}"}

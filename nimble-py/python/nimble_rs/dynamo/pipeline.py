@@ -32,6 +32,7 @@ from ..errors import NimbleInputError
 from . import concat, fold, hoist, kernels_plan, merge, products
 from . import regions as regions_module
 from .compiled import NimbleCompiled, admit_shape, code_state, warn_once
+from .fxnodes import guarded
 from .options import checked as _options
 from .options import inductor_settings as _inductor_settings
 from .runner import Program, seconds_since, shape_key
@@ -339,13 +340,8 @@ def _fused(gm: torch.fx.GraphModule, mode: str) -> Dict[str, Any]:
         if missing is not None:
             warn_once(("epilogue",), f"nimble backend: option fuse_convolutions=\"epilogue\" needs cuDNN's graph API: {missing}; the convolutions run as Inductor compiles them")
             return {"failed": missing}
-    try:
-        return fold.fuse_convolutions(gm, fold.pays_in_epilogue if mode == "epilogue" else fold.pays_on_gpu, mode=mode)
-    except Exception as error:  # noqa: BLE001 - Inductor compiles whatever the graph is now
-        gm.graph.eliminate_dead_code()
-        gm.recompile()
-        warn_once(("fold", type(error).__name__), f"nimble backend: option fuse_convolutions stopped ({type(error).__name__}: {error}); the convolutions it had not fused run as Inductor compiles them")
-        return {"failed": f"{type(error).__name__}: {error}"}
+    pays = fold.pays_in_epilogue if mode == "epilogue" else fold.pays_on_gpu
+    return guarded(gm, "fuse_convolutions", "convolutions", lambda: fold.fuse_convolutions(gm, pays, mode=mode))
 
 
 def _concatenations(options: Dict[str, Any], counts: Dict[str, int]):

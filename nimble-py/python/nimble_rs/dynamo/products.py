@@ -17,7 +17,7 @@ import torch
 import torch.fx
 
 from .compiled import warn_once
-from .fxnodes import Builder
+from .fxnodes import Builder, cuda_device, guarded
 from .fxnodes import value as _val
 from .runner import graph_us
 
@@ -106,13 +106,7 @@ def rewrite(gm: torch.fx.GraphModule) -> Dict[str, Any]:
             warn_once(("products", tuple(x.shape), tuple(w.shape)), f"nimble backend: the product of {list(x.shape)} by {list(w.shape)} could not be measured transposed ({type(error).__name__}: {error}); it runs as Inductor compiles it")
             return None
 
-    try:
-        return transpose_products(gm, measured)
-    except Exception as error:  # noqa: BLE001 - Inductor compiles whatever the graph is now
-        gm.graph.eliminate_dead_code()
-        gm.recompile()
-        warn_once(("products", type(error).__name__), f"nimble backend: option transpose_products stopped ({type(error).__name__}: {error}); the products it had not reached run as Inductor compiles them")
-        return {"failed": f"{type(error).__name__}: {error}"}
+    return guarded(gm, "transpose_products", "products", lambda: transpose_products(gm, measured))
 
 
 _MEASURED: Dict[tuple, bool] = {}
@@ -128,7 +122,7 @@ def pays_on_gpu(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor]) 
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily(), torch.no_grad():
-        device = torch.device(x.device.type, x.device.index if x.device.index is not None else torch.cuda.current_device())
+        device = cuda_device(x)
         xr = torch.empty_strided(tuple(x.shape), tuple(x.stride()), dtype=x.dtype, device=device).normal_()
         wr = torch.empty_strided(tuple(w.shape), tuple(w.stride()), dtype=w.dtype, device=device).normal_()
         br = torch.randn(w.shape[1], dtype=x.dtype, device=device) if bias is not None else None
