@@ -49,18 +49,41 @@ def calibrated(model):
     return model.eval()
 
 
-@pytest.mark.parametrize("model, x, expected", [
-    (calibrated(Block()), torch.randn(2, 8, 10, 10), {"in_place": 1}),
-    (Rotary().eval(), torch.randn(2, 5, 16), {"fused_into_users": 1}),
-])
-def test_a_join_is_written_in_place_and_a_join_read_pointwise_is_left_fused(model, x, expected):
-    report = compiled_report(model, x, concat_in_place=True, inductor_config={"force_pointwise_cat": True})
-    assert report["concat_in_place"] == expected, report
-
-
-def test_off_by_default():
-    report = compiled_report(calibrated(Block()), torch.randn(2, 8, 10, 10), inductor_config={"force_pointwise_cat": True})
+def test_a_join_is_written_in_place_by_default_and_as_inductor_lowers_it_when_off():
+    x = torch.randn(2, 8, 10, 10)
+    report = compiled_report(calibrated(Block()), x, inductor_config={"force_pointwise_cat": True})
+    assert report["concat_in_place"] == {"in_place": 1}, report
+    report = compiled_report(calibrated(Block()), x, concat_in_place=False, inductor_config={"force_pointwise_cat": True})
     assert "concat_in_place" not in report, report
+
+
+def test_a_join_read_pointwise_leaves_the_compile_as_it_is():
+    # Nothing for the option to change: Inductor's lowering and its FX graph cache untouched.
+    from torch._inductor import lowering
+
+    from nimble_rs.dynamo import concat
+
+    seen = []
+    original = concat.in_place
+    try:
+        concat.in_place = lambda counts: seen.append(counts) or original(counts)
+        report = compiled_report(Rotary().eval(), torch.randn(2, 5, 16), inductor_config={"force_pointwise_cat": True})
+    finally:
+        concat.in_place = original
+    assert seen == [] and "concat_in_place" not in report, report
+    assert lowering.pointwise_cat.__module__ == "torch._inductor.lowering"
+
+
+@pytest.mark.parametrize("model, expected", [(calibrated(Block()), True), (Rotary().eval(), False)])
+def test_which_graphs_have_a_join_the_option_changes(model, expected):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from nimble_rs.dynamo import concat
+
+    x = torch.randn(2, 8, 10, 10) if expected else torch.randn(2, 5, 16)
+    with torch.no_grad():
+        gm = make_fx(model, pre_dispatch=False)(x)
+    assert concat.joins_for_users(gm) is expected
 
 
 def test_without_inductors_hooks_it_says_so_once_and_compiles_as_inductor_chooses(monkeypatch):

@@ -28,7 +28,7 @@ def follows_eager(fast, model, calls=5):
 def test_the_classifier_is_measured_both_ways_once_and_matches_eager():
     products._MEASURED.clear()
     model = classifier()
-    follows_eager(compiled(model, transpose_products=True), model)
+    follows_eager(compiled(model), model)
     counts = last_report()["transposed_products"]
     assert counts["transposed"] + counts["slower_transposed"] == 1, counts
     assert len(products._MEASURED) == 1, products._MEASURED
@@ -40,13 +40,16 @@ def test_a_transposed_product_is_captured_on_streams_and_matches_eager(monkeypat
     monkeypatch.setattr(products, "pays_on_gpu", lambda x, w, bias: True)
     model = classifier()
     for choose in ("streams", "single"):
-        follows_eager(compiled(model, transpose_products=True, choose=choose), model)
+        follows_eager(compiled(model, choose=choose), model)
         report = last_report()
         assert report["transposed_products"] == {"transposed": 1, "slower_transposed": 0}, report
         assert report["captured_shapes"] == 1, report
 
 
-def test_off_by_default():
+def test_on_by_default_and_off_when_asked():
     model = classifier()
     follows_eager(compiled(model), model)
+    counts = last_report()["transposed_products"]
+    assert counts["transposed"] + counts["slower_transposed"] == 1, counts
+    follows_eager(compiled(model, transpose_products=False), model)
     assert "transposed_products" not in last_report()

@@ -12,8 +12,8 @@ its branch ends, on the branch's stream. Inductor's own lowering for a concatena
 compute pointwise does this (``ConcatKernel``); the option takes it wherever Inductor would
 compute a concatenation pointwise only to join its inputs, not to fuse it into pointwise ops
 that read it (those, such as a rotary embedding's halves, keep Inductor's choice). Inductor's
-compile is the same otherwise; its FX graph cache is off for such a compile, since the graph
-does not show the change."""
+compile is the same otherwise; its FX graph cache is off for a compile the option can change
+(``joins_for_users``), since the graph does not show the change."""
 
 import contextlib
 from typing import Dict, Iterator
@@ -73,6 +73,17 @@ def _channels_last_concat(ir, inputs, dim):
         return ir.ConcatKernel.create(inputs, dim)
     finally:
         layout.contiguous_strides = contiguous
+
+
+def joins_for_users(gm: torch.fx.GraphModule) -> bool:
+    """Whether ``gm`` has a concatenation not every use of which is pointwise: the only kind
+    the option changes. Without one, Inductor's compile (and its FX graph cache) is left as it
+    is. (Any concatenation where this torch lacks the test: ``available`` then says why.)"""
+    try:
+        from torch._inductor.utils import is_pointwise_use
+    except ImportError:
+        return any(node.op == "call_function" and node.target is aten.cat.default for node in gm.graph.nodes)
+    return any(node.op == "call_function" and node.target is aten.cat.default and not (node.users and all(is_pointwise_use(u, _joined_by) for u in node.users)) for node in gm.graph.nodes)
 
 
 def available() -> bool:

@@ -98,12 +98,14 @@ DEFAULTS: Dict[str, Any] = {
     # classifier at a small batch: addmm(bias, x, w.t()) as Inductor calls cuBLAS) runs
     # transposed, (w @ x.t()).t() + bias, where that is measured faster at its shape (at most
     # 0.8 of the time; ``products``). The same float arithmetic summed in another order.
-    "transpose_products": False,
+    # False: every product as Inductor calls it.
+    "transpose_products": True,
     # True: a concatenation Inductor would compute in one pointwise kernel loading from every
     # input (an Inception block's join of its branches' BatchNorm-ReLUs) is written in place
     # instead, each input by its own kernel into its slice, as Inductor does on a CPU; not one
     # whose every use is pointwise (fused into its readers, as Inductor chose). ``concat``.
-    "concat_in_place": False,
+    # False: every concatenation as Inductor lowers it.
+    "concat_in_place": True,
     # Inductor's settings for this backend's compiles, as {name: value} (names of
     # `torch._inductor.config`, e.g. {"layout_optimization": False}); the rest are the user's.
     # Measured on an H100 (6ef8069): layout_optimization off drops Inductor's channels-last
