@@ -49,7 +49,15 @@ def calibrated(model):
     return model.eval()
 
 
-def test_a_join_is_written_in_place_by_default_and_as_inductor_lowers_it_when_off():
+@pytest.fixture
+def any_size(monkeypatch):
+    # The tests' joins are small (concat.MIN_BYTES keeps those as Inductor lowers them).
+    from nimble_rs.dynamo import concat
+
+    monkeypatch.setattr(concat, "MIN_BYTES", 0)
+
+
+def test_a_join_is_written_in_place_by_default_and_as_inductor_lowers_it_when_off(any_size):
     x = torch.randn(2, 8, 10, 10)
     report = compiled_report(calibrated(Block()), x, inductor_config={"force_pointwise_cat": True})
     assert report["concat_in_place"] == {"in_place": 1}, report
@@ -57,7 +65,7 @@ def test_a_join_is_written_in_place_by_default_and_as_inductor_lowers_it_when_of
     assert "concat_in_place" not in report, report
 
 
-def test_a_join_read_pointwise_leaves_the_compile_as_it_is():
+def test_a_join_read_pointwise_leaves_the_compile_as_it_is(any_size):
     # Nothing for the option to change: Inductor's lowering and its FX graph cache untouched.
     from torch._inductor import lowering
 
@@ -74,19 +82,52 @@ def test_a_join_read_pointwise_leaves_the_compile_as_it_is():
     assert lowering.pointwise_cat.__module__ == "torch._inductor.lowering"
 
 
-@pytest.mark.parametrize("model, expected", [(calibrated(Block()), True), (Rotary().eval(), False)])
-def test_which_graphs_have_a_join_the_option_changes(model, expected):
+def test_a_small_join_leaves_the_compile_as_it_is():
+    # A join of 2x28x10x10 floats (22 kB) is below concat.MIN_BYTES.
+    report = compiled_report(calibrated(Block()), torch.randn(2, 8, 10, 10), inductor_config={"force_pointwise_cat": True})
+    assert "concat_in_place" not in report, report
+
+
+@pytest.mark.parametrize("model, shape, expected", [
+    (calibrated(Block()), (2, 8, 10, 10), False),  # 22 kB
+    (calibrated(Block()), (2, 8, 120, 120), True),  # 3.2 MB
+    (Rotary().eval(), (2, 5, 16), False),
+    (Rotary().eval(), (2, 5000, 128), False),  # 5.1 MB, read pointwise
+])
+def test_which_graphs_have_a_join_the_option_changes(model, shape, expected):
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from nimble_rs.dynamo import concat
 
-    x = torch.randn(2, 8, 10, 10) if expected else torch.randn(2, 5, 16)
     with torch.no_grad():
-        gm = make_fx(model, pre_dispatch=False)(x)
+        gm = make_fx(model, pre_dispatch=False)(torch.randn(*shape))
     assert concat.joins_for_users(gm) is expected
 
 
-def test_without_inductors_hooks_it_says_so_once_and_compiles_as_inductor_chooses(monkeypatch):
+def test_a_small_join_is_counted_where_a_large_one_is_written_in_place(monkeypatch):
+    # Both joins reach Inductor's lowering (a graph with one large join); the small one keeps it.
+    from nimble_rs.dynamo import concat
+
+    class Two(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.small, self.large = Block(), Block()
+
+        def forward(self, x, y):
+            return self.small(x).sum() + self.large(y).sum()
+
+    monkeypatch.setattr(concat, "MIN_BYTES", 2 * 28 * 10 * 10 * 4 + 1)
+    model = calibrated(Two())
+    x, y = torch.randn(2, 8, 10, 10), torch.randn(2, 8, 12, 12)
+    torch._dynamo.reset()
+    before = len(nimble_rs.dynamo.reports())
+    with torch.no_grad():
+        got = torch.compile(model, backend="nimble", options={"inductor_config": {"force_pointwise_cat": True}})(x, y)
+        assert relative_error(got, model(x, y)) < 1e-5
+    assert nimble_rs.dynamo.reports()[before]["concat_in_place"] == {"in_place": 1, "small": 1}
+
+
+def test_without_inductors_hooks_it_says_so_once_and_compiles_as_inductor_chooses(monkeypatch, any_size):
     from nimble_rs.dynamo import compiled, concat
 
     compiled._WARNED.clear()
@@ -130,7 +171,7 @@ def test_the_join_is_laid_out_as_its_convolution_reads_it(layout_optimization):
     assert joins == (["2800, 1, 280, 28"] if layout_optimization else ["2800, 100, 10, 1"]), found
 
 
-def test_the_lowering_is_restored_after_each_compile():
+def test_the_lowering_is_restored_after_each_compile(any_size):
     from torch._inductor import lowering
 
     original = lowering.pointwise_cat

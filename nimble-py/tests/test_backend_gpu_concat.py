@@ -19,7 +19,10 @@ def follows_eager(fast, model, make, calls=5):
 
 
 @pytest.mark.parametrize("choose", ["streams", "single"])
-def test_a_join_written_in_place_is_one_kernel_per_branch_and_matches_eager(choose):
+def test_a_join_written_in_place_is_one_kernel_per_branch_and_matches_eager(choose, monkeypatch):
+    from nimble_rs.dynamo import concat
+
+    monkeypatch.setattr(concat, "MIN_BYTES", 0)  # the block's join: 4x28x24x24 floats, 258 kB
     model = calibrated(Block()).cuda()
     make = lambda: torch.randn(4, 8, 24, 24, device="cuda")
     follows_eager(compiled(model, choose=choose, concat_in_place=False), model, make)
@@ -32,8 +35,17 @@ def test_a_join_written_in_place_is_one_kernel_per_branch_and_matches_eager(choo
     assert report["captured_shapes"] == 1 and report["choice"] == choose, report
 
 
-def test_a_join_read_pointwise_stays_fused():
+def test_a_join_read_pointwise_stays_fused(monkeypatch):
     # Inductor's choice, and its compile left as it is (concat.joins_for_users).
+    from nimble_rs.dynamo import concat
+
+    monkeypatch.setattr(concat, "MIN_BYTES", 0)
     model = Rotary().cuda().eval()
     follows_eager(compiled(model), model, lambda: torch.randn(2, 5, 16, device="cuda"))
+    assert "concat_in_place" not in last_report()
+
+
+def test_a_small_join_is_left_as_inductor_lowers_it():
+    model = calibrated(Block()).cuda()
+    follows_eager(compiled(model), model, lambda: torch.randn(4, 8, 24, 24, device="cuda"))
     assert "concat_in_place" not in last_report()
