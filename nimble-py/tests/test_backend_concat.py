@@ -82,6 +82,19 @@ def test_a_join_read_pointwise_leaves_the_compile_as_it_is(any_size):
     assert lowering.pointwise_cat.__module__ == "torch._inductor.lowering"
 
 
+def test_a_dynamic_batch_is_sized_without_a_recompile(any_size):
+    # The join's size is read from its shape's hint: no guard on the batch.
+    model = calibrated(Block())
+    torch._dynamo.reset()
+    before = len(nimble_rs.dynamo.reports())
+    fast = torch.compile(model, backend="nimble", dynamic=True, options={"inductor_config": {"force_pointwise_cat": True}})
+    with torch.no_grad():
+        for batch in (2, 3, 5):
+            x = torch.randn(batch, 8, 10, 10)
+            assert relative_error(fast(x), model(x)) < 1e-5
+    assert [r.get("concat_in_place") for r in nimble_rs.dynamo.reports()[before:]] == [{"in_place": 1}]
+
+
 def test_a_small_join_leaves_the_compile_as_it_is():
     # A join of 2x28x10x10 floats (22 kB) is below concat.MIN_BYTES.
     report = compiled_report(calibrated(Block()), torch.randn(2, 8, 10, 10), inductor_config={"force_pointwise_cat": True})

@@ -43,9 +43,8 @@ def _bytes(node) -> int:
     if not isinstance(val, torch.Tensor):
         return 0
     numel = val.numel()
-    try:
-        numel = int(numel)
-    except (TypeError, ValueError):
+    if not isinstance(numel, int):
+        # (Not int(numel): that would specialize a dynamic shape, a guard and a recompile.)
         from torch.fx.experimental.symbolic_shapes import has_hint, hint_int
 
         numel = hint_int(numel) if has_hint(numel) else 0
