@@ -53,3 +53,22 @@ def test_on_by_default_and_off_when_asked():
     assert counts["transposed"] + counts["slower_transposed"] == 1, counts
     follows_eager(compiled(model, transpose_products=False), model)
     assert "transposed_products" not in last_report()
+
+
+def test_measurements_keep_no_memory_past_their_first():
+    # Every measurement captures on one stream (runner.measuring_stream): cuBLAS's workspace
+    # for it is held once, not once more per measurement.
+    products._MEASURED.clear()
+
+    def measure(rows):
+        x, w = torch.randn(rows, 2048, device="cuda"), torch.randn(1000, 2048, device="cuda").t()
+        products.pays_on_gpu(x, w, torch.randn(1000, device="cuda"))
+        del x, w
+        torch.cuda.synchronize()
+        return torch.cuda.memory_allocated()
+
+    start = torch.cuda.memory_allocated()
+    first = measure(16)
+    later = [measure(rows) for rows in (8, 4, 2)]
+    print(f"held after the first measurement: {(first - start) / 2**20:.1f} MiB, after three more: {(later[-1] - start) / 2**20:.1f} MiB")
+    assert max(later) - first < 2**20, (start, first, later)
