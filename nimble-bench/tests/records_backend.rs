@@ -108,7 +108,7 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
     // rounds, and eager's own TF32 drift judging Inception-v4's float32 errors.
     let figures = scratch("same-process-rounds");
     // "MODEL/backend-NAME": the backend with other options, on its line after the model's.
-    let cases: [RecordCase; 70] = [
+    let cases: [RecordCase; 76] = [
         ("same-process-backend-6476f4a-bfloat16-b1-decoders.json", &[("llama", "0.89", "0.89–0.89"), ("qwen2", "0.86", "0.85–0.87"), ("mistral", "0.90", "0.90–0.90")]),
         ("same-process-backend-628bc90-float32-b1-branchy.json", &[("googlenet", "0.65", "0.63–0.65"), ("inception-v4", "0.68", "0.66–0.69"), ("nasnet-a-large", "0.66", "0.64–0.67")]),
         // The critical-path plan timed at the choice (option time_critical_path), batch 16.
@@ -196,6 +196,13 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
         ("same-process-backend-b4fb905-float32-b16-inception-v4-inception-v3-epilogue.json", &[("inception-v4", "0.78", "0.78–0.82"), ("inception-v4/backend-epi", "0.82", "0.77–0.88"), ("inception-v3", "0.82", "0.81–0.83"), ("inception-v3/backend-epi", "0.80", "0.78–0.82")]),
         // transpose_products (the classifier's product transposed where measured faster), off by default.
         ("same-process-backend-4b313ca-float32-b16-inception-v3-transpose.json", &[("inception-v3", "0.84", "0.84–0.86"), ("inception-v3/backend-tp", "0.81", "0.81–0.82")]),
+        // concat_in_place (joins written in place), beside transpose_products; then both on by default.
+        ("same-process-backend-92caf09-float32-b16-googlenet-concat.json", &[("googlenet", "0.79", "0.78–0.91"), ("googlenet/backend-cat", "0.73", "0.73–0.85"), ("googlenet/backend-both", "0.73", "0.72–0.85")]),
+        ("same-process-backend-92caf09-float32-b16-inception-v3-concat.json", &[("inception-v3", "0.83", "0.77–0.84"), ("inception-v3/backend-cat", "0.81", "0.77–0.85"), ("inception-v3/backend-both", "0.79", "0.71–0.85")]),
+        ("same-process-backend-92caf09-float32-b16-inception-v4-concat.json", &[("inception-v4", "0.84", "0.82–0.84"), ("inception-v4/backend-cat", "0.76", "0.74–0.76"), ("inception-v4/backend-both", "0.75", "0.73–0.76")]),
+        ("same-process-backend-934ef80-float32-b1-googlenet-inception-v3-defaults.json", &[("googlenet", "0.58", "0.57–0.61"), ("googlenet/backend-off", "0.51", "0.51–0.57"), ("inception-v3", "0.63", "0.63–0.64"), ("inception-v3/backend-off", "0.62", "0.61–0.64")]),
+        ("same-process-backend-3a1c239-float32-b1-googlenet-defaults.json", &[("googlenet", "0.59", "0.58–0.59"), ("googlenet/backend-off", "0.59", "0.58–0.59")]),
+        ("same-process-backend-3a1c239-float32-b16-googlenet-defaults.json", &[("googlenet", "0.70", "0.62–0.75"), ("googlenet/backend-off", "0.75", "0.73–0.79")]),
     ];
     for (record, rows) in cases {
         let text = rendered("same-process", &format!("../paper-figs/results/{record}"), &figures);
