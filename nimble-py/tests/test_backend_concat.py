@@ -65,21 +65,27 @@ def test_a_join_is_written_in_place_by_default_and_as_inductor_lowers_it_when_of
     assert "concat_in_place" not in report, report
 
 
-def test_a_join_read_pointwise_leaves_the_compile_as_it_is(any_size):
-    # Nothing for the option to change: Inductor's lowering and its FX graph cache untouched.
-    from torch._inductor import lowering
-
+def entered(monkeypatch, model, x, **options):
+    """How many compiles of ``model`` the option's lowering was entered for (Inductor's FX graph
+    cache is off for those), and the report."""
     from nimble_rs.dynamo import concat
 
     seen = []
     original = concat.in_place
-    try:
-        concat.in_place = lambda counts: seen.append(counts) or original(counts)
-        report = compiled_report(Rotary().eval(), torch.randn(2, 5, 16), inductor_config={"force_pointwise_cat": True})
-    finally:
-        concat.in_place = original
-    assert seen == [] and "concat_in_place" not in report, report
+    monkeypatch.setattr(concat, "in_place", lambda counts: seen.append(counts) or original(counts))
+    report = compiled_report(model, x, **options)
+    return len(seen), report
+
+
+def test_a_join_read_pointwise_leaves_the_compile_as_it_is(any_size, monkeypatch):
+    # Nothing for the option to change: Inductor's lowering and its FX graph cache untouched.
+    from torch._inductor import lowering
+
+    times, report = entered(monkeypatch, Rotary().eval(), torch.randn(2, 5, 16), inductor_config={"force_pointwise_cat": True})
+    assert times == 0 and "concat_in_place" not in report, report
     assert lowering.pointwise_cat.__module__ == "torch._inductor.lowering"
+    # (The same hook is entered for a join it can change.)
+    assert entered(monkeypatch, calibrated(Block()), torch.randn(2, 8, 10, 10), inductor_config={"force_pointwise_cat": True})[0] == 1
 
 
 def test_a_dynamic_batch_is_sized_without_a_recompile(any_size):
@@ -93,6 +99,12 @@ def test_a_dynamic_batch_is_sized_without_a_recompile(any_size):
             x = torch.randn(batch, 8, 10, 10)
             assert relative_error(fast(x), model(x)) < 1e-5
     assert [r.get("concat_in_place") for r in nimble_rs.dynamo.reports()[before:]] == [{"in_place": 1}]
+
+
+def test_on_the_cpu_a_join_leaves_the_compile_as_it_is(any_size, monkeypatch):
+    # Inductor lowers a CPU join in place itself: nothing to change, the FX graph cache kept.
+    times, report = entered(monkeypatch, calibrated(Block()), torch.randn(2, 8, 10, 10))
+    assert times == 0 and "concat_in_place" not in report, report
 
 
 def test_a_small_join_leaves_the_compile_as_it_is():
