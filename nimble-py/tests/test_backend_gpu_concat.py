@@ -33,6 +33,10 @@ def test_a_join_written_in_place_is_one_kernel_per_branch_and_matches_eager(choo
     # The join's one pointwise kernel became one per branch.
     assert report["kernels"] == joined + 3, (joined, report["kernels"])
     assert report["captured_shapes"] == 1 and report["choice"] == choose, report
+    if choose == "streams":
+        # The branches' parts, on their streams, write disjoint slices: no order between them,
+        # the join allocated before the fork (test_backend_slices.py).
+        assert report["streams"] > 1 and report.get("allocated_before_fork") == 1, report
 
 
 def test_a_join_read_pointwise_stays_fused(monkeypatch):

@@ -16,7 +16,11 @@ One touched on several streams (``shared`` counts those) is freed once every ker
 it is known complete on its allocation stream (stream order, events waited, the fork): whatever
 that stream allocates next follows them all, so no stream can race on the reused memory; until
 then (at worst until the call returns) its ``del`` is deferred. ``kept_to_end`` counts the
-storages that no point before the join makes safe. ``check()`` proves both, kernels and frees.
+storages that no point before the join makes safe. A storage whose disjoint parts kernels on
+several streams write (``WrapperProgram`` orders none of those writes) is allocated on stream 0
+before the fork instead, which every stream follows (``allocated_first`` counts them).
+``check()`` proves all three: kernels, frees, and that no kernel touches memory another stream
+allocated before it follows that allocation.
 """
 
 import ast
@@ -113,9 +117,13 @@ class Schedule:
             if s.kind == "alloc":
                 storages = p.storage_of_statement(s)
                 stream_of[i] = min((first_stream[st] for st in storages if st in first_stream), default=0)
+        hoisted = _allocated_first(p, self.order, stream_of)
+        for i in hoisted:
+            stream_of[i] = 0
         users, allocated_on = _users_and_allocation_streams(p, self.order, stream_of)
         shared = _shared(users, allocated_on, stream_of)
         self.shared = len(shared)
+        self.allocated_first = len(hoisted)
         last_of_region: Dict[int, int] = {}
         for i in self.order:
             if i in self.region_of:
@@ -138,10 +146,14 @@ class Schedule:
             if deferred and step[0] in ("stmt", "wait", "fork"):
                 release()
 
+        for i in hoisted:
+            add(("stmt", i, 0))
         add(("fork",))
         started: Set[int] = set()
         for i in self.order:
             s = p.statements[i]
+            if i in hoisted:
+                continue
             if s.kind == "del":
                 names = [t.id for t in s.node.targets if isinstance(t, ast.Name)]
                 kept = [n for n in names if not (p.storage.get(n, set()) & shared)]
@@ -180,13 +192,22 @@ class Schedule:
         stream_of = {step[1]: step[2] for step in self.steps if step[0] == "stmt" and step[2] is not None}
         users, allocated_on = _users_and_allocation_streams(p, [i for i in self.order if i in stream_of], stream_of)
         shared = _shared(users, allocated_on, stream_of)
+        allocated: Dict[int, Tuple[int, int]] = {}  # storage: (its allocation, the stream)
         for step in self.steps:
+            if step[0] == "stmt" and step[2] is not None and p.statements[step[1]].kind == "alloc":
+                for st in p.storage_of_statement(p.statements[step[1]]):
+                    allocated[st] = (step[1], step[2])
             if step[0] == "stmt" and step[2] is not None and p.statements[step[1]].kind == "kernel":
                 i, k = step[1], step[2]
                 missing = needs[i] - known.before[k]
                 if missing:
                     j = min(missing)
                     raise WrapperError(f"{p.statements[i].name} (statement {i}) on stream {k} may run before {p.statements[j].name} (statement {j})")
+                for st in sorted(p.statements[i].reads | p.statements[i].writes):
+                    a, j = allocated.get(st, (None, k))
+                    if j != k and a not in known.before[k]:
+                        # Memory from stream j's pool is free for j's next ops only.
+                        raise WrapperError(f"{p.statements[i].name} (statement {i}) on stream {k} may touch memory stream {j} allocated (statement {a}) before its earlier users are done")
             elif step[0] == "wait" and step[2] not in known.events:
                 raise WrapperError(f"stream {step[1]} waits on region {step[2]}'s event before it is recorded")
             elif step[0] == "del":
@@ -252,7 +273,7 @@ class _Completion:
 
     def step(self, step: Tuple) -> None:
         kind = step[0]
-        if kind == "stmt" and step[2] is not None and self.program.statements[step[1]].kind == "kernel":
+        if kind == "stmt" and step[2] is not None and self.program.statements[step[1]].kind in ("kernel", "alloc"):
             self.before[step[2]].add(step[1])
         elif kind == "record":
             self.events[step[1]] = set(self.before[step[2]])
@@ -264,6 +285,22 @@ class _Completion:
         elif kind == "join":
             for k in range(1, self.streams):
                 self.before[0] |= self.before[k]
+
+
+def _allocated_first(program: WrapperProgram, order: Sequence[int], stream_of: Dict[int, int]) -> List[int]:
+    """The allocations to make on stream 0 before the fork: those of storages whose parts
+    kernels on different streams write (``WrapperProgram`` orders no two writes of disjoint
+    parts). Memory allocated on a stream is free for that stream's next ops, which the first
+    part's writer would be, but not for another stream's; every stream follows the fork."""
+    kernels = [i for i in order if program.statements[i].kind == "kernel" and i in stream_of]
+    parted = {st for i in kernels for st in program.statements[i].parts}
+    found = set()
+    for st in parted:
+        a = program.allocation.get(st)
+        streams = {stream_of[i] for i in kernels if st in program.statements[i].reads | program.statements[i].writes}
+        if a is not None and len(streams) > 1 and not program.needs[a]:
+            found.add(a)
+    return sorted(found)
 
 
 def _users_and_allocation_streams(program: WrapperProgram, order: Sequence[int], stream_of: Dict[int, int]):

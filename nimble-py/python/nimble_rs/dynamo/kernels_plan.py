@@ -96,6 +96,7 @@ class PlannedProgram:
         self._compiled = compiled
         self.shared_buffers = self.schedule.shared
         self.kept_to_end = self.schedule.kept_to_end
+        self.allocated_first = self.schedule.allocated_first
 
     def run(self, args: Sequence[Any]):
         if self.prepare is not None:

@@ -15,6 +15,8 @@ from typing import Any, Dict, List, Optional, Sequence, Set
 import torch
 import torch.fx
 
+from . import slices
+
 
 @dataclass
 class Tasks:
@@ -41,24 +43,31 @@ def op_name(node: torch.fx.Node) -> str:
 
 class Accesses:
     """The order that reads and writes of shared storage need, access by access in program
-    order: a read waits for the last write; a write for the last write and every read since."""
+    order: a read waits for the last write; a write for the last write and every read since.
+    Where an access is of a part of its storage (``parts``: storage -> ``slices.Box``), only
+    accesses of overlapping parts are ordered: the writes of disjoint slices of one buffer
+    follow none of each other, and a later access of the whole follows them all."""
 
     def __init__(self):
-        self.last_writer: Dict[Any, int] = {}
-        self.readers: Dict[Any, List[int]] = {}
+        # Per storage, the writes no later write covers and the reads since: (task, part).
+        self.writers: Dict[Any, List[tuple]] = {}
+        self.readers: Dict[Any, List[tuple]] = {}
 
-    def access(self, task: int, reads: Set[Any], writes: Set[Any]) -> Set[int]:
+    def access(self, task: int, reads: Set[Any], writes: Set[Any], parts: Optional[Dict[Any, Any]] = None) -> Set[int]:
         """Records ``task``'s accesses; returns the earlier tasks it must follow."""
+        parts = parts or {}
         after: Set[int] = set()
         for storage in reads - writes:
-            if storage in self.last_writer:
-                after.add(self.last_writer[storage])
-            self.readers.setdefault(storage, []).append(task)
+            part = parts.get(storage)
+            after.update(t for t, q in self.writers.get(storage, ()) if slices.overlap(part, q))
+            self.readers.setdefault(storage, []).append((task, part))
         for storage in writes:
-            if storage in self.last_writer:
-                after.add(self.last_writer[storage])
-            after.update(self.readers.pop(storage, []))
-            self.last_writer[storage] = task
+            part = parts.get(storage)
+            after.update(t for t, q in self.writers.get(storage, ()) if slices.overlap(part, q))
+            after.update(t for t, q in self.readers.get(storage, ()) if slices.overlap(part, q))
+            # What this write covers, later accesses reach through it.
+            self.readers[storage] = [(t, q) for t, q in self.readers.get(storage, ()) if not slices.within(q, part)]
+            self.writers[storage] = [(t, q) for t, q in self.writers.get(storage, ()) if not slices.within(q, part)] + [(task, part)]
         after.discard(task)
         return after
 

@@ -12,7 +12,9 @@ over-approximation). Names map to storages: an allocation makes one, ``buf5 = bu
 reuse) and ``reinterpret_tensor(buf0, ...)`` share one, an op's result is new (and, unless it is
 an extern kernel's, may alias its arguments). Reads and writes of a storage are ordered as
 written (``taskgraph.Accesses``), so Inductor's buffer reuse becomes ordinary dependencies the
-plan keeps."""
+plan keeps; but kernels that write disjoint parts of one allocation, each through its own view
+(``reinterpret_tensor`` of an ``empty_strided`` with literal sizes and strides, as Inductor
+writes a join's slices), follow none of each other (``slices``)."""
 
 import ast
 import copy
@@ -20,6 +22,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
+from . import slices
 from .signatures import KernelSignatures, dotted, names_in
 from .taskgraph import Accesses
 
@@ -45,6 +48,8 @@ class Statement:
     reads: Set[int] = field(default_factory=set)
     writes: Set[int] = field(default_factory=set)
     name: str = ""
+    # Storages the kernel touches only in a part (``slices.Part``), through views of it.
+    parts: Dict[int, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -97,6 +102,11 @@ class WrapperProgram:
                 flat.append(statement)
         self.statements: List[Statement] = []
         self.storage: Dict[str, Set[int]] = {}
+        # Names of tensors allocated with literal sizes and strides: those; views of a part of
+        # one: the part (``slices``). The allocation statement of each such storage.
+        self.layout: Dict[str, Tuple[Tuple[int, ...], Tuple[int, ...]]] = {}
+        self.part: Dict[str, Any] = {}
+        self.allocation: Dict[int, int] = {}
         self.stream_variables: Set[str] = set()
         self._storages = 0
         self.inputs: List[str] = []
@@ -131,6 +141,9 @@ class WrapperProgram:
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target, value = node.targets[0], node.value
             targets = [target.id] if isinstance(target, ast.Name) else [e.id for e in target.elts if isinstance(e, ast.Name)] if isinstance(target, ast.Tuple) else []
+            for name in targets:
+                self.layout.pop(name, None)
+                self.part.pop(name, None)
             if isinstance(target, ast.Tuple) and isinstance(value, ast.Name) and value.id == "args":
                 # The graph's inputs: a storage each.
                 self.inputs = targets
@@ -147,10 +160,15 @@ class WrapperProgram:
                 if shared:
                     for name in targets:
                         self.storage[name] = set(shared)
+                        self._view(name, value)
                     return Statement(index, node, "alias", defines=targets, uses=uses)
             if isinstance(value, ast.Call) and dotted(value.func).split(".")[-1] in ALLOCATORS and not self._tensors(value):
+                layout = slices.literal_layout(value)
                 for name in targets:
                     self.storage[name] = self._new_storage()
+                    if layout is not None and len(targets) == 1:
+                        self.layout[name] = layout
+                        self.allocation[min(self.storage[name])] = index
                 return Statement(index, node, "alloc", defines=targets, uses=uses)
             if isinstance(value, ast.Call):
                 reads, writes = self._accesses(value)
@@ -168,7 +186,7 @@ class WrapperProgram:
                     result = fresh | reads | writes
                 for name in targets:
                     self.storage[name] = set(result)
-                return Statement(index, node, "kernel", defines=targets, uses=uses, reads=reads, writes=writes | fresh, name=self._kernel_name(value))
+                return Statement(index, node, "kernel", defines=targets, uses=uses, reads=reads, writes=writes | fresh, name=self._kernel_name(value), parts=self._parts(value))
             if self._tensors(value):
                 raise WrapperError(f"an assignment of an unknown form: {ast.unparse(node)[:120]}")
             return Statement(index, node, "host", defines=targets, uses=uses)
@@ -178,7 +196,7 @@ class WrapperProgram:
                 return Statement(index, node, "check", uses=uses)
             reads, writes = self._accesses(call)
             if reads or writes:
-                return Statement(index, node, "kernel", uses=uses - self.stream_variables, reads=reads, writes=writes, name=self._kernel_name(call))
+                return Statement(index, node, "kernel", uses=uses - self.stream_variables, reads=reads, writes=writes, name=self._kernel_name(call), parts=self._parts(call))
             return Statement(index, node, "host", uses=uses)
         if self._tensors(node):
             # Control flow or anything else over tensors: one task that reads and writes them all.
@@ -188,6 +206,37 @@ class WrapperProgram:
                 self.storage[name] = self._new_storage() | touched
             return Statement(index, node, "kernel", defines=defined, uses=uses, reads=touched, writes=touched, name=type(node).__name__.lower())
         return Statement(index, node, "host", uses=uses)
+
+    def _view(self, name: str, value: ast.AST) -> None:
+        """What ``name = value`` (a name, or a view of one) covers of an allocation with a
+        literal layout: all of it with that layout (``x = buf3``), or a part of it
+        (``reinterpret_tensor(buf8, sizes, strides, offset)`` with its strides); nothing known
+        otherwise."""
+        if isinstance(value, ast.Name):
+            if value.id in self.layout:
+                self.layout[name] = self.layout[value.id]
+            if value.id in self.part:
+                self.part[name] = self.part[value.id]
+            return
+        if not (isinstance(value, ast.Call) and dotted(value.func).split(".")[-1] == "reinterpret_tensor" and len(value.args) == 4):
+            return
+        base, view = value.args[0], slices.literal_view(value)
+        if isinstance(base, ast.Name) and base.id in self.layout and base.id not in self.part and view is not None:
+            found = slices.part(*self.layout[base.id], *view)
+            if found is not None:
+                self.part[name] = found
+
+    def _parts(self, call: ast.Call) -> Dict[int, Any]:
+        """The storages ``call`` touches only through views of one part of them, and the part."""
+        parts: Dict[int, Any] = {}
+        whole: Set[int] = set()
+        for name in names_in(call):
+            for storage in self.storage.get(name, ()):
+                part = self.part.get(name) if len(self.storage[name]) == 1 else None
+                if part is None or parts.get(storage, part) != part:
+                    whole.add(storage)
+                parts[storage] = part
+        return {st: part for st, part in parts.items() if st not in whole}
 
     def _kernel_name(self, call: ast.Call) -> str:
         name = dotted(call.func)
@@ -295,7 +344,7 @@ class WrapperProgram:
                 definition[name] = s.index
                 users[name] = []
             if s.kind == "kernel":
-                needs.update(accesses.access(s.index, s.reads, s.writes))
+                needs.update(accesses.access(s.index, s.reads, s.writes, s.parts))
             if s.kind == "host":
                 if last_host is not None:
                     needs.add(last_host)
