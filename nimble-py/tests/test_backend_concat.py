@@ -107,6 +107,26 @@ def test_on_the_cpu_a_join_leaves_the_compile_as_it_is(any_size, monkeypatch):
     assert times == 0 and "concat_in_place" not in report, report
 
 
+def test_a_training_graph_leaves_the_compile_as_it_is(any_size, monkeypatch):
+    # Measured in inference only: a training forward and backward compile as Inductor chooses.
+    from nimble_rs.dynamo import concat
+
+    seen = []
+    original = concat.in_place
+    monkeypatch.setattr(concat, "in_place", lambda counts: seen.append(counts) or original(counts))
+    model = Block()
+    torch._dynamo.reset()
+    x = torch.randn(2, 8, 10, 10)
+    torch.compile(model, backend="nimble", options={"inductor_config": {"force_pointwise_cat": True}})(x).sum().backward()
+    expected = [p.grad.clone() for p in model.parameters()]
+    for p in model.parameters():
+        p.grad = None
+    model(x).sum().backward()
+    # (The convolutions' biases before a training BatchNorm have gradients of float noise.)
+    got = torch.cat([p.grad.flatten() for p in model.parameters()])
+    assert seen == [] and relative_error(torch.cat([e.flatten() for e in expected]), got) < 1e-5
+
+
 def test_a_small_join_leaves_the_compile_as_it_is():
     # A join of 2x28x10x10 floats (22 kB) is below concat.MIN_BYTES.
     report = compiled_report(calibrated(Block()), torch.randn(2, 8, 10, 10), inductor_config={"force_pointwise_cat": True})

@@ -100,10 +100,11 @@ DEFAULTS: Dict[str, Any] = {
     # 0.8 of the time; ``products``). The same float arithmetic summed in another order.
     # False: every product as Inductor calls it.
     "transpose_products": True,
-    # True: a concatenation Inductor would compute in one pointwise kernel loading from every
-    # input (an Inception block's join of its branches' BatchNorm-ReLUs) is written in place
-    # instead, each input by its own kernel into its slice, as Inductor does on a CPU; not one
-    # whose every use is pointwise (fused into its readers, as Inductor chose). ``concat``.
+    # True: in inference graphs, a concatenation of at least 2.5 MB that Inductor would compute
+    # in one pointwise kernel loading from every input (an Inception block's join of its
+    # branches' BatchNorm-ReLUs) is written in place instead, each input by its own kernel into
+    # its slice, as Inductor does on a CPU; not one whose every use is pointwise (fused into its
+    # readers, as Inductor chose). ``concat``.
     # False: every concatenation as Inductor lowers it.
     "concat_in_place": True,
     # Inductor's settings for this backend's compiles, as {name: value} (names of

@@ -239,7 +239,7 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
     if options["transpose_products"] and kind == "inference" and on_cuda:
         report["transposed_products"] = products.rewrite(gm)
     joined: Dict[str, int] = {}
-    with _concatenations(options, gm, joined, on_cuda):
+    with _concatenations(options, gm, joined, on_cuda, kind):
         compiled = compile_fx_inner(gm, example_inputs, **inner_kwargs)
     if joined:
         report["concat_in_place"] = joined
@@ -346,13 +346,13 @@ def _fused(gm: torch.fx.GraphModule, mode: str) -> Dict[str, Any]:
     return guarded(gm, "fuse_convolutions", "convolutions", lambda: fold.fuse_convolutions(gm, pays, mode=mode))
 
 
-def _concatenations(options: Dict[str, Any], gm, counts: Dict[str, int], on_cuda: bool):
+def _concatenations(options: Dict[str, Any], gm, counts: Dict[str, int], on_cuda: bool, kind: str):
     """Option ``concat_in_place`` for one Inductor compile of ``gm`` (``concat``), where ``gm``
-    has a concatenation it can change and Inductor would lower one pointwise (on a GPU, or where
-    its ``force_pointwise_cat`` is set); announced once where this torch's Inductor lacks what it
-    needs."""
+    has a concatenation it can change and Inductor would lower one pointwise (an inference graph
+    on a GPU, the only kind measured, or where its ``force_pointwise_cat`` is set); announced once
+    where this torch's Inductor lacks what it needs."""
     pointwise = on_cuda or bool((options["inductor_config"] or {}).get("force_pointwise_cat", torch._inductor.config.force_pointwise_cat))
-    if not options["concat_in_place"] or not pointwise or not concat.joins_for_users(gm):
+    if not options["concat_in_place"] or kind != "inference" or not pointwise or not concat.joins_for_users(gm):
         return contextlib.nullcontext()
     if not concat.available():
         warn_once(("concat",), "nimble backend: option concat_in_place needs Inductor's cat lowering as in torch 2.11 (lowering.pointwise_cat, ir.ConcatKernel); concatenations are compiled as Inductor chooses")
