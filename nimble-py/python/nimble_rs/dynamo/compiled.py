@@ -367,10 +367,8 @@ class NimbleCompiled:
         self.streams_program = program
         partition = program.partition
         self.report.update(algorithm=partition.algorithm, priority=True, streams=partition.streams, syncs=partition.syncs, regions=partition.regions)
-        self.report.update(shared_buffers=program.shared_buffers, shared_kept_to_end=program.kept_to_end)
         self.report.pop("allocated_before_fork", None)
-        if program.allocated_first:
-            self.report["allocated_before_fork"] = program.allocated_first
+        self.report.update(program.memory_report())
 
     def _shuffled(self, args, static: List[bool], seed: int) -> List[Any]:
         """``args`` with each user input's values permuted (a fixed permutation per seed), the

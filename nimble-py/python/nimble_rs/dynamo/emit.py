@@ -117,10 +117,12 @@ class Schedule:
             if s.kind == "alloc":
                 storages = p.storage_of_statement(s)
                 stream_of[i] = min((first_stream[st] for st in storages if st in first_stream), default=0)
-        hoisted = _allocated_first(p, self.order, stream_of)
+        users, allocated_on = _users_and_allocation_streams(p, self.order, stream_of)
+        hoisted = _allocated_first(p, users, stream_of)
         for i in hoisted:
             stream_of[i] = 0
-        users, allocated_on = _users_and_allocation_streams(p, self.order, stream_of)
+            for st in p.storage_of_statement(p.statements[i]):
+                allocated_on[st] = 0
         shared = _shared(users, allocated_on, stream_of)
         self.shared = len(shared)
         self.allocated_first = len(hoisted)
@@ -287,18 +289,17 @@ class _Completion:
                 self.before[0] |= self.before[k]
 
 
-def _allocated_first(program: WrapperProgram, order: Sequence[int], stream_of: Dict[int, int]) -> List[int]:
+def _allocated_first(program: WrapperProgram, users: Dict[int, Set[int]], stream_of: Dict[int, int]) -> List[int]:
     """The allocations to make on stream 0 before the fork: those of storages whose parts
     kernels on different streams write (``WrapperProgram`` orders no two writes of disjoint
-    parts). Memory allocated on a stream is free for that stream's next ops, which the first
-    part's writer would be, but not for another stream's; every stream follows the fork."""
-    kernels = [i for i in order if program.statements[i].kind == "kernel" and i in stream_of]
-    parted = {st for i in kernels for st in program.statements[i].parts}
+    parts; ``users``: per storage the kernels touching it). Memory allocated on a stream is free
+    for that stream's next ops, which the first part's writer would be, but not for another
+    stream's; every stream follows the fork."""
+    parted = {st for kernels in users.values() for i in kernels for st in program.statements[i].parts}
     found = set()
     for st in parted:
         a = program.allocation.get(st)
-        streams = {stream_of[i] for i in kernels if st in program.statements[i].reads | program.statements[i].writes}
-        if a is not None and len(streams) > 1 and not program.needs[a]:
+        if a is not None and len({stream_of[i] for i in users[st]}) > 1 and not program.needs[a]:
             found.add(a)
     return sorted(found)
 

@@ -98,6 +98,14 @@ class PlannedProgram:
         self.kept_to_end = self.schedule.kept_to_end
         self.allocated_first = self.schedule.allocated_first
 
+    def memory_report(self) -> Dict[str, int]:
+        """The report's keys on the plan's memory: storages shared by streams, those kept to
+        the end, and (where any) allocations made before the fork."""
+        found = {"shared_buffers": self.shared_buffers, "shared_kept_to_end": self.kept_to_end}
+        if self.allocated_first:
+            found["allocated_before_fork"] = self.allocated_first
+        return found
+
     def run(self, args: Sequence[Any]):
         if self.prepare is not None:
             self.prepare(args)

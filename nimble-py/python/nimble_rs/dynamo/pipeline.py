@@ -277,10 +277,7 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
             else:
                 # (On one stream too where kernels are hoisted: that program is not Inductor's.)
                 streams_program = kernels_plan.PlannedProgram(compiled, wrapper, plan, cut, options["priority"], prologue)
-                report["shared_buffers"] = streams_program.shared_buffers
-                report["shared_kept_to_end"] = streams_program.kept_to_end
-                if streams_program.allocated_first:
-                    report["allocated_before_fork"] = streams_program.allocated_first
+                report.update(streams_program.memory_report())
         except Exception as error:  # noqa: BLE001 - Inductor's own program is always there to run
             # A plan the checker refuses, or code that does not compile: Inductor's program runs,
             # announced with the reason.
