@@ -37,6 +37,10 @@ def test_a_join_written_in_place_is_one_kernel_per_branch_and_matches_eager(choo
         # The branches' parts, on their streams, write disjoint slices: no order between them,
         # the join allocated before the fork (test_backend_slices.py).
         assert report["streams"] > 1 and report.get("allocated_before_fork") == 1, report
+        # Without disjoint slices every part's writer follows the one before: nothing to allocate
+        # ahead of the fork, and still eager's outputs.
+        follows_eager(compiled(model, choose=choose, disjoint_slices=False), model, make)
+        assert not last_report().get("allocated_before_fork"), last_report()
 
 
 def test_a_join_read_pointwise_stays_fused(monkeypatch):

@@ -73,7 +73,7 @@ def call(args):
 '''
 
 
-def program(tmp_path, second=2, other=5):
+def program(tmp_path, second=2, other=5, disjoint_slices=True):
     """A program in the form of Inductor's: a join of two parts, each written by its own
     kernel through a view of its slice (the second at offset ``second``), then read whole."""
     path = tmp_path / f"join_{second}_{other}.py"
@@ -81,7 +81,7 @@ def program(tmp_path, second=2, other=5):
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return WrapperProgram(module)
+    return WrapperProgram(module, disjoint_slices=disjoint_slices)
 
 
 def kernels(wrapper):
@@ -94,6 +94,14 @@ def test_writes_of_disjoint_parts_follow_none_of_each_other_and_the_whole_read_f
     needs = wrapper.kernel_needs()
     assert needs[second] == set() and needs[reader] == {first, second}
     assert wrapper.task_graph()["edges"] == [[0, 2], [1, 2]]
+
+
+def test_without_disjoint_slices_the_parts_are_written_in_program_order(tmp_path):
+    # Option disjoint_slices=False: the second part's writer follows the first, as before.
+    wrapper = program(tmp_path, disjoint_slices=False)
+    first, second, reader = kernels(wrapper)
+    assert wrapper.kernel_needs()[second] == {first}
+    assert all(not s.parts for s in wrapper.statements)
 
 
 @pytest.mark.parametrize("second, other", [(1, 5), (2, 4)])

@@ -18,6 +18,7 @@
 #   SYSTEMS=eager,compile,backend picks the systems (default eager,compile,nimble,backend); BACKEND_VARIANTS="crit={\"algorithm\":\"nimble-critical\"} ..."
 #   adds a system backend-NAME per NAME=JSON (torch.compile(backend="nimble", options=JSON)), timed beside the others;
 #   COMPILE_VARIANTS="pdl={\"triton.enable_pdl\":true}" a system compile-NAME: reduce-overhead with those Inductor settings.
+#   PROBES="experiments/python/concat_source_probe.py ..." first runs those scripts (python3, within 200 s each) into probes.txt.
 #   TRAINING_OVERHEAD=resnet50:32 first profiles a training step's host time against reduce-overhead
 #   (experiments/python/training_overhead.py, within TRAINING_OVERHEAD_SECONDS, default 240).
 set -uo pipefail
@@ -26,6 +27,9 @@ shift
 export PACK_RESULTS=1 RESULTS_NAME=backend
 . "$(dirname "$0")/setup.sh"
 install_nimble_rs
+for probe in ${PROBES:-}; do
+    { echo "== $probe"; timeout 200 python3 "$probe"; echo "(status $?)"; } >> "$out/probes.txt" 2>&1
+done
 for overhead in ${OVERHEAD_MODEL:-}; do
     IFS=: read -r model batch <<< "$overhead"
     timeout 200 python3 experiments/python/backend_overhead.py --model "$model" --batch "${batch:-1}" >> "$out/overhead.txt" 2>&1
@@ -85,5 +89,6 @@ done
 [ -f "$out/compile-profile.txt" ] && grep -E "first 3 calls|calls .* s$|report:" "$out/compile-profile.txt" >> "$out/backend.txt"
 [ -f "$out/kernel-graphs.txt" ] && grep -E "kernels|reduce-overhead|failed|Error" "$out/kernel-graphs.txt" >> "$out/backend.txt"
 [ -f "$out/training-overhead.txt" ] && grep -E "^== |host ms|report:" "$out/training-overhead.txt" >> "$out/backend.txt"
+[ -f "$out/probes.txt" ] && grep -E "^== |^\(status" "$out/probes.txt" >> "$out/backend.txt"
 [ -f "$out/overhead.txt" ] && grep -E "^== |call|entry|replay|accepts" "$out/overhead.txt" >> "$out/backend.txt"
 finish_packed backend "$status"

@@ -107,6 +107,11 @@ DEFAULTS: Dict[str, Any] = {
     # readers, as Inductor chose). ``concat``.
     # False: every concatenation as Inductor lowers it.
     "concat_in_place": True,
+    # True: kernels writing disjoint slices of one allocation (each part of a join written in
+    # place, through its own view) follow none of each other, and may run on several streams;
+    # the allocation is then made on stream 0 before the fork (``slices``). False: every access
+    # of an allocation is ordered as of the whole of it.
+    "disjoint_slices": True,
     # Inductor's settings for this backend's compiles, as {name: value} (names of
     # `torch._inductor.config`, e.g. {"layout_optimization": False}); the rest are the user's.
     # Measured on an H100 (6ef8069): layout_optimization off drops Inductor's channels-last
@@ -135,7 +140,7 @@ def checked(options: Optional[dict]) -> Dict[str, Any]:
         raise NimbleInputError(f"option graphs={chosen['graphs']!r}: expected a directory to write the planned kernel graphs to")
     if not (isinstance(chosen["fuse_convolutions"], bool) or chosen["fuse_convolutions"] in ("folded", "epilogue")):
         raise NimbleInputError(f"option fuse_convolutions={chosen['fuse_convolutions']!r}: expected False, True (\"folded\"), \"folded\" or \"epilogue\"")
-    for flag in ("priority", "merge_convolutions", "time_critical_path", "hoist_weight_kernels", "separate_weight_buffers", "weight_stream", "check_after_launch", "transpose_products", "concat_in_place"):
+    for flag in ("priority", "merge_convolutions", "time_critical_path", "hoist_weight_kernels", "separate_weight_buffers", "weight_stream", "check_after_launch", "transpose_products", "concat_in_place", "disjoint_slices"):
         if not isinstance(chosen[flag], bool):
             raise NimbleInputError(f"option {flag}={chosen[flag]!r}: expected True or False")
     _check_inductor_config(chosen["inductor_config"])

@@ -245,7 +245,7 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
         report["concat_in_place"] = joined
     mutated = sorted(set(mutated) | set(getattr(compiled, "mutated_input_idxs", None) or ()))
     try:
-        wrapper = WrapperProgram(kernels_plan.inductor_module(compiled), sorted(static_indices))
+        wrapper = WrapperProgram(kernels_plan.inductor_module(compiled), sorted(static_indices), disjoint_slices=options["disjoint_slices"])
         if options["separate_weight_buffers"] or (options["weight_stream"] and not options["hoist_weight_kernels"]):
             # (A stream of their own needs buffers of their own: a reused one's readers first.)
             wrapper = _separated(wrapper, mutated, report)
@@ -366,7 +366,7 @@ def _separated(wrapper, mutated, report: Dict[str, Any]):
         rewrite = hoist.separate(wrapper, hoist.find(wrapper, mutated))
         if not rewrite:
             return wrapper
-        separated = WrapperProgram(wrapper.module, sorted(wrapper.static_inputs), rewrite)
+        separated = WrapperProgram(wrapper.module, sorted(wrapper.static_inputs), rewrite, wrapper.disjoint_slices)
     except Exception as error:  # noqa: BLE001 - the program as Inductor wrote it is still there
         report["separated_weight_buffers"] = f"not separated: {error}"
         warn_once(("separate", type(error).__name__, str(error)), f"nimble backend: the kernels on weights alone keep Inductor's shared buffers ({type(error).__name__}: {error})")

@@ -77,7 +77,7 @@ def _call_function(module) -> Tuple[ast.FunctionDef, ast.Module]:
 class WrapperProgram:
     """The statements of Inductor's ``call`` for one graph, their storages and dependencies."""
 
-    def __init__(self, module, static_inputs: Sequence[int] = (), rewrite: Optional[Dict[int, ast.stmt]] = None):
+    def __init__(self, module, static_inputs: Sequence[int] = (), rewrite: Optional[Dict[int, ast.stmt]] = None, disjoint_slices: bool = True):
         """``rewrite``: statements (by index) to read in place of Inductor's (``hoist.separate``)."""
         self.module = module
         self.static_inputs = list(static_inputs)
@@ -108,6 +108,7 @@ class WrapperProgram:
         self.part: Dict[str, Any] = {}
         self.allocation: Dict[int, int] = {}
         self.stream_variables: Set[str] = set()
+        self.disjoint_slices = disjoint_slices
         self._storages = 0
         self.inputs: List[str] = []
         for index, statement in enumerate(flat):
@@ -227,7 +228,10 @@ class WrapperProgram:
                 self.part[name] = found
 
     def _parts(self, call: ast.Call) -> Dict[int, Any]:
-        """The storages ``call`` touches only through views of one part of them, and the part."""
+        """The storages ``call`` touches only through views of one part of them, and the part
+        (none unless ``disjoint_slices``)."""
+        if not self.disjoint_slices:
+            return {}
         parts: Dict[int, Any] = {}
         whole: Set[int] = set()
         for name in names_in(call):
