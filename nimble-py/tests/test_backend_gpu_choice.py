@@ -232,6 +232,37 @@ def compiled_within(limit: int, model, x, right) -> list:
     return [str(w.message) for w in caught]
 
 
+class FailsOnItsSideStream:
+    """A two-stream program whose capture runs out of memory after forking its side stream
+    (its warm-ups run through)."""
+
+    partition = type("Partition", (), {"streams": 2})
+
+    def launch(self, args, streams):
+        streams[1].wait_stream(streams[0])
+        with torch.cuda.stream(streams[1]):
+            doubled = args[0] * 2
+        if torch.cuda.is_current_stream_capturing():
+            raise torch.OutOfMemoryError("CUDA out of memory (raised by the test)")
+        streams[0].wait_stream(streams[1])
+        return doubled
+
+
+def test_a_capture_failing_on_a_side_stream_raises_its_own_error_and_leaves_the_process_sound():
+    # The out-of-memory error the choice catches, not "capturing stream has unjoined work"; and
+    # no random generator left marked as capturing (a later random op would fail).
+    x = torch.randn(64, 64, device="cuda")
+    with pytest.raises(torch.OutOfMemoryError, match="raised by the test"):
+        runner.CapturedGraph(FailsOnItsSideStream(), [x], [False], warmups=1)
+    assert not torch.cuda.is_current_stream_capturing()
+    assert torch.randn(8, device="cuda").isfinite().all()
+    graph, static = torch.cuda.CUDAGraph(), torch.zeros(4, device="cuda")
+    with torch.cuda.graph(graph):
+        static.add_(torch.rand(4, device="cuda"))
+    graph.replay()
+    torch.cuda.synchronize()
+
+
 class TwoChains(torch.nn.Module):
     """Two chains of pointwise ops over one input, each ending in a sum: Inductor fuses each into
     one kernel reading the input; the ATen graph run op by op makes each op's output in full."""

@@ -236,6 +236,22 @@ class StaticInputs:
             return True
 
 
+def _join_forked(capture_stream, side_streams) -> None:
+    """After a launch that failed part-way through a capture (an allocation past the device's
+    room): the side streams it forked, still capturing, joined back into the capture stream, so
+    that the capture ends and the launch's own error is the one raised. Unjoined, ending the
+    capture fails instead ("capturing stream has unjoined work") and leaves PyTorch's random
+    generators marked as capturing, which breaks every later random op of the process."""
+    for side in side_streams:
+        try:
+            with torch.cuda.stream(side):
+                forked = torch.cuda.is_current_stream_capturing()
+            if forked:
+                capture_stream.wait_stream(side)
+        except Exception:  # noqa: BLE001 - the launch's error is the one to raise
+            pass
+
+
 class CapturedGraph:
     """One input shape's CUDA graph of a program: static inputs, the graph, its outputs.
 
@@ -295,7 +311,11 @@ class CapturedGraph:
         before = pool_bytes(pool, device)
         try:
             with torch.cuda.graph(self.graph, pool=pool, stream=capture_stream):
-                self.outputs = program.launch(self.inputs, streams)
+                try:
+                    self.outputs = program.launch(self.inputs, streams)
+                except BaseException:
+                    _join_forked(capture_stream, streams[1:])
+                    raise
         finally:
             clear_cublas_workspaces()
         _captured_into(pool, self)
