@@ -35,12 +35,24 @@ def test_a_join_written_in_place_is_one_kernel_per_branch_and_matches_eager(choo
     assert report["captured_shapes"] == 1 and report["choice"] == choose, report
     if choose == "streams":
         # The branches' parts, on their streams, write disjoint slices: no order between them,
-        # the join allocated before the fork (test_backend_slices.py).
-        assert report["streams"] > 1 and report.get("allocated_before_fork") == 1, report
+        # the join allocated ahead of them all (test_backend_slices.py).
+        assert report["streams"] > 1 and report.get("allocated_ahead") == 1, report
         # Without disjoint slices every part's writer follows the one before: nothing to allocate
-        # ahead of the fork, and still eager's outputs.
+        # ahead, and still eager's outputs.
         follows_eager(compiled(model, choose=choose, disjoint_slices=False), model, make)
-        assert not last_report().get("allocated_before_fork"), last_report()
+        assert not last_report().get("allocated_ahead"), last_report()
+
+
+def test_a_join_whose_branches_follow_a_stem_is_allocated_after_it_not_before_the_fork(monkeypatch):
+    from nimble_rs.dynamo import concat
+
+    monkeypatch.setattr(concat, "MIN_BYTES", 0)
+    model = calibrated(torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1), Block())).cuda()
+    follows_eager(compiled(model, choose="streams"), model, lambda: torch.randn(4, 8, 24, 24, device="cuda"))
+    report = last_report()
+    assert report["streams"] > 1 and report["concat_in_place"] == {"in_place": 1}, report
+    # Every branch follows the stem's kernels: the join is made on a stream after them.
+    assert report.get("allocated_ahead") == 1 and "allocated_before_fork" not in report, report
 
 
 def test_a_join_read_pointwise_stays_fused(monkeypatch):

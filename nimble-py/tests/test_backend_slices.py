@@ -1,7 +1,8 @@
 """Writes of disjoint parts of one buffer (the slices of a join that option ``concat_in_place``
 writes one kernel each): the parts a view covers (``slices``), the order ``WrapperProgram``
 keeps between accesses of parts, and a schedule that runs the parts' writers on two streams
-with the buffer allocated before the fork (``emit``), proved by its check and run on the CPU."""
+with the buffer allocated ahead of them (``emit``: after the latest kernel they all follow, or
+before the fork), proved by its check and run on the CPU."""
 
 import copy
 import importlib.util
@@ -122,7 +123,8 @@ def test_parts_written_on_two_streams_are_allocated_before_the_fork_and_the_chec
     wrapper = program(tmp_path)
     schedule = two_streams(wrapper)
     allocation = next(s.index for s in wrapper.statements if s.kind == "alloc")
-    assert schedule.steps[:2] == [("stmt", allocation, 0), ("fork",)] and schedule.allocated_first == 1
+    # The two parts' writers follow no kernel in common: before the fork.
+    assert schedule.steps[:2] == [("stmt", allocation, 0), ("fork",)] and (schedule.allocated_ahead, schedule.allocated_first) == (1, 1)
     schedule.check()
     # Allocated after the fork instead, the second stream's writer may touch memory that stream
     # 0's earlier users still hold.
@@ -136,8 +138,48 @@ def test_parts_written_on_two_streams_are_allocated_before_the_fork_and_the_chec
     assert torch.equal(got, torch.cat([a + 1, b * 2], 1) * w)
 
 
+ANCHORED = PROGRAM.replace("""    args.clear()
+    buf0""", """    args.clear()
+    buf9 = aten.mean.default(arg2_1)
+    buf0""").replace("torch.add(arg0_1, 1, out=buf1)", "torch.add(arg0_1, buf9, out=buf1)").replace("torch.mul(arg1_1, 2, out=buf2)", "torch.mul(arg1_1, buf9, out=buf2)")
+
+
+def test_parts_that_follow_a_common_kernel_are_allocated_just_after_it(tmp_path):
+    # Both parts read what one kernel computed (as an Inception block's branches read its
+    # input): the join is allocated right after that kernel, on its stream, not at the start.
+    path = tmp_path / "anchored.py"
+    path.write_text(ANCHORED.replace("SECOND", "2").replace("OTHER", "5"))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    wrapper = WrapperProgram(module)
+    mean, first, second, reader = kernels(wrapper)
+    assert wrapper.kernel_needs()[second] == {mean}
+    # The mean and the first part on stream 0, the second part on stream 1 after the mean's
+    # region, the reader on stream 0 after both.
+    regions = [{"stream": 0, "nodes": [0]}, {"stream": 0, "nodes": [1]}, {"stream": 1, "nodes": [2]}, {"stream": 0, "nodes": [3]}]
+    schedule = Schedule(wrapper, regions, [[0, 2], [2, 3]])
+    allocation = next(s.index for s in wrapper.statements if s.kind == "alloc")
+    assert schedule.steps[0] == ("fork",)
+    at = schedule.steps.index(("stmt", mean, 0))
+    assert schedule.steps[at + 1] == ("stmt", allocation, 0)
+    assert (schedule.allocated_ahead, schedule.allocated_first) == (1, 0)
+    schedule.check()
+    a, b, w = torch.randn(2, 2, 4, 4), torch.randn(2, 3, 4, 4), torch.randn(2, 5, 4, 4)
+    (got,) = schedule.function(streams=False)([a, b, w])
+    m = w.mean()
+    assert torch.allclose(got, torch.cat([a + m, b * m], 1) * w)
+    # Made after the mean's region's event instead, the second stream's part would not follow it.
+    broken = copy.copy(schedule)
+    steps = [step for step in schedule.steps if step != ("stmt", allocation, 0)]
+    record = steps.index(("record", 0, 0))
+    broken.steps = steps[: record + 1] + [("stmt", allocation, 0)] + steps[record + 1:]
+    with pytest.raises(WrapperError, match="may touch memory stream 0 allocated"):
+        broken.check()
+
+
 def test_on_one_stream_the_allocation_stays_where_inductor_put_it(tmp_path):
     wrapper = program(tmp_path)
     schedule = Schedule(wrapper, [{"stream": 0, "nodes": [0, 1, 2]}], [])
-    assert schedule.steps[0] == ("fork",) and schedule.allocated_first == 0
+    assert schedule.steps[0] == ("fork",) and (schedule.allocated_ahead, schedule.allocated_first) == (0, 0)
     schedule.check()

@@ -367,7 +367,8 @@ class NimbleCompiled:
         self.streams_program = program
         partition = program.partition
         self.report.update(algorithm=partition.algorithm, priority=True, streams=partition.streams, syncs=partition.syncs, regions=partition.regions)
-        self.report.pop("allocated_before_fork", None)
+        for key in ("allocated_ahead", "allocated_before_fork"):
+            self.report.pop(key, None)
         self.report.update(program.memory_report())
 
     def _shuffled(self, args, static: List[bool], seed: int) -> List[Any]:

@@ -17,8 +17,11 @@ it is known complete on its allocation stream (stream order, events waited, the 
 that stream allocates next follows them all, so no stream can race on the reused memory; until
 then (at worst until the call returns) its ``del`` is deferred. ``kept_to_end`` counts the
 storages that no point before the join makes safe. A storage whose disjoint parts kernels on
-several streams write (``WrapperProgram`` orders none of those writes) is allocated on stream 0
-before the fork instead, which every stream follows (``allocated_first`` counts them).
+several streams write (``WrapperProgram`` orders none of those writes) is allocated ahead of
+them (``allocated_ahead`` counts those): just after the latest kernel that every one of its
+kernels follows (stream order, events, the fork), on that kernel's stream, so that all of them
+follow the allocation and the memory is held no earlier than it must be; where no kernel is
+followed by all of them, on stream 0 before the fork (``allocated_first`` counts those).
 ``check()`` proves all three: kernels, frees, and that no kernel touches memory another stream
 allocated before it follows that allocation.
 """
@@ -36,7 +39,13 @@ class Schedule:
         self.regions = regions
         self.syncs = [tuple(s) for s in syncs]
         self.order = self._order()
-        self.steps = self._steps()
+        self.steps = self._steps({})
+        # The allocations made ahead, each moved from the fork to its latest safe point.
+        ahead = [step[1] for step in self.steps[: self.steps.index(("fork",))] if step[0] == "stmt"]
+        self.allocated_ahead = len(ahead)
+        anchors = self._anchors(ahead)
+        if anchors:
+            self.steps = self._steps(anchors)
 
     def _order(self) -> List[int]:
         """The statements in issue order: each region's kernels in Inductor's order; an
@@ -96,9 +105,35 @@ class Schedule:
             ensure(i)
         return emitted
 
-    def _steps(self) -> List[Tuple]:
+    def _anchors(self, ahead: Sequence[int]) -> Dict[int, int]:
+        """Per allocation made ahead (``ahead``, before the fork in ``self.steps``), the latest
+        kernel that every kernel touching its storage follows, where there is one: the
+        allocation made just after it, on its stream, is followed by them all too (whatever
+        carries that kernel to another stream, an event or the join, comes later)."""
+        p = self.program
+        users = {a: set() for a in ahead}
+        storage_of = {st: a for a in ahead for st in p.storage_of_statement(p.statements[a])}
+        for i in self.order:
+            if p.statements[i].kind == "kernel":
+                for st in (p.statements[i].reads | p.statements[i].writes) & storage_of.keys():
+                    users[storage_of[st]].add(i)
+        followed: Dict[int, Optional[Set[int]]] = {a: None for a in ahead}
+        position: Dict[int, int] = {}
+        known = _Completion(p, streams=1 + max((r["stream"] for r in self.regions), default=0))
+        for n, step in enumerate(self.steps):
+            if step[0] == "stmt" and step[2] is not None and p.statements[step[1]].kind == "kernel":
+                position[step[1]] = n
+                for a in ahead:
+                    if step[1] in users[a]:
+                        before = {j for j in known.before[step[2]] if p.statements[j].kind == "kernel"}
+                        followed[a] = before if followed[a] is None else followed[a] & before
+            known.step(step)
+        return {a: max(common, key=position.__getitem__) for a, common in followed.items() if common}
+
+    def _steps(self, anchors: Dict[int, int]) -> List[Tuple]:
         """("fork",), ("stmt", i, stream or None), ("del", i, kept names), ("wait", stream,
-        region), ("record", region, stream), ("join",)."""
+        region), ("record", region, stream), ("join",). ``anchors``: allocations made ahead that
+        follow a kernel instead of preceding the fork (``_anchors``)."""
         p = self.program
         stream_of = {i: self.regions[r]["stream"] for i, r in self.region_of.items()}
         waits: Dict[int, List[int]] = {}
@@ -119,13 +154,16 @@ class Schedule:
                 stream_of[i] = min((first_stream[st] for st in storages if st in first_stream), default=0)
         users, allocated_on = _users_and_allocation_streams(p, self.order, stream_of)
         hoisted = _allocated_first(p, users, stream_of)
+        after: Dict[int, List[int]] = {}
         for i in hoisted:
-            stream_of[i] = 0
+            if i in anchors:
+                after.setdefault(anchors[i], []).append(i)
+            stream_of[i] = stream_of[anchors[i]] if i in anchors else 0
             for st in p.storage_of_statement(p.statements[i]):
-                allocated_on[st] = 0
+                allocated_on[st] = stream_of[i]
         shared = _shared(users, allocated_on, stream_of)
         self.shared = len(shared)
-        self.allocated_first = len(hoisted)
+        self.allocated_first = len([i for i in hoisted if i not in anchors])
         last_of_region: Dict[int, int] = {}
         for i in self.order:
             if i in self.region_of:
@@ -149,7 +187,8 @@ class Schedule:
                 release()
 
         for i in hoisted:
-            add(("stmt", i, 0))
+            if i not in anchors:
+                add(("stmt", i, 0))
         add(("fork",))
         started: Set[int] = set()
         for i in self.order:
@@ -175,6 +214,8 @@ class Schedule:
                 for source in sorted(waits.get(region, [])):
                     add(("wait", stream_of[i], source))
             add(("stmt", i, stream_of[i]))
+            for a in after.get(i, ()):
+                add(("stmt", a, stream_of[a]))
             if region is not None and last_of_region[region] == i and region in records:
                 add(("record", region, stream_of[i]))
         self.kept_to_end = len({st for entry in deferred for st in entry[2]})
@@ -290,11 +331,11 @@ class _Completion:
 
 
 def _allocated_first(program: WrapperProgram, users: Dict[int, Set[int]], stream_of: Dict[int, int]) -> List[int]:
-    """The allocations to make on stream 0 before the fork: those of storages whose parts
-    kernels on different streams write (``WrapperProgram`` orders no two writes of disjoint
-    parts; ``users``: per storage the kernels touching it). Memory allocated on a stream is free
-    for that stream's next ops, which the first part's writer would be, but not for another
-    stream's; every stream follows the fork."""
+    """The allocations to make ahead of their kernels: those of storages whose parts kernels on
+    different streams write (``WrapperProgram`` orders no two writes of disjoint parts;
+    ``users``: per storage the kernels touching it). Memory allocated on a stream is free for
+    that stream's next ops, which the first part's writer would be, but not for another
+    stream's: each is made where all of them follow it (before the fork, every stream does)."""
     parted = {st for kernels in users.values() for i in kernels for st in program.statements[i].parts}
     found = set()
     for st in parted:

@@ -96,12 +96,16 @@ class PlannedProgram:
         self._compiled = compiled
         self.shared_buffers = self.schedule.shared
         self.kept_to_end = self.schedule.kept_to_end
+        self.allocated_ahead = self.schedule.allocated_ahead
         self.allocated_first = self.schedule.allocated_first
 
     def memory_report(self) -> Dict[str, int]:
         """The report's keys on the plan's memory: storages shared by streams, those kept to
-        the end, and (where any) allocations made before the fork."""
+        the end, and (where any) allocations made ahead of the kernels writing their disjoint
+        parts on several streams, and of those, the ones made before the fork."""
         found = {"shared_buffers": self.shared_buffers, "shared_kept_to_end": self.kept_to_end}
+        if self.allocated_ahead:
+            found["allocated_ahead"] = self.allocated_ahead
         if self.allocated_first:
             found["allocated_before_fork"] = self.allocated_first
         return found
