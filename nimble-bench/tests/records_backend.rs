@@ -29,7 +29,7 @@ fn same_process_reports_each_systems_preparation_and_peak_memory() {
     // The compile-time bound (at most 1.5x reduce-overhead's) and peak memory for both,
     // on a line under each model, variants included.
     let figures = scratch("same-process-costs");
-    let cases: [(&str, &[&str]); 18] = [
+    let cases: [(&str, &[&str]); 23] = [
         ("same-process-backend-5c81c32-float32-b16-inception-v3-nows.json", &["  prepare and peak: compile 27.7 s, 2268 MiB; backend 22.0 s (0.79x compile's), 298 MiB; backend-nows 22.1 s (0.80x compile's), 242 MiB"]),
         // The backend's peaks measured right (9bf3279: nothing resets the peak statistics any more).
         ("same-process-backend-9bf3279-float32-b16-googlenet-inception-v3-true-peak.json", &["  prepare and peak: compile 29.3 s, 718 MiB; backend 19.2 s (0.66x compile's), 312 MiB", "  prepare and peak: compile 23.8 s, 2268 MiB; backend 29.3 s (1.23x compile's), 512 MiB"]),
@@ -56,6 +56,12 @@ fn same_process_reports_each_systems_preparation_and_peak_memory() {
         ("same-process-backend-a08cef2-float32-b16-googlenet-inception-v3-check-after-launch.json", &["  prepare and peak: compile 20.5 s, 718 MiB; backend 17.0 s (0.83x compile's), 284 MiB; backend-before 19.9 s (0.97x compile's), 285 MiB", "  prepare and peak: compile 24.4 s, 2268 MiB; backend 27.1 s (1.11x compile's), 463 MiB; backend-before 28.1 s (1.15x compile's), 463 MiB"]),
         ("same-process-backend-0b0f213-float32-b16-efficientnet-b5.json", &["  prepare and peak: compile 46.0 s, 3006 MiB; backend 38.6 s (0.84x compile's), 1594 MiB"]),
         ("same-process-backend-0b0f213-float32-b16-inception-v4-resnet50-googlenet.json", &["  prepare and peak: compile 40.0 s, 2349 MiB; backend 38.5 s (0.96x compile's), 512 MiB", "  prepare and peak: compile 11.5 s, 2381 MiB; backend 12.9 s (1.13x compile's), 315 MiB", "  prepare and peak: compile 18.9 s, 718 MiB; backend 18.5 s (0.98x compile's), 313 MiB"]),
+        // With today's defaults (1aa58cc): the two cells nearest the 1.5x bound, and the peaks README quotes.
+        ("same-process-backend-1aa58cc-float32-b16-resnet50-efficientnet-b0-resnet101-defaults.json", &["  prepare and peak: compile 15.4 s, 176 MiB; backend 22.3 s (1.45x compile's), 294 MiB; backend-off 21.0 s (1.36x compile's), 295 MiB"]),
+        ("same-process-backend-1aa58cc-bfloat16-b1-decoders-defaults.json", &["  prepare and peak: compile 11.4 s, 53 MiB; backend 16.2 s (1.43x compile's), 205 MiB; backend-off 14.8 s (1.30x compile's), 205 MiB"]),
+        ("same-process-backend-d04594a-float32-b16-googlenet-slices.json", &["  prepare and peak: compile 15.5 s, 718 MiB; backend 14.7 s (0.94x compile's), 317 MiB; backend-noslice 15.9 s (1.02x compile's), 285 MiB"]),
+        ("same-process-backend-1aa58cc-float32-b16-inception-v3-slices.json", &["  prepare and peak: compile 22.0 s, 2268 MiB; backend 24.0 s (1.09x compile's), 496 MiB; backend-noslice 23.5 s (1.07x compile's), 463 MiB"]),
+        ("same-process-backend-1aa58cc-float32-b16-inception-v4-slices.json", &["  prepare and peak: compile 30.7 s, 2349 MiB; backend 33.9 s (1.11x compile's), 543 MiB; backend-noslice 37.4 s (1.22x compile's), 463 MiB"]),
     ];
     for (record, lines) in cases {
         let text = rendered("same-process", &format!("../paper-figs/results/{record}"), &figures);
@@ -108,7 +114,7 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
     // rounds, and eager's own TF32 drift judging Inception-v4's float32 errors.
     let figures = scratch("same-process-rounds");
     // "MODEL/backend-NAME": the backend with other options, on its line after the model's.
-    let cases: [RecordCase; 76] = [
+    let cases: [RecordCase; 82] = [
         ("same-process-backend-6476f4a-bfloat16-b1-decoders.json", &[("llama", "0.89", "0.89–0.89"), ("qwen2", "0.86", "0.85–0.87"), ("mistral", "0.90", "0.90–0.90")]),
         ("same-process-backend-628bc90-float32-b1-branchy.json", &[("googlenet", "0.65", "0.63–0.65"), ("inception-v4", "0.68", "0.66–0.69"), ("nasnet-a-large", "0.66", "0.64–0.67")]),
         // The critical-path plan timed at the choice (option time_critical_path), batch 16.
@@ -203,6 +209,13 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
         ("same-process-backend-934ef80-float32-b1-googlenet-inception-v3-defaults.json", &[("googlenet", "0.58", "0.57–0.61"), ("googlenet/backend-off", "0.51", "0.51–0.57"), ("inception-v3", "0.63", "0.63–0.64"), ("inception-v3/backend-off", "0.62", "0.61–0.64")]),
         ("same-process-backend-3a1c239-float32-b1-googlenet-defaults.json", &[("googlenet", "0.59", "0.58–0.59"), ("googlenet/backend-off", "0.59", "0.58–0.59")]),
         ("same-process-backend-3a1c239-float32-b16-googlenet-defaults.json", &[("googlenet", "0.70", "0.62–0.75"), ("googlenet/backend-off", "0.75", "0.73–0.79")]),
+        // disjoint_slices (on by default) beside it off; then cells of the 1.0x goal with the defaults beside both options off.
+        ("same-process-backend-d04594a-float32-b16-googlenet-slices.json", &[("googlenet", "0.74", "0.73–0.75"), ("googlenet/backend-noslice", "0.74", "0.74–0.76")]),
+        ("same-process-backend-1aa58cc-float32-b16-inception-v3-slices.json", &[("inception-v3", "0.76", "0.75–0.78"), ("inception-v3/backend-noslice", "0.77", "0.77–0.77")]),
+        ("same-process-backend-1aa58cc-float32-b16-inception-v4-slices.json", &[("inception-v4", "0.74", "0.69–0.75"), ("inception-v4/backend-noslice", "0.75", "0.69–0.78")]),
+        ("same-process-backend-1aa58cc-bfloat16-b1-decoders-defaults.json", &[("llama", "0.90", "0.89–1.09"), ("llama/backend-off", "0.89", "0.89–0.90"), ("qwen2", "0.85", "0.82–1.12"), ("qwen2/backend-off", "0.83", "0.82–1.08"), ("mistral", "0.83", "0.78–0.86"), ("mistral/backend-off", "0.84", "0.78–0.88")]),
+        ("same-process-backend-1aa58cc-float32-b16-resnet50-efficientnet-b0-resnet101-defaults.json", &[("resnet50", "0.96", "0.94–0.95"), ("resnet50/backend-off", "1.01", "0.96–1.02"), ("efficientnet-b0", "0.92", "0.88–0.95"), ("efficientnet-b0/backend-off", "0.91", "0.88–0.93"), ("resnet101", "0.94", "0.93–0.95"), ("resnet101/backend-off", "0.95", "0.94–0.95")]),
+        ("same-process-backend-1aa58cc-float32-b1-resnet50-mobilenet-v2-defaults.json", &[("resnet50", "0.86", "0.84–0.86"), ("resnet50/backend-off", "0.87", "0.83–0.89"), ("mobilenet-v2", "0.73", "0.63–0.79"), ("mobilenet-v2/backend-off", "0.76", "0.64–0.86")]),
     ];
     for (record, rows) in cases {
         let text = rendered("same-process", &format!("../paper-figs/results/{record}"), &figures);
