@@ -55,9 +55,9 @@ def test_on_by_default_and_off_when_asked():
     assert "transposed_products" not in last_report()
 
 
-def test_measurements_keep_no_memory_past_their_first():
-    # Every measurement captures on one stream (runner.measuring_stream): cuBLAS's workspace
-    # for it is held once, not once more per measurement.
+def test_measurements_keep_no_memory():
+    # Every measurement captures on one stream (runner.measuring_stream) and drops cuBLAS's
+    # workspaces after it (runner.graph_us): nothing is held after the first or the later ones.
     products._MEASURED.clear()
 
     def measure(rows):
@@ -71,4 +71,4 @@ def test_measurements_keep_no_memory_past_their_first():
     first = measure(16)
     later = [measure(rows) for rows in (8, 4, 2)]
     print(f"held after the first measurement: {(first - start) / 2**20:.1f} MiB, after three more: {(later[-1] - start) / 2**20:.1f} MiB")
-    assert max(later) - first < 2**20, (start, first, later)
+    assert max([first] + later) - start < 2**20, (start, first, later)
