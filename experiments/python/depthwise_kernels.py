@@ -5,7 +5,9 @@ for `depthwise_probe.py`:
   channel's weight: pointwise arithmetic Inductor fuses into one kernel. A decomposition of
   ``aten.convolution`` for AOTAutograd's table: other convolutions are left as they are
   (``NotImplemented``).
-- ``triton_depthwise``: one Triton kernel over channels-last memory.
+- ``triton_depthwise``: one Triton kernel over channels-last memory, a row segment per program;
+- ``triton_depthwise_tiled``: the same over a tile of rows by columns per program, the weights
+  laid out tap by tap (``depthwise_taps``).
 
 Neither is in the backend: both measured slower than cuDNN (paper-figs/results/depthwise-probe-*).
 """
@@ -74,7 +76,74 @@ def triton_depthwise(x: torch.Tensor, weight: torch.Tensor, stride: List[int], p
     return y
 
 
+def depthwise_taps(weight: torch.Tensor) -> torch.Tensor:
+    """A depthwise weight [C, 1, kh, kw] as ``triton_depthwise_tiled`` reads it: [kh * kw, C],
+    each tap's weights for every channel contiguous."""
+    channels = weight.shape[0]
+    return weight.reshape(channels, -1).t().contiguous()
+
+
+def triton_depthwise_tiled(x: torch.Tensor, taps: torch.Tensor, kernel_size: List[int], stride: List[int], padding: List[int], dilation: List[int], block_h: int = 4, block_w: int = 8, block_c: int = 32, num_warps: int = 4) -> torch.Tensor:
+    """The depthwise convolution of channels-last ``x`` by ``taps`` (``depthwise_taps`` of the
+    weight, of ``kernel_size``) with one Triton kernel: each program a ``block_h`` by ``block_w``
+    tile of outputs by ``block_c`` channels, so that the taps of neighbouring rows read the same
+    input rows from the cache, accumulated in float32 tap by tap in the kernel's row-major order;
+    each tap's weights one coalesced load. The output channels-last. ``block_h * block_w`` a
+    power of two."""
+    import triton
+
+    n, channels, height, width = x.shape
+    kh, kw = kernel_size
+    (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
+    out_h = (height + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    out_w = (width + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    x = x.contiguous(memory_format=torch.channels_last)
+    y = torch.empty((n, channels, out_h, out_w), device=x.device, dtype=x.dtype, memory_format=torch.channels_last)
+    tiles_h, tiles_w = triton.cdiv(out_h, block_h), triton.cdiv(out_w, block_w)
+    grid = (n * tiles_h * tiles_w, triton.cdiv(channels, block_c))
+    _tiled_kernel()[grid](x, taps, y, height, width, channels, out_h, out_w, tiles_h, tiles_w, sh, sw, ph, pw, dh, dw, kh, kw, block_h, block_w, block_c, num_warps=num_warps)
+    return y
+
+
 _KERNEL = []
+_TILED = []
+
+
+def _tiled_kernel():
+    """``triton_depthwise_tiled``'s kernel, defined at its first use."""
+    if _TILED:
+        return _TILED[0]
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def depthwise_nhwc_tiled(x_ptr, taps_ptr, y_ptr, H, W, C, OH, OW, TILES_H, TILES_W, SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
+        tile = tl.program_id(0)  # (n, tile row, tile column), the columns fastest
+        n = tile // (TILES_H * TILES_W)
+        t = tile % (TILES_H * TILES_W)
+        p = tl.arange(0, BLOCK_H * BLOCK_W)
+        oh = (t // TILES_W) * BLOCK_H + p // BLOCK_W
+        ow = (t % TILES_W) * BLOCK_W + p % BLOCK_W
+        c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+        c_ok = c < C
+        out_ok = (oh < OH) & (ow < OW)
+        image = n.to(tl.int64) * H * W * C
+        acc = tl.zeros((BLOCK_H * BLOCK_W, BLOCK_C), dtype=tl.float32)
+        for i in tl.static_range(KH):
+            ih = oh * SH - PH + i * DH
+            row_ok = out_ok & (ih >= 0) & (ih < H)
+            for j in tl.static_range(KW):
+                iw = ow * SW - PW + j * DW
+                inside = (row_ok & (iw >= 0) & (iw < W))[:, None] & c_ok[None, :]
+                offsets = image + (ih * W + iw).to(tl.int64)[:, None] * C + c[None, :]
+                xv = tl.load(x_ptr + offsets, mask=inside, other=0.0)
+                wv = tl.load(taps_ptr + (i * KW + j) * C + c, mask=c_ok, other=0.0)
+                acc += xv.to(tl.float32) * wv.to(tl.float32)[None, :]
+        out = n.to(tl.int64) * OH * OW * C + (oh * OW + ow).to(tl.int64)[:, None] * C + c[None, :]
+        tl.store(y_ptr + out, acc.to(y_ptr.dtype.element_ty), mask=out_ok[:, None] & c_ok[None, :])
+
+    _TILED.append(depthwise_nhwc_tiled)
+    return depthwise_nhwc_tiled
 
 
 def _kernel():

@@ -2,7 +2,8 @@
 depthwise kernels. A probe, for a timm model in inference at a batch, float32:
 
 - each distinct depthwise convolution alone, channels-last as Inductor runs it: cuDNN (ATen,
-  benchmark mode on), the Triton kernel in each tile shape of ``CONFIGS`` and, with
+  benchmark mode on), the row kernel in each tile shape of ``CONFIGS``, the tiled kernel in each
+  of ``TILED`` (its weights laid out tap by tap beforehand, as a weight copy would) and, with
   ``--decomposed``, the decomposition compiled by Inductor; each timed as 20 calls in one CUDA
   graph (median of 30 replays); the largest difference from float64 of each, relative to the
   output's largest magnitude; the totals count each convolution as often as the model runs it;
@@ -23,7 +24,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-from depthwise_kernels import decompose, triton_depthwise
+from depthwise_kernels import decompose, depthwise_taps, triton_depthwise, triton_depthwise_tiled
 from nimble_rs.dynamo.runner import graph_us
 
 
@@ -32,6 +33,8 @@ def relative(a, b):
 
 
 CONFIGS = [(8, 32, 4), (16, 32, 4), (8, 64, 4), (4, 64, 4), (16, 64, 8), (32, 32, 8), (4, 128, 4), (2, 128, 4)]
+# The tiled kernel's (rows, columns, channels, warps).
+TILED = [(4, 8, 32, 4), (8, 8, 32, 4), (4, 4, 64, 4), (2, 8, 64, 4), (4, 8, 64, 8), (8, 8, 16, 4), (2, 4, 128, 4), (1, 8, 128, 4)]
 
 
 def per_convolution(model_name, batch, size, decomposed):
@@ -39,9 +42,11 @@ def per_convolution(model_name, batch, size, decomposed):
 
     convs = convolutions(model_name, batch, size)
     depthwise = [(n, s, c) for n, s, c in convs if c.groups > 1 and c.groups == c.in_channels == c.out_channels]
-    systems = ["cudnn"] + [f"triton {w}x{c}/{nw}" for w, c, nw in CONFIGS] + (["decomposed"] if decomposed else [])
-    print(f"== {model_name} b{batch}: {len(convs)} convolutions, {len(depthwise)} depthwise; us each: " + ", ".join(systems) + "; best triton/cuDNN; difference from float64: cuDNN, triton (largest of its tiles)" + (", decomposed" if decomposed else ""), flush=True)
-    seen, totals, worst = {}, dict.fromkeys(systems + ["best triton"], 0.0), {"cudnn": 0.0, "triton": 0.0, **({"decomposed": 0.0} if decomposed else {})}
+    rows = [f"triton {w}x{c}/{nw}" for w, c, nw in CONFIGS]
+    tiles = [f"tiled {h}x{w}x{c}/{nw}" for h, w, c, nw in TILED]
+    systems = ["cudnn"] + rows + tiles + (["decomposed"] if decomposed else [])
+    print(f"== {model_name} b{batch}: {len(convs)} convolutions, {len(depthwise)} depthwise; us each: " + ", ".join(systems) + "; best row kernel/cuDNN, best tiled/cuDNN; difference from float64: cuDNN, triton, tiled (largest of their tiles)" + (", decomposed" if decomposed else ""), flush=True)
+    seen, totals, worst = {}, dict.fromkeys(systems + ["best triton", "best tiled"], 0.0), {"cudnn": 0.0, "triton": 0.0, "tiled": 0.0, **({"decomposed": 0.0} if decomposed else {})}
     with torch.no_grad():
         for name, shape, conv in depthwise:
             geometry = (list(conv.stride), list(conv.padding), list(conv.dilation))
@@ -51,20 +56,24 @@ def per_convolution(model_name, batch, size, decomposed):
                 w = conv.weight.detach().contiguous(memory_format=torch.channels_last)
                 exact = F.conv2d(x.double(), w.double(), None, *geometry, conv.groups)
                 runs = {"cudnn": lambda: F.conv2d(x, w, None, *geometry, conv.groups)}
-                for (bw, bc, nw), label in zip(CONFIGS, systems[1:]):
+                for (bw, bc, nw), label in zip(CONFIGS, rows):
                     runs[label] = lambda bw=bw, bc=bc, nw=nw: triton_depthwise(x, w, *geometry, block_w=bw, block_c=bc, num_warps=nw)
+                taps = depthwise_taps(w)
+                for (bh, bw, bc, nw), label in zip(TILED, tiles):
+                    runs[label] = lambda bh=bh, bw=bw, bc=bc, nw=nw: triton_depthwise_tiled(x, taps, list(conv.kernel_size), *geometry, block_h=bh, block_w=bw, block_c=bc, num_warps=nw)
                 if decomposed:
                     runs["decomposed"] = torch.compile(lambda x, w: decompose(x, w, None, *geometry, False, [0, 0], conv.groups), dynamic=False)
                     runs["decomposed"] = functools.partial(runs["decomposed"], x, w)
-                errors = {"cudnn": relative(runs["cudnn"](), exact), "triton": max(relative(runs[label](), exact) for label in systems[1 : 1 + len(CONFIGS)])}
+                errors = {"cudnn": relative(runs["cudnn"](), exact), "triton": max(relative(runs[label](), exact) for label in rows), "tiled": max(relative(runs[label](), exact) for label in tiles)}
                 if decomposed:
                     errors["decomposed"] = relative(runs["decomposed"](), exact)
                 times = {label: graph_us(run, repeats=20, samples=30) for label, run in runs.items()}
-                times["best triton"] = min(times[label] for label in systems[1 : 1 + len(CONFIGS)])
+                times["best triton"] = min(times[label] for label in rows)
+                times["best tiled"] = min(times[label] for label in tiles)
                 seen[key] = times
                 for which in errors:
                     worst[which] = max(worst[which], errors[which])
-                print(f"{name[-40:]:<40} {str(list(shape)):<20} k{conv.kernel_size[0]}x{conv.kernel_size[1]} s{conv.stride[0]} " + " ".join(f"{times[s]:7.1f}" for s in systems) + f"  {times['best triton'] / times['cudnn']:5.2f}  " + " ".join(f"{errors[k]:.1e}" for k in errors), flush=True)
+                print(f"{name[-40:]:<40} {str(list(shape)):<20} k{conv.kernel_size[0]}x{conv.kernel_size[1]} s{conv.stride[0]} " + " ".join(f"{times[s]:7.1f}" for s in systems) + f"  {times['best triton'] / times['cudnn']:5.2f} {times['best tiled'] / times['cudnn']:5.2f}  " + " ".join(f"{errors[k]:.1e}" for k in errors), flush=True)
                 torch._dynamo.reset()
             for which in totals:
                 totals[which] += seen[key][which]

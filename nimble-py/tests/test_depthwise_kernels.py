@@ -1,0 +1,53 @@
+"""The depthwise-convolution Triton kernels of ``experiments/python/depthwise_kernels.py`` (the
+probe's candidates against cuDNN) run on the CPU in Triton's interpreter: every output against
+``F.conv2d`` in float64, for strides, padding, dilation, kernel sizes and sizes that do not fill
+the kernels' tiles. In a process of their own: the interpreter is chosen before Triton is first
+imported."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments" / "python"
+
+CASES = [
+    # shape, kernel, stride, padding, dilation, tile (rows, columns, channels)
+    ((2, 10, 9, 11), 3, 1, 1, 1, (4, 8, 8)),
+    ((1, 40, 13, 13), 5, 2, 2, 1, (2, 4, 32)),
+    ((2, 6, 8, 7), 7, 1, 3, 1, (4, 4, 4)),
+    ((1, 5, 9, 9), 3, 1, 2, 2, (2, 8, 4)),
+]
+
+SCRIPT = """
+import json, sys
+import torch, torch.nn.functional as F
+from depthwise_kernels import depthwise_taps, triton_depthwise, triton_depthwise_tiled
+results = []
+for shape, k, stride, padding, dilation, tile in json.loads(sys.argv[1]):
+    torch.manual_seed(0)
+    x = torch.randn(shape).contiguous(memory_format=torch.channels_last)
+    w = torch.randn(shape[1], 1, k, k)
+    exact = F.conv2d(x.double(), w.double(), None, stride, padding, dilation, shape[1])
+    tiled = triton_depthwise_tiled(x, depthwise_taps(w), [k, k], [stride], [padding], [dilation], *tile)
+    row = triton_depthwise(x, w, [stride], [padding], [dilation], block_w=tile[1], block_c=tile[2])
+    error = lambda got: ((got.double() - exact).abs().max() / exact.abs().max()).item()
+    results.append({"shape": list(tiled.shape) == list(exact.shape), "channels_last": tiled.is_contiguous(memory_format=torch.channels_last), "tiled": error(tiled), "row": error(row)})
+print(json.dumps(results))
+"""
+
+
+def test_both_kernels_compute_the_convolution_in_the_interpreter():
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([str(EXPERIMENTS), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(CASES)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(results) == len(CASES)
+    for case, found in zip(CASES, results):
+        assert found["shape"] and found["channels_last"], (case, found)
+        assert found["tiled"] < 1e-5 and found["row"] < 1e-5, (case, found)
