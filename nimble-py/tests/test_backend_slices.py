@@ -144,15 +144,19 @@ ANCHORED = PROGRAM.replace("""    args.clear()
     buf0""").replace("torch.add(arg0_1, 1, out=buf1)", "torch.add(arg0_1, buf9, out=buf1)").replace("torch.mul(arg1_1, 2, out=buf2)", "torch.mul(arg1_1, buf9, out=buf2)")
 
 
-def test_parts_that_follow_a_common_kernel_are_allocated_just_after_it(tmp_path):
-    # Both parts read what one kernel computed (as an Inception block's branches read its
-    # input): the join is allocated right after that kernel, on its stream, not at the start.
+def anchored(tmp_path):
     path = tmp_path / "anchored.py"
     path.write_text(ANCHORED.replace("SECOND", "2").replace("OTHER", "5"))
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    wrapper = WrapperProgram(module)
+    return WrapperProgram(module)
+
+
+def test_parts_that_follow_a_common_kernel_are_allocated_just_after_it(tmp_path):
+    # Both parts read what one kernel computed (as an Inception block's branches read its
+    # input): the join is allocated right after that kernel, on its stream, not at the start.
+    wrapper = anchored(tmp_path)
     mean, first, second, reader = kernels(wrapper)
     assert wrapper.kernel_needs()[second] == {mean}
     # The mean and the first part on stream 0, the second part on stream 1 after the mean's
@@ -176,6 +180,28 @@ def test_parts_that_follow_a_common_kernel_are_allocated_just_after_it(tmp_path)
     broken.steps = steps[: record + 1] + [("stmt", allocation, 0)] + steps[record + 1:]
     with pytest.raises(WrapperError, match="may touch memory stream 0 allocated"):
         broken.check()
+
+
+@pytest.mark.parametrize("streams, syncs", [
+    # The tasks' streams (the mean, the two parts, the reader), one region each; the syncs
+    # between regions the plan would make.
+    ((1, 0, 1, 0), [[0, 1], [2, 3]]),
+    ((0, 1, 2, 0), [[0, 1], [0, 2], [1, 3], [2, 3]]),
+    ((2, 1, 0, 1), [[0, 1], [0, 2], [2, 3]]),
+])
+def test_the_allocation_goes_on_the_stream_of_the_kernel_both_parts_follow(tmp_path, streams, syncs):
+    wrapper = anchored(tmp_path)
+    mean = kernels(wrapper)[0]
+    regions = [{"stream": k, "nodes": [task]} for task, k in enumerate(streams)]
+    schedule = Schedule(wrapper, regions, syncs)
+    allocation = next(s.index for s in wrapper.statements if s.kind == "alloc")
+    at = schedule.steps.index(("stmt", mean, streams[0]))
+    assert schedule.steps[at + 1] == ("stmt", allocation, streams[0])
+    assert (schedule.allocated_ahead, schedule.allocated_first) == (1, 0)
+    schedule.check()
+    a, b, w = torch.randn(2, 2, 4, 4), torch.randn(2, 3, 4, 4), torch.randn(2, 5, 4, 4)
+    (got,) = schedule.function(streams=False)([a, b, w])
+    assert torch.allclose(got, torch.cat([a + w.mean(), b * w.mean()], 1) * w)
 
 
 def test_on_one_stream_the_allocation_stays_where_inductor_put_it(tmp_path):
