@@ -18,7 +18,7 @@
 #   SYSTEMS=eager,compile,backend picks the systems (default eager,compile,nimble,backend); BACKEND_VARIANTS="crit={\"algorithm\":\"nimble-critical\"} ..."
 #   adds a system backend-NAME per NAME=JSON (torch.compile(backend="nimble", options=JSON)), timed beside the others;
 #   COMPILE_VARIANTS="pdl={\"triton.enable_pdl\":true}" a system compile-NAME: reduce-overhead with those Inductor settings.
-#   PROBES="experiments/python/concat_source_probe.py ..." first runs those scripts (python3, within 200 s each) into probes.txt.
+#   PROBES="experiments/python/concat_source_probe.py ..." first runs those scripts (python3, with their default arguments, within PROBES_SECONDS each, default 200) into probes.txt.
 #   TRAINING_OVERHEAD=resnet50:32 first profiles a training step's host time against reduce-overhead
 #   (experiments/python/training_overhead.py, within TRAINING_OVERHEAD_SECONDS, default 240).
 set -uo pipefail
@@ -28,7 +28,7 @@ export PACK_RESULTS=1 RESULTS_NAME=backend
 . "$(dirname "$0")/setup.sh"
 install_nimble_rs
 for probe in ${PROBES:-}; do
-    { echo "== $probe"; timeout 200 python3 "$probe"; echo "(status $?)"; } >> "$out/probes.txt" 2>&1
+    { echo "== $probe"; timeout "${PROBES_SECONDS:-200}" python3 "$probe"; echo "(status $?)"; } >> "$out/probes.txt" 2>&1
 done
 for overhead in ${OVERHEAD_MODEL:-}; do
     IFS=: read -r model batch <<< "$overhead"
