@@ -42,8 +42,7 @@ def decompose(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor
     n, channels, height, width = x.shape
     kh, kw = weight.shape[2], weight.shape[3]
     (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
-    out_h = (height + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-    out_w = (width + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    out_h, out_w = _output_size(height, width, kh, kw, sh, sw, ph, pw, dh, dw)
     padded = aten.constant_pad_nd.default(x, [pw, pw, ph, ph], 0.0) if ph or pw else x
     total = None
     for i in range(kh):
@@ -64,13 +63,11 @@ def triton_depthwise(x: torch.Tensor, weight: torch.Tensor, stride: List[int], p
     channels, accumulated in float32 tap by tap; the output channels-last."""
     import triton
 
-    n, channels, height, width = x.shape
     kh, kw = weight.shape[2], weight.shape[3]
     (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
-    out_h = (height + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-    out_w = (width + 2 * pw - dw * (kw - 1) - 1) // sw + 1
-    x = x.contiguous(memory_format=torch.channels_last)
-    y = torch.empty((n, channels, out_h, out_w), device=x.device, dtype=x.dtype, memory_format=torch.channels_last)
+    x, y = _channels_last_output(x, kh, kw, sh, sw, ph, pw, dh, dw)
+    n, channels, height, width = x.shape
+    out_h, out_w = y.shape[2], y.shape[3]
     grid = (n * out_h, triton.cdiv(out_w, block_w), triton.cdiv(channels, block_c))
     _kernel()[grid](x, weight.contiguous(), y, height, width, channels, out_h, out_w, sh, sw, ph, pw, dh, dw, kh, kw, block_w, block_c, num_warps=num_warps)
     return y
@@ -92,13 +89,11 @@ def triton_depthwise_tiled(x: torch.Tensor, taps: torch.Tensor, kernel_size: Lis
     power of two."""
     import triton
 
-    n, channels, height, width = x.shape
     kh, kw = kernel_size
     (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
-    out_h = (height + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-    out_w = (width + 2 * pw - dw * (kw - 1) - 1) // sw + 1
-    x = x.contiguous(memory_format=torch.channels_last)
-    y = torch.empty((n, channels, out_h, out_w), device=x.device, dtype=x.dtype, memory_format=torch.channels_last)
+    x, y = _channels_last_output(x, kh, kw, sh, sw, ph, pw, dh, dw)
+    n, channels, height, width = x.shape
+    out_h, out_w = y.shape[2], y.shape[3]
     tiles_h, tiles_w = triton.cdiv(out_h, block_h), triton.cdiv(out_w, block_w)
     grid = (n * tiles_h * tiles_w, triton.cdiv(channels, block_c))
     _tiled_kernel()[grid](x, taps, y, height, width, channels, out_h, out_w, tiles_h, tiles_w, sh, sw, ph, pw, dh, dw, kh, kw, block_h, block_w, block_c, num_warps=num_warps)
@@ -176,6 +171,19 @@ def _kernel():
 
     _KERNEL.append(depthwise_nhwc)
     return depthwise_nhwc
+
+
+def _output_size(height: int, width: int, kh: int, kw: int, sh: int, sw: int, ph: int, pw: int, dh: int, dw: int):
+    return (height + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (width + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+
+
+def _channels_last_output(x: torch.Tensor, kh: int, kw: int, sh: int, sw: int, ph: int, pw: int, dh: int, dw: int):
+    """``x`` channels-last and the empty channels-last output of its depthwise convolution by a
+    ``kh`` by ``kw`` kernel with these strides, padding and dilation."""
+    n, channels, height, width = x.shape
+    out_h, out_w = _output_size(height, width, kh, kw, sh, sw, ph, pw, dh, dw)
+    y = torch.empty((n, channels, out_h, out_w), device=x.device, dtype=x.dtype, memory_format=torch.channels_last)
+    return x.contiguous(memory_format=torch.channels_last), y
 
 
 def _pair(values: List[int]):

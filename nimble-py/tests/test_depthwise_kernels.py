@@ -1,5 +1,6 @@
-"""The depthwise-convolution Triton kernels of ``experiments/python/depthwise_kernels.py`` (the
-probe's candidates against cuDNN) run on the CPU in Triton's interpreter: every output against
+"""The depthwise convolutions of ``experiments/python/depthwise_kernels.py`` (the
+probe's candidates against cuDNN: two Triton kernels, run on the CPU in Triton's interpreter, and
+the decomposition into shifted windows): every output against
 ``F.conv2d`` in float64, for strides, padding, dilation, kernel sizes and sizes that do not fill
 the kernels' tiles. In a process of their own: the interpreter is chosen before Triton is first
 imported."""
@@ -27,7 +28,7 @@ CASES = [
 SCRIPT = """
 import json, sys
 import torch, torch.nn.functional as F
-from depthwise_kernels import depthwise_taps, triton_depthwise, triton_depthwise_tiled
+from depthwise_kernels import decompose, depthwise_taps, triton_depthwise, triton_depthwise_tiled
 results = []
 for shape, k, stride, padding, dilation, tile in json.loads(sys.argv[1]):
     torch.manual_seed(0)
@@ -36,13 +37,14 @@ for shape, k, stride, padding, dilation, tile in json.loads(sys.argv[1]):
     exact = F.conv2d(x.double(), w.double(), None, stride, padding, dilation, shape[1])
     tiled = triton_depthwise_tiled(x, depthwise_taps(w), [k, k], [stride], [padding], [dilation], *tile)
     row = triton_depthwise(x, w, [stride], [padding], [dilation], block_w=tile[1], block_c=tile[2])
+    decomposed = decompose(x, w, None, [stride], [padding], [dilation], False, [0, 0], shape[1])
     error = lambda got: ((got.double() - exact).abs().max() / exact.abs().max()).item()
-    results.append({"shape": list(tiled.shape) == list(exact.shape), "channels_last": tiled.is_contiguous(memory_format=torch.channels_last), "tiled": error(tiled), "row": error(row)})
+    results.append({"shape": list(tiled.shape) == list(exact.shape), "channels_last": tiled.is_contiguous(memory_format=torch.channels_last), "tiled": error(tiled), "row": error(row), "decomposed": error(decomposed)})
 print(json.dumps(results))
 """
 
 
-def test_both_kernels_compute_the_convolution_in_the_interpreter():
+def test_the_kernels_and_the_decomposition_compute_the_convolution():
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([str(EXPERIMENTS), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(CASES)], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -50,4 +52,4 @@ def test_both_kernels_compute_the_convolution_in_the_interpreter():
     assert len(results) == len(CASES)
     for case, found in zip(CASES, results):
         assert found["shape"] and found["channels_last"], (case, found)
-        assert found["tiled"] < 1e-5 and found["row"] < 1e-5, (case, found)
+        assert found["tiled"] < 1e-5 and found["row"] < 1e-5 and found["decomposed"] < 1e-5, (case, found)

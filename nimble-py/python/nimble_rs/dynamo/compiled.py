@@ -367,7 +367,7 @@ class NimbleCompiled:
         self.streams_program = program
         partition = program.partition
         self.report.update(algorithm=partition.algorithm, priority=True, streams=partition.streams, syncs=partition.syncs, regions=partition.regions)
-        for key in ("allocated_ahead", "allocated_before_fork"):
+        for key in program.MEMORY_KEYS:  # the primary plan's, where the critical path has none
             self.report.pop(key, None)
         self.report.update(program.memory_report())
 

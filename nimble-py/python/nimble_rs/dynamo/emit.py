@@ -41,11 +41,13 @@ class Schedule:
         self.order = self._order()
         self.steps = self._steps({})
         # The allocations made ahead, each moved from the fork to its latest safe point.
-        ahead = [step[1] for step in self.steps[: self.steps.index(("fork",))] if step[0] == "stmt"]
-        self.allocated_ahead = len(ahead)
-        anchors = self._anchors(ahead)
+        self.allocated_ahead = len(self._hoisted)
+        anchors = self._anchors()
         if anchors:
             self.steps = self._steps(anchors)
+
+    def _completion(self) -> "_Completion":
+        return _Completion(self.program, streams=1 + max((r["stream"] for r in self.regions), default=0))
 
     def _order(self) -> List[int]:
         """The statements in issue order: each region's kernels in Inductor's order; an
@@ -105,25 +107,20 @@ class Schedule:
             ensure(i)
         return emitted
 
-    def _anchors(self, ahead: Sequence[int]) -> Dict[int, int]:
-        """Per allocation made ahead (``ahead``, before the fork in ``self.steps``), the latest
-        kernel that every kernel touching its storage follows, where there is one: the
+    def _anchors(self) -> Dict[int, int]:
+        """Per allocation made ahead (``self._hoisted``, before the fork in ``self.steps``), the
+        latest kernel that every kernel touching its storage follows, where there is one: the
         allocation made just after it, on its stream, is followed by them all too (whatever
         carries that kernel to another stream, an event or the join, comes later)."""
         p = self.program
-        users = {a: set() for a in ahead}
-        storage_of = {st: a for a in ahead for st in p.storage_of_statement(p.statements[a])}
-        for i in self.order:
-            if p.statements[i].kind == "kernel":
-                for st in (p.statements[i].reads | p.statements[i].writes) & storage_of.keys():
-                    users[storage_of[st]].add(i)
-        followed: Dict[int, Optional[Set[int]]] = {a: None for a in ahead}
+        users = {a: set().union(*(self._users.get(st, set()) for st in p.storage_of_statement(p.statements[a]))) for a in self._hoisted}
+        followed: Dict[int, Optional[Set[int]]] = {a: None for a in self._hoisted}
         position: Dict[int, int] = {}
-        known = _Completion(p, streams=1 + max((r["stream"] for r in self.regions), default=0))
+        known = self._completion()
         for n, step in enumerate(self.steps):
             if step[0] == "stmt" and step[2] is not None and p.statements[step[1]].kind == "kernel":
                 position[step[1]] = n
-                for a in ahead:
+                for a in self._hoisted:
                     if step[1] in users[a]:
                         before = {j for j in known.before[step[2]] if p.statements[j].kind == "kernel"}
                         followed[a] = before if followed[a] is None else followed[a] & before
@@ -154,6 +151,7 @@ class Schedule:
                 stream_of[i] = min((first_stream[st] for st in storages if st in first_stream), default=0)
         users, allocated_on = _users_and_allocation_streams(p, self.order, stream_of)
         hoisted = _allocated_first(p, users, stream_of)
+        self._hoisted, self._users = hoisted, users
         after: Dict[int, List[int]] = {}
         for i in hoisted:
             if i in anchors:
@@ -171,7 +169,7 @@ class Schedule:
         steps: List[Tuple] = []
         # What each stream's next op is known to follow, for the deferred frees of shared
         # storages; `deferred` holds (del statement, its names, their shared storages).
-        known = _Completion(p, streams=1 + max((r["stream"] for r in self.regions), default=0))
+        known = self._completion()
         deferred: List[Tuple[int, List[str], Set[int]]] = []
 
         def release() -> None:
@@ -230,8 +228,7 @@ class Schedule:
         order, events recorded and waited, fork and join)."""
         p = self.program
         needs = p.kernel_needs()
-        streams = 1 + max((r["stream"] for r in self.regions), default=0)
-        known = _Completion(p, streams)
+        known = self._completion()
         stream_of = {step[1]: step[2] for step in self.steps if step[0] == "stmt" and step[2] is not None}
         users, allocated_on = _users_and_allocation_streams(p, [i for i in self.order if i in stream_of], stream_of)
         shared = _shared(users, allocated_on, stream_of)

@@ -99,6 +99,9 @@ class PlannedProgram:
         self.allocated_ahead = self.schedule.allocated_ahead
         self.allocated_first = self.schedule.allocated_first
 
+    # The report's keys ``memory_report`` may write.
+    MEMORY_KEYS = ("shared_buffers", "shared_kept_to_end", "allocated_ahead", "allocated_before_fork")
+
     def memory_report(self) -> Dict[str, int]:
         """The report's keys on the plan's memory: storages shared by streams, those kept to
         the end, and (where any) allocations made ahead of the kernels writing their disjoint

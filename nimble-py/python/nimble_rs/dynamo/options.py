@@ -109,8 +109,9 @@ DEFAULTS: Dict[str, Any] = {
     "concat_in_place": True,
     # True: kernels writing disjoint slices of one allocation (each part of a join written in
     # place, through its own view) follow none of each other, and may run on several streams;
-    # the allocation is then made on stream 0 before the fork (``slices``). False: every access
-    # of an allocation is ordered as of the whole of it.
+    # the allocation is then made just after the latest kernel they all follow, on its stream
+    # (else on stream 0 before the fork; ``slices``, ``emit``). False: every access of an
+    # allocation is ordered as of the whole of it.
     "disjoint_slices": True,
     # Inductor's settings for this backend's compiles, as {name: value} (names of
     # `torch._inductor.config`, e.g. {"layout_optimization": False}); the rest are the user's.
