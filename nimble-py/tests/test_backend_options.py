@@ -37,6 +37,7 @@ from models import Inception, relative_error
         ({"check_after_launch": "no"}, "check_after_launch='no': expected True or False"),
         ({"transpose_products": 1}, "transpose_products=1: expected True or False"),
         ({"concat_in_place": "yes"}, "concat_in_place='yes': expected True or False"),
+        ({"disjoint_slices": None}, "disjoint_slices=None: expected True or False"),
         ({"fuse_convolutions": 1}, "fuse_convolutions=1: expected False, True"),
         ({"fuse_convolutions": "epilog"}, "fuse_convolutions='epilog': expected False, True"),
         ({"inductor_config": {"no_such_setting": 1}}, "no_such_setting is not settings of torch._inductor.config"),
