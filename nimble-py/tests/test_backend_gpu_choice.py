@@ -45,8 +45,7 @@ def test_the_critical_path_plan_is_kept_where_it_is_the_fastest(critical_faster,
     monkeypatch.setattr(runner.CapturedGraph, "__call__", lambda graph, args: replays.append(graph) or replay(graph, args))
     # (The user's calls of an inference graph: replayed, then its addresses checked.)
     monkeypatch.setattr(runner.CapturedGraph, "replay_checked", lambda graph, args: replays.append(graph) or checked(graph, args))
-    # The plans on streams are timed first, one region last.
-    timings = iter([[0.8] * 30, [0.5 if critical_faster else 0.9] * 30, [1.0] * 30])
+    timings = iter([[1.0] * 30, [0.8] * 30, [0.5 if critical_faster else 0.9] * 30])
     monkeypatch.setattr(choice, "time_samples_ms", lambda run, repeats=30: next(timings))
     model = Inception(channels=16).cuda().eval()
     fast = compiled(model)
@@ -59,7 +58,7 @@ def test_the_critical_path_plan_is_kept_where_it_is_the_fastest(critical_faster,
     assert report["measured_ms"] == {"single": 1.0, "streams": 0.8, "critical": 0.5 if critical_faster else 0.9}, report
     assert report["choice"] == "streams" and report["captured_shapes"] == 1, report
     # One capture each to time; the kept graph is the fastest's, not captured again.
-    assert [(algorithm, priority) for _, algorithm, priority in captures] == [("nimble", False), ("nimble-critical", True), ("single", False)], captures
+    assert [(algorithm, priority) for _, algorithm, priority in captures] == [("single", False), ("nimble", False), ("nimble-critical", True)], captures
     kept = next(c for c in captures if c[1] == ("nimble-critical" if critical_faster else "nimble"))
     assert replays[-5:] == [kept[0]] * 5, (replays, captures)
     if critical_faster:
@@ -126,19 +125,13 @@ def test_the_compilers_own_spread_is_measured_where_its_sums_are_atomic():
 @pytest.mark.parametrize("clear", [True, False])
 def test_timings_that_do_not_tell_the_programs_apart_are_taken_again(clear, monkeypatch):
     # The first timings overlap, the streams' median the lower: both are timed three times more,
-    # in turns (the graphs the first timings captured), and the pooled samples decide; the
-    # program kept is the graph timed, not captured again.
+    # in turns (one region captured again), and the pooled samples decide.
     from nimble_rs.dynamo import compiled as choice
 
-    # The plan on streams timed first, then one region; again, one region first.
-    first = [[0.8] * 10 + [0.95] * 10 + [1.2] * 10, [0.9] * 10 + [1.0] * 10 + [1.1] * 10]
+    first = [[0.9] * 10 + [1.0] * 10 + [1.1] * 10, [0.8] * 10 + [0.95] * 10 + [1.2] * 10]
     again = [[1.0] * 30, [0.5] * 30] if clear else [[0.9] * 15 + [1.1] * 15, [0.8] * 15 + [1.2] * 15]
     timings = iter(first + again * choice.RETIMINGS)
-    calls, captures, replays = [], [], []
-    capture, replay, checked = runner.CapturedGraph.__init__, runner.CapturedGraph.__call__, runner.CapturedGraph.replay_checked
-    monkeypatch.setattr(runner.CapturedGraph, "__init__", lambda graph, program, *a, **k: capture(graph, program, *a, **k) or captures.append((graph, program.partition.algorithm)))
-    monkeypatch.setattr(runner.CapturedGraph, "__call__", lambda graph, args: replays.append(graph) or replay(graph, args))
-    monkeypatch.setattr(runner.CapturedGraph, "replay_checked", lambda graph, args: replays.append(graph) or checked(graph, args))
+    calls = []
     monkeypatch.setattr(choice, "time_samples_ms", lambda run, repeats=30: calls.append(run) or next(timings))
     model = Inception(channels=16).cuda().eval()
     fast = compiled(model, time_critical_path=False)
@@ -149,9 +142,6 @@ def test_timings_that_do_not_tell_the_programs_apart_are_taken_again(clear, monk
     report = last_report()
     assert len(calls) == 2 + 2 * choice.RETIMINGS and report["timed_again"] == choice.RETIMINGS, report
     assert report["choice"] == ("streams" if clear else "single") and "3 more timings each" in report["reason"], report
-    assert [algorithm for _, algorithm in captures] == ["nimble", "single"], captures
-    kept = captures[0 if clear else 1][0]
-    assert replays[-2:] == [kept] * 2, (replays, captures)
 
 
 def test_references_above_the_bound_wait_in_host_memory_and_measure_the_same(monkeypatch):

@@ -204,10 +204,9 @@ class NimbleCompiled:
         return torch.cuda.graph_pool_handle() if self.kind == "backward" and lend else None
 
     def _choose(self, args, saved, static):
-        """The program to keep (``streams`` or ``single``), why, and its graph as the choice
-        captured it (None where the choice let it go: captured again). The plans on streams are
-        measured first and one region last, the fastest plan's graph so far held beside the next
-        capture: whichever wins, its graph is at hand, and at most two graphs are held at a time."""
+        """The program to keep (``streams`` or ``single``), why, and its captured graph when the
+        choice captured it last (else None: captured again, so that only one graph's memory is
+        held at a time; both are held only while timed again, ``RETIMINGS``)."""
         if self.streams_program is None:
             return "single", self.report.get("reason", "one stream: the whole graph is one region"), None
         if self.single_program is None:
@@ -223,16 +222,14 @@ class NimbleCompiled:
         except torch.OutOfMemoryError:
             # The ATen graph run op by op holds more than the compiler's fused kernels.
             return self._out_of_memory("eager's references for the accuracy check", ["references"])
-        candidates = [("streams", self.streams_program)]
+        candidates = [("single", self.single_program), ("streams", self.streams_program)]
         if self.critical_program is not None:
             candidates.append(("critical", self.critical_program))
-        candidates.append(("single", self.single_program))
         samples: Dict[str, List[float]] = {}
         errors: Dict[str, float] = {}
-        # The fastest streams' graph so far, (name, graph): if they win, it is kept as it is;
-        # and one region's, kept if it wins.
+        # The fastest streams' graph so far, (name, graph): if they win, it is kept as it is. At
+        # most two graphs' memory is held at a time.
         fastest: Optional[tuple] = None
-        single = None
         for name, program in candidates:
             try:
                 graph, samples[name], errors[name] = self._measured(name, program, args, static, saved, checks, expected)
@@ -240,17 +237,13 @@ class NimbleCompiled:
                 # A plan on streams holds more memory than one region (buffers kept across
                 # streams): where the device has no room for it, the compiler's own program runs.
                 if name == "single":
-                    beside = " and the fastest plan's graph" if fastest is not None else ""
-                    fastest = None
-                    return self._out_of_memory(f"capturing one region beside eager's references{beside}", ["single"])
+                    return self._out_of_memory("capturing one region beside eager's references", ["single"])
                 self.report.setdefault("out_of_memory", []).append(name)
                 continue
-            if name == "single":
-                single = graph
-            elif fastest is None or quartiles(samples[name])[1] < quartiles(samples[fastest[0]])[1]:
+            if name != "single" and (fastest is None or quartiles(samples[name])[1] < quartiles(samples[fastest[0]])[1]):
                 fastest = (name, graph)
             del graph
-        plans = [name for name, _ in candidates if name != "single" and name in samples]
+        plans = [name for name, _ in candidates[1:] if name in samples]
         if "out_of_memory" in self.report:
             short = ", ".join(self.report["out_of_memory"])
             if not plans:
@@ -271,14 +264,16 @@ class NimbleCompiled:
         streams_q, single_q = quartiles(samples[best]), quartiles(samples["single"])
         if streams_q[2] >= single_q[0] and streams_q[1] < single_q[1]:
             # Not apart, though the streams' median is lower: a noisy moment (one such choice
-            # kept one region 17% slower, by median, than the streams). Both are timed in turns
-            # (both graphs held meanwhile), all samples pooled.
+            # kept one region 17% slower, by median, than the streams). One region is captured
+            # again and both are timed in turns (both graphs held meanwhile), all samples pooled.
             try:
                 if graph is None:
                     graph = self._captured(program, args, static)
+                single = self._captured(self.single_program, args, static)
                 for _ in range(RETIMINGS):
                     samples["single"] += time_samples_ms(lambda: single(args))
                     samples[best] += time_samples_ms(lambda: graph(args))
+                del single
             except torch.OutOfMemoryError:
                 return self._out_of_memory(f"timing one region ({single_q[1]:.3f} ms) and the plan on streams ({streams_q[1]:.3f} ms, not apart) again, both captured,", ["timed again"])
             streams_q, single_q = quartiles(samples[best]), quartiles(samples["single"])
@@ -294,14 +289,14 @@ class NimbleCompiled:
         # region's lower quartile. Otherwise the compiler's own program, which is never slower
         # than itself.
         if streams_q[2] >= single_q[0]:
-            return "single", f"measured {single_q[1]:.3f} ms as one region against {streams_q[1]:.3f} ms on {streams} streams{first} (streams not faster beyond noise{again})", single
+            return "single", f"measured {single_q[1]:.3f} ms as one region against {streams_q[1]:.3f} ms on {streams} streams{first} (streams not faster beyond noise{again})", None
         # And only where they are accurate (above).
         if not accurate(best):
             return "single", (
                 f"streams measured {streams_q[1]:.3f} ms against {single_q[1]:.3f} ms as one region but further from eager "
                 f"({errors[best]:.2e} against {errors['single']:.2e}, which runs {self.report['measured_spread']:.2e} from itself; "
                 f"option accuracy=\"any\" keeps them)"
-            ), single
+            ), None
         if best == "critical":
             self._adopt(program)
         return "streams", f"measured {streams_q[1]:.3f} ms on {streams} streams{first} against {single_q[1]:.3f} ms as one region (quartiles apart{again})", graph
