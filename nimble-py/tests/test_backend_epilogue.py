@@ -1,6 +1,6 @@
 """How option ``fuse_convolutions="epilogue"`` picks cuDNN's plan for a shape
 (``nimble_rs.dynamo.epilogue.tune``), on the CPU: cuDNN's graph stood in for by plans of given
-times and errors (the op's GPU runs are test_backend_gpu.py's). The fastest plan whose output
+times and errors (the op's GPU runs are test_backend_gpu_fold.py's). The fastest plan whose output
 is exact is kept where it beats the convolution and a pointwise pass; plans are built in cuDNN's
 order until one is as fast as the convolution alone."""
 

@@ -1,7 +1,7 @@
 """Option ``fuse_convolutions``'s rewrite (``nimble_rs.dynamo.fold``) on the CPU: which chains of
 convolution, per-channel affine ops and ReLU become the fused op, the folded arithmetic against
 eager, and what is left to Inductor. The op's CPU body computes what cuDNN's fused kernel does;
-the backend applies the rewrite on a GPU only (test_backend_gpu.py runs it there)."""
+the backend applies the rewrite on a GPU only (test_backend_gpu_fold.py runs it there)."""
 
 import pytest
 import torch
