@@ -1,4 +1,4 @@
-"""Two ways to run a depthwise convolution (one filter per channel) other than cuDNN's kernels,
+"""Three ways to run a depthwise convolution (one filter per channel) other than cuDNN's kernels,
 for `depthwise_probe.py`:
 
 - ``decompose``: the sum of the kernel's shifted windows of the padded input, each scaled by its
@@ -9,7 +9,7 @@ for `depthwise_probe.py`:
 - ``triton_depthwise_tiled``: the same over a tile of rows by columns per program, the weights
   laid out tap by tap (``depthwise_taps``).
 
-Neither is in the backend: both measured slower than cuDNN (paper-figs/results/depthwise-probe-*).
+None is in the backend: each measured slower than cuDNN (paper-figs/results/depthwise-probe-*).
 """
 
 from typing import List, Optional

@@ -348,7 +348,9 @@ def _concatenations(options: Dict[str, Any], gm, counts: Dict[str, int], on_cuda
     has a concatenation it can change and Inductor would lower one pointwise (an inference graph
     on a GPU, the only kind measured, or where its ``force_pointwise_cat`` is set); announced once
     where this torch's Inductor lacks what it needs."""
-    pointwise = on_cuda or bool((options["inductor_config"] or {}).get("force_pointwise_cat", torch._inductor.config.force_pointwise_cat))
+    # (Read with a default: a later torch may drop the setting, and the backend is not tied to 2.11.)
+    forced = (options["inductor_config"] or {}).get("force_pointwise_cat", getattr(torch._inductor.config, "force_pointwise_cat", False))
+    pointwise = on_cuda or bool(forced)
     if not options["concat_in_place"] or kind != "inference" or not pointwise or not concat.joins_for_users(gm):
         return contextlib.nullcontext()
     if not concat.available():
