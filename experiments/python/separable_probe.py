@@ -23,6 +23,7 @@ magnitude; the totals count each convolution as often as the model runs it.
 """
 
 import argparse
+import signal
 import time
 
 import torch
@@ -87,6 +88,22 @@ def main():
     pad_relu = torch.compile(lambda x, pads: F.pad(torch.relu(x), pads), dynamic=False)
     seen, totals, worst = {}, {"inductor": 0.0, "best": 0.0, "depthwise": 0.0, "pointwise": 0.0, "copy": 0.0, "batchnorm": 0.0}, {"inductor": 0.0, "fused": 0.0}
     started = time.perf_counter()
+    # Stopped by ``timeout``, the totals so far are still printed (of the convolutions reached).
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        timed(found, labels, affine, affine_relu, pad_relu, args.precision, seen, totals, worst)
+    except KeyboardInterrupt:
+        print("(stopped: the totals below count the convolutions reached)", flush=True)
+    print(f"total us ({len(seen)} distinct, {len(found)} in all, {time.perf_counter() - started:.0f} s): inductor {totals['inductor']:.0f} (copies {totals['copy']:.0f}, depthwise {totals['depthwise']:.0f}, 1x1 {totals['pointwise']:.0f}, BatchNorm {totals['batchnorm']:.0f}), fused at its best per convolution {totals['best']:.0f} ({totals['best'] / max(totals['inductor'], 1e-9):.2f}); largest difference from float64: " + ", ".join(f"{k} {v:.1e}" for k, v in worst.items()), flush=True)
+
+
+def _interrupt(*_):
+    raise KeyboardInterrupt
+
+
+def timed(found, labels, affine, affine_relu, pad_relu, precision, seen, totals, worst):
+    """Times each distinct separable convolution into ``seen`` and adds every one's times to
+    ``totals`` as it is reached."""
     with torch.no_grad():
         for name, shape, sep, relu_in, relu_out in found:
             dw, pw = sep.depthwise_conv2d, sep.pointwise_conv2d
@@ -136,7 +153,7 @@ def main():
                 source, relu_read = (x, True) if dynamic else (xr, False)
                 runs = {}
                 for (bm, bn, bk, nw), label in zip(CONFIGS, labels):
-                    runs[label] = lambda bm=bm, bn=bn, bk=bk, nw=nw: triton_separable(source, taps, weight_t, bias, dw.kernel_size, dw.stride, padding, dw.dilation, relu_read, relu_out, bm, bn, bk, nw, args.precision)
+                    runs[label] = lambda bm=bm, bn=bn, bk=bk, nw=nw: triton_separable(source, taps, weight_t, bias, dw.kernel_size, dw.stride, padding, dw.dilation, relu_read, relu_out, bm, bn, bk, nw, precision)
                 exact = torch.relu(x.double()) if relu_in else x.double()
                 exact = F.conv2d(F.pad(exact, [left, right, top, bottom]), wd.double(), None, dw.stride, 0, dw.dilation, dw.groups)
                 exact = F.conv2d(exact, wp.double()) * s4.double() + b4.double()
@@ -156,7 +173,6 @@ def main():
                 print(f"{name[-34:]:<34} {str(list(shape)):<20} {geometry:<26} {times['inductor']:7.1f} ({times['copy']:.1f} {times['depthwise']:.1f} {times['pointwise']:.1f} {times['batchnorm']:.1f}) " + " ".join(f"{times[label]:7.1f}" for label in labels) + f" {times['best']:7.1f}  {times['best'] / times['inductor']:5.2f}  {errors['inductor']:.1e} {errors['fused']:.1e}", flush=True)
             for which in totals:
                 totals[which] += seen[key][which]
-    print(f"total us ({len(seen)} distinct, {len(found)} in all, {time.perf_counter() - started:.0f} s): inductor {totals['inductor']:.0f} (copies {totals['copy']:.0f}, depthwise {totals['depthwise']:.0f}, 1x1 {totals['pointwise']:.0f}, BatchNorm {totals['batchnorm']:.0f}), fused at its best per convolution {totals['best']:.0f} ({totals['best'] / max(totals['inductor'], 1e-9):.2f}); largest difference from float64: " + ", ".join(f"{k} {v:.1e}" for k, v in worst.items()), flush=True)
 
 
 if __name__ == "__main__":
