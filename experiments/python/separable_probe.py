@@ -32,7 +32,7 @@ from nimble_rs.dynamo.runner import graph_us
 from separable_kernels import depthwise_taps, fold, output_size, same_padding, triton_separable
 
 # (pixels, output channels, input channels per step, warps) of each program.
-CONFIGS = [(32, 64, 32, 4), (64, 64, 32, 8), (32, 128, 32, 4), (64, 128, 32, 8), (128, 64, 16, 8), (32, 256, 16, 8)]
+CONFIGS = [(32, 64, 32, 4), (64, 64, 32, 8), (32, 128, 32, 4), (64, 128, 32, 8), (128, 64, 16, 8), (32, 256, 16, 8), (16, 512, 16, 8), (32, 512, 32, 8)]
 
 
 def relative(a, b):
@@ -86,12 +86,13 @@ def main():
     affine = torch.compile(lambda y, s, b: y * s + b, dynamic=False)
     affine_relu = torch.compile(lambda y, s, b: torch.relu(y * s + b), dynamic=False)
     pad_relu = torch.compile(lambda x, pads: F.pad(torch.relu(x), pads), dynamic=False)
+    pad = torch.compile(lambda x, pads: F.pad(x, pads), dynamic=False)
     seen, totals, worst = {}, {"inductor": 0.0, "best": 0.0, "depthwise": 0.0, "pointwise": 0.0, "copy": 0.0, "batchnorm": 0.0}, {"inductor": 0.0, "fused": 0.0}
     started = time.perf_counter()
     # Stopped by ``timeout``, the totals so far are still printed (of the convolutions reached).
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        timed(found, labels, affine, affine_relu, pad_relu, args.precision, seen, totals, worst)
+        timed(found, labels, affine, affine_relu, pad_relu, pad, args.precision, seen, totals, worst)
     except KeyboardInterrupt:
         print("(stopped: the totals below count the convolutions reached)", flush=True)
     print(f"total us ({len(seen)} distinct, {len(found)} in all, {time.perf_counter() - started:.0f} s): inductor {totals['inductor']:.0f} (copies {totals['copy']:.0f}, depthwise {totals['depthwise']:.0f}, 1x1 {totals['pointwise']:.0f}, BatchNorm {totals['batchnorm']:.0f}), fused at its best per convolution {totals['best']:.0f} ({totals['best'] / max(totals['inductor'], 1e-9):.2f}); largest difference from float64: " + ", ".join(f"{k} {v:.1e}" for k, v in worst.items()), flush=True)
@@ -101,7 +102,7 @@ def _interrupt(*_):
     raise KeyboardInterrupt
 
 
-def timed(found, labels, affine, affine_relu, pad_relu, precision, seen, totals, worst):
+def timed(found, labels, affine, affine_relu, pad_relu, pad, precision, seen, totals, worst):
     """Times each distinct separable convolution into ``seen`` and adds every one's times to
     ``totals`` as it is reached."""
     with torch.no_grad():
@@ -112,7 +113,8 @@ def timed(found, labels, affine, affine_relu, pad_relu, precision, seen, totals,
             if key not in seen:
                 torch.manual_seed(len(seen))
                 x = torch.randn(shape, device="cuda").contiguous(memory_format=torch.channels_last)
-                xr = torch.relu(x).contiguous(memory_format=torch.channels_last)
+                # The input as the depthwise convolution reads it (ReLU'd where one comes before).
+                xr = (torch.relu(x) if relu_in else x).contiguous(memory_format=torch.channels_last)
                 wd = dw.weight.detach().contiguous(memory_format=torch.channels_last)
                 wp = pw.weight.detach().contiguous(memory_format=torch.channels_last)
                 co = wp.shape[0]
@@ -122,7 +124,7 @@ def timed(found, labels, affine, affine_relu, pad_relu, precision, seen, totals,
                 post = affine_relu if relu_out else affine
 
                 def copy():
-                    return pad_relu(x, [left, right, top, bottom])
+                    return (pad_relu if relu_in else pad)(x, [left, right, top, bottom])
 
                 if dynamic:
                     padded = copy()
@@ -145,12 +147,12 @@ def timed(found, labels, affine, affine_relu, pad_relu, precision, seen, totals,
 
                 def inductor():
                     if dynamic:
-                        pad_relu(x, [left, right, top, bottom])
+                        copy()
                     return post(F.conv2d(depthwise(), wp), s4, b4)
 
                 taps = depthwise_taps(wd.contiguous())
                 weight_t, bias = fold(wp, scale, shift)
-                source, relu_read = (x, True) if dynamic else (xr, False)
+                source, relu_read = (x, relu_in) if dynamic else (xr, False)
                 runs = {}
                 for (bm, bn, bk, nw), label in zip(CONFIGS, labels):
                     runs[label] = lambda bm=bm, bn=bn, bk=bk, nw=nw: triton_separable(source, taps, weight_t, bias, dw.kernel_size, dw.stride, padding, dw.dilation, relu_read, relu_out, bm, bn, bk, nw, precision)
