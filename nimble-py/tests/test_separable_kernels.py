@@ -6,17 +6,10 @@ padding, dilation, kernel sizes, the ReLUs on input and output, and sizes that d
 kernel's tiles. In a process of its own: the interpreter is chosen before Triton is first
 imported."""
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from triton_interpreter import interpreted
 
 pytest.importorskip("triton")
-
-EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments" / "python"
 
 CASES = [
     # shape, kernel, stride, dilation, output channels, padding (top, bottom, left, right), ReLU in, ReLU out, tile (pixels, outputs, inputs)
@@ -52,10 +45,7 @@ print(json.dumps(results))
 
 
 def test_the_kernel_computes_the_separable_convolution():
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([str(EXPERIMENTS), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(CASES)], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = json.loads(done.stdout.strip().splitlines()[-1])
+    results = interpreted(SCRIPT, CASES)
     assert len(results) == len(CASES) + 1
     for case, found in zip(CASES, results):
         assert found["shape"] and found["channels_last"], (case, found)
