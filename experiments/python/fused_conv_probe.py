@@ -21,15 +21,16 @@ import torch.nn.functional as F
 from nimble_rs.dynamo.runner import graph_us
 
 
-def convolutions(model_name: str, batch: int, size: int):
-    """(name, input shape, module) of each 2-D convolution of the timm model, in the order one
-    inference call on the GPU runs them (cuDNN's benchmark mode on)."""
+def convolutions(model_name: str, batch: int, size: int, chosen=lambda m: isinstance(m, torch.nn.Conv2d)):
+    """(name, input shape, module) of each 2-D convolution of the timm model (or each module
+    ``chosen`` picks), in the order one inference call on the GPU runs them (cuDNN's benchmark
+    mode on)."""
     import timm
 
     torch.backends.cudnn.benchmark = True
     model = timm.create_model(model_name, pretrained=False).cuda().eval()
     convs = []
-    hooks = [m.register_forward_pre_hook(lambda m, inputs, name=name: convs.append((name, tuple(inputs[0].shape), m))) for name, m in model.named_modules() if isinstance(m, torch.nn.Conv2d)]
+    hooks = [m.register_forward_pre_hook(lambda m, inputs, name=name: convs.append((name, tuple(inputs[0].shape), m))) for name, m in model.named_modules() if chosen(m)]
     with torch.no_grad():
         model(torch.randn(batch, 3, size, size, device="cuda"))
     for h in hooks:

@@ -52,11 +52,6 @@ def fold(pointwise: torch.Tensor, scale: Optional[torch.Tensor] = None, shift: O
     return weight.t().contiguous(), shift
 
 
-def depthwise_taps(weight: torch.Tensor) -> torch.Tensor:
-    """A depthwise weight [C, 1, kh, kw] as the kernel reads it: [kh * kw, C]."""
-    return weight.reshape(weight.shape[0], -1).t().contiguous()
-
-
 def reference(x: torch.Tensor, depthwise: torch.Tensor, pointwise: torch.Tensor, bias: Optional[torch.Tensor], stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], relu_in: bool, relu_out: bool) -> torch.Tensor:
     """The same computation by ATen ops; ``padding`` (top, bottom, left, right)."""
     top, bottom, left, right = padding
@@ -70,8 +65,8 @@ def reference(x: torch.Tensor, depthwise: torch.Tensor, pointwise: torch.Tensor,
 
 def triton_separable(x: torch.Tensor, taps: torch.Tensor, weight_t: torch.Tensor, bias: Optional[torch.Tensor], kernel_size: Sequence[int], stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int] = (1, 1), relu_in: bool = False, relu_out: bool = False, block_m: int = 64, block_n: int = 64, block_k: int = 32, num_warps: int = 4, precision: str = "tf32") -> torch.Tensor:
     """The separable convolution of ``x`` ([N, C, H, W], read channels-last) by ``taps``
-    (``depthwise_taps``) and ``weight_t`` ([C, CO], ``fold``), plus ``bias`` ([CO]); ``padding``
-    (top, bottom, left, right). The output [N, CO, OH, OW], channels-last."""
+    (``depthwise_kernels.depthwise_taps``) and ``weight_t`` ([C, CO], ``fold``), plus ``bias``
+    ([CO]); ``padding`` (top, bottom, left, right). The output [N, CO, OH, OW], channels-last."""
     import triton
 
     kh, kw = kernel_size

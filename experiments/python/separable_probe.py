@@ -29,7 +29,8 @@ import time
 import torch
 import torch.nn.functional as F
 from nimble_rs.dynamo.runner import graph_us
-from separable_kernels import depthwise_taps, fold, output_size, same_padding, triton_separable
+from depthwise_kernels import depthwise_taps
+from separable_kernels import fold, same_padding, triton_separable
 
 # (pixels, output channels, input channels per step, warps) of each program.
 CONFIGS = [(32, 64, 32, 4), (64, 64, 32, 8), (32, 128, 32, 4), (64, 128, 32, 8), (128, 64, 16, 8), (32, 256, 16, 8), (16, 512, 16, 8), (32, 512, 32, 8)]
@@ -42,16 +43,11 @@ def relative(a, b):
 def separables(model_name: str, batch: int, size: int):
     """(name, input shape, SeparableConv2d, ReLU before, ReLU after) of each separable
     convolution of the timm model, in the order one call runs them."""
-    import timm
+    from fused_conv_probe import convolutions
 
-    model = timm.create_model(model_name, pretrained=False).cuda().eval()
-    found = []
-    hooks = [m.register_forward_pre_hook(lambda m, inputs, name=name: found.append((name, tuple(inputs[0].shape), m))) for name, m in model.named_modules() if type(m).__name__ == "SeparableConv2d"]
-    with torch.no_grad():
-        model(torch.randn(batch, 3, size, size, device="cuda"))
-    for h in hooks:
-        h.remove()
-    # timm's BranchSeparables: ReLU, separable_1, BatchNorm, ReLU, separable_2, BatchNorm.
+    found = convolutions(model_name, batch, size, chosen=lambda m: type(m).__name__ == "SeparableConv2d")
+    # timm's BranchSeparables: ReLU, separable_1, BatchNorm, ReLU, separable_2, BatchNorm; so a
+    # ReLU comes both before and after the first, neither around the second.
     return [(name, shape, m, name.endswith("separable_1"), name.endswith("separable_1")) for name, shape, m in found]
 
 

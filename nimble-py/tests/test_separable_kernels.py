@@ -22,7 +22,8 @@ CASES = [
 SCRIPT = """
 import json, sys
 import torch
-from separable_kernels import depthwise_taps, fold, reference, same_padding, triton_separable
+from depthwise_kernels import depthwise_taps
+from separable_kernels import fold, reference, same_padding, triton_separable
 results = []
 for shape, k, stride, dilation, co, padding, relu_in, relu_out, (bm, bn, bk) in json.loads(sys.argv[1]):
     torch.manual_seed(0)
