@@ -2,8 +2,10 @@
 depthwise kernels. A probe, for a timm model in inference at a batch, float32:
 
 - each distinct depthwise convolution alone, channels-last as Inductor runs it: cuDNN (ATen,
-  benchmark mode on), the row kernel in each tile shape of ``CONFIGS``, the tiled kernel in each
-  of ``TILED`` (its weights laid out tap by tap beforehand, as a weight copy would) and, with
+  benchmark mode on) and the Triton kernels of the families in ``--kernels`` (default ``rows``;
+  the other two measured slower than cuDNN): the row kernel in each tile shape of ``CONFIGS``,
+  the tiled kernel in each of ``TILED``, the rows kernel in each of ``ROWS`` (those two with their
+  weights laid out tap by tap beforehand, as a weight copy would) and, with
   ``--decomposed``, the decomposition compiled by Inductor; each timed as 20 calls in one CUDA
   graph (median of 30 replays); the largest difference from float64 of each, relative to the
   output's largest magnitude; the totals count each convolution as often as the model runs it;
@@ -12,7 +14,7 @@ depthwise kernels. A probe, for a timm model in inference at a batch, float32:
   seconds, latency (cuDNN benchmark on, 50 warm-ups, median of 100 CUDA-event timings of one
   call, fresh inputs) and the largest difference from eager.
 
-    python3 experiments/python/depthwise_probe.py --model nasnetalarge --size 331 [--batch 16] [--decomposed] [--whole]
+    python3 experiments/python/depthwise_probe.py --model nasnetalarge --size 331 [--batch 16] [--kernels row,tiled,rows] [--decomposed] [--whole]
 
 (with nimble_rs installed, for its CUDA-graph timer).
 """
@@ -24,7 +26,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-from depthwise_kernels import decompose, depthwise_taps, triton_depthwise, triton_depthwise_tiled
+from depthwise_kernels import decompose, depthwise_taps, triton_depthwise, triton_depthwise_rows, triton_depthwise_tiled
 from nimble_rs.dynamo.runner import graph_us
 
 
@@ -35,18 +37,25 @@ def relative(a, b):
 CONFIGS = [(8, 32, 4), (16, 32, 4), (8, 64, 4), (4, 64, 4), (16, 64, 8), (32, 32, 8), (4, 128, 4), (2, 128, 4)]
 # The tiled kernel's (rows, columns, channels, warps).
 TILED = [(4, 8, 32, 4), (8, 8, 32, 4), (4, 4, 64, 4), (2, 8, 64, 4), (4, 8, 64, 8), (8, 8, 16, 4), (2, 4, 128, 4), (1, 8, 128, 4)]
+# The rows kernel's (rows, columns, channels, warps): none spills at NASNet-A large's 5x5 stride 1
+# over 168 channels (ptxas for sm_90: 64-178 registers).
+ROWS = [(4, 8, 64, 4), (8, 8, 64, 4), (2, 16, 64, 4), (4, 8, 32, 4), (2, 8, 64, 4), (4, 16, 32, 4), (8, 16, 32, 4)]
 
 
-def per_convolution(model_name, batch, size, decomposed):
+def per_convolution(model_name, batch, size, decomposed, kernels):
     from fused_conv_probe import convolutions
 
     convs = convolutions(model_name, batch, size)
     depthwise = [(n, s, c) for n, s, c in convs if c.groups > 1 and c.groups == c.in_channels == c.out_channels]
-    rows = [f"triton {w}x{c}/{nw}" for w, c, nw in CONFIGS]
-    tiles = [f"tiled {h}x{w}x{c}/{nw}" for h, w, c, nw in TILED]
-    systems = ["cudnn"] + rows + tiles + (["decomposed"] if decomposed else [])
-    print(f"== {model_name} b{batch}: {len(convs)} convolutions, {len(depthwise)} depthwise; us each: " + ", ".join(systems) + "; best row kernel/cuDNN, best tiled/cuDNN; difference from float64: cuDNN, triton, tiled (largest of their tiles)" + (", decomposed" if decomposed else ""), flush=True)
-    seen, totals, worst = {}, dict.fromkeys(systems + ["best triton", "best tiled"], 0.0), {"cudnn": 0.0, "triton": 0.0, "tiled": 0.0, **({"decomposed": 0.0} if decomposed else {})}
+    rows = [f"triton {w}x{c}/{nw}" for w, c, nw in CONFIGS] if "row" in kernels else []
+    tiles = [f"tiled {h}x{w}x{c}/{nw}" for h, w, c, nw in TILED] if "tiled" in kernels else []
+    slides = [f"rows {r}x{w}x{c}/{nw}" for r, w, c, nw in ROWS] if "rows" in kernels else []
+    families = {"triton": rows, "tiled": tiles, "rows": slides}
+    families = {family: labels for family, labels in families.items() if labels}
+    systems = ["cudnn"] + rows + tiles + slides + (["decomposed"] if decomposed else [])
+    print(f"== {model_name} b{batch}: {len(convs)} convolutions, {len(depthwise)} depthwise; us each: " + ", ".join(systems) + "; " + ", ".join(f"best {family}/cuDNN" for family in families) + "; difference from float64: cuDNN, " + ", ".join(families) + " (largest of their tiles)" + (", decomposed" if decomposed else ""), flush=True)
+    bests = [f"best {family}" for family in families]
+    seen, totals, worst = {}, dict.fromkeys(systems + bests, 0.0), {"cudnn": 0.0, **dict.fromkeys(families, 0.0), **({"decomposed": 0.0} if decomposed else {})}
     with torch.no_grad():
         for name, shape, conv in depthwise:
             geometry = (list(conv.stride), list(conv.padding), list(conv.dilation))
@@ -61,19 +70,21 @@ def per_convolution(model_name, batch, size, decomposed):
                 taps = depthwise_taps(w)
                 for (bh, bw, bc, nw), label in zip(TILED, tiles):
                     runs[label] = lambda bh=bh, bw=bw, bc=bc, nw=nw: triton_depthwise_tiled(x, taps, list(conv.kernel_size), *geometry, block_h=bh, block_w=bw, block_c=bc, num_warps=nw)
+                for (r, bw, bc, nw), label in zip(ROWS, slides):
+                    runs[label] = lambda r=r, bw=bw, bc=bc, nw=nw: triton_depthwise_rows(x, taps, list(conv.kernel_size), *geometry, rows=r, block_w=bw, block_c=bc, num_warps=nw)
                 if decomposed:
                     runs["decomposed"] = torch.compile(lambda x, w: decompose(x, w, None, *geometry, False, [0, 0], conv.groups), dynamic=False)
                     runs["decomposed"] = functools.partial(runs["decomposed"], x, w)
-                errors = {"cudnn": relative(runs["cudnn"](), exact), "triton": max(relative(runs[label](), exact) for label in rows), "tiled": max(relative(runs[label](), exact) for label in tiles)}
+                errors = {"cudnn": relative(runs["cudnn"](), exact), **{family: max(relative(runs[label](), exact) for label in labels) for family, labels in families.items()}}
                 if decomposed:
                     errors["decomposed"] = relative(runs["decomposed"](), exact)
                 times = {label: graph_us(run, repeats=20, samples=30) for label, run in runs.items()}
-                times["best triton"] = min(times[label] for label in rows)
-                times["best tiled"] = min(times[label] for label in tiles)
+                for family, labels in families.items():
+                    times[f"best {family}"] = min(times[label] for label in labels)
                 seen[key] = times
                 for which in errors:
                     worst[which] = max(worst[which], errors[which])
-                print(f"{name[-40:]:<40} {str(list(shape)):<20} k{conv.kernel_size[0]}x{conv.kernel_size[1]} s{conv.stride[0]} " + " ".join(f"{times[s]:7.1f}" for s in systems) + f"  {times['best triton'] / times['cudnn']:5.2f} {times['best tiled'] / times['cudnn']:5.2f}  " + " ".join(f"{errors[k]:.1e}" for k in errors), flush=True)
+                print(f"{name[-40:]:<40} {str(list(shape)):<20} k{conv.kernel_size[0]}x{conv.kernel_size[1]} s{conv.stride[0]} " + " ".join(f"{times[s]:7.1f}" for s in systems) + "  " + " ".join(f"{times[best] / times['cudnn']:5.2f}" for best in bests) + "  " + " ".join(f"{errors[k]:.1e}" for k in errors), flush=True)
                 torch._dynamo.reset()
             for which in totals:
                 totals[which] += seen[key][which]
@@ -134,10 +145,11 @@ def main():
     parser.add_argument("--size", type=int, default=331)
     parser.add_argument("--whole", action="store_true")
     parser.add_argument("--decomposed", action="store_true", help="also time the decomposition compiled by Inductor")
+    parser.add_argument("--kernels", default="rows", help="the Triton kernels timed, by family (row, tiled, rows), comma-separated")
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
-    per_convolution(args.model, args.batch, args.size, args.decomposed)
+    per_convolution(args.model, args.batch, args.size, args.decomposed, args.kernels.split(","))
     if args.whole:
         whole(args.model, args.batch, args.size)
 
