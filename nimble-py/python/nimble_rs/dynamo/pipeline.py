@@ -29,7 +29,7 @@ import torch
 import torch.fx
 
 from ..errors import NimbleInputError
-from . import concat, fold, hoist, kernels_plan, merge, products
+from . import concat, depthwise, fold, hoist, kernels_plan, merge, products
 from . import regions as regions_module
 from .compiled import NimbleCompiled, admit_shape, code_state, warn_once
 from .fxnodes import guarded
@@ -236,6 +236,8 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
         report["merged_convolutions"] = merge.merge_sibling_convolutions(gm)
     if options["fuse_convolutions"] and kind == "inference" and on_cuda:
         report["fused_convolutions"] = _fused(gm, "epilogue" if options["fuse_convolutions"] == "epilogue" else "folded")
+    if options["depthwise_kernels"] and kind == "inference" and on_cuda:
+        report["depthwise_kernels"] = depthwise.rewrite(gm)
     if options["transpose_products"] and kind == "inference" and on_cuda:
         report["transposed_products"] = products.rewrite(gm)
     joined: Dict[str, int] = {}

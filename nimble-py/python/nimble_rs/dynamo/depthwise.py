@@ -1,0 +1,275 @@
+"""Depthwise convolutions by a Triton kernel of ours where it is measured faster than cuDNN's
+(option ``depthwise_kernels``).
+
+Inductor calls cuDNN for every convolution. On a depthwise one (one filter per channel) cuDNN's
+kernels run far from the GPU's memory bandwidth: NASNet-A large's 5x5 over [16, 168, 42, 42],
+38 MB read and written, takes it 37 us on an H100, about a third of the bandwidth
+(`experiments/python/depthwise_probe.py`). The kernel here computes several output rows per
+program over channels-last memory: each input row the rows need is loaded once per column tap
+(128-bit loads, the channel count a multiple of four) and added into every output row it
+reaches, one float32 accumulator per row held in registers, the taps unrolled; the weights are
+read as the model holds them ([C, 1, kh, kw]), so the parameters are read in place, and a bias,
+where there is one, is added in the kernel.
+
+Each shape is measured once on the GPU at compile time, cuDNN's convolution (channels-last, as
+Inductor calls it) against the kernel in each tile shape of ``tiles``, each in a CUDA graph of
+repeats, and rewritten where the fastest tile takes at most ``MARGIN`` of cuDNN's time; its
+output must match cuDNN's within ``EXACT``. The same arithmetic in float32 summed tap by tap (as
+exact as cuDNN's: 2-3e-7 of float64 on NASNet-A large's).
+
+The op ``nimble::depthwise_conv2d`` is defined when this module is imported (with the backend),
+so that a program Inductor cached with it finds it; off CUDA it computes the same thing by ATen.
+"""
+
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+import torch.fx
+import torch.nn.functional as F
+
+from .compiled import warn_once
+from .fxnodes import cuda_device, guarded
+from .fxnodes import value as _val
+from .runner import graph_us
+
+aten = torch.ops.aten
+
+# The kernel is used where its fastest tile takes at most this share of cuDNN's time.
+MARGIN = 0.9
+# The largest difference from cuDNN's output a chosen kernel may show, relative to the output's
+# largest magnitude, by dtype: float32 sums in another order (measured 2-3e-7 from float64 for
+# both), and in half precision two roundings of the output apart.
+EXACT = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+# The largest kernel: its taps are unrolled, k * k loads and accumulations per input row.
+MAX_TAPS = 49
+# The kernel's tiles, (output rows, columns, channels, warps) per program, for kernels of at
+# most 25 taps and for larger ones: among those fastest on some of NASNet-A large's depthwise
+# convolutions at batch 16 (H200, `505bbb5`, paper-figs/results/depthwise-probe-*), none
+# spilling registers (ptxas, sm_90: a 7x7's 49 weights per channel held in registers leave room
+# for fewer rows).
+CONFIGS = [(4, 8, 64, 4), (8, 8, 64, 4), (2, 8, 64, 4), (4, 16, 32, 4)]
+LARGE_CONFIGS = [(2, 8, 64, 4), (3, 8, 64, 4), (4, 8, 32, 4), (2, 16, 64, 8)]
+
+
+def tiles(taps: int) -> List[Tuple[int, int, int, int]]:
+    """The tiles measured for a kernel of ``taps`` taps."""
+    return CONFIGS if taps <= 25 else LARGE_CONFIGS
+
+
+@torch.library.custom_op("nimble::depthwise_conv2d", mutates_args=())
+def depthwise_conv2d(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: List[int], padding: List[int], dilation: List[int], tile: List[int]) -> torch.Tensor:
+    """The depthwise convolution of ``x`` by ``weight`` ([C, 1, kh, kw]) plus ``bias``, the
+    output channels-last: on CUDA our kernel in ``tile`` (rows, columns, channels, warps), else
+    ATen's convolution."""
+    if not x.is_cuda:
+        return F.conv2d(x, weight, bias, stride, padding, dilation, x.shape[1]).contiguous(memory_format=torch.channels_last)
+    return triton_depthwise(x, weight, bias, stride, padding, dilation, *tile)
+
+
+@depthwise_conv2d.register_fake
+def _(x, weight, bias, stride, padding, dilation, tile):
+    return _empty_output(x, weight, stride, padding, dilation)
+
+
+def output_size(height: int, width: int, kh: int, kw: int, stride, padding, dilation) -> Tuple[int, int]:
+    return ((height + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1, (width + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1)
+
+
+def _empty_output(x: torch.Tensor, weight: torch.Tensor, stride, padding, dilation) -> torch.Tensor:
+    """An empty channels-last tensor of the convolution's output shape (real or fake, as ``x``)."""
+    n, c, h, w = x.shape
+    ho, wo = output_size(h, w, weight.shape[2], weight.shape[3], stride, padding, dilation)
+    return torch.empty_strided((n, c, ho, wo), (ho * wo * c, 1, wo * c, c), dtype=x.dtype, device=x.device)
+
+
+def triton_depthwise(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: List[int], padding: List[int], dilation: List[int], rows: int = 4, block_w: int = 8, block_c: int = 64, num_warps: int = 4) -> torch.Tensor:
+    """Our kernel on CUDA tensors (``supported`` sizes), each program ``rows`` output rows by
+    ``block_w`` columns by ``block_c`` channels with ``num_warps`` warps; ``x`` made
+    channels-last where it is not (a copy), the output channels-last."""
+    import triton
+
+    n, channels, height, width = x.shape
+    kh, kw = weight.shape[2], weight.shape[3]
+    out_h, out_w = output_size(height, width, kh, kw, stride, padding, dilation)
+    x = x.contiguous(memory_format=torch.channels_last)
+    y = _empty_output(x, weight, stride, padding, dilation)
+    tiles_h, tiles_w = triton.cdiv(out_h, rows), triton.cdiv(out_w, block_w)
+    grid = (n * tiles_h * tiles_w, triton.cdiv(channels, block_c))
+    has_bias = bias is not None
+    _kernel()[grid](x, weight.contiguous(), bias if has_bias else weight, y, height, width, channels // 4, out_h, out_w, tiles_h, tiles_w, stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1], kh, kw, has_bias, rows, block_w, block_c, num_warps=num_warps)
+    return y
+
+
+_KERNEL: List[Any] = []
+
+
+def _kernel():
+    """The Triton kernel, defined at its first use (Triton is imported only where one runs)."""
+    if _KERNEL:
+        return _KERNEL[0]
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def depthwise_rows(x_ptr, w_ptr, b_ptr, y_ptr, H, W, C4, OH, OW, TILES_H, TILES_W, SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, HAS_BIAS: tl.constexpr, ROWS: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
+        # The channel count as four times C4, so that every pixel's offset is known to be a
+        # multiple of four floats and the loads and stores are 128-bit.
+        C = C4 * 4
+        tile = tl.program_id(0)  # (n, tile row, tile column), the columns fastest
+        n = tile // (TILES_H * TILES_W)
+        t = tile % (TILES_H * TILES_W)
+        oh0 = (t // TILES_W) * ROWS
+        ow = (t % TILES_W) * BLOCK_W + tl.arange(0, BLOCK_W)
+        c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+        c_ok = c < C
+        x_image = x_ptr + n.to(tl.int64) * H * W * C
+        # One accumulator per output row, added into only by the input rows it reads: a tuple
+        # the loops unroll, so that no tensor carries a dimension of rows.
+        accs = ()
+        for o in tl.static_range(ROWS):
+            accs = accs + (tl.zeros((BLOCK_W, BLOCK_C), dtype=tl.float32),)
+        for r in tl.static_range((ROWS - 1) * SH + (KH - 1) * DH + 1):
+            ih = oh0 * SH - PH + r
+            row_ok = (ih >= 0) & (ih < H)
+            for j in tl.static_range(KW):
+                iw = ow * SW - PW + j * DW
+                xv = tl.load(x_image + (ih * W + iw)[:, None] * C + c[None, :], mask=(row_ok & (iw >= 0) & (iw < W))[:, None] & c_ok[None, :], other=0.0).to(tl.float32)
+                added = ()
+                for o in tl.static_range(ROWS):
+                    # Input row r is kernel row (r - o * SH) / DH of output row o, where that
+                    # is a row of the kernel.
+                    if r - o * SH >= 0 and (r - o * SH) % DH == 0 and (r - o * SH) // DH < KH:
+                        wv = tl.load(w_ptr + c * (KH * KW) + ((r - o * SH) // DH * KW + j), mask=c_ok, other=0.0).to(tl.float32)
+                        added = added + (accs[o] + xv * wv[None, :],)
+                    else:
+                        added = added + (accs[o],)
+                accs = added
+        if HAS_BIAS:
+            bv = tl.load(b_ptr + c, mask=c_ok, other=0.0).to(tl.float32)
+        y_image = y_ptr + n.to(tl.int64) * OH * OW * C
+        for o in tl.static_range(ROWS):
+            oh = oh0 + o
+            result = accs[o]
+            if HAS_BIAS:
+                result = result + bv[None, :]
+            ok = ((oh < OH) & (ow < OW))[:, None] & c_ok[None, :]
+            tl.store(y_image + (oh * OW + ow)[:, None] * C + c[None, :], result.to(y_ptr.dtype.element_ty), mask=ok)
+
+    _KERNEL.append(depthwise_rows)
+    return depthwise_rows
+
+
+def supported(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], transposed: bool, output_padding, groups: int) -> bool:
+    """A 2-D depthwise convolution our kernel computes: one output channel per input channel, a
+    multiple of four of them, a kernel of at most ``MAX_TAPS`` taps, concrete sizes, float32, float16
+    or bfloat16 shared with the weight (and the bias), an image (and its output) of fewer than 2**31
+    elements (32-bit offsets within one)."""
+    if transposed or any(output_padding) or x.dim() != 4 or weight.dim() != 4 or x.dtype not in EXACT or weight.dtype != x.dtype:
+        return False
+    if not all(isinstance(s, int) for s in (*x.shape, *weight.shape)):
+        return False
+    n, channels, height, width = x.shape
+    if not (groups == channels > 1 and channels % 4 == 0 and tuple(weight.shape[:2]) == (channels, 1) and weight.shape[2] * weight.shape[3] <= MAX_TAPS):
+        return False
+    if bias is not None and (tuple(bias.shape) != (channels,) or bias.dtype != x.dtype):
+        return False
+    return max(height * width, 1) * channels < 2**31
+
+
+def candidate(node: torch.fx.Node) -> bool:
+    """``aten.convolution`` of a ``supported`` depthwise convolution with integer geometry."""
+    if node.op != "call_function" or node.target is not aten.convolution.default or len(node.args) != 9 or node.kwargs:
+        return False
+    x, weight, bias, stride, padding, dilation, transposed, output_padding, groups = node.args
+    xv, wv = _val(x), _val(weight)
+    bv = _val(bias) if bias is not None else None
+    if xv is None or wv is None or (bias is not None and bv is None) or _val(node) is None:
+        return False
+    if not all(isinstance(v, int) for v in (*stride, *padding, *dilation, groups)) or not (len(stride) == len(padding) == len(dilation) == 2):
+        return False
+    return supported(xv, wv, bv, transposed, output_padding, groups)
+
+
+def replace_depthwise(gm: torch.fx.GraphModule, tile_for) -> Dict[str, int]:
+    """Every ``candidate`` convolution of ``gm`` for which ``tile_for`` (given x, the weight,
+    the bias or None, their fake values, and the geometry) gives a tile, replaced in place by
+    ``nimble::depthwise_conv2d`` in that tile; counts of those replaced, those measured slower
+    than cuDNN (``tile_for`` gave None) and those it could not measure (it gave False)."""
+    from .fold import fused_op
+
+    graph = gm.graph
+    counts = {"replaced": 0, "slower": 0}
+    for node in [n for n in graph.nodes if candidate(n)]:
+        x, weight, bias, stride, padding, dilation, _, _, _ = node.args
+        geometry = (tuple(stride), tuple(padding), tuple(dilation))
+        tile = tile_for(_val(x), _val(weight), _val(bias) if bias is not None else None, *geometry)
+        if tile is False:
+            counts["unmeasured"] = counts.get("unmeasured", 0) + 1
+            continue
+        if tile is None:
+            counts["slower"] += 1
+            continue
+        with graph.inserting_before(node):
+            replaced = graph.call_function(fused_op("depthwise_conv2d"), (x, weight, bias, list(stride), list(padding), list(dilation), list(tile)))
+        replaced.meta["val"] = _val(node)
+        node.replace_all_uses_with(replaced)
+        graph.erase_node(node)
+        counts["replaced"] += 1
+    if counts["replaced"]:
+        graph.lint()
+        gm.recompile()
+    return counts
+
+
+def rewrite(gm: torch.fx.GraphModule) -> Dict[str, Any]:
+    """Option ``depthwise_kernels`` on ``gm``, each shape measured on the GPU (one whose
+    measurement fails stays cuDNN's, announced once per shape): its counts, or, where the pass
+    fails, the reason, announced once (the convolutions it had not reached stay cuDNN's)."""
+
+    def measured(x, weight, bias, stride, padding, dilation):
+        try:
+            return fastest_tile(x, weight, bias, stride, padding, dilation)
+        except Exception as error:  # noqa: BLE001 - that convolution stays cuDNN's
+            warn_once(("depthwise", tuple(x.shape), tuple(weight.shape), stride, padding, dilation), f"nimble backend: our depthwise kernel could not be measured on the convolution of input {list(x.shape)}, weight {list(weight.shape)} ({type(error).__name__}: {error}); it runs as Inductor compiles it")
+            return False
+
+    return guarded(gm, "depthwise_kernels", "depthwise convolutions", lambda: replace_depthwise(gm, measured))
+
+
+# Per shape: the tile chosen (None: cuDNN's is kept) and the microseconds measured, cuDNN's
+# first, then each tile's in ``tiles``' order.
+MEASURED: Dict[tuple, Tuple[Optional[Tuple[int, ...]], List[float]]] = {}
+
+
+def fastest_tile(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride, padding, dilation) -> Optional[Tuple[int, ...]]:
+    """The tile of ``tiles`` in which our kernel is fastest at these shapes, where it takes at
+    most ``MARGIN`` of cuDNN's convolution on channels-last random tensors and its output is
+    within ``EXACT`` of cuDNN's; else None. Measured once per shape, each in a CUDA graph of
+    repeats."""
+    key = (tuple(x.shape), tuple(weight.shape), bias is not None, stride, padding, dilation, x.dtype, cuda_device(x))
+    if key in MEASURED:
+        return MEASURED[key][0]
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily(), torch.no_grad():
+        device = cuda_device(x)
+        xr = torch.randn(tuple(x.shape), dtype=x.dtype, device=device).contiguous(memory_format=torch.channels_last)
+        wr = torch.randn(tuple(weight.shape), dtype=x.dtype, device=device)
+        br = torch.randn(weight.shape[0], dtype=x.dtype, device=device) if bias is not None else None
+        groups = x.shape[1]
+        expected = F.conv2d(xr, wr, br, stride, padding, dilation, groups)
+        scale = expected.abs().max().clamp_min(1e-30)
+        times = [graph_us(lambda: F.conv2d(xr, wr, br, stride, padding, dilation, groups), device)]
+        best, best_us = None, float("inf")
+        for tile in tiles(weight.shape[2] * weight.shape[3]):
+            run = lambda tile=tile: triton_depthwise(xr, wr, br, list(stride), list(padding), list(dilation), *tile)
+            if ((run().float() - expected.float()).abs().max() / scale.float()).item() > EXACT[x.dtype]:
+                times.append(float("inf"))
+                continue
+            times.append(graph_us(run, device))
+            if times[-1] < best_us:
+                best, best_us = tile, times[-1]
+        del xr, wr, br, expected
+    chosen = best if best_us <= MARGIN * times[0] else None
+    MEASURED[key] = (chosen, times)
+    return chosen

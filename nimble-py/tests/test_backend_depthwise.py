@@ -1,0 +1,115 @@
+"""Option ``depthwise_kernels`` (``nimble_rs.dynamo.depthwise``) on the CPU: which convolutions
+the rewrite takes (depthwise ones of a multiple of four channels; not grouped, full or other
+depthwise ones), the graph through Inductor against eager, and our Triton kernel itself against
+float64 in Triton's interpreter (bias, stride, dilation, sizes that do not fill its tiles, and
+each tile the backend measures). The backend measures and applies it on a GPU only
+(test_backend_gpu_depthwise.py runs it there)."""
+
+import pytest
+import torch
+from torch import nn
+
+from nimble_rs.dynamo import depthwise
+from models import rewritten_through_inductor
+from triton_interpreter import interpreted
+
+
+class Convolutions(nn.Module):
+    """Two depthwise convolutions the rewrite takes (one with a bias, one at stride 2 with
+    dilation), and three it leaves: a grouped one (two channels per group), a full one and a
+    depthwise one of six channels (not a multiple of four)."""
+
+    def __init__(self):
+        super().__init__()
+        self.depthwise = nn.Conv2d(8, 8, 5, padding=2, groups=8)
+        self.strided = nn.Conv2d(8, 8, 3, stride=2, padding=2, dilation=2, groups=8, bias=False)
+        self.grouped = nn.Conv2d(8, 4, 3, padding=1, groups=4)
+        self.full = nn.Conv2d(4, 6, 1)
+        self.six = nn.Conv2d(6, 6, 3, padding=1, groups=6, bias=False)
+
+    def forward(self, x):
+        return self.six(self.full(self.grouped(self.strided(torch.relu(self.depthwise(x))))))
+
+
+def test_depthwise_convolutions_of_four_channels_are_replaced_and_compute_what_eager_does():
+    model = Convolutions().eval()
+    x = torch.randn(2, 8, 13, 11)
+    asked = []
+
+    def tile_for(xv, wv, bv, stride, padding, dilation):
+        asked.append((tuple(xv.shape), tuple(wv.shape), bv is not None, stride, padding, dilation))
+        return (4, 8, 64, 4)
+
+    got, counts, ops = rewritten_through_inductor(model, x, lambda gm: depthwise.replace_depthwise(gm, tile_for))
+    with torch.no_grad():
+        expected = model(x)
+    assert counts == {"replaced": 2, "slower": 0}, counts
+    assert asked == [((2, 8, 13, 11), (8, 1, 5, 5), True, (1, 1), (2, 2), (1, 1)), ((2, 8, 13, 11), (8, 1, 3, 3), False, (2, 2), (2, 2), (2, 2))], asked
+    assert ops.count(torch.ops.nimble.depthwise_conv2d.default) == 2
+    assert ops.count(torch.ops.aten.convolution.default) == 3
+    assert got.shape == expected.shape and torch.allclose(got, expected, atol=1e-5, rtol=1e-4), (got - expected).abs().max()
+
+
+def test_a_shape_measured_slower_or_unmeasured_stays_cudnns():
+    model = Convolutions().eval()
+    x = torch.randn(2, 8, 13, 11)
+    answers = iter([None, False])
+    got, counts, ops = rewritten_through_inductor(model, x, lambda gm: depthwise.replace_depthwise(gm, lambda *args: next(answers)))
+    assert counts == {"replaced": 0, "slower": 1, "unmeasured": 1}, counts
+    assert torch.ops.nimble.depthwise_conv2d.default not in ops
+    with torch.no_grad():
+        assert torch.allclose(got, model(x), atol=1e-5, rtol=1e-4)
+
+
+def test_the_op_off_cuda_is_atens_convolution_channels_last():
+    x, w, b = torch.randn(2, 12, 9, 7), torch.randn(12, 1, 3, 3), torch.randn(12)
+    got = torch.ops.nimble.depthwise_conv2d(x, w, b, [1, 2], [1, 0], [1, 1], [4, 8, 64, 4])
+    assert got.is_contiguous(memory_format=torch.channels_last)
+    assert torch.allclose(got, torch.nn.functional.conv2d(x, w, b, [1, 2], [1, 0], [1, 1], 12), atol=1e-6)
+
+
+KERNEL_CASES = [
+    # shape, kernel, stride, padding, dilation, bias, tile (rows, columns, channels, warps)
+    ((2, 12, 9, 11), 3, 1, 1, 1, True, (4, 8, 64, 4)),
+    ((1, 40, 13, 13), 5, 2, 2, 1, False, (2, 4, 32, 4)),
+    ((2, 8, 8, 7), 7, 1, 3, 1, True, (3, 4, 4, 1)),
+    ((1, 4, 9, 9), 3, 1, 2, 2, False, (2, 8, 4, 1)),
+    # a 7x7 at stride 2 over a height the rows do not divide, no padding (timm's padding is a
+    # separate pad before it), and the seven- and three-row tiles of the measured list
+    ((1, 16, 12, 11), 7, 2, 0, 1, False, (3, 8, 64, 4)),
+]
+
+KERNEL_SCRIPT = """
+import json, sys
+import torch, torch.nn.functional as F
+from nimble_rs.dynamo.depthwise import triton_depthwise, tiles
+results = []
+for shape, k, stride, padding, dilation, bias, tile in json.loads(sys.argv[1]):
+    torch.manual_seed(0)
+    x = torch.randn(shape)
+    w = torch.randn(shape[1], 1, k, k)
+    b = torch.randn(shape[1]) if bias else None
+    exact = F.conv2d(x.double(), w.double(), None if b is None else b.double(), stride, padding, dilation, shape[1])
+    got = triton_depthwise(x, w, b, [stride, stride], [padding, padding], [dilation, dilation], *tile)
+    results.append({"shape": list(got.shape) == list(exact.shape), "channels_last": got.is_contiguous(memory_format=torch.channels_last), "error": ((got.double() - exact).abs().max() / exact.abs().max()).item()})
+# every tile the backend measures, on a 5x5 and a 7x7
+for k in (5, 7):
+    x, w = torch.randn(1, 8, 10, 9), torch.randn(8, 1, k, k)
+    exact = F.conv2d(x.double(), w.double(), None, 1, k // 2, 1, 8)
+    for tile in tiles(k * k):
+        got = triton_depthwise(x, w, None, [1, 1], [k // 2, k // 2], [1, 1], *tile)
+        results.append({"shape": list(got.shape) == list(exact.shape), "channels_last": True, "error": ((got.double() - exact).abs().max() / exact.abs().max()).item()})
+print(json.dumps(results))
+"""
+
+
+def test_the_kernel_computes_the_convolution_in_the_interpreter():
+    pytest.importorskip("triton")
+    from pathlib import Path
+
+    package = str(Path(depthwise.__file__).resolve().parents[2])
+    results = interpreted(KERNEL_SCRIPT, KERNEL_CASES, path=package)
+    assert len(results) == len(KERNEL_CASES) + len(depthwise.CONFIGS) + len(depthwise.LARGE_CONFIGS)
+    for case, found in zip(KERNEL_CASES + ["tile"] * 99, results):
+        assert found["shape"] and found["channels_last"], (case, found)
+        assert found["error"] < 1e-6, (case, found)

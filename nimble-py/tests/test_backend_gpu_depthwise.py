@@ -1,0 +1,95 @@
+"""Option ``depthwise_kernels`` on a CUDA GPU: our depthwise kernel against cuDNN's output in
+every tile the backend measures, each shape measured once, the kernel captured in the backend's
+graph on streams and alone, computing what eager does, and reading the weights in place (the
+rewrite's CPU tests and the kernel in Triton's interpreter: test_backend_depthwise.py).
+Skipped without CUDA; with NIMBLE_REQUIRE_GPU=1 a missing GPU fails instead."""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from nimble_rs.dynamo import depthwise
+from gpu_backend import TOLERANCE, compiled, gpu, last_report  # noqa: F401 (gpu: the autouse fixture)
+from models import relative_error
+
+
+class Separable(nn.Module):
+    """Two of NASNet-A large's stem branches in small: a ReLU, a 5x5 depthwise convolution at
+    stride 2 with timm's padding before it, a 1x1, a BatchNorm, and a 3x3 depthwise convolution
+    with a bias beside a 7x7 one, summed."""
+
+    def __init__(self, channels=96):
+        super().__init__()
+        self.first = nn.Conv2d(channels, channels, 5, stride=2, groups=channels, bias=False)
+        self.pointwise = nn.Conv2d(channels, channels, 1, bias=False)
+        self.norm = nn.BatchNorm2d(channels)
+        self.small = nn.Conv2d(channels, channels, 3, padding=1, groups=channels)
+        self.large = nn.Conv2d(channels, channels, 7, padding=3, groups=channels, bias=False)
+
+    def forward(self, x):
+        y = self.norm(self.pointwise(self.first(F.pad(torch.relu(x), (1, 2, 1, 2)))))
+        return self.small(y) + self.large(torch.relu(y))
+
+
+def model():
+    m = Separable().cuda().eval()
+    with torch.no_grad():
+        m.norm.running_mean.uniform_(-0.5, 0.5)
+        m.norm.running_var.uniform_(0.5, 1.5)
+    return m
+
+
+def follows_eager(fast, m, calls=4):
+    with torch.no_grad():
+        for _ in range(calls):
+            x = torch.randn(4, 96, 83, 83, device="cuda")
+            got = fast(x)
+            assert relative_error(got, m(x)) < TOLERANCE
+
+
+def test_every_tile_computes_what_cudnn_does():
+    for k, stride, padding, shape in ((3, 1, 1, (2, 168, 21, 21)), (5, 2, 0, (2, 96, 45, 44)), (7, 1, 3, (2, 84, 42, 42))):
+        x = torch.randn(shape, device="cuda").contiguous(memory_format=torch.channels_last)
+        w, b = torch.randn(shape[1], 1, k, k, device="cuda"), torch.randn(shape[1], device="cuda")
+        expected = F.conv2d(x.double(), w.double(), b.double(), stride, padding, 1, shape[1])
+        for tile in depthwise.tiles(k * k):
+            got = depthwise.triton_depthwise(x, w, b, [stride] * 2, [padding] * 2, [1, 1], *tile)
+            assert got.is_contiguous(memory_format=torch.channels_last) and got.shape == expected.shape
+            assert ((got.double() - expected).abs().max() / expected.abs().max()).item() < 1e-6, (k, tile)
+
+
+def test_each_shape_is_measured_once_and_the_model_matches_eager():
+    depthwise.MEASURED.clear()
+    m = model()
+    follows_eager(compiled(m, depthwise_kernels=True), m)
+    counts = last_report()["depthwise_kernels"]
+    assert counts["replaced"] + counts["slower"] == 3 and "unmeasured" not in counts, counts
+    assert len(depthwise.MEASURED) == 3, depthwise.MEASURED
+    chosen = sum(tile is not None for tile, _ in depthwise.MEASURED.values())
+    assert chosen == counts["replaced"], (counts, depthwise.MEASURED)
+    for key, (tile, times) in depthwise.MEASURED.items():
+        print(f"depthwise {key[0]} by {key[1]}: cuDNN {times[0]:.1f} us, tiles " + " ".join(f"{t:.1f}" for t in times[1:]) + f", chosen {tile}")
+
+
+def test_the_kernel_is_captured_on_streams_and_alone_and_reads_the_weights_in_place(monkeypatch):
+    # Whatever this GPU measures, the kernel runs in the captured graph.
+    monkeypatch.setattr(depthwise, "MARGIN", float("inf"))
+    depthwise.MEASURED.clear()
+    m = model()
+    for choose in ("streams", "single"):
+        fast = compiled(m, depthwise_kernels=True, choose=choose)
+        follows_eager(fast, m)
+        report = last_report()
+        assert report["depthwise_kernels"] == {"replaced": 3, "slower": 0}, report
+        assert report["captured_shapes"] == 1, report
+        # The weights changed in place after the capture are the weights the graph reads.
+        with torch.no_grad():
+            m.large.weight.mul_(-2.0)
+            m.small.bias.add_(1.0)
+        follows_eager(fast, m)
+
+
+def test_off_by_default():
+    m = model()
+    follows_eager(compiled(m), m)
+    assert "depthwise_kernels" not in last_report()
