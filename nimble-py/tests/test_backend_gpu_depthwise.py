@@ -64,6 +64,7 @@ def test_each_shape_is_measured_once_and_the_model_matches_eager():
     follows_eager(compiled(m, depthwise_kernels=True), m)
     counts = last_report()["depthwise_kernels"]
     assert counts["replaced"] + counts["slower"] == 3 and "unmeasured" not in counts, counts
+    assert len(counts["shapes"]) == 3 and sum(s["tile"] is not None for s in counts["shapes"]) == counts["replaced"], counts
     assert len(depthwise.MEASURED) == 3, depthwise.MEASURED
     chosen = sum(tile is not None for tile, _ in depthwise.MEASURED.values())
     assert chosen == counts["replaced"], (counts, depthwise.MEASURED)
@@ -80,7 +81,8 @@ def test_the_kernel_is_captured_on_streams_and_alone_and_reads_the_weights_in_pl
         fast = compiled(m, depthwise_kernels=True, choose=choose)
         follows_eager(fast, m)
         report = last_report()
-        assert report["depthwise_kernels"] == {"replaced": 3, "slower": 0}, report
+        assert {k: report["depthwise_kernels"][k] for k in ("replaced", "slower")} == {"replaced": 3, "slower": 0}, report
+        assert "unmeasured" not in report["depthwise_kernels"], report
         assert report["captured_shapes"] == 1, report
         # The weights changed in place after the capture are the weights the graph reads.
         with torch.no_grad():

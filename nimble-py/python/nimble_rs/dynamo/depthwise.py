@@ -223,17 +223,29 @@ def replace_depthwise(gm: torch.fx.GraphModule, tile_for) -> Dict[str, int]:
 
 def rewrite(gm: torch.fx.GraphModule) -> Dict[str, Any]:
     """Option ``depthwise_kernels`` on ``gm``, each shape measured on the GPU (one whose
-    measurement fails stays cuDNN's, announced once per shape): its counts, or, where the pass
-    fails, the reason, announced once (the convolutions it had not reached stay cuDNN's)."""
+    measurement fails stays cuDNN's, announced once per shape): its counts and, under
+    ``shapes``, each distinct shape's measurement (input, kernel, stride, cuDNN's microseconds,
+    the fastest tile's, the tile chosen or None), or, where the pass fails, the reason, announced
+    once (the convolutions it had not reached stay cuDNN's)."""
+    shapes: Dict[tuple, Dict[str, Any]] = {}
 
     def measured(x, weight, bias, stride, padding, dilation):
         try:
-            return fastest_tile(x, weight, bias, stride, padding, dilation)
+            tile = fastest_tile(x, weight, bias, stride, padding, dilation)
         except Exception as error:  # noqa: BLE001 - that convolution stays cuDNN's
             warn_once(("depthwise", tuple(x.shape), tuple(weight.shape), stride, padding, dilation), f"nimble backend: our depthwise kernel could not be measured on the convolution of input {list(x.shape)}, weight {list(weight.shape)} ({type(error).__name__}: {error}); it runs as Inductor compiles it")
             return False
+        key = _key(x, weight, bias, stride, padding, dilation)
+        times = MEASURED[key][1]
+        shapes[key] = {"input": list(x.shape), "kernel": list(weight.shape[2:]), "stride": list(stride), "cudnn_us": round(times[0], 2), "fastest_us": round(min(times[1:]), 2), "tile": None if tile is None else list(tile)}
+        return tile
 
-    return guarded(gm, "depthwise_kernels", "depthwise convolutions", lambda: replace_depthwise(gm, measured))
+    counts = guarded(gm, "depthwise_kernels", "depthwise convolutions", lambda: replace_depthwise(gm, measured))
+    return {**counts, "shapes": list(shapes.values())} if shapes else counts
+
+
+def _key(x, weight, bias, stride, padding, dilation) -> tuple:
+    return (tuple(x.shape), tuple(weight.shape), bias is not None, tuple(stride), tuple(padding), tuple(dilation), x.dtype, cuda_device(x))
 
 
 # Per shape: the tile chosen (None: cuDNN's is kept) and the microseconds measured, cuDNN's
@@ -246,7 +258,7 @@ def fastest_tile(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Ten
     most ``MARGIN`` of cuDNN's convolution on channels-last random tensors and its output is
     within ``EXACT`` of cuDNN's; else None. Measured once per shape, each in a CUDA graph of
     repeats."""
-    key = (tuple(x.shape), tuple(weight.shape), bias is not None, stride, padding, dilation, x.dtype, cuda_device(x))
+    key = _key(x, weight, bias, stride, padding, dilation)
     if key in MEASURED:
         return MEASURED[key][0]
     from torch._subclasses.fake_tensor import unset_fake_temporarily
