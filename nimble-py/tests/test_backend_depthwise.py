@@ -46,6 +46,8 @@ def test_depthwise_convolutions_of_four_channels_are_replaced_and_compute_what_e
     assert counts == {"replaced": 2, "slower": 0}, counts
     assert asked == [((2, 8, 13, 11), (8, 1, 5, 5), True, (1, 1), (2, 2), (1, 1)), ((2, 8, 13, 11), (8, 1, 3, 3), False, (2, 2), (2, 2), (2, 2))], asked
     assert ops.count(torch.ops.nimble.depthwise_conv2d.default) == 2
+    # each weight laid out tap by tap in the graph, from the parameter on every call
+    assert ops.count(torch.ops.aten.permute.default) == 2
     assert ops.count(torch.ops.aten.convolution.default) == 3
     assert got.shape == expected.shape and torch.allclose(got, expected, atol=1e-5, rtol=1e-4), (got - expected).abs().max()
 
@@ -63,7 +65,7 @@ def test_a_shape_measured_slower_or_unmeasured_stays_cudnns():
 
 def test_the_op_off_cuda_is_atens_convolution_channels_last():
     x, w, b = torch.randn(2, 12, 9, 7), torch.randn(12, 1, 3, 3), torch.randn(12)
-    got = torch.ops.nimble.depthwise_conv2d(x, w, b, [1, 2], [1, 0], [1, 1], [4, 8, 64, 4])
+    got = torch.ops.nimble.depthwise_conv2d(x, depthwise.taps_of(w), b, [3, 3], [1, 2], [1, 0], [1, 1], [4, 8, 64, 4])
     assert got.is_contiguous(memory_format=torch.channels_last)
     assert torch.allclose(got, torch.nn.functional.conv2d(x, w, b, [1, 2], [1, 0], [1, 1], 12), atol=1e-6)
 
@@ -82,7 +84,7 @@ KERNEL_CASES = [
 KERNEL_SCRIPT = """
 import json, sys
 import torch, torch.nn.functional as F
-from nimble_rs.dynamo.depthwise import triton_depthwise, tiles
+from nimble_rs.dynamo.depthwise import taps_of, tiles, triton_depthwise
 results = []
 for shape, k, stride, padding, dilation, bias, tile in json.loads(sys.argv[1]):
     torch.manual_seed(0)
@@ -90,14 +92,14 @@ for shape, k, stride, padding, dilation, bias, tile in json.loads(sys.argv[1]):
     w = torch.randn(shape[1], 1, k, k)
     b = torch.randn(shape[1]) if bias else None
     exact = F.conv2d(x.double(), w.double(), None if b is None else b.double(), stride, padding, dilation, shape[1])
-    got = triton_depthwise(x, w, b, [stride, stride], [padding, padding], [dilation, dilation], *tile)
+    got = triton_depthwise(x, taps_of(w), b, [k, k], [stride, stride], [padding, padding], [dilation, dilation], *tile)
     results.append({"shape": list(got.shape) == list(exact.shape), "channels_last": got.is_contiguous(memory_format=torch.channels_last), "error": ((got.double() - exact).abs().max() / exact.abs().max()).item()})
 # every tile the backend measures, on a 5x5 and a 7x7
 for k in (5, 7):
     x, w = torch.randn(1, 8, 10, 9), torch.randn(8, 1, k, k)
     exact = F.conv2d(x.double(), w.double(), None, 1, k // 2, 1, 8)
     for tile in tiles(k * k):
-        got = triton_depthwise(x, w, None, [1, 1], [k // 2, k // 2], [1, 1], *tile)
+        got = triton_depthwise(x, taps_of(w), None, [k, k], [1, 1], [k // 2, k // 2], [1, 1], *tile)
         results.append({"shape": list(got.shape) == list(exact.shape), "channels_last": True, "error": ((got.double() - exact).abs().max() / exact.abs().max()).item()})
 print(json.dumps(results))
 """

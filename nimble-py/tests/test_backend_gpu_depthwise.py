@@ -53,7 +53,7 @@ def test_every_tile_computes_what_cudnn_does():
         w, b = torch.randn(shape[1], 1, k, k, device="cuda"), torch.randn(shape[1], device="cuda")
         expected = F.conv2d(x.double(), w.double(), b.double(), stride, padding, 1, shape[1])
         for tile in depthwise.tiles(k * k):
-            got = depthwise.triton_depthwise(x, w, b, [stride] * 2, [padding] * 2, [1, 1], *tile)
+            got = depthwise.triton_depthwise(x, depthwise.taps_of(w), b, [k, k], [stride] * 2, [padding] * 2, [1, 1], *tile)
             assert got.is_contiguous(memory_format=torch.channels_last) and got.shape == expected.shape
             assert ((got.double() - expected).abs().max() / expected.abs().max()).item() < 1e-6, (k, tile)
 

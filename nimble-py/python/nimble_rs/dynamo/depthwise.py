@@ -7,9 +7,13 @@ kernels run far from the GPU's memory bandwidth: NASNet-A large's 5x5 over [16, 
 (`experiments/python/depthwise_probe.py`). The kernel here computes several output rows per
 program over channels-last memory: each input row the rows need is loaded once per column tap
 (128-bit loads, the channel count a multiple of four) and added into every output row it
-reaches, one float32 accumulator per row held in registers, the taps unrolled; the weights are
-read as the model holds them ([C, 1, kh, kw]), so the parameters are read in place, and a bias,
-where there is one, is added in the kernel.
+reaches, one float32 accumulator per row held in registers, the taps unrolled; a bias, where
+there is one, is added in the kernel. It reads the weights tap by tap, [kh * kw, C], each tap's
+weights one coalesced load: as the model holds them ([C, 1, kh, kw]) each thread's load of a
+tap touches a cache line per channel, which measured the kernel a third slower (H200, `b660ee6`).
+That copy is made in the graph from the parameter on every call (a kernel on a weight alone,
+which the backend runs on its weight stream), so a weight changed after compiling is the weight
+used, and it is part of what is measured against cuDNN.
 
 Each shape is measured once on the GPU at compile time, cuDNN's convolution (channels-last, as
 Inductor calls it) against the kernel in each tile shape of ``tiles``, each in a CUDA graph of
@@ -28,7 +32,7 @@ import torch.fx
 import torch.nn.functional as F
 
 from .compiled import warn_once
-from .fxnodes import cuda_device, guarded
+from .fxnodes import Builder, cuda_device, guarded
 from .fxnodes import value as _val
 from .runner import graph_us
 
@@ -57,46 +61,72 @@ def tiles(taps: int) -> List[Tuple[int, int, int, int]]:
 
 
 @torch.library.custom_op("nimble::depthwise_conv2d", mutates_args=())
-def depthwise_conv2d(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: List[int], padding: List[int], dilation: List[int], tile: List[int]) -> torch.Tensor:
-    """The depthwise convolution of ``x`` by ``weight`` ([C, 1, kh, kw]) plus ``bias``, the
-    output channels-last: on CUDA our kernel in ``tile`` (rows, columns, channels, warps), else
-    ATen's convolution."""
+def depthwise_conv2d(x: torch.Tensor, taps: torch.Tensor, bias: Optional[torch.Tensor], kernel_size: List[int], stride: List[int], padding: List[int], dilation: List[int], tile: List[int]) -> torch.Tensor:
+    """The depthwise convolution of ``x`` by the weights ``taps`` ([kh * kw, C], ``taps_of``
+    the weight) of ``kernel_size`` plus ``bias``, the output channels-last: on CUDA our kernel in
+    ``tile`` (rows, columns, channels, warps), else ATen's convolution."""
     if not x.is_cuda:
+        weight = taps.t().reshape(taps.shape[1], 1, *kernel_size)
         return F.conv2d(x, weight, bias, stride, padding, dilation, x.shape[1]).contiguous(memory_format=torch.channels_last)
-    return triton_depthwise(x, weight, bias, stride, padding, dilation, *tile)
+    return triton_depthwise(x, taps, bias, kernel_size, stride, padding, dilation, *tile)
 
 
 @depthwise_conv2d.register_fake
-def _(x, weight, bias, stride, padding, dilation, tile):
-    return _empty_output(x, weight, stride, padding, dilation)
+def _(x, taps, bias, kernel_size, stride, padding, dilation, tile):
+    return _empty_output(x, kernel_size, stride, padding, dilation)
+
+
+def taps_of(weight: torch.Tensor) -> torch.Tensor:
+    """A depthwise weight [C, 1, kh, kw] as the kernel reads it: [kh * kw, C], each tap's
+    weights for every channel contiguous."""
+    return weight.reshape(weight.shape[0], -1).t().contiguous()
+
+
+_LOWERED: List[bool] = []
+
+
+def op():
+    """``nimble::depthwise_conv2d``, with Inductor's fallback to it (registered once, when a
+    graph is first rewritten) taking ``x`` channels-last and the taps contiguous."""
+    found = torch.ops.nimble.depthwise_conv2d.default
+    if not _LOWERED:
+        from torch._inductor import ir, lowering
+
+        def layouts(_node, x, taps, *rest, **kwargs):
+            return (ir.ExternKernel.require_channels_last(x), ir.ExternKernel.require_contiguous(taps), *rest), kwargs
+
+        lowering.make_fallback(found, layout_constraint=layouts, warn=False)
+        _LOWERED.append(True)
+    return found
 
 
 def output_size(height: int, width: int, kh: int, kw: int, stride, padding, dilation) -> Tuple[int, int]:
     return ((height + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1, (width + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1)
 
 
-def _empty_output(x: torch.Tensor, weight: torch.Tensor, stride, padding, dilation) -> torch.Tensor:
+def _empty_output(x: torch.Tensor, kernel_size, stride, padding, dilation) -> torch.Tensor:
     """An empty channels-last tensor of the convolution's output shape (real or fake, as ``x``)."""
     n, c, h, w = x.shape
-    ho, wo = output_size(h, w, weight.shape[2], weight.shape[3], stride, padding, dilation)
+    ho, wo = output_size(h, w, kernel_size[0], kernel_size[1], stride, padding, dilation)
     return torch.empty_strided((n, c, ho, wo), (ho * wo * c, 1, wo * c, c), dtype=x.dtype, device=x.device)
 
 
-def triton_depthwise(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: List[int], padding: List[int], dilation: List[int], rows: int = 4, block_w: int = 8, block_c: int = 64, num_warps: int = 4) -> torch.Tensor:
-    """Our kernel on CUDA tensors (``supported`` sizes), each program ``rows`` output rows by
-    ``block_w`` columns by ``block_c`` channels with ``num_warps`` warps; ``x`` made
-    channels-last where it is not (a copy), the output channels-last."""
+def triton_depthwise(x: torch.Tensor, taps: torch.Tensor, bias: Optional[torch.Tensor], kernel_size: List[int], stride: List[int], padding: List[int], dilation: List[int], rows: int = 4, block_w: int = 8, block_c: int = 64, num_warps: int = 4) -> torch.Tensor:
+    """Our kernel on CUDA tensors (``supported`` sizes; ``taps`` as ``taps_of`` lays the weight
+    out), each program ``rows`` output rows by ``block_w`` columns by ``block_c`` channels with
+    ``num_warps`` warps; ``x`` made channels-last where it is not (a copy), the output
+    channels-last."""
     import triton
 
     n, channels, height, width = x.shape
-    kh, kw = weight.shape[2], weight.shape[3]
+    kh, kw = kernel_size
     out_h, out_w = output_size(height, width, kh, kw, stride, padding, dilation)
     x = x.contiguous(memory_format=torch.channels_last)
-    y = _empty_output(x, weight, stride, padding, dilation)
+    y = _empty_output(x, kernel_size, stride, padding, dilation)
     tiles_h, tiles_w = triton.cdiv(out_h, rows), triton.cdiv(out_w, block_w)
     grid = (n * tiles_h * tiles_w, triton.cdiv(channels, block_c))
     has_bias = bias is not None
-    _kernel()[grid](x, weight.contiguous(), bias if has_bias else weight, y, height, width, channels // 4, out_h, out_w, tiles_h, tiles_w, stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1], kh, kw, has_bias, rows, block_w, block_c, num_warps=num_warps)
+    _kernel()[grid](x, taps.contiguous(), bias if has_bias else taps, y, height, width, channels // 4, out_h, out_w, tiles_h, tiles_w, stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1], kh, kw, has_bias, rows, block_w, block_c, num_warps=num_warps)
     return y
 
 
@@ -111,7 +141,7 @@ def _kernel():
     import triton.language as tl
 
     @triton.jit
-    def depthwise_rows(x_ptr, w_ptr, b_ptr, y_ptr, H, W, C4, OH, OW, TILES_H, TILES_W, SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, HAS_BIAS: tl.constexpr, ROWS: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
+    def depthwise_rows(x_ptr, taps_ptr, b_ptr, y_ptr, H, W, C4, OH, OW, TILES_H, TILES_W, SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, HAS_BIAS: tl.constexpr, ROWS: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
         # The channel count as four times C4, so that every pixel's offset is known to be a
         # multiple of four floats and the loads and stores are 128-bit.
         C = C4 * 4
@@ -139,7 +169,7 @@ def _kernel():
                     # Input row r is kernel row (r - o * SH) / DH of output row o, where that
                     # is a row of the kernel.
                     if r - o * SH >= 0 and (r - o * SH) % DH == 0 and (r - o * SH) // DH < KH:
-                        wv = tl.load(w_ptr + c * (KH * KW) + ((r - o * SH) // DH * KW + j), mask=c_ok, other=0.0).to(tl.float32)
+                        wv = tl.load(taps_ptr + ((r - o * SH) // DH * KW + j) * C + c, mask=c_ok, other=0.0).to(tl.float32)
                         added = added + (accs[o] + xv * wv[None, :],)
                     else:
                         added = added + (accs[o],)
@@ -193,9 +223,10 @@ def candidate(node: torch.fx.Node) -> bool:
 def replace_depthwise(gm: torch.fx.GraphModule, tile_for) -> Dict[str, int]:
     """Every ``candidate`` convolution of ``gm`` for which ``tile_for`` (given x, the weight,
     the bias or None, their fake values, and the geometry) gives a tile, replaced in place by
-    ``nimble::depthwise_conv2d`` in that tile; counts of those replaced, those measured slower
-    than cuDNN (``tile_for`` gave None) and those it could not measure (it gave False)."""
-    from .fold import fused_op
+    ``nimble::depthwise_conv2d`` in that tile over the weight laid out tap by tap in the graph;
+    counts of those replaced, those measured slower than cuDNN (``tile_for`` gave None) and
+    those it could not measure (it gave False)."""
+    from torch._guards import detect_fake_mode
 
     graph = gm.graph
     counts = {"replaced": 0, "slower": 0}
@@ -209,9 +240,13 @@ def replace_depthwise(gm: torch.fx.GraphModule, tile_for) -> Dict[str, int]:
         if tile is None:
             counts["slower"] += 1
             continue
-        with graph.inserting_before(node):
-            replaced = graph.call_function(fused_op("depthwise_conv2d"), (x, weight, bias, list(stride), list(padding), list(dilation), list(tile)))
-        replaced.meta["val"] = _val(node)
+        fake_mode = detect_fake_mode([_val(x), _val(weight)])
+        if fake_mode is None:
+            continue
+        build = Builder(graph, node, fake_mode)
+        channels, _, kh, kw = _val(weight).shape
+        taps = build.add(aten.clone.default, build.add(aten.permute.default, build.add(aten.view.default, weight, [channels, kh * kw]), [1, 0]), memory_format=torch.contiguous_format)
+        replaced = build.add(op(), x, taps, bias, [kh, kw], list(stride), list(padding), list(dilation), list(tile))
         node.replace_all_uses_with(replaced)
         graph.erase_node(node)
         counts["replaced"] += 1
@@ -267,6 +302,7 @@ def fastest_tile(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Ten
         device = cuda_device(x)
         xr = torch.randn(tuple(x.shape), dtype=x.dtype, device=device).contiguous(memory_format=torch.channels_last)
         wr = torch.randn(tuple(weight.shape), dtype=x.dtype, device=device)
+        kernel_size = list(weight.shape[2:])
         br = torch.randn(weight.shape[0], dtype=x.dtype, device=device) if bias is not None else None
         groups = x.shape[1]
         expected = F.conv2d(xr, wr, br, stride, padding, dilation, groups)
@@ -274,7 +310,8 @@ def fastest_tile(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Ten
         times = [graph_us(lambda: F.conv2d(xr, wr, br, stride, padding, dilation, groups), device)]
         best, best_us = None, float("inf")
         for tile in tiles(weight.shape[2] * weight.shape[3]):
-            run = lambda tile=tile: triton_depthwise(xr, wr, br, list(stride), list(padding), list(dilation), *tile)
+            # (the weight's copy tap by tap measured with it: the graph makes it on every call)
+            run = lambda tile=tile: triton_depthwise(xr, taps_of(wr), br, kernel_size, list(stride), list(padding), list(dilation), *tile)
             if ((run().float() - expected.float()).abs().max() / scale.float()).item() > EXACT[x.dtype]:
                 times.append(float("inf"))
                 continue
