@@ -8,12 +8,13 @@ for `depthwise_probe.py`:
 - ``triton_depthwise``: one Triton kernel over channels-last memory, a row segment per program;
 - ``triton_depthwise_tiled``: the same over a tile of rows by columns per program, the weights
   laid out tap by tap (``depthwise_taps``);
-- ``triton_depthwise_rows``: several output rows per program, each input row loaded once per
-  column tap and added into every output row it reaches, one accumulator per row (a tuple the
-  loops unroll), the channel count a compile-time constant so that loads are 128-bit: about a
-  fifth of the tiled kernel's instructions per output (ptxas for sm_90).
+- ``triton_depthwise_rows``: the backend's kernel (option ``depthwise_kernels``), several output
+  rows per program, each input row loaded once per column tap and added into every output row it
+  reaches, one accumulator per row (a tuple the loops unroll), 128-bit loads: about a ninth of the
+  tiled kernel's instructions per output (ptxas for sm_90). (The probe's record at ``505bbb5``
+  timed its first form, the image sizes and channels compile-time constants.)
 
-None is in the backend: the row and tiled kernels measured slower than cuDNN
+The row and tiled kernels are not in the backend: they measured slower than cuDNN
 (paper-figs/results/depthwise-probe-*).
 """
 
@@ -107,75 +108,13 @@ def triton_depthwise_tiled(x: torch.Tensor, taps: torch.Tensor, kernel_size: Lis
 
 def triton_depthwise_rows(x: torch.Tensor, taps: torch.Tensor, kernel_size: List[int], stride: List[int], padding: List[int], dilation: List[int], rows: int = 4, block_w: int = 8, block_c: int = 64, num_warps: int = 4) -> torch.Tensor:
     """The depthwise convolution of channels-last ``x`` by ``taps`` (``depthwise_taps`` of the
-    weight, of ``kernel_size``) with one Triton kernel whose programs each compute ``rows`` output
-    rows of a ``block_w``-column by ``block_c``-channel tile: each input row the tile needs is
-    loaded once per column tap and added into every output row it reaches (held in registers),
-    where the row and tiled kernels load each input row once per output row (``kh`` times at
-    stride 1). Accumulated in float32; the output channels-last. ``rows`` a power of two."""
-    import triton
+    weight, of ``kernel_size``) with the backend's kernel (``nimble_rs.dynamo.depthwise``, option
+    ``depthwise_kernels``): each program ``rows`` output rows of a ``block_w``-column by
+    ``block_c``-channel tile, each input row loaded once per column tap and added into every output
+    row it reaches. The channel count a multiple of four."""
+    from nimble_rs.dynamo.depthwise import triton_depthwise as backend_kernel
 
-    kh, kw = kernel_size
-    (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
-    x, y = _channels_last_output(x, kh, kw, sh, sw, ph, pw, dh, dw)
-    n, channels, height, width = x.shape
-    out_h, out_w = y.shape[2], y.shape[3]
-    if max(height * width, out_h * out_w) * channels >= 2**31:
-        raise ValueError(f"triton_depthwise_rows: one image of {channels}x{height}x{width} (or its output) has 2**31 elements or more; expected fewer (its offsets are 32-bit)")
-    tiles_h, tiles_w = triton.cdiv(out_h, rows), triton.cdiv(out_w, block_w)
-    grid = (n * tiles_h * tiles_w, triton.cdiv(channels, block_c))
-    _rows_kernel()[grid](x, taps, y, height, width, channels, out_h, out_w, tiles_h, tiles_w, sh, sw, ph, pw, dh, dw, kh, kw, rows, block_w, block_c, num_warps=num_warps)
-    return y
-
-
-_ROWS = []
-
-
-def _rows_kernel():
-    """``triton_depthwise_rows``'s kernel, defined at its first use."""
-    if _ROWS:
-        return _ROWS[0]
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def depthwise_nhwc_rows(x_ptr, taps_ptr, y_ptr, H: tl.constexpr, W: tl.constexpr, C: tl.constexpr, OH: tl.constexpr, OW: tl.constexpr, TILES_H: tl.constexpr, TILES_W: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, ROWS: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
-        tile = tl.program_id(0)  # (n, tile row, tile column), the columns fastest
-        n = tile // (TILES_H * TILES_W)
-        t = tile % (TILES_H * TILES_W)
-        oh0 = (t // TILES_W) * ROWS
-        ow = (t % TILES_W) * BLOCK_W + tl.arange(0, BLOCK_W)
-        c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-        c_ok = c < C
-        x_image = x_ptr + n.to(tl.int64) * (H * W * C)
-        # one accumulator per output row, each added into only by the input rows it reads: a
-        # tuple, unrolled with the loops, so that no tensor carries a dimension of rows
-        accs = ()
-        for o in tl.static_range(ROWS):
-            accs = accs + (tl.zeros((BLOCK_W, BLOCK_C), dtype=tl.float32),)
-        for r in tl.static_range((ROWS - 1) * SH + (KH - 1) * DH + 1):
-            ih = oh0 * SH - PH + r
-            row_ok = (ih >= 0) & (ih < H)
-            for j in tl.static_range(KW):
-                iw = ow * SW - PW + j * DW
-                xv = tl.load(x_image + (ih * W + iw)[:, None] * C + c[None, :], mask=(row_ok & (iw >= 0) & (iw < W))[:, None] & c_ok[None, :], other=0.0).to(tl.float32)
-                added = ()
-                for o in tl.static_range(ROWS):
-                    # input row r is kernel row (r - o * SH) / DH of output row o, where that is one
-                    if r - o * SH >= 0 and (r - o * SH) % DH == 0 and (r - o * SH) // DH < KH:
-                        wv = tl.load(taps_ptr + ((r - o * SH) // DH * KW + j) * C + c, mask=c_ok, other=0.0).to(tl.float32)
-                        added = added + (accs[o] + xv * wv[None, :],)
-                    else:
-                        added = added + (accs[o],)
-                accs = added
-        y_image = y_ptr + n.to(tl.int64) * (OH * OW * C)
-        for o in tl.static_range(ROWS):
-            oh = oh0 + o
-            ok = ((oh < OH) & (ow < OW))[:, None] & c_ok[None, :]
-            tl.store(y_image + (oh * OW + ow)[:, None] * C + c[None, :], accs[o].to(y_ptr.dtype.element_ty), mask=ok)
-
-    _ROWS.append(depthwise_nhwc_rows)
-    return depthwise_nhwc_rows
-
+    return backend_kernel(x, taps, None, list(kernel_size), list(_pair(stride)), list(_pair(padding)), list(_pair(dilation)), rows, block_w, block_c, num_warps)
 
 _KERNEL = []
 _TILED = []

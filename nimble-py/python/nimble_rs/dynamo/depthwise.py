@@ -120,6 +120,8 @@ def triton_depthwise(x: torch.Tensor, taps: torch.Tensor, bias: Optional[torch.T
 
     n, channels, height, width = x.shape
     kh, kw = kernel_size
+    if channels % 4 or tuple(taps.shape) != (kh * kw, channels) or max(height * width, 1) * channels >= 2**31:
+        raise ValueError(f"nimble depthwise kernel: input {list(x.shape)}, taps {list(taps.shape)} for a {kh}x{kw} kernel; expected a multiple of four channels, taps [kh * kw, channels] and fewer than 2**31 elements per image")
     out_h, out_w = output_size(height, width, kh, kw, stride, padding, dilation)
     x = x.contiguous(memory_format=torch.channels_last)
     y = _empty_output(x, kernel_size, stride, padding, dilation)
