@@ -32,7 +32,7 @@ import torch.fx
 import torch.nn.functional as F
 
 from .compiled import warn_once
-from .fxnodes import Builder, cuda_device, guarded
+from .fxnodes import Builder, cuda_device, guarded, recompile_if, substitute
 from .fxnodes import value as _val
 from .runner import graph_us
 
@@ -248,13 +248,9 @@ def replace_depthwise(gm: torch.fx.GraphModule, tile_for) -> Dict[str, int]:
         build = Builder(graph, node, fake_mode)
         channels, _, kh, kw = _val(weight).shape
         taps = build.add(aten.clone.default, build.add(aten.permute.default, build.add(aten.view.default, weight, [channels, kh * kw]), [1, 0]), memory_format=torch.contiguous_format)
-        replaced = build.add(op(), x, taps, bias, [kh, kw], list(stride), list(padding), list(dilation), list(tile))
-        node.replace_all_uses_with(replaced)
-        graph.erase_node(node)
+        substitute(graph, node, build.add(op(), x, taps, bias, [kh, kw], list(stride), list(padding), list(dilation), list(tile)))
         counts["replaced"] += 1
-    if counts["replaced"]:
-        graph.lint()
-        gm.recompile()
+    recompile_if(gm, counts["replaced"])
     return counts
 
 

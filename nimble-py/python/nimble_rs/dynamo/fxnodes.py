@@ -1,5 +1,5 @@
 """What the backend's rewrites of AOTAutograd's graph before Inductor compiles it share
-(``merge``, ``fold``, ``products``): a node's fake value, new nodes each given theirs (Inductor
+(``merge``, ``fold``, ``products``, ``depthwise``): a node's fake value, new nodes each given theirs (Inductor
 lowers by them), and a rewrite that fails leaving the graph to Inductor, said once."""
 
 from typing import Any, Callable, Dict, List, Optional
@@ -41,6 +41,19 @@ class Builder:
         for node in reversed(self.created):
             self.graph.erase_node(node)
         self.created.clear()
+
+
+def substitute(graph: torch.fx.Graph, node: torch.fx.Node, replacement: torch.fx.Node) -> None:
+    """``node``'s users made ``replacement``'s, and ``node`` erased."""
+    node.replace_all_uses_with(replacement)
+    graph.erase_node(node)
+
+
+def recompile_if(gm: torch.fx.GraphModule, changed: int) -> None:
+    """``gm`` checked and its code made again where a rewrite ``changed`` anything."""
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
 
 
 def guarded(gm: torch.fx.GraphModule, option: str, what: str, rewrite: Callable[[], Dict[str, Any]]) -> Dict[str, Any]:

@@ -17,7 +17,7 @@ import torch
 import torch.fx
 
 from .compiled import warn_once
-from .fxnodes import Builder, cuda_device, guarded
+from .fxnodes import Builder, cuda_device, guarded, recompile_if, substitute
 from .fxnodes import value as _val
 from .runner import graph_us
 
@@ -83,13 +83,9 @@ def transpose_products(gm: torch.fx.GraphModule, pays: Callable[..., bool]) -> D
         result = build.add(aten.permute.default, product, [1, 0])
         if bias is not None:
             result = build.add(aten.add.Tensor, result, bias)
-        result = build.add(aten.clone.default, result, memory_format=torch.contiguous_format)
-        node.replace_all_uses_with(result)
-        graph.erase_node(node)
+        substitute(graph, node, build.add(aten.clone.default, result, memory_format=torch.contiguous_format))
         counts["transposed"] += 1
-    if counts["transposed"]:
-        graph.lint()
-        gm.recompile()
+    recompile_if(gm, counts["transposed"])
     return counts
 
 
