@@ -5,6 +5,8 @@ float64 in Triton's interpreter (bias, stride, dilation, sizes that do not fill 
 each tile the backend measures). The backend measures and applies it on a GPU only
 (test_backend_gpu_depthwise.py runs it there)."""
 
+import json
+
 import pytest
 import torch
 from torch import nn
@@ -115,3 +117,102 @@ def test_the_kernel_computes_the_convolution_in_the_interpreter():
     for case, found in zip(KERNEL_CASES + ["tile"] * 99, results):
         assert found["shape"] and found["channels_last"], (case, found)
         assert found["error"] < 1e-6, (case, found)
+
+
+def test_the_variants_to_compile_are_each_geometry_and_tile_once():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    class Twice(nn.Module):
+        # two convolutions of one geometry (one compile per tile), one of another
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Conv2d(8, 8, 5, padding=2, groups=8, bias=False)
+            self.b = nn.Conv2d(8, 8, 5, padding=2, groups=8, bias=False)
+            self.c = nn.Conv2d(8, 8, 7, stride=2, groups=8)
+
+        def forward(self, x):
+            return self.c(self.b(self.a(x)))
+
+    found = []
+
+    def inner(gm, example_inputs, **kwargs):
+        with torch.no_grad():
+            found.extend(depthwise.variants(gm))
+        from torch._inductor.compile_fx import compile_fx_inner
+
+        return compile_fx_inner(gm, example_inputs, **kwargs)
+
+    from torch._inductor.compile_fx import compile_fx
+
+    torch._dynamo.reset()
+    # (caches off: a cached program would skip the inner compile)
+    with torch._functorch.config.patch(enable_autograd_cache=False), torch._inductor.config.patch(fx_graph_cache=False), torch.no_grad():
+        torch.compile(Twice().eval(), backend=lambda gm, inputs: compile_fx(gm, inputs, inner_compile=inner))(torch.randn(1, 8, 16, 16))
+    geometries = [(bias, size, stride, padding, tile) for _, _, bias, size, stride, padding, _, tile in found]
+    assert geometries == [(False, (5, 5), (1, 1), (2, 2), t) for t in depthwise.CONFIGS] + [(True, (7, 7), (2, 2), (0, 0), t) for t in depthwise.LARGE_CONFIGS], geometries
+
+
+AHEAD_SCRIPT = """
+import contextlib, json, sys
+import torch, triton
+from triton import knobs
+from triton.backends.compiler import GPUTarget
+from triton.runtime import driver
+from triton.runtime.jit import compute_cache_key
+
+class Hopper:
+    # Triton's driver as far as a compile without a launch asks it: an sm_90 GPU
+    get_current_target = staticmethod(lambda: GPUTarget("cuda", 90, 32))
+    get_current_device = staticmethod(lambda: 0)
+    get_current_stream = staticmethod(lambda device=None: 0)
+    get_active_torch_device = staticmethod(lambda: torch.device("cpu"))
+
+driver.set_active(Hopper())
+torch.cuda.device = lambda device: contextlib.nullcontext()
+from nimble_rs.dynamo import depthwise
+cuda = torch.device("cuda", 0)
+specs = [(cuda, torch.float32, bias, (k, k), (s, s), (p, p), (1, 1), tuple(t)) for k, s, p, bias in json.loads(sys.argv[1]) for t in depthwise.tiles(k * k)]
+def launched_keys_found():
+    kernel = depthwise._kernel()
+    cache, key_cache, _, _, binder = kernel.device_caches[0]
+    found = []
+    for k, s, p, bias in json.loads(sys.argv[1]):
+        # what triton_depthwise launches for a channels-last [2, 24, 20, 20] input: its cache key
+        x = torch.randn(2, 24, 20, 20).contiguous(memory_format=torch.channels_last)
+        taps, b = torch.randn(k * k, 24), torch.randn(24)
+        out = depthwise.output_size(20, 20, k, k, (s, s), (p, p), (1, 1))
+        for rows, bw, bc, warps in depthwise.tiles(k * k):
+            args = (x, taps, b if bias else taps, torch.empty(1), 20, 20, 6, out[0], out[1], -(-out[0] // rows), -(-out[1] // bw), s, s, p, p, 1, 1, k, k, bias, rows, bw, bc)
+            _, specialization, options = binder(*args, num_warps=warps, debug=kernel.debug or knobs.runtime.debug, instrumentation_mode=knobs.compilation.instrumentation_mode)
+            found.append(compute_cache_key(key_cache, specialization, options) in cache)
+    return found
+
+# compiled, then (a new process's kernel) loaded from Triton's cache on disk: the loads, being
+# quick, all start at once
+runs = []
+for _ in range(2):
+    depthwise._KERNEL.clear()
+    runs.append([depthwise.compile_ahead(specs), launched_keys_found()])
+print(json.dumps(runs))
+"""
+
+
+def test_compiling_ahead_makes_the_variants_the_launches_use(tmp_path):
+    # Triton compiles for an sm_90 GPU here (its ptxas), with a stand-in for the driver; the
+    # launches' cache keys, as Triton computes them from the real arguments, must find them.
+    triton = pytest.importorskip("triton")
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists():
+        pytest.skip("this Triton has no NVIDIA backend to compile with")
+    cases = [(5, 1, 2, False), (7, 2, 0, True)]
+    # (Triton's cache a new one: compiles, not loads, run side by side)
+    env = {**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, "TRITON_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", AHEAD_SCRIPT, json.dumps(cases)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for counts, found in json.loads(done.stdout.strip().splitlines()[-1]):
+        assert counts == {"compiled_ahead": 4}, counts
+        assert found == [True] * 4, found

@@ -18,7 +18,10 @@ used, and it is part of what is measured against cuDNN.
 Each shape is measured once on the GPU at compile time, cuDNN's convolution (channels-last, as
 Inductor calls it) against the kernel in each tile shape of ``tiles``, each in a CUDA graph of
 repeats, and rewritten where the fastest tile takes at most ``MARGIN`` of cuDNN's time; its
-output must match cuDNN's within ``EXACT``. The same arithmetic in float32 summed tap by tap (as
+output must match cuDNN's within ``EXACT``. Each tile is a Triton compile per kernel geometry:
+done one by one as the shapes were measured, they took NASNet-A large's preparation to 2.43x
+reduce-overhead's (H200, `7fd1499`), so the variants a graph needs are compiled first, side by
+side on threads (``compile_ahead``), and only two tiles per kernel size are measured. The same arithmetic in float32 summed tap by tap (as
 exact as cuDNN's: 2-3e-7 of float64 on NASNet-A large's).
 
 The op ``nimble::depthwise_conv2d`` is defined when this module is imported (with the backend),
@@ -47,12 +50,17 @@ EXACT = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 # The largest kernel: its taps are unrolled, k * k loads and accumulations per input row.
 MAX_TAPS = 49
 # The kernel's tiles, (output rows, columns, channels, warps) per program, for kernels of at
-# most 25 taps and for larger ones: among those fastest on some of NASNet-A large's depthwise
-# convolutions at batch 16 (H200, `505bbb5`, paper-figs/results/depthwise-probe-*), none
-# spilling registers (ptxas, sm_90: a 7x7's 49 weights per channel held in registers leave room
-# for fewer rows).
-CONFIGS = [(4, 8, 64, 4), (8, 8, 64, 4), (2, 8, 64, 4), (4, 16, 32, 4)]
-LARGE_CONFIGS = [(2, 8, 64, 4), (3, 8, 64, 4), (4, 8, 32, 4), (2, 16, 64, 8)]
+# most 25 taps and for larger ones: of the four measured for each at `7fd1499` (H200), the two
+# fastest on 13 of the 14 shapes of NASNet-A large's depthwise convolutions it took at batch 16
+# (paper-figs/results/same-process-backend-7fd1499-*), none spilling registers (ptxas, sm_90: a
+# 7x7's 49 weights per channel held in registers leave room for fewer rows). Each tile is a
+# compile of its own, which is most of the option's preparation.
+CONFIGS = [(4, 16, 32, 4), (8, 8, 64, 4)]
+LARGE_CONFIGS = [(4, 8, 32, 4), (3, 8, 64, 4)]
+# Threads compiling the kernel's variants ahead of the measurements: Triton's compile leaves
+# Python's lock in LLVM and ptxas (eight of them took 13.4 s one by one, 8.1 s on two threads,
+# on two cores).
+COMPILE_THREADS = 8
 
 
 def tiles(taps: int) -> List[Tuple[int, int, int, int]]:
@@ -142,7 +150,9 @@ def _kernel():
     import triton
     import triton.language as tl
 
-    @triton.jit
+    # The sizes are not specialized on (Triton would compile again wherever one is 1 or a
+    # multiple of 16): one compile per kernel geometry, dtype and tile.
+    @triton.jit(do_not_specialize=["H", "W", "C4", "OH", "OW", "TILES_H", "TILES_W"])
     def depthwise_rows(x_ptr, taps_ptr, b_ptr, y_ptr, H, W, C4, OH, OW, TILES_H, TILES_W, SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, HAS_BIAS: tl.constexpr, ROWS: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
         # The channel count as four times C4, so that every pixel's offset is known to be a
         # multiple of four floats and the loads and stores are 128-bit.
@@ -273,8 +283,57 @@ def rewrite(gm: torch.fx.GraphModule) -> Dict[str, Any]:
         shapes[key] = {"input": list(x.shape), "kernel": list(weight.shape[2:]), "stride": list(stride), "cudnn_us": round(times[0], 2), "fastest_us": round(min(times[1:]), 2), "tile": None if tile is None else list(tile)}
         return tile
 
-    counts = guarded(gm, "depthwise_kernels", "depthwise convolutions", lambda: replace_depthwise(gm, measured))
+    def replaced() -> Dict[str, Any]:
+        wanted = variants(gm)
+        ahead = compile_ahead(wanted) if wanted else {}
+        return {**replace_depthwise(gm, measured), **ahead}
+
+    counts = guarded(gm, "depthwise_kernels", "depthwise convolutions", replaced)
     return {**counts, "shapes": list(shapes.values())} if shapes else counts
+
+
+def variants(gm: torch.fx.GraphModule) -> List[tuple]:
+    """The kernel's compile-time variants the measurements of ``gm``'s candidates will run:
+    (device, dtype, bias or not, kernel size, stride, padding, dilation, tile), each once, for
+    every tile measured."""
+    found = []
+    for node in gm.graph.nodes:
+        if candidate(node):
+            x, weight, bias, stride, padding, dilation, _, _, _ = node.args
+            kh, kw = _val(weight).shape[2:]
+            for tile in tiles(kh * kw):
+                spec = (_val(x).device, _val(x).dtype, bias is not None, (kh, kw), tuple(stride), tuple(padding), tuple(dilation), tuple(tile))
+                if spec not in found:
+                    found.append(spec)
+    return found
+
+
+def compile_ahead(specs: List[tuple]) -> Dict[str, int]:
+    """Each variant of ``specs`` (``variants``) compiled by Triton without a launch, on up to
+    ``COMPILE_THREADS`` threads, so that the measurements one by one find them compiled; counts
+    of those compiled and (where any) failed: a variant that fails here is compiled again at its
+    measurement, whose failure is announced there."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(spec) -> bool:
+        device, dtype, has_bias, (kh, kw), (sh, sw), (ph, pw), (dh, dw), (rows, block_w, block_c, warps) = spec
+        try:
+            with torch.cuda.device(device):
+                # (Pointers as their dtypes, Triton's stand-ins: aligned, as every buffer here is.)
+                _kernel().warmup(dtype, dtype, dtype, dtype, 1, 1, 1, 1, 1, 1, 1, sh, sw, ph, pw, dh, dw, kh, kw, has_bias, rows, block_w, block_c, grid=(1,), num_warps=warps)
+            return True
+        except Exception:  # noqa: BLE001 - compiled (or reported) at its measurement instead
+            return False
+
+    # The first alone: it makes the kernel's cache for the device, which threads making it at
+    # once would each make anew, all but one of their compiles then lost (seen here).
+    done = [one(specs[0])]
+    with ThreadPoolExecutor(max_workers=max(1, min(COMPILE_THREADS, len(specs) - 1))) as pool:
+        done += list(pool.map(one, specs[1:]))
+    counts = {"compiled_ahead": sum(done)}
+    if not all(done):
+        counts["compile_ahead_failed"] = len(done) - sum(done)
+    return counts
 
 
 def _key(x, weight, bias, stride, padding, dilation) -> tuple:
