@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from nimble_rs.dynamo import depthwise
+from nimble_rs.dynamo.fxnodes import value as _val
 from models import rewritten_through_inductor
 from triton_interpreter import interpreted
 
@@ -38,15 +39,16 @@ def test_depthwise_convolutions_of_four_channels_are_replaced_and_compute_what_e
     x = torch.randn(2, 8, 13, 11)
     asked = []
 
-    def tile_for(xv, wv, bv, stride, padding, dilation):
-        asked.append((tuple(xv.shape), tuple(wv.shape), bv is not None, stride, padding, dilation))
+    def tile_for(at):
+        asked.append((tuple(_val(at.source).shape), tuple(_val(at.weight).shape), at.bias is not None, at.stride, at.padding, at.dilation, at.relu_input))
         return (4, 8, 64, 4)
 
     got, counts, ops = rewritten_through_inductor(model, x, lambda gm: depthwise.replace_depthwise(gm, tile_for))
     with torch.no_grad():
         expected = model(x)
-    assert counts == {"replaced": 2, "slower": 0}, counts
-    assert asked == [((2, 8, 13, 11), (8, 1, 5, 5), True, (1, 1), (2, 2), (1, 1)), ((2, 8, 13, 11), (8, 1, 3, 3), False, (2, 2), (2, 2), (2, 2))], asked
+    # the second reads the first's output through its ReLU
+    assert counts == {"replaced": 2, "slower": 0, "prologue": 1}, counts
+    assert asked == [((2, 8, 13, 11), (8, 1, 5, 5), True, (1, 1), (2, 2, 2, 2), (1, 1), False), ((2, 8, 13, 11), (8, 1, 3, 3), False, (2, 2), (2, 2, 2, 2), (2, 2), True)], asked
     assert ops.count(torch.ops.nimble.depthwise_conv2d.default) == 2
     # each weight laid out tap by tap in the graph, from the parameter on every call
     assert ops.count(torch.ops.aten.permute.default) == 2
@@ -54,11 +56,49 @@ def test_depthwise_convolutions_of_four_channels_are_replaced_and_compute_what_e
     assert got.shape == expected.shape and torch.allclose(got, expected, atol=1e-5, rtol=1e-4), (got - expected).abs().max()
 
 
+class Separable(nn.Module):
+    """timm's separable convolutions as NASNet-A large has them: a ReLU, an uneven zero padding
+    (here unlike across the rows and the columns) and a depthwise convolution at stride 2; a ReLU another branch reads too, before a padded
+    one; and a padding by a value other than zero, which the kernel does not take."""
+
+    def __init__(self):
+        super().__init__()
+        self.strided = nn.Conv2d(8, 8, 5, stride=2, groups=8, bias=False)
+        self.padded = nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)
+        self.ones = nn.Conv2d(8, 8, 3, groups=8, bias=False)
+
+    def forward(self, x):
+        r = torch.relu(x)
+        a = self.strided(nn.functional.pad(torch.relu(x + 1), (1, 2, 0, 3)))
+        return a, self.padded(r) + r, self.ones(nn.functional.pad(x, (1, 1, 1, 1), value=1.0))
+
+
+def test_a_zero_padding_and_a_relu_before_the_convolution_are_read_through():
+    model = Separable().eval()
+    x = torch.randn(2, 8, 14, 13)
+    asked = []
+
+    def tile_for(at):
+        asked.append((at.padding, at.relu_input, "input" if at.source.op == "placeholder" else at.source.target))
+        return (2, 8, 8, 1)
+
+    got, counts, ops = rewritten_through_inductor(model, x, lambda gm: depthwise.replace_depthwise(gm, tile_for))
+    with torch.no_grad():
+        expected = model(x)
+    assert counts == {"replaced": 3, "slower": 0, "prologue": 2}, counts
+    aten = torch.ops.aten
+    assert asked == [((0, 3, 1, 2), True, aten.add.Tensor), ((1, 1, 1, 1), True, "input"), ((0, 0, 0, 0), False, aten.constant_pad_nd.default)], asked
+    # the first's padding and ReLU are gone from the graph; the second's ReLU stays for the sum
+    assert ops.count(aten.constant_pad_nd.default) == 1 and ops.count(aten.relu.default) == 1, ops
+    for g, e in zip(got, expected):
+        assert g.shape == e.shape and torch.allclose(g, e, atol=1e-5, rtol=1e-4), (g - e).abs().max()
+
+
 def test_a_shape_measured_slower_or_unmeasured_stays_cudnns():
     model = Convolutions().eval()
     x = torch.randn(2, 8, 13, 11)
     answers = iter([None, False])
-    got, counts, ops = rewritten_through_inductor(model, x, lambda gm: depthwise.replace_depthwise(gm, lambda *args: next(answers)))
+    got, counts, ops = rewritten_through_inductor(model, x, lambda gm: depthwise.replace_depthwise(gm, lambda at: next(answers)))
     assert counts == {"replaced": 0, "slower": 1, "unmeasured": 1}, counts
     assert torch.ops.nimble.depthwise_conv2d.default not in ops
     with torch.no_grad():
@@ -67,20 +107,28 @@ def test_a_shape_measured_slower_or_unmeasured_stays_cudnns():
 
 def test_the_op_off_cuda_is_atens_convolution_channels_last():
     x, w, b = torch.randn(2, 12, 9, 7), torch.randn(12, 1, 3, 3), torch.randn(12)
-    got = torch.ops.nimble.depthwise_conv2d(x, depthwise.taps_of(w), b, [3, 3], [1, 2], [1, 0], [1, 1], [4, 8, 64, 4])
+    got = torch.ops.nimble.depthwise_conv2d(x, depthwise.taps_of(w), b, [3, 3], [1, 2], [1, 1, 0, 0], [1, 1], False, [4, 8, 64, 4])
     assert got.is_contiguous(memory_format=torch.channels_last)
     assert torch.allclose(got, torch.nn.functional.conv2d(x, w, b, [1, 2], [1, 0], [1, 1], 12), atol=1e-6)
+    # through a ReLU and a padding of one row above and two below
+    got = torch.ops.nimble.depthwise_conv2d(x, depthwise.taps_of(w), b, [3, 3], [1, 1], [1, 2, 0, 0], [1, 1], True, [4, 8, 64, 4])
+    expected = torch.nn.functional.conv2d(torch.nn.functional.pad(torch.relu(x), (0, 0, 1, 2)), w, b, 1, 0, 1, 12)
+    assert got.shape == expected.shape and torch.allclose(got, expected, atol=1e-6)
 
 
 KERNEL_CASES = [
-    # shape, kernel, stride, padding, dilation, bias, tile (rows, columns, channels, warps)
+    # shape, kernel, stride, padding, dilation, ReLU read through (else a bias), tile (rows,
+    # columns, channels, warps)
     ((2, 12, 9, 11), 3, 1, 1, 1, True, (4, 8, 64, 4)),
     ((1, 40, 13, 13), 5, 2, 2, 1, False, (2, 4, 32, 4)),
     ((2, 8, 8, 7), 7, 1, 3, 1, True, (3, 4, 4, 1)),
     ((1, 4, 9, 9), 3, 1, 2, 2, False, (2, 8, 4, 1)),
-    # a 7x7 at stride 2 over a height the rows do not divide, no padding (timm's padding is a
-    # separate pad before it), and the seven- and three-row tiles of the measured list
+    # a 7x7 at stride 2 over a height the rows do not divide, no padding, and a three-row tile
     ((1, 16, 12, 11), 7, 2, 0, 1, False, (3, 8, 64, 4)),
+    # read through a ReLU and timm's uneven padding ([top, bottom, left, right]), as the rewrite
+    # gives them for conv(pad(relu(x)))
+    ((2, 8, 11, 12), 5, 2, [1, 2, 2, 1], 1, True, (2, 4, 8, 1)),
+    ((1, 12, 9, 9), 3, 1, [0, 3, 1, 0], 2, False, (4, 8, 16, 2)),
 ]
 
 KERNEL_SCRIPT = """
@@ -88,13 +136,16 @@ import json, sys
 import torch, torch.nn.functional as F
 from nimble_rs.dynamo.depthwise import taps_of, tiles, triton_depthwise
 results = []
-for shape, k, stride, padding, dilation, bias, tile in json.loads(sys.argv[1]):
+for shape, k, stride, padding, dilation, relu, tile in json.loads(sys.argv[1]):
     torch.manual_seed(0)
     x = torch.randn(shape)
     w = torch.randn(shape[1], 1, k, k)
-    b = torch.randn(shape[1]) if bias else None
-    exact = F.conv2d(x.double(), w.double(), None if b is None else b.double(), stride, padding, dilation, shape[1])
-    got = triton_depthwise(x, taps_of(w), b, [k, k], [stride, stride], [padding, padding], [dilation, dilation], *tile)
+    # a bias where there is no ReLU to read through
+    b = None if relu else torch.randn(shape[1])
+    top, bottom, left, right = padding if isinstance(padding, list) else [padding] * 4
+    source = F.pad(torch.relu(x) if relu else x, (left, right, top, bottom)).double()
+    exact = F.conv2d(source, w.double(), None if b is None else b.double(), stride, 0, dilation, shape[1])
+    got = triton_depthwise(x, taps_of(w), b, [k, k], [stride, stride], [top, bottom, left, right], [dilation, dilation], *tile, relu_input=relu)
     results.append({"shape": list(got.shape) == list(exact.shape), "channels_last": got.is_contiguous(memory_format=torch.channels_last), "error": ((got.double() - exact).abs().max() / exact.abs().max()).item()})
 # every tile the backend measures, on a 5x5 and a 7x7
 for k in (5, 7):
@@ -148,8 +199,8 @@ def test_the_variants_to_compile_are_each_geometry_and_tile_once():
     # (caches off: a cached program would skip the inner compile)
     with torch._functorch.config.patch(enable_autograd_cache=False), torch._inductor.config.patch(fx_graph_cache=False), torch.no_grad():
         torch.compile(Twice().eval(), backend=lambda gm, inputs: compile_fx(gm, inputs, inner_compile=inner))(torch.randn(1, 8, 16, 16))
-    geometries = [(bias, size, stride, padding, tile) for _, _, bias, size, stride, padding, _, tile in found]
-    assert geometries == [(False, (5, 5), (1, 1), (2, 2), t) for t in depthwise.CONFIGS] + [(True, (7, 7), (2, 2), (0, 0), t) for t in depthwise.LARGE_CONFIGS], geometries
+    geometries = [(bias, size, stride, padding, relu, tile) for _, _, bias, size, stride, padding, _, relu, tile in found]
+    assert geometries == [(False, (5, 5), (1, 1), (2, 2), False, t) for t in depthwise.CONFIGS] + [(True, (7, 7), (2, 2), (0, 0), False, t) for t in depthwise.LARGE_CONFIGS], geometries
 
 
 AHEAD_SCRIPT = """
@@ -170,8 +221,9 @@ class Hopper:
 driver.set_active(Hopper())
 torch.cuda.device = lambda device: contextlib.nullcontext()
 from nimble_rs.dynamo import depthwise
+from nimble_rs.dynamo.fxnodes import value as _val
 cuda = torch.device("cuda", 0)
-specs = [(cuda, torch.float32, bias, (k, k), (s, s), (p, p), (1, 1), tuple(t)) for k, s, p, bias in json.loads(sys.argv[1]) for t in depthwise.tiles(k * k)]
+specs = [(cuda, torch.float32, bias, (k, k), (s, s), (p, p), (1, 1), bias, tuple(t)) for k, s, p, bias in json.loads(sys.argv[1]) for t in depthwise.tiles(k * k)]
 def launched_keys_found():
     kernel = depthwise._kernel()
     cache, key_cache, _, _, binder = kernel.device_caches[0]
@@ -182,7 +234,8 @@ def launched_keys_found():
         taps, b = torch.randn(k * k, 24), torch.randn(24)
         out = depthwise.output_size(20, 20, k, k, (s, s), (p, p), (1, 1))
         for rows, bw, bc, warps in depthwise.tiles(k * k):
-            args = (x, taps, b if bias else taps, torch.empty(1), 20, 20, 6, out[0], out[1], -(-out[0] // rows), -(-out[1] // bw), s, s, p, p, 1, 1, k, k, bias, rows, bw, bc)
+            # (the ReLU, read through, with the bias here: both kinds of flag in two variants)
+            args = (x, taps, b if bias else taps, torch.empty(1), 20, 20, 6, out[0], out[1], -(-out[0] // rows), -(-out[1] // bw), s, s, p, p, 1, 1, k, k, bias, bias, rows, bw, bc)
             _, specialization, options = binder(*args, num_warps=warps, debug=kernel.debug or knobs.runtime.debug, instrumentation_mode=knobs.compilation.instrumentation_mode)
             found.append(compute_cache_key(key_cache, specialization, options) in cache)
     return found

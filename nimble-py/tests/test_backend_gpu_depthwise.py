@@ -1,5 +1,6 @@
 """Option ``depthwise_kernels`` on a CUDA GPU: our depthwise kernel against cuDNN's output in
-every tile the backend measures, each shape measured once, the kernel captured in the backend's
+every tile the backend measures (and reading through a ReLU and an uneven padding), each shape
+measured once, the kernel captured in the backend's
 graph on streams and alone, computing what eager does, and reading the weights in place (the
 rewrite's CPU tests and the kernel in Triton's interpreter: test_backend_depthwise.py).
 Skipped without CUDA; with NIMBLE_REQUIRE_GPU=1 a missing GPU fails instead."""
@@ -58,6 +59,16 @@ def test_every_tile_computes_what_cudnn_does():
             assert ((got.double() - expected).abs().max() / expected.abs().max()).item() < 1e-6, (k, tile)
 
 
+def test_reading_through_a_relu_and_an_uneven_padding_computes_what_cudnn_does():
+    x = torch.randn(2, 96, 43, 42, device="cuda").contiguous(memory_format=torch.channels_last)
+    w = torch.randn(96, 1, 5, 5, device="cuda")
+    expected = F.conv2d(F.pad(torch.relu(x), (1, 2, 0, 3)).double(), w.double(), None, 2, 0, 1, 96)
+    for tile in depthwise.tiles(25):
+        got = depthwise.triton_depthwise(x, depthwise.taps_of(w), None, [5, 5], [2, 2], [0, 3, 1, 2], [1, 1], *tile, relu_input=True)
+        assert got.shape == expected.shape
+        assert ((got.double() - expected).abs().max() / expected.abs().max()).item() < 1e-6, tile
+
+
 def test_each_shape_is_measured_once_and_the_model_matches_eager():
     depthwise.MEASURED.clear()
     m = model()
@@ -81,7 +92,8 @@ def test_the_kernel_is_captured_on_streams_and_alone_and_reads_the_weights_in_pl
         fast = compiled(m, depthwise_kernels=True, choose=choose)
         follows_eager(fast, m)
         report = last_report()
-        assert {k: report["depthwise_kernels"][k] for k in ("replaced", "slower")} == {"replaced": 3, "slower": 0}, report
+        # the first and the last read through their ReLU (the first through its padding too)
+        assert {k: report["depthwise_kernels"][k] for k in ("replaced", "slower", "prologue")} == {"replaced": 3, "slower": 0, "prologue": 2}, report
         assert "unmeasured" not in report["depthwise_kernels"], report
         assert report["captured_shapes"] == 1, report
         # The weights changed in place after the capture are the weights the graph reads.

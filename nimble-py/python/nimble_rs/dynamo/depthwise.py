@@ -28,6 +28,7 @@ The op ``nimble::depthwise_conv2d`` is defined when this module is imported (wit
 so that a program Inductor cached with it finds it; off CUDA it computes the same thing by ATen.
 """
 
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -69,18 +70,21 @@ def tiles(taps: int) -> List[Tuple[int, int, int, int]]:
 
 
 @torch.library.custom_op("nimble::depthwise_conv2d", mutates_args=())
-def depthwise_conv2d(x: torch.Tensor, taps: torch.Tensor, bias: Optional[torch.Tensor], kernel_size: List[int], stride: List[int], padding: List[int], dilation: List[int], tile: List[int]) -> torch.Tensor:
-    """The depthwise convolution of ``x`` by the weights ``taps`` ([kh * kw, C], ``taps_of``
-    the weight) of ``kernel_size`` plus ``bias``, the output channels-last: on CUDA our kernel in
-    ``tile`` (rows, columns, channels, warps), else ATen's convolution."""
+def depthwise_conv2d(x: torch.Tensor, taps: torch.Tensor, bias: Optional[torch.Tensor], kernel_size: List[int], stride: List[int], padding: List[int], dilation: List[int], relu_input: bool, tile: List[int]) -> torch.Tensor:
+    """The depthwise convolution of ``x`` (its ReLU, with ``relu_input``) zero-padded by
+    ``padding`` ([top, bottom, left, right]) by the weights ``taps`` ([kh * kw, C], ``taps_of``
+    the weight) of ``kernel_size``, plus ``bias``; the output channels-last: on CUDA our kernel in
+    ``tile`` (rows, columns, channels, warps), else ATen's ops."""
     if not x.is_cuda:
         weight = taps.t().reshape(taps.shape[1], 1, *kernel_size)
-        return F.conv2d(x, weight, bias, stride, padding, dilation, x.shape[1]).contiguous(memory_format=torch.channels_last)
-    return triton_depthwise(x, taps, bias, kernel_size, stride, padding, dilation, *tile)
+        top, bottom, left, right = padding
+        source = F.pad(torch.relu(x) if relu_input else x, (left, right, top, bottom))
+        return F.conv2d(source, weight, bias, stride, 0, dilation, x.shape[1]).contiguous(memory_format=torch.channels_last)
+    return triton_depthwise(x, taps, bias, kernel_size, stride, padding, dilation, *tile, relu_input=relu_input)
 
 
 @depthwise_conv2d.register_fake
-def _(x, taps, bias, kernel_size, stride, padding, dilation, tile):
+def _(x, taps, bias, kernel_size, stride, padding, dilation, relu_input, tile):
     return _empty_output(x, kernel_size, stride, padding, dilation)
 
 
@@ -108,8 +112,14 @@ def op():
     return found
 
 
+def pads(padding) -> Tuple[int, int, int, int]:
+    """Padding as (top, bottom, left, right): given so, or as a convolution's (rows, columns)."""
+    return tuple(padding) if len(padding) == 4 else (padding[0], padding[0], padding[1], padding[1])
+
+
 def output_size(height: int, width: int, kh: int, kw: int, stride, padding, dilation) -> Tuple[int, int]:
-    return ((height + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1, (width + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1)
+    top, bottom, left, right = pads(padding)
+    return ((height + top + bottom - dilation[0] * (kh - 1) - 1) // stride[0] + 1, (width + left + right - dilation[1] * (kw - 1) - 1) // stride[1] + 1)
 
 
 def _empty_output(x: torch.Tensor, kernel_size, stride, padding, dilation) -> torch.Tensor:
@@ -119,11 +129,12 @@ def _empty_output(x: torch.Tensor, kernel_size, stride, padding, dilation) -> to
     return torch.empty_strided((n, c, ho, wo), (ho * wo * c, 1, wo * c, c), dtype=x.dtype, device=x.device)
 
 
-def triton_depthwise(x: torch.Tensor, taps: torch.Tensor, bias: Optional[torch.Tensor], kernel_size: List[int], stride: List[int], padding: List[int], dilation: List[int], rows: int = 4, block_w: int = 8, block_c: int = 64, num_warps: int = 4) -> torch.Tensor:
+def triton_depthwise(x: torch.Tensor, taps: torch.Tensor, bias: Optional[torch.Tensor], kernel_size: List[int], stride: List[int], padding: List[int], dilation: List[int], rows: int = 4, block_w: int = 8, block_c: int = 64, num_warps: int = 4, *, relu_input: bool = False) -> torch.Tensor:
     """Our kernel on CUDA tensors (``supported`` sizes; ``taps`` as ``taps_of`` lays the weight
-    out), each program ``rows`` output rows by ``block_w`` columns by ``block_c`` channels with
-    ``num_warps`` warps; ``x`` made channels-last where it is not (a copy), the output
-    channels-last."""
+    out; ``padding`` as a convolution's or [top, bottom, left, right]; with ``relu_input`` the
+    convolution of ``x``'s ReLU), each program ``rows`` output rows by ``block_w`` columns by
+    ``block_c`` channels with ``num_warps`` warps; ``x`` made channels-last where it is not (a
+    copy), the output channels-last."""
     import triton
 
     n, channels, height, width = x.shape
@@ -136,7 +147,8 @@ def triton_depthwise(x: torch.Tensor, taps: torch.Tensor, bias: Optional[torch.T
     tiles_h, tiles_w = triton.cdiv(out_h, rows), triton.cdiv(out_w, block_w)
     grid = (n * tiles_h * tiles_w, triton.cdiv(channels, block_c))
     has_bias = bias is not None
-    _kernel()[grid](x, taps.contiguous(), bias if has_bias else taps, y, height, width, channels // 4, out_h, out_w, tiles_h, tiles_w, stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1], kh, kw, has_bias, rows, block_w, block_c, num_warps=num_warps)
+    top, _, left, _ = pads(padding)
+    _kernel()[grid](x, taps.contiguous(), bias if has_bias else taps, y, height, width, channels // 4, out_h, out_w, tiles_h, tiles_w, stride[0], stride[1], top, left, dilation[0], dilation[1], kh, kw, has_bias, relu_input, rows, block_w, block_c, num_warps=num_warps)
     return y
 
 
@@ -153,7 +165,9 @@ def _kernel():
     # The sizes are not specialized on (Triton would compile again wherever one is 1 or a
     # multiple of 16): one compile per kernel geometry, dtype and tile.
     @triton.jit(do_not_specialize=["H", "W", "C4", "OH", "OW", "TILES_H", "TILES_W"])
-    def depthwise_rows(x_ptr, taps_ptr, b_ptr, y_ptr, H, W, C4, OH, OW, TILES_H, TILES_W, SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, HAS_BIAS: tl.constexpr, ROWS: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
+    def depthwise_rows(x_ptr, taps_ptr, b_ptr, y_ptr, H, W, C4, OH, OW, TILES_H, TILES_W, SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, HAS_BIAS: tl.constexpr, RELU_IN: tl.constexpr, ROWS: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
+        # PH and PW: the padding above and to the left; below and to the right it is wherever an
+        # input row or column past the input's end is read (masked to zero), up to OH and OW.
         # The channel count as four times C4, so that every pixel's offset is known to be a
         # multiple of four floats and the loads and stores are 128-bit.
         C = C4 * 4
@@ -176,6 +190,8 @@ def _kernel():
             for j in tl.static_range(KW):
                 iw = ow * SW - PW + j * DW
                 xv = tl.load(x_image + (ih * W + iw)[:, None] * C + c[None, :], mask=(row_ok & (iw >= 0) & (iw < W))[:, None] & c_ok[None, :], other=0.0).to(tl.float32)
+                if RELU_IN:
+                    xv = tl.maximum(xv, 0.0)  # (the padding's zeros stay zero)
                 added = ()
                 for o in tl.static_range(ROWS):
                     # Input row r is kernel row (r - o * SH) / DH of output row o, where that
@@ -232,34 +248,73 @@ def candidate(node: torch.fx.Node) -> bool:
     return supported(xv, wv, bv, transposed, output_padding, groups)
 
 
+@dataclass(frozen=True)
+class Site:
+    """What a candidate convolution computes, as our kernel takes it: the tensor it reads before
+    a zero padding and a ReLU the kernel applies as it loads (timm's separable convolutions:
+    ``conv(pad(relu(x)))``), the padding in all ([top, bottom, left, right]), and the rest of the
+    convolution's geometry."""
+
+    source: torch.fx.Node
+    weight: torch.fx.Node
+    bias: Optional[torch.fx.Node]
+    stride: Tuple[int, int]
+    padding: Tuple[int, int, int, int]
+    dilation: Tuple[int, int]
+    relu_input: bool
+
+
+def site(node: torch.fx.Node) -> Site:
+    """A ``candidate``'s ``Site``: its input read through a zero ``constant_pad_nd`` of the last
+    two dimensions and a ReLU before it, where there are (they are then computed in our kernel;
+    their nodes stay for any other users)."""
+    x, weight, bias, stride, padding, dilation, _, _, _ = node.args
+    top, bottom, left, right = padding[0], padding[0], padding[1], padding[1]
+    if _call(x, aten.constant_pad_nd.default) and len(x.args) >= 2 and (len(x.args) < 3 or x.args[2] == 0) and _val(x.args[0]) is not None:
+        extra = x.args[1]
+        if len(extra) == 4 and all(isinstance(p, int) and p >= 0 for p in extra) and _val(x.args[0]).dim() == 4:
+            # (constant_pad_nd lists the last dimension first: left, right, top, bottom)
+            x, left, right, top, bottom = x.args[0], left + extra[0], right + extra[1], top + extra[2], bottom + extra[3]
+    relu = _call(x, aten.relu.default) and _val(x.args[0]) is not None and _val(x.args[0]).dtype == _val(x).dtype
+    return Site(x.args[0] if relu else x, weight, bias, tuple(stride), (top, bottom, left, right), tuple(dilation), relu)
+
+
+def _call(node, target) -> bool:
+    return isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target is target
+
+
 def replace_depthwise(gm: torch.fx.GraphModule, tile_for) -> Dict[str, int]:
-    """Every ``candidate`` convolution of ``gm`` for which ``tile_for`` (given x, the weight,
-    the bias or None, their fake values, and the geometry) gives a tile, replaced in place by
-    ``nimble::depthwise_conv2d`` in that tile over the weight laid out tap by tap in the graph;
-    counts of those replaced, those measured slower than cuDNN (``tile_for`` gave None) and
-    those it could not measure (it gave False)."""
+    """Every ``candidate`` convolution of ``gm`` for which ``tile_for`` (given its ``Site``)
+    gives a tile, replaced in place by ``nimble::depthwise_conv2d`` in that tile, reading the
+    site's source, over the weight laid out tap by tap in the graph; counts of those replaced
+    (and of those that read through a padding or a ReLU), those measured slower than cuDNN
+    (``tile_for`` gave None) and those it could not measure (it gave False)."""
     from torch._guards import detect_fake_mode
 
     graph = gm.graph
     counts = {"replaced": 0, "slower": 0}
     for node in [n for n in graph.nodes if candidate(n)]:
-        x, weight, bias, stride, padding, dilation, _, _, _ = node.args
-        geometry = (tuple(stride), tuple(padding), tuple(dilation))
-        tile = tile_for(_val(x), _val(weight), _val(bias) if bias is not None else None, *geometry)
+        at = site(node)
+        tile = tile_for(at)
         if tile is False:
             counts["unmeasured"] = counts.get("unmeasured", 0) + 1
             continue
         if tile is None:
             counts["slower"] += 1
             continue
-        fake_mode = detect_fake_mode([_val(x), _val(weight)])
+        fake_mode = detect_fake_mode([_val(at.source), _val(at.weight)])
         if fake_mode is None:
             continue
         build = Builder(graph, node, fake_mode)
-        channels, _, kh, kw = _val(weight).shape
-        taps = build.add(aten.clone.default, build.add(aten.permute.default, build.add(aten.view.default, weight, [channels, kh * kw]), [1, 0]), memory_format=torch.contiguous_format)
-        substitute(graph, node, build.add(op(), x, taps, bias, [kh, kw], list(stride), list(padding), list(dilation), list(tile)))
+        channels, _, kh, kw = _val(at.weight).shape
+        taps = build.add(aten.clone.default, build.add(aten.permute.default, build.add(aten.view.default, at.weight, [channels, kh * kw]), [1, 0]), memory_format=torch.contiguous_format)
+        substitute(graph, node, build.add(op(), at.source, taps, at.bias, [kh, kw], list(at.stride), list(at.padding), list(at.dilation), at.relu_input, list(tile)))
         counts["replaced"] += 1
+        if at.relu_input or at.padding != pads(node.args[4]):
+            counts["prologue"] = counts.get("prologue", 0) + 1
+    if counts["replaced"]:
+        # the paddings and ReLUs only the replaced convolutions read
+        graph.eliminate_dead_code()
     recompile_if(gm, counts["replaced"])
     return counts
 
@@ -272,15 +327,15 @@ def rewrite(gm: torch.fx.GraphModule) -> Dict[str, Any]:
     once (the convolutions it had not reached stay cuDNN's)."""
     shapes: Dict[tuple, Dict[str, Any]] = {}
 
-    def measured(x, weight, bias, stride, padding, dilation):
+    def measured(at: Site):
+        x, weight = _val(at.source), _val(at.weight)
         try:
-            tile = fastest_tile(x, weight, bias, stride, padding, dilation)
+            tile = fastest_tile(at)
         except Exception as error:  # noqa: BLE001 - that convolution stays cuDNN's
-            warn_once(("depthwise", tuple(x.shape), tuple(weight.shape), stride, padding, dilation), f"nimble backend: our depthwise kernel could not be measured on the convolution of input {list(x.shape)}, weight {list(weight.shape)} ({type(error).__name__}: {error}); it runs as Inductor compiles it")
+            warn_once(("depthwise", _key(at)), f"nimble backend: our depthwise kernel could not be measured on the convolution of input {list(x.shape)}, weight {list(weight.shape)} ({type(error).__name__}: {error}); it runs as Inductor compiles it")
             return False
-        key = _key(x, weight, bias, stride, padding, dilation)
-        times = MEASURED[key][1]
-        shapes[key] = {"input": list(x.shape), "kernel": list(weight.shape[2:]), "stride": list(stride), "cudnn_us": round(times[0], 2), "fastest_us": round(min(times[1:]), 2), "tile": None if tile is None else list(tile)}
+        times = MEASURED[_key(at)][1]
+        shapes[_key(at)] = {"input": list(x.shape), "kernel": list(weight.shape[2:]), "stride": list(at.stride), "padding": list(at.padding), "relu_input": at.relu_input, "cudnn_us": round(times[0], 2), "fastest_us": round(min(times[1:]), 2), "tile": None if tile is None else list(tile)}
         return tile
 
     def replaced() -> Dict[str, Any]:
@@ -294,15 +349,16 @@ def rewrite(gm: torch.fx.GraphModule) -> Dict[str, Any]:
 
 def variants(gm: torch.fx.GraphModule) -> List[tuple]:
     """The kernel's compile-time variants the measurements of ``gm``'s candidates will run:
-    (device, dtype, bias or not, kernel size, stride, padding, dilation, tile), each once, for
-    every tile measured."""
+    (device, dtype, bias or not, kernel size, stride, padding above and to the left, dilation,
+    ReLU or not, tile), each once, for every tile measured."""
     found = []
     for node in gm.graph.nodes:
         if candidate(node):
-            x, weight, bias, stride, padding, dilation, _, _, _ = node.args
-            kh, kw = _val(weight).shape[2:]
+            at = site(node)
+            x = _val(at.source)
+            kh, kw = _val(at.weight).shape[2:]
             for tile in tiles(kh * kw):
-                spec = (_val(x).device, _val(x).dtype, bias is not None, (kh, kw), tuple(stride), tuple(padding), tuple(dilation), tuple(tile))
+                spec = (x.device, x.dtype, at.bias is not None, (kh, kw), at.stride, (at.padding[0], at.padding[2]), at.dilation, at.relu_input, tuple(tile))
                 if spec not in found:
                     found.append(spec)
     return found
@@ -316,11 +372,11 @@ def compile_ahead(specs: List[tuple]) -> Dict[str, int]:
     from concurrent.futures import ThreadPoolExecutor
 
     def one(spec) -> bool:
-        device, dtype, has_bias, (kh, kw), (sh, sw), (ph, pw), (dh, dw), (rows, block_w, block_c, warps) = spec
+        device, dtype, has_bias, (kh, kw), (sh, sw), (top, left), (dh, dw), relu, (rows, block_w, block_c, warps) = spec
         try:
             with torch.cuda.device(device):
                 # (Pointers as their dtypes, Triton's stand-ins: aligned, as every buffer here is.)
-                _kernel().warmup(dtype, dtype, dtype, dtype, 1, 1, 1, 1, 1, 1, 1, sh, sw, ph, pw, dh, dw, kh, kw, has_bias, rows, block_w, block_c, grid=(1,), num_warps=warps)
+                _kernel().warmup(dtype, dtype, dtype, dtype, 1, 1, 1, 1, 1, 1, 1, sh, sw, top, left, dh, dw, kh, kw, has_bias, relu, rows, block_w, block_c, grid=(1,), num_warps=warps)
             return True
         except Exception:  # noqa: BLE001 - compiled (or reported) at its measurement instead
             return False
@@ -336,46 +392,51 @@ def compile_ahead(specs: List[tuple]) -> Dict[str, int]:
     return counts
 
 
-def _key(x, weight, bias, stride, padding, dilation) -> tuple:
-    return (tuple(x.shape), tuple(weight.shape), bias is not None, tuple(stride), tuple(padding), tuple(dilation), x.dtype, cuda_device(x))
+def _key(at: Site) -> tuple:
+    x, weight = _val(at.source), _val(at.weight)
+    return (tuple(x.shape), tuple(weight.shape), at.bias is not None, at.stride, at.padding, at.dilation, at.relu_input, x.dtype, cuda_device(x))
 
 
-# Per shape: the tile chosen (None: cuDNN's is kept) and the microseconds measured, cuDNN's
+# Per site: the tile chosen (None: cuDNN's is kept) and the microseconds measured, cuDNN's
 # first, then each tile's in ``tiles``' order.
 MEASURED: Dict[tuple, Tuple[Optional[Tuple[int, ...]], List[float]]] = {}
 
 
-def fastest_tile(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride, padding, dilation) -> Optional[Tuple[int, ...]]:
-    """The tile of ``tiles`` in which our kernel is fastest at these shapes, where it takes at
-    most ``MARGIN`` of cuDNN's convolution on channels-last random tensors and its output is
-    within ``EXACT`` of cuDNN's; else None. Measured once per shape, each in a CUDA graph of
-    repeats."""
-    key = _key(x, weight, bias, stride, padding, dilation)
+def fastest_tile(at: Site) -> Optional[Tuple[int, ...]]:
+    """The tile of ``tiles`` in which our kernel is fastest at this site, where it takes at most
+    ``MARGIN`` of cuDNN's convolution alone (on the padded ReLU, made beforehand: what the
+    kernel saves by reading through them is not counted) on channels-last random tensors, and
+    its output is within ``EXACT`` of cuDNN's; else None. Measured once per site, each in a CUDA
+    graph of repeats."""
+    key = _key(at)
     if key in MEASURED:
         return MEASURED[key][0]
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+    x, weight = _val(at.source), _val(at.weight)
+    top, bottom, left, right = at.padding
     with unset_fake_temporarily(), torch.no_grad():
         device = cuda_device(x)
         xr = torch.randn(tuple(x.shape), dtype=x.dtype, device=device).contiguous(memory_format=torch.channels_last)
+        padded = F.pad(torch.relu(xr) if at.relu_input else xr, (left, right, top, bottom)).contiguous(memory_format=torch.channels_last)
         wr = torch.randn(tuple(weight.shape), dtype=x.dtype, device=device)
         kernel_size = list(weight.shape[2:])
-        br = torch.randn(weight.shape[0], dtype=x.dtype, device=device) if bias is not None else None
+        br = torch.randn(weight.shape[0], dtype=x.dtype, device=device) if at.bias is not None else None
         groups = x.shape[1]
-        expected = F.conv2d(xr, wr, br, stride, padding, dilation, groups)
+        expected = F.conv2d(padded, wr, br, at.stride, 0, at.dilation, groups)
         scale = expected.abs().max().clamp_min(1e-30)
-        times = [graph_us(lambda: F.conv2d(xr, wr, br, stride, padding, dilation, groups), device)]
+        times = [graph_us(lambda: F.conv2d(padded, wr, br, at.stride, 0, at.dilation, groups), device)]
         best, best_us = None, float("inf")
         for tile in tiles(weight.shape[2] * weight.shape[3]):
             # (the weight's copy tap by tap measured with it: the graph makes it on every call)
-            run = lambda tile=tile: triton_depthwise(xr, taps_of(wr), br, kernel_size, list(stride), list(padding), list(dilation), *tile)
+            run = lambda tile=tile: triton_depthwise(xr, taps_of(wr), br, kernel_size, list(at.stride), list(at.padding), list(at.dilation), *tile, relu_input=at.relu_input)
             if ((run().float() - expected.float()).abs().max() / scale.float()).item() > EXACT[x.dtype]:
                 times.append(float("inf"))
                 continue
             times.append(graph_us(run, device))
             if times[-1] < best_us:
                 best, best_us = tile, times[-1]
-        del xr, wr, br, expected
+        del xr, padded, wr, br, expected
     chosen = best if best_us <= MARGIN * times[0] else None
     MEASURED[key] = (chosen, times)
     return chosen
