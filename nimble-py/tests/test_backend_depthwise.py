@@ -94,6 +94,44 @@ def test_a_zero_padding_and_a_relu_before_the_convolution_are_read_through():
         assert g.shape == e.shape and torch.allclose(g, e, atol=1e-5, rtol=1e-4), (g - e).abs().max()
 
 
+class SecondSeparable(nn.Module):
+    """The second half of a NASNet-A large separable convolution pair: a 1x1 convolution, its
+    BatchNorm, a ReLU and a depthwise convolution."""
+
+    def __init__(self):
+        super().__init__()
+        self.pointwise = nn.Conv2d(8, 8, 1, bias=False)
+        self.norm = nn.BatchNorm2d(8)
+        self.depthwise = nn.Conv2d(8, 8, 5, padding=2, groups=8, bias=False)
+
+    def forward(self, x):
+        return self.depthwise(torch.relu(self.norm(self.pointwise(x))))
+
+
+def test_an_inference_batchnorm_before_the_relu_is_read_through_too():
+    model = SecondSeparable().eval()
+    with torch.no_grad():
+        model.norm.running_mean.uniform_(-1, 1)
+        model.norm.running_var.uniform_(0.5, 2)
+        model.norm.weight.uniform_(0.5, 1.5)
+        model.norm.bias.uniform_(-1, 1)
+    x = torch.randn(2, 8, 10, 9)
+    sources = []
+
+    def tile_for(at):
+        sources.append((at.source.target, at.relu_input, len(at.affine)))
+        return (2, 8, 8, 1)
+
+    got, counts, ops = rewritten_through_inductor(model, x, lambda gm: depthwise.replace_depthwise(gm, tile_for))
+    with torch.no_grad():
+        expected = model(x)
+    assert counts == {"replaced": 1, "slower": 0, "prologue": 1, "affine_prologue": 1}, counts
+    # the kernel reads the 1x1's output; the BatchNorm's ops on it and the ReLU are gone
+    assert sources[0][:2] == (torch.ops.aten.convolution.default, True) and sources[0][2] >= 2, sources
+    assert torch.ops.aten.relu.default not in ops, ops
+    assert torch.allclose(got, expected, atol=1e-5, rtol=1e-4), (got - expected).abs().max()
+
+
 def test_a_shape_measured_slower_or_unmeasured_stays_cudnns():
     model = Convolutions().eval()
     x = torch.randn(2, 8, 13, 11)
@@ -107,18 +145,20 @@ def test_a_shape_measured_slower_or_unmeasured_stays_cudnns():
 
 def test_the_op_off_cuda_is_atens_convolution_channels_last():
     x, w, b = torch.randn(2, 12, 9, 7), torch.randn(12, 1, 3, 3), torch.randn(12)
-    got = torch.ops.nimble.depthwise_conv2d(x, depthwise.taps_of(w), b, [3, 3], [1, 2], [1, 1, 0, 0], [1, 1], False, [4, 8, 64, 4])
+    got = torch.ops.nimble.depthwise_conv2d(x, depthwise.taps_of(w), b, None, None, [3, 3], [1, 2], [1, 1, 0, 0], [1, 1], False, [4, 8, 64, 4])
     assert got.is_contiguous(memory_format=torch.channels_last)
     assert torch.allclose(got, torch.nn.functional.conv2d(x, w, b, [1, 2], [1, 0], [1, 1], 12), atol=1e-6)
-    # through a ReLU and a padding of one row above and two below
-    got = torch.ops.nimble.depthwise_conv2d(x, depthwise.taps_of(w), b, [3, 3], [1, 1], [1, 2, 0, 0], [1, 1], True, [4, 8, 64, 4])
-    expected = torch.nn.functional.conv2d(torch.nn.functional.pad(torch.relu(x), (0, 0, 1, 2)), w, b, 1, 0, 1, 12)
+    # through a per-channel factor and term, a ReLU and a padding of one row above and two below
+    scale, shift = torch.rand(12) + 0.5, torch.randn(12)
+    got = torch.ops.nimble.depthwise_conv2d(x, depthwise.taps_of(w), b, scale, shift, [3, 3], [1, 1], [1, 2, 0, 0], [1, 1], True, [4, 8, 64, 4])
+    source = torch.relu(x * scale.view(1, 12, 1, 1) + shift.view(1, 12, 1, 1))
+    expected = torch.nn.functional.conv2d(torch.nn.functional.pad(source, (0, 0, 1, 2)), w, b, 1, 0, 1, 12)
     assert got.shape == expected.shape and torch.allclose(got, expected, atol=1e-6)
 
 
 KERNEL_CASES = [
-    # shape, kernel, stride, padding, dilation, ReLU read through (else a bias), tile (rows,
-    # columns, channels, warps)
+    # shape, kernel, stride, padding, dilation, a factor, a term and a ReLU read through (else a
+    # bias), tile (rows, columns, channels, warps)
     ((2, 12, 9, 11), 3, 1, 1, 1, True, (4, 8, 64, 4)),
     ((1, 40, 13, 13), 5, 2, 2, 1, False, (2, 4, 32, 4)),
     ((2, 8, 8, 7), 7, 1, 3, 1, True, (3, 4, 4, 1)),
@@ -142,10 +182,13 @@ for shape, k, stride, padding, dilation, relu, tile in json.loads(sys.argv[1]):
     w = torch.randn(shape[1], 1, k, k)
     # a bias where there is no ReLU to read through
     b = None if relu else torch.randn(shape[1])
+    # and a per-channel factor and term (a BatchNorm's) where there is one
+    scale, shift = (torch.rand(shape[1]) + 0.5, torch.randn(shape[1])) if relu else (None, None)
     top, bottom, left, right = padding if isinstance(padding, list) else [padding] * 4
-    source = F.pad(torch.relu(x) if relu else x, (left, right, top, bottom)).double()
+    source = x if scale is None else x * scale.view(1, -1, 1, 1) + shift.view(1, -1, 1, 1)
+    source = F.pad(torch.relu(source) if relu else source, (left, right, top, bottom)).double()
     exact = F.conv2d(source, w.double(), None if b is None else b.double(), stride, 0, dilation, shape[1])
-    got = triton_depthwise(x, taps_of(w), b, [k, k], [stride, stride], [top, bottom, left, right], [dilation, dilation], *tile, relu_input=relu)
+    got = triton_depthwise(x, taps_of(w), b, [k, k], [stride, stride], [top, bottom, left, right], [dilation, dilation], *tile, relu_input=relu, scale=scale, shift=shift)
     results.append({"shape": list(got.shape) == list(exact.shape), "channels_last": got.is_contiguous(memory_format=torch.channels_last), "error": ((got.double() - exact).abs().max() / exact.abs().max()).item()})
 # every tile the backend measures, on a 5x5 and a 7x7
 for k in (5, 7):
@@ -199,8 +242,8 @@ def test_the_variants_to_compile_are_each_geometry_and_tile_once():
     # (caches off: a cached program would skip the inner compile)
     with torch._functorch.config.patch(enable_autograd_cache=False), torch._inductor.config.patch(fx_graph_cache=False), torch.no_grad():
         torch.compile(Twice().eval(), backend=lambda gm, inputs: compile_fx(gm, inputs, inner_compile=inner))(torch.randn(1, 8, 16, 16))
-    geometries = [(bias, size, stride, padding, relu, tile) for _, _, bias, size, stride, padding, _, relu, tile in found]
-    assert geometries == [(False, (5, 5), (1, 1), (2, 2), False, t) for t in depthwise.CONFIGS] + [(True, (7, 7), (2, 2), (0, 0), False, t) for t in depthwise.LARGE_CONFIGS], geometries
+    geometries = [(bias, affine, size, stride, padding, relu, tile) for _, _, bias, affine, size, stride, padding, _, relu, tile in found]
+    assert geometries == [(False, (False, False), (5, 5), (1, 1), (2, 2), False, t) for t in depthwise.CONFIGS] + [(True, (False, False), (7, 7), (2, 2), (0, 0), False, t) for t in depthwise.LARGE_CONFIGS], geometries
 
 
 AHEAD_SCRIPT = """
@@ -223,7 +266,7 @@ torch.cuda.device = lambda device: contextlib.nullcontext()
 from nimble_rs.dynamo import depthwise
 from nimble_rs.dynamo.fxnodes import value as _val
 cuda = torch.device("cuda", 0)
-specs = [(cuda, torch.float32, bias, (k, k), (s, s), (p, p), (1, 1), bias, tuple(t)) for k, s, p, bias in json.loads(sys.argv[1]) for t in depthwise.tiles(k * k)]
+specs = [(cuda, torch.float32, bias, (bias, bias), (k, k), (s, s), (p, p), (1, 1), bias, tuple(t)) for k, s, p, bias in json.loads(sys.argv[1]) for t in depthwise.tiles(k * k)]
 def launched_keys_found():
     kernel = depthwise._kernel()
     cache, key_cache, _, _, binder = kernel.device_caches[0]
@@ -234,8 +277,9 @@ def launched_keys_found():
         taps, b = torch.randn(k * k, 24), torch.randn(24)
         out = depthwise.output_size(20, 20, k, k, (s, s), (p, p), (1, 1))
         for rows, bw, bc, warps in depthwise.tiles(k * k):
-            # (the ReLU, read through, with the bias here: both kinds of flag in two variants)
-            args = (x, taps, b if bias else taps, torch.empty(1), 20, 20, 6, out[0], out[1], -(-out[0] // rows), -(-out[1] // bw), s, s, p, p, 1, 1, k, k, bias, bias, rows, bw, bc)
+            # (the prologue, factor, term and ReLU, with the bias here: both kinds of flag in two variants)
+            vector = b if bias else taps
+            args = (x, taps, vector, vector, vector, torch.empty(1), 20, 20, 6, out[0], out[1], -(-out[0] // rows), -(-out[1] // bw), s, s, p, p, 1, 1, k, k, bias, bias, bias, bias, rows, bw, bc)
             _, specialization, options = binder(*args, num_warps=warps, debug=kernel.debug or knobs.runtime.debug, instrumentation_mode=knobs.compilation.instrumentation_mode)
             found.append(compute_cache_key(key_cache, specialization, options) in cache)
     return found

@@ -1,5 +1,6 @@
 """Option ``depthwise_kernels`` on a CUDA GPU: our depthwise kernel against cuDNN's output in
-every tile the backend measures (and reading through a ReLU and an uneven padding), each shape
+every tile the backend measures (and reading through a BatchNorm, a ReLU and an uneven
+padding), each shape
 measured once, the kernel captured in the backend's
 graph on streams and alone, computing what eager does, and reading the weights in place (the
 rewrite's CPU tests and the kernel in Triton's interpreter: test_backend_depthwise.py).
@@ -59,12 +60,14 @@ def test_every_tile_computes_what_cudnn_does():
             assert ((got.double() - expected).abs().max() / expected.abs().max()).item() < 1e-6, (k, tile)
 
 
-def test_reading_through_a_relu_and_an_uneven_padding_computes_what_cudnn_does():
+def test_reading_through_a_batchnorm_a_relu_and_an_uneven_padding_computes_what_cudnn_does():
     x = torch.randn(2, 96, 43, 42, device="cuda").contiguous(memory_format=torch.channels_last)
     w = torch.randn(96, 1, 5, 5, device="cuda")
-    expected = F.conv2d(F.pad(torch.relu(x), (1, 2, 0, 3)).double(), w.double(), None, 2, 0, 1, 96)
+    scale, shift = torch.rand(96, device="cuda") + 0.5, torch.randn(96, device="cuda")
+    source = torch.relu(x * scale.view(1, 96, 1, 1) + shift.view(1, 96, 1, 1))
+    expected = F.conv2d(F.pad(source, (1, 2, 0, 3)).double(), w.double(), None, 2, 0, 1, 96)
     for tile in depthwise.tiles(25):
-        got = depthwise.triton_depthwise(x, depthwise.taps_of(w), None, [5, 5], [2, 2], [0, 3, 1, 2], [1, 1], *tile, relu_input=True)
+        got = depthwise.triton_depthwise(x, depthwise.taps_of(w), None, [5, 5], [2, 2], [0, 3, 1, 2], [1, 1], *tile, relu_input=True, scale=scale, shift=shift)
         assert got.shape == expected.shape
         assert ((got.double() - expected).abs().max() / expected.abs().max()).item() < 1e-6, tile
 
@@ -101,6 +104,23 @@ def test_the_kernel_is_captured_on_streams_and_alone_and_reads_the_weights_in_pl
             m.large.weight.mul_(-2.0)
             m.small.bias.add_(1.0)
         follows_eager(fast, m)
+
+
+def test_a_batchnorm_read_through_is_captured_and_follows_its_buffers(monkeypatch):
+    # A 1x1, its BatchNorm and ReLU, then the depthwise convolution reading the 1x1's output.
+    monkeypatch.setattr(depthwise, "MARGIN", float("inf"))
+    m = nn.Sequential(nn.Conv2d(96, 96, 1, bias=False), nn.BatchNorm2d(96), nn.ReLU(), nn.Conv2d(96, 96, 5, padding=2, groups=96, bias=False)).cuda().eval()
+    with torch.no_grad():
+        m[1].running_mean.uniform_(-0.5, 0.5)
+        m[1].running_var.uniform_(0.5, 1.5)
+    fast = compiled(m, depthwise_kernels=True)
+    follows_eager(fast, m)
+    assert last_report()["depthwise_kernels"]["affine_prologue"] == 1, last_report()
+    # The BatchNorm's buffers changed in place after the capture are the ones the graph reads.
+    with torch.no_grad():
+        m[1].running_mean.add_(0.25)
+        m[1].weight.mul_(-1.0)
+    follows_eager(fast, m)
 
 
 def test_off_by_default():

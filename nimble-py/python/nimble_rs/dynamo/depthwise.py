@@ -36,7 +36,8 @@ import torch.fx
 import torch.nn.functional as F
 
 from .compiled import warn_once
-from .fxnodes import Builder, cuda_device, guarded, recompile_if, substitute
+from .fold import AFFINE, AffineBuilder, per_channel
+from .fxnodes import cuda_device, guarded, recompile_if, substitute
 from .fxnodes import value as _val
 from .runner import graph_us
 
@@ -70,22 +71,33 @@ def tiles(taps: int) -> List[Tuple[int, int, int, int]]:
 
 
 @torch.library.custom_op("nimble::depthwise_conv2d", mutates_args=())
-def depthwise_conv2d(x: torch.Tensor, taps: torch.Tensor, bias: Optional[torch.Tensor], kernel_size: List[int], stride: List[int], padding: List[int], dilation: List[int], relu_input: bool, tile: List[int]) -> torch.Tensor:
-    """The depthwise convolution of ``x`` (its ReLU, with ``relu_input``) zero-padded by
-    ``padding`` ([top, bottom, left, right]) by the weights ``taps`` ([kh * kw, C], ``taps_of``
-    the weight) of ``kernel_size``, plus ``bias``; the output channels-last: on CUDA our kernel in
-    ``tile`` (rows, columns, channels, warps), else ATen's ops."""
+def depthwise_conv2d(x: torch.Tensor, taps: torch.Tensor, bias: Optional[torch.Tensor], scale: Optional[torch.Tensor], shift: Optional[torch.Tensor], kernel_size: List[int], stride: List[int], padding: List[int], dilation: List[int], relu_input: bool, tile: List[int]) -> torch.Tensor:
+    """The depthwise convolution of ``x`` (times ``scale`` plus ``shift``, per channel, where
+    given; then its ReLU, with ``relu_input``) zero-padded by ``padding`` ([top, bottom, left,
+    right]) by the weights ``taps`` ([kh * kw, C], ``taps_of`` the weight) of ``kernel_size``,
+    plus ``bias``; the output channels-last: on CUDA our kernel in ``tile`` (rows, columns,
+    channels, warps), else ATen's ops."""
     if not x.is_cuda:
         weight = taps.t().reshape(taps.shape[1], 1, *kernel_size)
         top, bottom, left, right = padding
-        source = F.pad(torch.relu(x) if relu_input else x, (left, right, top, bottom))
-        return F.conv2d(source, weight, bias, stride, 0, dilation, x.shape[1]).contiguous(memory_format=torch.channels_last)
-    return triton_depthwise(x, taps, bias, kernel_size, stride, padding, dilation, *tile, relu_input=relu_input)
+        source = prologue(x, scale, shift, relu_input)
+        return F.conv2d(F.pad(source, (left, right, top, bottom)), weight, bias, stride, 0, dilation, x.shape[1]).contiguous(memory_format=torch.channels_last)
+    return triton_depthwise(x, taps, bias, kernel_size, stride, padding, dilation, *tile, relu_input=relu_input, scale=scale, shift=shift)
 
 
 @depthwise_conv2d.register_fake
-def _(x, taps, bias, kernel_size, stride, padding, dilation, relu_input, tile):
+def _(x, taps, bias, scale, shift, kernel_size, stride, padding, dilation, relu_input, tile):
     return _empty_output(x, kernel_size, stride, padding, dilation)
+
+
+def prologue(x: torch.Tensor, scale: Optional[torch.Tensor], shift: Optional[torch.Tensor], relu: bool) -> torch.Tensor:
+    """What the kernel computes from ``x`` as it loads it, by ATen ops."""
+    channels = x.shape[1]
+    if scale is not None:
+        x = x * scale.view(1, channels, 1, 1)
+    if shift is not None:
+        x = x + shift.view(1, channels, 1, 1)
+    return torch.relu(x) if relu else x
 
 
 def taps_of(weight: torch.Tensor) -> torch.Tensor:
@@ -129,12 +141,13 @@ def _empty_output(x: torch.Tensor, kernel_size, stride, padding, dilation) -> to
     return torch.empty_strided((n, c, ho, wo), (ho * wo * c, 1, wo * c, c), dtype=x.dtype, device=x.device)
 
 
-def triton_depthwise(x: torch.Tensor, taps: torch.Tensor, bias: Optional[torch.Tensor], kernel_size: List[int], stride: List[int], padding: List[int], dilation: List[int], rows: int = 4, block_w: int = 8, block_c: int = 64, num_warps: int = 4, *, relu_input: bool = False) -> torch.Tensor:
+def triton_depthwise(x: torch.Tensor, taps: torch.Tensor, bias: Optional[torch.Tensor], kernel_size: List[int], stride: List[int], padding: List[int], dilation: List[int], rows: int = 4, block_w: int = 8, block_c: int = 64, num_warps: int = 4, *, relu_input: bool = False, scale: Optional[torch.Tensor] = None, shift: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Our kernel on CUDA tensors (``supported`` sizes; ``taps`` as ``taps_of`` lays the weight
-    out; ``padding`` as a convolution's or [top, bottom, left, right]; with ``relu_input`` the
-    convolution of ``x``'s ReLU), each program ``rows`` output rows by ``block_w`` columns by
-    ``block_c`` channels with ``num_warps`` warps; ``x`` made channels-last where it is not (a
-    copy), the output channels-last."""
+    out; ``padding`` as a convolution's or [top, bottom, left, right]; the convolution of
+    ``prologue(x, scale, shift, relu_input)``, ``scale`` and ``shift`` [C] vectors), each
+    program ``rows`` output rows by ``block_w`` columns by ``block_c`` channels with
+    ``num_warps`` warps; ``x`` made channels-last where it is not (a copy), the output
+    channels-last."""
     import triton
 
     n, channels, height, width = x.shape
@@ -148,7 +161,8 @@ def triton_depthwise(x: torch.Tensor, taps: torch.Tensor, bias: Optional[torch.T
     grid = (n * tiles_h * tiles_w, triton.cdiv(channels, block_c))
     has_bias = bias is not None
     top, _, left, _ = pads(padding)
-    _kernel()[grid](x, taps.contiguous(), bias if has_bias else taps, y, height, width, channels // 4, out_h, out_w, tiles_h, tiles_w, stride[0], stride[1], top, left, dilation[0], dilation[1], kh, kw, has_bias, relu_input, rows, block_w, block_c, num_warps=num_warps)
+    vectors = [v.contiguous() if v is not None else taps for v in (bias, scale, shift)]
+    _kernel()[grid](x, taps.contiguous(), *vectors, y, height, width, channels // 4, out_h, out_w, tiles_h, tiles_w, stride[0], stride[1], top, left, dilation[0], dilation[1], kh, kw, has_bias, scale is not None, shift is not None, relu_input, rows, block_w, block_c, num_warps=num_warps)
     return y
 
 
@@ -165,7 +179,7 @@ def _kernel():
     # The sizes are not specialized on (Triton would compile again wherever one is 1 or a
     # multiple of 16): one compile per kernel geometry, dtype and tile.
     @triton.jit(do_not_specialize=["H", "W", "C4", "OH", "OW", "TILES_H", "TILES_W"])
-    def depthwise_rows(x_ptr, taps_ptr, b_ptr, y_ptr, H, W, C4, OH, OW, TILES_H, TILES_W, SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, HAS_BIAS: tl.constexpr, RELU_IN: tl.constexpr, ROWS: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
+    def depthwise_rows(x_ptr, taps_ptr, b_ptr, scale_ptr, shift_ptr, y_ptr, H, W, C4, OH, OW, TILES_H, TILES_W, SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_SHIFT: tl.constexpr, RELU_IN: tl.constexpr, ROWS: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
         # PH and PW: the padding above and to the left; below and to the right it is wherever an
         # input row or column past the input's end is read (masked to zero), up to OH and OW.
         # The channel count as four times C4, so that every pixel's offset is known to be a
@@ -179,6 +193,11 @@ def _kernel():
         c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
         c_ok = c < C
         x_image = x_ptr + n.to(tl.int64) * H * W * C
+        # The prologue's per-channel factor and term (an inference BatchNorm before the ReLU).
+        if HAS_SCALE:
+            sc = tl.load(scale_ptr + c, mask=c_ok, other=0.0).to(tl.float32)
+        if HAS_SHIFT:
+            sh = tl.load(shift_ptr + c, mask=c_ok, other=0.0).to(tl.float32)
         # One accumulator per output row, added into only by the input rows it reads: a tuple
         # the loops unroll, so that no tensor carries a dimension of rows.
         accs = ()
@@ -189,9 +208,15 @@ def _kernel():
             row_ok = (ih >= 0) & (ih < H)
             for j in tl.static_range(KW):
                 iw = ow * SW - PW + j * DW
-                xv = tl.load(x_image + (ih * W + iw)[:, None] * C + c[None, :], mask=(row_ok & (iw >= 0) & (iw < W))[:, None] & c_ok[None, :], other=0.0).to(tl.float32)
+                inside = (row_ok & (iw >= 0) & (iw < W))[:, None] & c_ok[None, :]
+                xv = tl.load(x_image + (ih * W + iw)[:, None] * C + c[None, :], mask=inside, other=0.0).to(tl.float32)
+                if HAS_SCALE:
+                    xv = xv * sc[None, :]
+                if HAS_SHIFT:
+                    # (the padding is zero after the prologue, not the shift's ReLU)
+                    xv = tl.where(inside, xv + sh[None, :], 0.0)
                 if RELU_IN:
-                    xv = tl.maximum(xv, 0.0)  # (the padding's zeros stay zero)
+                    xv = tl.maximum(xv, 0.0)
                 added = ()
                 for o in tl.static_range(ROWS):
                     # Input row r is kernel row (r - o * SH) / DH of output row o, where that
@@ -251,9 +276,11 @@ def candidate(node: torch.fx.Node) -> bool:
 @dataclass(frozen=True)
 class Site:
     """What a candidate convolution computes, as our kernel takes it: the tensor it reads before
-    a zero padding and a ReLU the kernel applies as it loads (timm's separable convolutions:
-    ``conv(pad(relu(x)))``), the padding in all ([top, bottom, left, right]), and the rest of the
-    convolution's geometry."""
+    per-channel affine ops (an inference BatchNorm), a ReLU and a zero padding, which the kernel
+    applies as it loads (timm's separable convolutions: ``conv(pad(relu(x)))``, the second of a
+    pair ``conv(relu(batchnorm(x)))``), those affine ops in order (each node and its other
+    operand), the padding in all ([top, bottom, left, right]), and the rest of the convolution's
+    geometry."""
 
     source: torch.fx.Node
     weight: torch.fx.Node
@@ -262,12 +289,14 @@ class Site:
     padding: Tuple[int, int, int, int]
     dilation: Tuple[int, int]
     relu_input: bool
+    affine: Tuple[Tuple[torch.fx.Node, torch.fx.Node], ...] = ()
 
 
 def site(node: torch.fx.Node) -> Site:
     """A ``candidate``'s ``Site``: its input read through a zero ``constant_pad_nd`` of the last
-    two dimensions and a ReLU before it, where there are (they are then computed in our kernel;
-    their nodes stay for any other users)."""
+    two dimensions, a ReLU and per-channel affine ops before it, where there are (they are then
+    computed in our kernel; their nodes stay for any other users). An affine op is taken where it
+    has no other user and its other operand is a tensor of one value per channel."""
     x, weight, bias, stride, padding, dilation, _, _, _ = node.args
     top, bottom, left, right = padding[0], padding[0], padding[1], padding[1]
     if _call(x, aten.constant_pad_nd.default) and len(x.args) >= 2 and (len(x.args) < 3 or x.args[2] == 0) and _val(x.args[0]) is not None:
@@ -276,11 +305,38 @@ def site(node: torch.fx.Node) -> Site:
             # (constant_pad_nd lists the last dimension first: left, right, top, bottom)
             x, left, right, top, bottom = x.args[0], left + extra[0], right + extra[1], top + extra[2], bottom + extra[3]
     relu = _call(x, aten.relu.default) and _val(x.args[0]) is not None and _val(x.args[0]).dtype == _val(x).dtype
-    return Site(x.args[0] if relu else x, weight, bias, tuple(stride), (top, bottom, left, right), tuple(dilation), relu)
+    if relu:
+        x = x.args[0]
+    affine = []
+    channels, dtype = _val(weight).shape[0], _val(x).dtype
+    while isinstance(x, torch.fx.Node) and x.op == "call_function" and x.target in AFFINE and len(x.args) == 2 and not x.kwargs and len(x.users) == 1:
+        op, (a, b) = x, x.args
+        # the chain's tensor first and a per-channel tensor second, or first where the op commutes
+        if _image(a, channels, dtype) and _per_channel_tensor(b, channels, dtype):
+            x, other = a, b
+        elif op.target in (aten.add.Tensor, aten.mul.Tensor) and _image(b, channels, dtype) and _per_channel_tensor(a, channels, dtype):
+            x, other = b, a
+        else:
+            break
+        if affine and tuple(_val(other).shape) != tuple(_val(affine[0][1]).shape):
+            break  # (operands of two shapes would broadcast to more than one value per channel)
+        affine.insert(0, (op, other))
+    return Site(x, weight, bias, tuple(stride), (top, bottom, left, right), tuple(dilation), relu, tuple(affine))
 
 
 def _call(node, target) -> bool:
     return isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target is target
+
+
+def _image(node, channels: int, dtype) -> bool:
+    """A node computing an [N, channels, H, W] tensor of ``dtype``."""
+    value = _val(node)
+    return value is not None and value.dim() == 4 and value.shape[1] == channels and value.dtype == dtype
+
+
+def _per_channel_tensor(node, channels: int, dtype) -> bool:
+    """A node computing one value of ``dtype`` per channel, broadcast over an image."""
+    return isinstance(node, torch.fx.Node) and per_channel(node, channels, dtype)
 
 
 def replace_depthwise(gm: torch.fx.GraphModule, tile_for) -> Dict[str, int]:
@@ -305,18 +361,36 @@ def replace_depthwise(gm: torch.fx.GraphModule, tile_for) -> Dict[str, int]:
         fake_mode = detect_fake_mode([_val(at.source), _val(at.weight)])
         if fake_mode is None:
             continue
-        build = Builder(graph, node, fake_mode)
+        build = AffineBuilder(graph, node, fake_mode)
         channels, _, kh, kw = _val(at.weight).shape
         taps = build.add(aten.clone.default, build.add(aten.permute.default, build.add(aten.view.default, at.weight, [channels, kh * kw]), [1, 0]), memory_format=torch.contiguous_format)
-        substitute(graph, node, build.add(op(), at.source, taps, at.bias, [kh, kw], list(at.stride), list(at.padding), list(at.dilation), at.relu_input, list(tile)))
+        scale, shift = _affine_terms(build, at.affine, channels)
+        substitute(graph, node, build.add(op(), at.source, taps, at.bias, scale, shift, [kh, kw], list(at.stride), list(at.padding), list(at.dilation), at.relu_input, list(tile)))
         counts["replaced"] += 1
-        if at.relu_input or at.padding != pads(node.args[4]):
+        if at.relu_input or at.affine or at.padding != pads(node.args[4]):
             counts["prologue"] = counts.get("prologue", 0) + 1
+        if at.affine:
+            counts["affine_prologue"] = counts.get("affine_prologue", 0) + 1
     if counts["replaced"]:
         # the paddings and ReLUs only the replaced convolutions read
         graph.eliminate_dead_code()
     recompile_if(gm, counts["replaced"])
     return counts
+
+
+def _affine_terms(build: AffineBuilder, affine, channels: int):
+    """The per-channel factor and term ([C] vectors, or None for 1 and 0) of ``affine`` (a
+    site's ops, each node and its per-channel operand), composed op by op in the graph from the
+    operands as they are on every call."""
+    scale = shift = None
+    for node, operand in affine:
+        if node.target in (aten.mul.Tensor, aten.div.Tensor):
+            scale = build.combine(node.target, scale, operand)
+            shift = build.combine(node.target, shift, operand) if shift is not None else None
+        else:
+            shift = build.combine(node.target, shift, operand)
+    flat = lambda term: None if term is None else build.add(aten.view.default, term, [channels])
+    return flat(scale), flat(shift)
 
 
 def rewrite(gm: torch.fx.GraphModule) -> Dict[str, Any]:
@@ -335,7 +409,7 @@ def rewrite(gm: torch.fx.GraphModule) -> Dict[str, Any]:
             warn_once(("depthwise", _key(at)), f"nimble backend: our depthwise kernel could not be measured on the convolution of input {list(x.shape)}, weight {list(weight.shape)} ({type(error).__name__}: {error}); it runs as Inductor compiles it")
             return False
         times = MEASURED[_key(at)][1]
-        shapes[_key(at)] = {"input": list(x.shape), "kernel": list(weight.shape[2:]), "stride": list(at.stride), "padding": list(at.padding), "relu_input": at.relu_input, "cudnn_us": round(times[0], 2), "fastest_us": round(min(times[1:]), 2), "tile": None if tile is None else list(tile)}
+        shapes[_key(at)] = {"input": list(x.shape), "kernel": list(weight.shape[2:]), "stride": list(at.stride), "padding": list(at.padding), "affine_input": bool(at.affine), "relu_input": at.relu_input, "cudnn_us": round(times[0], 2), "fastest_us": round(min(times[1:]), 2), "tile": None if tile is None else list(tile)}
         return tile
 
     def replaced() -> Dict[str, Any]:
@@ -349,8 +423,8 @@ def rewrite(gm: torch.fx.GraphModule) -> Dict[str, Any]:
 
 def variants(gm: torch.fx.GraphModule) -> List[tuple]:
     """The kernel's compile-time variants the measurements of ``gm``'s candidates will run:
-    (device, dtype, bias or not, kernel size, stride, padding above and to the left, dilation,
-    ReLU or not, tile), each once, for every tile measured."""
+    (device, dtype, bias or not, (factor or not, term or not), kernel size, stride, padding
+    above and to the left, dilation, ReLU or not, tile), each once, for every tile measured."""
     found = []
     for node in gm.graph.nodes:
         if candidate(node):
@@ -358,7 +432,7 @@ def variants(gm: torch.fx.GraphModule) -> List[tuple]:
             x = _val(at.source)
             kh, kw = _val(at.weight).shape[2:]
             for tile in tiles(kh * kw):
-                spec = (x.device, x.dtype, at.bias is not None, (kh, kw), at.stride, (at.padding[0], at.padding[2]), at.dilation, at.relu_input, tuple(tile))
+                spec = (x.device, x.dtype, at.bias is not None, _affine_kinds(at.affine), (kh, kw), at.stride, (at.padding[0], at.padding[2]), at.dilation, at.relu_input, tuple(tile))
                 if spec not in found:
                     found.append(spec)
     return found
@@ -372,11 +446,11 @@ def compile_ahead(specs: List[tuple]) -> Dict[str, int]:
     from concurrent.futures import ThreadPoolExecutor
 
     def one(spec) -> bool:
-        device, dtype, has_bias, (kh, kw), (sh, sw), (top, left), (dh, dw), relu, (rows, block_w, block_c, warps) = spec
+        device, dtype, has_bias, (has_scale, has_shift), (kh, kw), (sh, sw), (top, left), (dh, dw), relu, (rows, block_w, block_c, warps) = spec
         try:
             with torch.cuda.device(device):
                 # (Pointers as their dtypes, Triton's stand-ins: aligned, as every buffer here is.)
-                _kernel().warmup(dtype, dtype, dtype, dtype, 1, 1, 1, 1, 1, 1, 1, sh, sw, top, left, dh, dw, kh, kw, has_bias, relu, rows, block_w, block_c, grid=(1,), num_warps=warps)
+                _kernel().warmup(dtype, dtype, dtype, dtype, dtype, dtype, 1, 1, 1, 1, 1, 1, 1, sh, sw, top, left, dh, dw, kh, kw, has_bias, has_scale, has_shift, relu, rows, block_w, block_c, grid=(1,), num_warps=warps)
             return True
         except Exception:  # noqa: BLE001 - compiled (or reported) at its measurement instead
             return False
@@ -394,7 +468,13 @@ def compile_ahead(specs: List[tuple]) -> Dict[str, int]:
 
 def _key(at: Site) -> tuple:
     x, weight = _val(at.source), _val(at.weight)
-    return (tuple(x.shape), tuple(weight.shape), at.bias is not None, at.stride, at.padding, at.dilation, at.relu_input, x.dtype, cuda_device(x))
+    return (tuple(x.shape), tuple(weight.shape), at.bias is not None, _affine_kinds(at.affine), at.stride, at.padding, at.dilation, at.relu_input, x.dtype, cuda_device(x))
+
+
+def _affine_kinds(affine) -> Tuple[bool, bool]:
+    """Whether a site's affine ops make a factor and a term (as ``_affine_terms`` composes them)."""
+    scale = any(node.target in (aten.mul.Tensor, aten.div.Tensor) for node, _ in affine)
+    return scale, any(node.target in (aten.add.Tensor, aten.sub.Tensor) for node, _ in affine)
 
 
 # Per site: the tile chosen (None: cuDNN's is kept) and the microseconds measured, cuDNN's
@@ -404,8 +484,8 @@ MEASURED: Dict[tuple, Tuple[Optional[Tuple[int, ...]], List[float]]] = {}
 
 def fastest_tile(at: Site) -> Optional[Tuple[int, ...]]:
     """The tile of ``tiles`` in which our kernel is fastest at this site, where it takes at most
-    ``MARGIN`` of cuDNN's convolution alone (on the padded ReLU, made beforehand: what the
-    kernel saves by reading through them is not counted) on channels-last random tensors, and
+    ``MARGIN`` of cuDNN's convolution alone (on the prologue's result, padded, made beforehand:
+    what the kernel saves by reading through them is not counted) on channels-last random tensors, and
     its output is within ``EXACT`` of cuDNN's; else None. Measured once per site, each in a CUDA
     graph of repeats."""
     key = _key(at)
@@ -418,7 +498,10 @@ def fastest_tile(at: Site) -> Optional[Tuple[int, ...]]:
     with unset_fake_temporarily(), torch.no_grad():
         device = cuda_device(x)
         xr = torch.randn(tuple(x.shape), dtype=x.dtype, device=device).contiguous(memory_format=torch.channels_last)
-        padded = F.pad(torch.relu(xr) if at.relu_input else xr, (left, right, top, bottom)).contiguous(memory_format=torch.channels_last)
+        has_scale, has_shift = _affine_kinds(at.affine)
+        scale = torch.rand(x.shape[1], dtype=x.dtype, device=device) + 0.5 if has_scale else None
+        shift = torch.randn(x.shape[1], dtype=x.dtype, device=device) if has_shift else None
+        padded = F.pad(prologue(xr, scale, shift, at.relu_input), (left, right, top, bottom)).contiguous(memory_format=torch.channels_last)
         wr = torch.randn(tuple(weight.shape), dtype=x.dtype, device=device)
         kernel_size = list(weight.shape[2:])
         br = torch.randn(weight.shape[0], dtype=x.dtype, device=device) if at.bias is not None else None
@@ -429,14 +512,14 @@ def fastest_tile(at: Site) -> Optional[Tuple[int, ...]]:
         best, best_us = None, float("inf")
         for tile in tiles(weight.shape[2] * weight.shape[3]):
             # (the weight's copy tap by tap measured with it: the graph makes it on every call)
-            run = lambda tile=tile: triton_depthwise(xr, taps_of(wr), br, kernel_size, list(at.stride), list(at.padding), list(at.dilation), *tile, relu_input=at.relu_input)
+            run = lambda tile=tile: triton_depthwise(xr, taps_of(wr), br, kernel_size, list(at.stride), list(at.padding), list(at.dilation), *tile, relu_input=at.relu_input, scale=scale, shift=shift)
             if ((run().float() - expected.float()).abs().max() / scale.float()).item() > EXACT[x.dtype]:
                 times.append(float("inf"))
                 continue
             times.append(graph_us(run, device))
             if times[-1] < best_us:
                 best, best_us = tile, times[-1]
-        del xr, padded, wr, br, expected
+        del xr, padded, wr, br, expected, scale, shift
     chosen = best if best_us <= MARGIN * times[0] else None
     MEASURED[key] = (chosen, times)
     return chosen

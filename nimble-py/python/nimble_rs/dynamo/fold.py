@@ -82,7 +82,7 @@ def _convolution(node: torch.fx.Node, dtypes) -> bool:
     return _static_ints((*xv.shape, *wv.shape, *stride, *padding, *dilation, groups))
 
 
-def _per_channel(operand, channels: int, dtype) -> bool:
+def per_channel(operand, channels: int, dtype) -> bool:
     """A Python number, or a tensor of ``channels`` values along dimension -3 of a 3-D or 4-D
     shape (one value per output channel, broadcast over the rest)."""
     if isinstance(operand, (int, float)) and not isinstance(operand, bool):
@@ -118,13 +118,13 @@ def chain(conv: torch.fx.Node) -> Optional[Tuple[List[Tuple[torch.fx.Node, Any]]
             other = a
         else:
             return None
-        if not _per_channel(other, channels, dtype):
+        if not per_channel(other, channels, dtype):
             return None
         ops.append((user, other))
         node = user
 
 
-class _Builder(Builder):
+class AffineBuilder(Builder):
     """New nodes before the ReLU, and the affine terms composed from them."""
 
     def combine(self, target, a, b):
@@ -158,7 +158,7 @@ def fold_chain(graph: torch.fx.Graph, conv: torch.fx.Node, ops, relu: torch.fx.N
     gives tensors)."""
     x, weight, bias, stride, padding, dilation, _, _, groups = conv.args
     channels = _val(weight).shape[0]
-    build = _Builder(graph, relu, fake_mode)
+    build = AffineBuilder(graph, relu, fake_mode)
     scale = shift = None
     for node, operand in ops:
         # y = scale * conv + shift, op by op.
