@@ -21,8 +21,18 @@ repeats, and rewritten where the fastest tile takes at most ``MARGIN`` of cuDNN'
 output must match cuDNN's within ``EXACT``. Each tile is a Triton compile per kernel geometry:
 done one by one as the shapes were measured, they took NASNet-A large's preparation to 2.43x
 reduce-overhead's (H200, `7fd1499`), so the variants a graph needs are compiled first, side by
-side on threads (``compile_ahead``), and only two tiles per kernel size are measured. The same arithmetic in float32 summed tap by tap (as
-exact as cuDNN's: 2-3e-7 of float64 on NASNet-A large's).
+side on threads (``compile_ahead``), and only two tiles per kernel size are measured. The same
+arithmetic in float32 summed tap by tap (as exact as cuDNN's: 2-3e-7 of float64 on NASNet-A
+large's).
+
+The kernel also reads a convolution's input through what comes before it (a ``Site``): a zero
+padding (timm's "same" padding as a separate ``constant_pad_nd``), a ReLU, and per-channel
+affine ops before that ReLU (an inference BatchNorm). Each of NASNet-A large's 220 depthwise
+convolutions reads ``relu(x)`` or ``pad(relu(x))``, and the second of each separable pair
+``relu(batchnorm(conv1x1(...)))``: read through, Inductor need not write those tensors, nor
+(where nothing else reads it) the BatchNorm's. The factor and term are composed in the graph
+from the BatchNorm's buffers on every call. What that saves is not counted in the measurement,
+which times cuDNN's convolution alone.
 
 The op ``nimble::depthwise_conv2d`` is defined when this module is imported (with the backend),
 so that a program Inductor cached with it finds it; off CUDA it computes the same thing by ATen.
@@ -382,13 +392,7 @@ def _affine_terms(build: AffineBuilder, affine, channels: int):
     """The per-channel factor and term ([C] vectors, or None for 1 and 0) of ``affine`` (a
     site's ops, each node and its per-channel operand), composed op by op in the graph from the
     operands as they are on every call."""
-    scale = shift = None
-    for node, operand in affine:
-        if node.target in (aten.mul.Tensor, aten.div.Tensor):
-            scale = build.combine(node.target, scale, operand)
-            shift = build.combine(node.target, shift, operand) if shift is not None else None
-        else:
-            shift = build.combine(node.target, shift, operand)
+    scale, shift = build.compose(affine)
     flat = lambda term: None if term is None else build.add(aten.view.default, term, [channels])
     return flat(scale), flat(shift)
 

@@ -149,6 +149,18 @@ class AffineBuilder(Builder):
             return self.add(target, b, a)
         return self.add(target, a, b)
 
+    def compose(self, ops):
+        """The factor and term (None for 1 and 0, or a Python number) of per-channel affine
+        ``ops`` (each node and its other operand, in order): y = scale * x + shift, op by op."""
+        scale = shift = None
+        for node, operand in ops:
+            if node.target in (aten.mul.Tensor, aten.div.Tensor):
+                scale = self.combine(node.target, scale, operand)
+                shift = self.combine(node.target, shift, operand) if shift is not None else None
+            else:
+                shift = self.combine(node.target, shift, operand)
+        return scale, shift
+
 
 def fold_chain(graph: torch.fx.Graph, conv: torch.fx.Node, ops, relu: torch.fx.Node, fake_mode, epilogue: bool = False) -> bool:
     """``conv``, ``ops`` and ``relu`` replaced by the fused op over the scaled weights and the
@@ -159,14 +171,7 @@ def fold_chain(graph: torch.fx.Graph, conv: torch.fx.Node, ops, relu: torch.fx.N
     x, weight, bias, stride, padding, dilation, _, _, groups = conv.args
     channels = _val(weight).shape[0]
     build = AffineBuilder(graph, relu, fake_mode)
-    scale = shift = None
-    for node, operand in ops:
-        # y = scale * conv + shift, op by op.
-        if node.target in (aten.mul.Tensor, aten.div.Tensor):
-            scale = build.combine(node.target, scale, operand)
-            shift = build.combine(node.target, shift, operand) if shift is not None else None
-        else:
-            shift = build.combine(node.target, shift, operand)
+    scale, shift = build.compose(ops)
     if isinstance(shift, (int, float)) and shift != 0 and bias is None:
         build.undo()
         return False
