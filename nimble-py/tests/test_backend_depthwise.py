@@ -135,10 +135,31 @@ def test_an_inference_batchnorm_before_the_relu_is_read_through_too():
 def test_a_shape_measured_slower_or_unmeasured_stays_cudnns():
     model = Convolutions().eval()
     x = torch.randn(2, 8, 13, 11)
-    answers = iter([None, False])
+    # the first convolution one way (its input as it is); the second read through its ReLU,
+    # then as it is
+    answers = iter([None, None, False])
     got, counts, ops = rewritten_through_inductor(model, x, lambda gm: depthwise.replace_depthwise(gm, lambda at: next(answers)))
+    assert next(answers, "all asked") == "all asked"
     assert counts == {"replaced": 0, "slower": 1, "unmeasured": 1}, counts
     assert torch.ops.nimble.depthwise_conv2d.default not in ops
+    with torch.no_grad():
+        assert torch.allclose(got, model(x), atol=1e-5, rtol=1e-4)
+
+
+def test_where_the_prologue_measures_slower_the_plain_kernel_is_tried():
+    model = Convolutions().eval()
+    x = torch.randn(2, 8, 13, 11)
+    asked = []
+
+    def tile_for(at):
+        asked.append(at.relu_input)
+        return None if at.relu_input else (2, 8, 8, 1)
+
+    got, counts, ops = rewritten_through_inductor(model, x, lambda gm: depthwise.replace_depthwise(gm, tile_for))
+    # the second convolution read through its ReLU measured slower: it reads the ReLU's output
+    assert asked == [False, True, False], asked
+    assert counts == {"replaced": 2, "slower": 0}, counts
+    assert torch.ops.aten.relu.default in ops
     with torch.no_grad():
         assert torch.allclose(got, model(x), atol=1e-5, rtol=1e-4)
 

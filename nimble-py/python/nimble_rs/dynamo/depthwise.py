@@ -32,7 +32,10 @@ convolutions reads ``relu(x)`` or ``pad(relu(x))``, and the second of each separ
 ``relu(batchnorm(conv1x1(...)))``: read through, Inductor need not write those tensors, nor
 (where nothing else reads it) the BatchNorm's. The factor and term are composed in the graph
 from the BatchNorm's buffers on every call. What that saves is not counted in the measurement,
-which times cuDNN's convolution alone.
+which times cuDNN's convolution alone; the prologue's arithmetic at every tap costs the kernel
+some instructions (ptxas for sm_90: 73 to 106 per output for a 5x5 with a BatchNorm), so where
+the kernel reading through them measures slower than cuDNN, the kernel reading the input as
+given is measured next (``sites``).
 
 The op ``nimble::depthwise_conv2d`` is defined when this module is imported (with the backend),
 so that a program Inductor cached with it finds it; off CUDA it computes the same thing by ATen.
@@ -334,6 +337,18 @@ def site(node: torch.fx.Node) -> Site:
     return Site(x, weight, bias, tuple(stride), (top, bottom, left, right), tuple(dilation), relu, tuple(affine))
 
 
+def sites(node: torch.fx.Node) -> List[Site]:
+    """The ways our kernel can compute a ``candidate``, in the order they are tried: through
+    what comes before its input (``site``), then, where that differs, the convolution as it is
+    (its input as given, its own padding): the prologue's extra arithmetic at every tap may cost
+    more than it saves at some shapes, and the measurement, which does not count what it saves,
+    may then still take the plain kernel."""
+    through = site(node)
+    x, weight, bias, stride, padding, dilation, _, _, _ = node.args
+    plain = Site(x, weight, bias, tuple(stride), pads(padding), tuple(dilation), False)
+    return [through] if through == plain else [through, plain]
+
+
 def _call(node, target) -> bool:
     return isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target is target
 
@@ -350,23 +365,26 @@ def _per_channel_tensor(node, channels: int, dtype) -> bool:
 
 
 def replace_depthwise(gm: torch.fx.GraphModule, tile_for) -> Dict[str, int]:
-    """Every ``candidate`` convolution of ``gm`` for which ``tile_for`` (given its ``Site``)
-    gives a tile, replaced in place by ``nimble::depthwise_conv2d`` in that tile, reading the
-    site's source, over the weight laid out tap by tap in the graph; counts of those replaced
-    (and of those that read through a padding or a ReLU), those measured slower than cuDNN
-    (``tile_for`` gave None) and those it could not measure (it gave False)."""
+    """Every ``candidate`` convolution of ``gm`` for which ``tile_for`` (given one of its
+    ``sites``, tried in order) gives a tile, replaced in place by ``nimble::depthwise_conv2d`` in
+    that tile, reading that site's source, over the weight laid out tap by tap in the graph;
+    counts of those replaced (and of those that read through a padding, a ReLU or a BatchNorm),
+    those measured slower than cuDNN (``tile_for`` gave None for every site) and those it could
+    not measure (it gave False for one, and no tile)."""
     from torch._guards import detect_fake_mode
 
     graph = gm.graph
     counts = {"replaced": 0, "slower": 0}
     for node in [n for n in graph.nodes if candidate(n)]:
-        at = site(node)
-        tile = tile_for(at)
-        if tile is False:
-            counts["unmeasured"] = counts.get("unmeasured", 0) + 1
-            continue
-        if tile is None:
-            counts["slower"] += 1
+        answers = []
+        for at in sites(node):
+            answers.append(tile_for(at))
+            if answers[-1]:
+                break
+        tile = answers[-1]
+        if not tile:
+            outcome = "unmeasured" if False in answers else "slower"
+            counts[outcome] = counts.get(outcome, 0) + 1
             continue
         fake_mode = detect_fake_mode([_val(at.source), _val(at.weight)])
         if fake_mode is None:
@@ -426,19 +444,18 @@ def rewrite(gm: torch.fx.GraphModule) -> Dict[str, Any]:
 
 
 def variants(gm: torch.fx.GraphModule) -> List[tuple]:
-    """The kernel's compile-time variants the measurements of ``gm``'s candidates will run:
+    """The kernel's compile-time variants the measurements of ``gm``'s candidates may run (each
+    of their ``sites``):
     (device, dtype, bias or not, (factor or not, term or not), kernel size, stride, padding
     above and to the left, dilation, ReLU or not, tile), each once, for every tile measured."""
     found = []
-    for node in gm.graph.nodes:
-        if candidate(node):
-            at = site(node)
-            x = _val(at.source)
-            kh, kw = _val(at.weight).shape[2:]
-            for tile in tiles(kh * kw):
-                spec = (x.device, x.dtype, at.bias is not None, _affine_kinds(at.affine), (kh, kw), at.stride, (at.padding[0], at.padding[2]), at.dilation, at.relu_input, tuple(tile))
-                if spec not in found:
-                    found.append(spec)
+    for at in (at for node in gm.graph.nodes if candidate(node) for at in sites(node)):
+        x = _val(at.source)
+        kh, kw = _val(at.weight).shape[2:]
+        for tile in tiles(kh * kw):
+            spec = (x.device, x.dtype, at.bias is not None, _affine_kinds(at.affine), (kh, kw), at.stride, (at.padding[0], at.padding[2]), at.dilation, at.relu_input, tuple(tile))
+            if spec not in found:
+                found.append(spec)
     return found
 
 
