@@ -111,7 +111,7 @@ def triton_depthwise_rows(x: torch.Tensor, taps: torch.Tensor, kernel_size: List
     weight, of ``kernel_size``) with the backend's kernel (``nimble_rs.dynamo.depthwise``, option
     ``depthwise_kernels``): each program ``rows`` output rows of a ``block_w``-column by
     ``block_c``-channel tile, each input row loaded once per column tap and added into every output
-    row it reaches. The channel count a multiple of four."""
+    row it reaches."""
     from nimble_rs.dynamo.depthwise import triton_depthwise as backend_kernel
 
     return backend_kernel(x, taps, None, list(kernel_size), list(_pair(stride)), list(_pair(padding)), list(_pair(dilation)), rows, block_w, block_c, num_warps)

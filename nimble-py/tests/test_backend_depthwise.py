@@ -18,9 +18,9 @@ from triton_interpreter import interpreted
 
 
 class Convolutions(nn.Module):
-    """Two depthwise convolutions the rewrite takes (one with a bias, one at stride 2 with
-    dilation), and three it leaves: a grouped one (two channels per group), a full one and a
-    depthwise one of six channels (not a multiple of four)."""
+    """Three depthwise convolutions the rewrite takes (one with a bias, one at stride 2 with
+    dilation, one of six channels, loaded two at a time), and two it leaves: a grouped one (two
+    channels per group) and a full one."""
 
     def __init__(self):
         super().__init__()
@@ -47,12 +47,12 @@ def test_depthwise_convolutions_of_four_channels_are_replaced_and_compute_what_e
     with torch.no_grad():
         expected = model(x)
     # the second reads the first's output through its ReLU
-    assert counts == {"replaced": 2, "slower": 0, "prologue": 1}, counts
-    assert asked == [((2, 8, 13, 11), (8, 1, 5, 5), True, (1, 1), (2, 2, 2, 2), (1, 1), False), ((2, 8, 13, 11), (8, 1, 3, 3), False, (2, 2), (2, 2, 2, 2), (2, 2), True)], asked
-    assert ops.count(torch.ops.nimble.depthwise_conv2d.default) == 2
+    assert counts == {"replaced": 3, "slower": 0, "prologue": 1}, counts
+    assert asked == [((2, 8, 13, 11), (8, 1, 5, 5), True, (1, 1), (2, 2, 2, 2), (1, 1), False), ((2, 8, 13, 11), (8, 1, 3, 3), False, (2, 2), (2, 2, 2, 2), (2, 2), True), ((2, 6, 7, 6), (6, 1, 3, 3), False, (1, 1), (1, 1, 1, 1), (1, 1), False)], asked
+    assert ops.count(torch.ops.nimble.depthwise_conv2d.default) == 3
     # each weight laid out tap by tap in the graph, from the parameter on every call
-    assert ops.count(torch.ops.aten.permute.default) == 2
-    assert ops.count(torch.ops.aten.convolution.default) == 3
+    assert ops.count(torch.ops.aten.permute.default) == 3
+    assert ops.count(torch.ops.aten.convolution.default) == 2
     assert got.shape == expected.shape and torch.allclose(got, expected, atol=1e-5, rtol=1e-4), (got - expected).abs().max()
 
 
@@ -136,11 +136,11 @@ def test_a_shape_measured_slower_or_unmeasured_stays_cudnns():
     model = Convolutions().eval()
     x = torch.randn(2, 8, 13, 11)
     # the first convolution one way (its input as it is); the second read through its ReLU,
-    # then as it is
-    answers = iter([None, None, False])
+    # then as it is; the third one way
+    answers = iter([None, None, False, None])
     got, counts, ops = rewritten_through_inductor(model, x, lambda gm: depthwise.replace_depthwise(gm, lambda at: next(answers)))
     assert next(answers, "all asked") == "all asked"
-    assert counts == {"replaced": 0, "slower": 1, "unmeasured": 1}, counts
+    assert counts == {"replaced": 0, "slower": 2, "unmeasured": 1}, counts
     assert torch.ops.nimble.depthwise_conv2d.default not in ops
     with torch.no_grad():
         assert torch.allclose(got, model(x), atol=1e-5, rtol=1e-4)
@@ -157,8 +157,8 @@ def test_where_the_prologue_measures_slower_the_plain_kernel_is_tried():
 
     got, counts, ops = rewritten_through_inductor(model, x, lambda gm: depthwise.replace_depthwise(gm, tile_for))
     # the second convolution read through its ReLU measured slower: it reads the ReLU's output
-    assert asked == [False, True, False], asked
-    assert counts == {"replaced": 2, "slower": 0}, counts
+    assert asked == [False, True, False, False], asked
+    assert counts == {"replaced": 3, "slower": 0}, counts
     assert torch.ops.aten.relu.default in ops
     with torch.no_grad():
         assert torch.allclose(got, model(x), atol=1e-5, rtol=1e-4)
@@ -190,6 +190,9 @@ KERNEL_CASES = [
     # gives them for conv(pad(relu(x)))
     ((2, 8, 11, 12), 5, 2, [1, 2, 2, 1], 1, True, (2, 4, 8, 1)),
     ((1, 12, 9, 9), 3, 1, [0, 3, 1, 0], 2, False, (4, 8, 16, 2)),
+    # channel counts loaded two at a time and one at a time
+    ((1, 6, 9, 8), 3, 1, 1, 1, False, (2, 8, 8, 1)),
+    ((1, 5, 7, 9), 5, 1, 2, 1, True, (4, 4, 4, 1)),
 ]
 
 KERNEL_SCRIPT = """
@@ -263,7 +266,7 @@ def test_the_variants_to_compile_are_each_geometry_and_tile_once():
     # (caches off: a cached program would skip the inner compile)
     with torch._functorch.config.patch(enable_autograd_cache=False), torch._inductor.config.patch(fx_graph_cache=False), torch.no_grad():
         torch.compile(Twice().eval(), backend=lambda gm, inputs: compile_fx(gm, inputs, inner_compile=inner))(torch.randn(1, 8, 16, 16))
-    geometries = [(bias, affine, size, stride, padding, relu, tile) for _, _, bias, affine, size, stride, padding, _, relu, tile in found]
+    geometries = [(bias, affine, size, stride, padding, relu, tile) for _, _, bias, affine, size, stride, padding, _, relu, tile, _ in found]
     assert geometries == [(False, (False, False), (5, 5), (1, 1), (2, 2), False, t) for t in depthwise.CONFIGS] + [(True, (False, False), (7, 7), (2, 2), (0, 0), False, t) for t in depthwise.LARGE_CONFIGS], geometries
 
 
@@ -287,7 +290,7 @@ torch.cuda.device = lambda device: contextlib.nullcontext()
 from nimble_rs.dynamo import depthwise
 from nimble_rs.dynamo.fxnodes import value as _val
 cuda = torch.device("cuda", 0)
-specs = [(cuda, torch.float32, bias, (bias, bias), (k, k), (s, s), (p, p), (1, 1), bias, tuple(t)) for k, s, p, bias in json.loads(sys.argv[1]) for t in depthwise.tiles(k * k)]
+specs = [(cuda, torch.float32, bias, (bias, bias), (k, k), (s, s), (p, p), (1, 1), bias, tuple(t), 4) for k, s, p, bias in json.loads(sys.argv[1]) for t in depthwise.tiles(k * k)]
 def launched_keys_found():
     kernel = depthwise._kernel()
     cache, key_cache, _, _, binder = kernel.device_caches[0]
@@ -300,7 +303,7 @@ def launched_keys_found():
         for rows, bw, bc, warps in depthwise.tiles(k * k):
             # (the prologue, factor, term and ReLU, with the bias here: both kinds of flag in two variants)
             vector = b if bias else taps
-            args = (x, taps, vector, vector, vector, torch.empty(1), 20, 20, 6, out[0], out[1], -(-out[0] // rows), -(-out[1] // bw), s, s, p, p, 1, 1, k, k, bias, bias, bias, bias, rows, bw, bc)
+            args = (x, taps, vector, vector, vector, torch.empty(1), 20, 20, 6, out[0], out[1], -(-out[0] // rows), -(-out[1] // bw), s, s, p, p, 1, 1, k, k, bias, bias, bias, bias, rows, bw, bc, 4)
             _, specialization, options = binder(*args, num_warps=warps, debug=kernel.debug or knobs.runtime.debug, instrumentation_mode=knobs.compilation.instrumentation_mode)
             found.append(compute_cache_key(key_cache, specialization, options) in cache)
     return found

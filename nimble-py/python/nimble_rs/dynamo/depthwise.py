@@ -6,8 +6,8 @@ kernels run far from the GPU's memory bandwidth: NASNet-A large's 5x5 over [16, 
 38 MB read and written, takes it 37 us on an H100, about a third of the bandwidth
 (`experiments/python/depthwise_probe.py`). The kernel here computes several output rows per
 program over channels-last memory: each input row the rows need is loaded once per column tap
-(128-bit loads, the channel count a multiple of four) and added into every output row it
-reaches, one float32 accumulator per row held in registers, the taps unrolled; a bias, where
+(128-bit loads where the channel count is a multiple of four, 64-bit where of two) and added
+into every output row it reaches, one float32 accumulator per row held in registers, the taps unrolled; a bias, where
 there is one, is added in the kernel. It reads the weights tap by tap, [kh * kw, C], each tap's
 weights one coalesced load: as the model holds them ([C, 1, kh, kw]) each thread's load of a
 tap touches a cache line per channel, which measured the kernel a third slower (H200, `b660ee6`).
@@ -137,6 +137,12 @@ def op():
     return found
 
 
+def vector_width(channels: int) -> int:
+    """The elements each load takes at once: the channel count's largest divisor of 4, 2 and 1
+    (offsets of a pixel are multiples of it)."""
+    return 4 if channels % 4 == 0 else 2 if channels % 2 == 0 else 1
+
+
 def pads(padding) -> Tuple[int, int, int, int]:
     """Padding as (top, bottom, left, right): given so, or as a convolution's (rows, columns)."""
     return tuple(padding) if len(padding) == 4 else (padding[0], padding[0], padding[1], padding[1])
@@ -165,8 +171,8 @@ def triton_depthwise(x: torch.Tensor, taps: torch.Tensor, bias: Optional[torch.T
 
     n, channels, height, width = x.shape
     kh, kw = kernel_size
-    if channels % 4 or tuple(taps.shape) != (kh * kw, channels) or max(height * width, 1) * channels >= 2**31:
-        raise ValueError(f"nimble depthwise kernel: input {list(x.shape)}, taps {list(taps.shape)} for a {kh}x{kw} kernel; expected a multiple of four channels, taps [kh * kw, channels] and fewer than 2**31 elements per image")
+    if tuple(taps.shape) != (kh * kw, channels) or max(height * width, 1) * channels >= 2**31:
+        raise ValueError(f"nimble depthwise kernel: input {list(x.shape)}, taps {list(taps.shape)} for a {kh}x{kw} kernel; expected taps [kh * kw, channels] and fewer than 2**31 elements per image")
     out_h, out_w = output_size(height, width, kh, kw, stride, padding, dilation)
     x = x.contiguous(memory_format=torch.channels_last)
     y = _empty_output(x, kernel_size, stride, padding, dilation)
@@ -175,7 +181,7 @@ def triton_depthwise(x: torch.Tensor, taps: torch.Tensor, bias: Optional[torch.T
     has_bias = bias is not None
     top, _, left, _ = pads(padding)
     vectors = [v.contiguous() if v is not None else taps for v in (bias, scale, shift)]
-    _kernel()[grid](x, taps.contiguous(), *vectors, y, height, width, channels // 4, out_h, out_w, tiles_h, tiles_w, stride[0], stride[1], top, left, dilation[0], dilation[1], kh, kw, has_bias, scale is not None, shift is not None, relu_input, rows, block_w, block_c, num_warps=num_warps)
+    _kernel()[grid](x, taps.contiguous(), *vectors, y, height, width, channels // vector_width(channels), out_h, out_w, tiles_h, tiles_w, stride[0], stride[1], top, left, dilation[0], dilation[1], kh, kw, has_bias, scale is not None, shift is not None, relu_input, rows, block_w, block_c, vector_width(channels), num_warps=num_warps)
     return y
 
 
@@ -191,13 +197,13 @@ def _kernel():
 
     # The sizes are not specialized on (Triton would compile again wherever one is 1 or a
     # multiple of 16): one compile per kernel geometry, dtype and tile.
-    @triton.jit(do_not_specialize=["H", "W", "C4", "OH", "OW", "TILES_H", "TILES_W"])
-    def depthwise_rows(x_ptr, taps_ptr, b_ptr, scale_ptr, shift_ptr, y_ptr, H, W, C4, OH, OW, TILES_H, TILES_W, SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_SHIFT: tl.constexpr, RELU_IN: tl.constexpr, ROWS: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
+    @triton.jit(do_not_specialize=["H", "W", "CV", "OH", "OW", "TILES_H", "TILES_W"])
+    def depthwise_rows(x_ptr, taps_ptr, b_ptr, scale_ptr, shift_ptr, y_ptr, H, W, CV, OH, OW, TILES_H, TILES_W, SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_SHIFT: tl.constexpr, RELU_IN: tl.constexpr, ROWS: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr, VEC: tl.constexpr):
         # PH and PW: the padding above and to the left; below and to the right it is wherever an
         # input row or column past the input's end is read (masked to zero), up to OH and OW.
-        # The channel count as four times C4, so that every pixel's offset is known to be a
-        # multiple of four floats and the loads and stores are 128-bit.
-        C = C4 * 4
+        # The channel count as VEC times CV, so that every pixel's offset is known to be a
+        # multiple of VEC elements and the loads and stores are that wide (128-bit for four floats).
+        C = CV * VEC
         tile = tl.program_id(0)  # (n, tile row, tile column), the columns fastest
         n = tile // (TILES_H * TILES_W)
         t = tile % (TILES_H * TILES_W)
@@ -257,7 +263,7 @@ def _kernel():
 
 def supported(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], transposed: bool, output_padding, groups: int) -> bool:
     """A 2-D depthwise convolution our kernel computes: one output channel per input channel, a
-    multiple of four of them, a kernel of at most ``MAX_TAPS`` taps, concrete sizes, float32, float16
+    any number of them (loads the widest vector the count divides into), a kernel of at most ``MAX_TAPS`` taps, concrete sizes, float32, float16
     or bfloat16 shared with the weight (and the bias), an image (and its output) of fewer than 2**31
     elements (32-bit offsets within one)."""
     if transposed or any(output_padding) or x.dim() != 4 or weight.dim() != 4 or x.dtype not in EXACT or weight.dtype != x.dtype:
@@ -265,7 +271,7 @@ def supported(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor
     if not all(isinstance(s, int) for s in (*x.shape, *weight.shape)):
         return False
     n, channels, height, width = x.shape
-    if not (groups == channels > 1 and channels % 4 == 0 and tuple(weight.shape[:2]) == (channels, 1) and weight.shape[2] * weight.shape[3] <= MAX_TAPS):
+    if not (groups == channels > 1 and tuple(weight.shape[:2]) == (channels, 1) and weight.shape[2] * weight.shape[3] <= MAX_TAPS):
         return False
     if bias is not None and (tuple(bias.shape) != (channels,) or bias.dtype != x.dtype):
         return False
@@ -447,13 +453,14 @@ def variants(gm: torch.fx.GraphModule) -> List[tuple]:
     """The kernel's compile-time variants the measurements of ``gm``'s candidates may run (each
     of their ``sites``):
     (device, dtype, bias or not, (factor or not, term or not), kernel size, stride, padding
-    above and to the left, dilation, ReLU or not, tile), each once, for every tile measured."""
+    above and to the left, dilation, ReLU or not, tile, vector width), each once, for every tile
+    measured."""
     found = []
     for at in (at for node in gm.graph.nodes if candidate(node) for at in sites(node)):
         x = _val(at.source)
         kh, kw = _val(at.weight).shape[2:]
         for tile in tiles(kh * kw):
-            spec = (x.device, x.dtype, at.bias is not None, _affine_kinds(at.affine), (kh, kw), at.stride, (at.padding[0], at.padding[2]), at.dilation, at.relu_input, tuple(tile))
+            spec = (x.device, x.dtype, at.bias is not None, _affine_kinds(at.affine), (kh, kw), at.stride, (at.padding[0], at.padding[2]), at.dilation, at.relu_input, tuple(tile), vector_width(x.shape[1]))
             if spec not in found:
                 found.append(spec)
     return found
@@ -467,11 +474,11 @@ def compile_ahead(specs: List[tuple]) -> Dict[str, int]:
     from concurrent.futures import ThreadPoolExecutor
 
     def one(spec) -> bool:
-        device, dtype, has_bias, (has_scale, has_shift), (kh, kw), (sh, sw), (top, left), (dh, dw), relu, (rows, block_w, block_c, warps) = spec
+        device, dtype, has_bias, (has_scale, has_shift), (kh, kw), (sh, sw), (top, left), (dh, dw), relu, (rows, block_w, block_c, warps), vec = spec
         try:
             with torch.cuda.device(device):
                 # (Pointers as their dtypes, Triton's stand-ins: aligned, as every buffer here is.)
-                _kernel().warmup(dtype, dtype, dtype, dtype, dtype, dtype, 1, 1, 1, 1, 1, 1, 1, sh, sw, top, left, dh, dw, kh, kw, has_bias, has_scale, has_shift, relu, rows, block_w, block_c, grid=(1,), num_warps=warps)
+                _kernel().warmup(dtype, dtype, dtype, dtype, dtype, dtype, 1, 1, 1, 1, 1, 1, 1, sh, sw, top, left, dh, dw, kh, kw, has_bias, has_scale, has_shift, relu, rows, block_w, block_c, vec, grid=(1,), num_warps=warps)
             return True
         except Exception:  # noqa: BLE001 - compiled (or reported) at its measurement instead
             return False

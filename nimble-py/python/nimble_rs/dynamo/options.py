@@ -100,10 +100,11 @@ DEFAULTS: Dict[str, Any] = {
     # 0.8 of the time; ``products``). The same float arithmetic summed in another order.
     # False: every product as Inductor calls it.
     "transpose_products": True,
-    # True: in inference graphs on a GPU, a depthwise convolution (one filter per channel, a
-    # multiple of four channels) runs as our Triton kernel where that is measured at most 0.9 of
-    # cuDNN's time at its shape, in the fastest of a few tiles (``depthwise``): the same float32
-    # arithmetic summed tap by tap. False: every convolution as Inductor calls cuDNN.
+    # True: in inference graphs on a GPU, a depthwise convolution (one filter per channel) runs
+    # as our Triton kernel where that is measured at most 0.9 of cuDNN's time at its shape, in the
+    # faster of two tiles, reading its input through the zero padding, ReLU and BatchNorm before
+    # it where there are (``depthwise``): the same float32 arithmetic summed tap by tap. False:
+    # every convolution as Inductor calls cuDNN.
     "depthwise_kernels": False,
     # True: in inference graphs, a concatenation of at least 2.5 MB that Inductor would compute
     # in one pointwise kernel loading from every input (an Inception block's join of its
