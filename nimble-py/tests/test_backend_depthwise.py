@@ -337,3 +337,36 @@ def test_compiling_ahead_makes_the_variants_the_launches_use(tmp_path):
     for counts, found in json.loads(done.stdout.strip().splitlines()[-1]):
         assert counts == {"compiled_ahead": 4}, counts
         assert found == [True] * 4, found
+
+
+def test_the_measurement_gives_the_kernel_the_prologues_vectors_and_keeps_the_fastest_tile():
+    # What fastest_tile passes the kernel, on the CPU: the kernel stood in for by the op's own
+    # arithmetic (ATen's), the timer by fixed numbers (cuDNN's first, then each tile's).
+    aten = torch.ops.aten
+    graph = torch.fx.Graph()
+
+    def node(name, value):
+        made = graph.placeholder(name)
+        made.meta["val"] = value
+        return made
+
+    x, w, s = node("x", torch.empty(2, 8, 9, 9)), node("w", torch.empty(8, 1, 3, 3)), node("s", torch.empty(8, 1, 1))
+    scaled = graph.call_function(aten.mul.Tensor, (x, s))
+    shifted = graph.call_function(aten.add.Tensor, (scaled, s))
+    at = depthwise.Site(x, w, None, (1, 1), (1, 2, 0, 1), (1, 1), True, ((scaled, s), (shifted, s)))
+    given, times = [], iter([10.0, 8.0, 9.5])
+
+    def kernel(xr, taps, bias, kernel_size, stride, padding, dilation, *tile, relu_input, scale, shift):
+        given.append((tuple(scale.shape), tuple(shift.shape), relu_input, tuple(tile)))
+        return torch.ops.nimble.depthwise_conv2d(xr, taps, bias, scale, shift, kernel_size, stride, padding, dilation, relu_input, list(tile))
+
+    depthwise.MEASURED.clear()
+    try:
+        chosen = depthwise.fastest_tile(at, torch.device("cpu"), lambda run: (run(), next(times))[1], kernel)
+        # each tile run once to check its output, once by the timer
+        assert given == [((8,), (8,), True, tile) for tile in depthwise.CONFIGS for _ in range(2)], given
+        # 8.0 of cuDNN's 10.0: within the margin; its output matched the convolution's
+        assert chosen == depthwise.CONFIGS[0], depthwise.MEASURED
+        assert list(depthwise.MEASURED.values()) == [(depthwise.CONFIGS[0], [10.0, 8.0, 9.5])]
+    finally:
+        depthwise.MEASURED.clear()

@@ -262,10 +262,10 @@ def _kernel():
 
 
 def supported(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], transposed: bool, output_padding, groups: int) -> bool:
-    """A 2-D depthwise convolution our kernel computes: one output channel per input channel, a
-    any number of them (loads the widest vector the count divides into), a kernel of at most ``MAX_TAPS`` taps, concrete sizes, float32, float16
-    or bfloat16 shared with the weight (and the bias), an image (and its output) of fewer than 2**31
-    elements (32-bit offsets within one)."""
+    """A 2-D depthwise convolution our kernel computes: one output channel per input channel (any
+    number: its loads are as wide as the count allows), a kernel of at most ``MAX_TAPS`` taps,
+    concrete sizes, float32, float16 or bfloat16 shared with the weight (and the bias), an image
+    (and its output) of fewer than 2**31 elements (32-bit offsets within one)."""
     if transposed or any(output_padding) or x.dim() != 4 or weight.dim() != 4 or x.dtype not in EXACT or weight.dtype != x.dtype:
         return False
     if not all(isinstance(s, int) for s in (*x.shape, *weight.shape)):
@@ -496,7 +496,7 @@ def compile_ahead(specs: List[tuple]) -> Dict[str, int]:
 
 def _key(at: Site) -> tuple:
     x, weight = _val(at.source), _val(at.weight)
-    return (tuple(x.shape), tuple(weight.shape), at.bias is not None, _affine_kinds(at.affine), at.stride, at.padding, at.dilation, at.relu_input, x.dtype, cuda_device(x))
+    return (tuple(x.shape), tuple(weight.shape), at.bias is not None, _affine_kinds(at.affine), at.stride, at.padding, at.dilation, at.relu_input, x.dtype, x.device)
 
 
 def _affine_kinds(affine) -> Tuple[bool, bool]:
@@ -510,12 +510,14 @@ def _affine_kinds(affine) -> Tuple[bool, bool]:
 MEASURED: Dict[tuple, Tuple[Optional[Tuple[int, ...]], List[float]]] = {}
 
 
-def fastest_tile(at: Site) -> Optional[Tuple[int, ...]]:
+def fastest_tile(at: Site, device: Optional[torch.device] = None, timer=None, kernel=None) -> Optional[Tuple[int, ...]]:
     """The tile of ``tiles`` in which our kernel is fastest at this site, where it takes at most
     ``MARGIN`` of cuDNN's convolution alone (on the prologue's result, padded, made beforehand:
-    what the kernel saves by reading through them is not counted) on channels-last random tensors, and
-    its output is within ``EXACT`` of cuDNN's; else None. Measured once per site, each in a CUDA
-    graph of repeats."""
+    what the kernel saves by reading through them is not counted) on channels-last random
+    tensors, and its output is within ``EXACT`` of cuDNN's; else None. Measured once per site,
+    each in a CUDA graph of repeats (``timer``, given a call: its microseconds), on ``device``
+    (the site's GPU), with ``kernel`` (``triton_depthwise``; the three given otherwise by the
+    CPU test of what this passes the kernel)."""
     key = _key(at)
     if key in MEASURED:
         return MEASURED[key][0]
@@ -523,8 +525,10 @@ def fastest_tile(at: Site) -> Optional[Tuple[int, ...]]:
 
     x, weight = _val(at.source), _val(at.weight)
     top, bottom, left, right = at.padding
+    kernel = kernel or triton_depthwise
     with unset_fake_temporarily(), torch.no_grad():
-        device = cuda_device(x)
+        device = device or cuda_device(x)
+        timer = timer or (lambda run: graph_us(run, device))
         xr = torch.randn(tuple(x.shape), dtype=x.dtype, device=device).contiguous(memory_format=torch.channels_last)
         has_scale, has_shift = _affine_kinds(at.affine)
         scale = torch.rand(x.shape[1], dtype=x.dtype, device=device) + 0.5 if has_scale else None
@@ -535,16 +539,16 @@ def fastest_tile(at: Site) -> Optional[Tuple[int, ...]]:
         br = torch.randn(weight.shape[0], dtype=x.dtype, device=device) if at.bias is not None else None
         groups = x.shape[1]
         expected = F.conv2d(padded, wr, br, at.stride, 0, at.dilation, groups)
-        scale = expected.abs().max().clamp_min(1e-30)
-        times = [graph_us(lambda: F.conv2d(padded, wr, br, at.stride, 0, at.dilation, groups), device)]
+        magnitude = expected.abs().max().clamp_min(1e-30).float()
+        times = [timer(lambda: F.conv2d(padded, wr, br, at.stride, 0, at.dilation, groups))]
         best, best_us = None, float("inf")
         for tile in tiles(weight.shape[2] * weight.shape[3]):
             # (the weight's copy tap by tap measured with it: the graph makes it on every call)
-            run = lambda tile=tile: triton_depthwise(xr, taps_of(wr), br, kernel_size, list(at.stride), list(at.padding), list(at.dilation), *tile, relu_input=at.relu_input, scale=scale, shift=shift)
-            if ((run().float() - expected.float()).abs().max() / scale.float()).item() > EXACT[x.dtype]:
+            run = lambda tile=tile: kernel(xr, taps_of(wr), br, kernel_size, list(at.stride), list(at.padding), list(at.dilation), *tile, relu_input=at.relu_input, scale=scale, shift=shift)
+            if ((run().float() - expected.float()).abs().max() / magnitude).item() > EXACT[x.dtype]:
                 times.append(float("inf"))
                 continue
-            times.append(graph_us(run, device))
+            times.append(timer(run))
             if times[-1] < best_us:
                 best, best_us = tile, times[-1]
         del xr, padded, wr, br, expected, scale, shift
