@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from nimble_rs.dynamo import depthwise
+from nimble_rs.dynamo import depthwise, depthwise_kernel
 from nimble_rs.dynamo.fxnodes import value as _val
 from models import rewritten_through_inductor
 from triton_interpreter import interpreted
@@ -166,12 +166,12 @@ def test_where_the_prologue_measures_slower_the_plain_kernel_is_tried():
 
 def test_the_op_off_cuda_is_atens_convolution_channels_last():
     x, w, b = torch.randn(2, 12, 9, 7), torch.randn(12, 1, 3, 3), torch.randn(12)
-    got = torch.ops.nimble.depthwise_conv2d(x, depthwise.taps_of(w), b, None, None, [3, 3], [1, 2], [1, 1, 0, 0], [1, 1], False, [4, 8, 64, 4])
+    got = torch.ops.nimble.depthwise_conv2d(x, depthwise_kernel.taps_of(w), b, None, None, [3, 3], [1, 2], [1, 1, 0, 0], [1, 1], False, [4, 8, 64, 4])
     assert got.is_contiguous(memory_format=torch.channels_last)
     assert torch.allclose(got, torch.nn.functional.conv2d(x, w, b, [1, 2], [1, 0], [1, 1], 12), atol=1e-6)
     # through a per-channel factor and term, a ReLU and a padding of one row above and two below
     scale, shift = torch.rand(12) + 0.5, torch.randn(12)
-    got = torch.ops.nimble.depthwise_conv2d(x, depthwise.taps_of(w), b, scale, shift, [3, 3], [1, 1], [1, 2, 0, 0], [1, 1], True, [4, 8, 64, 4])
+    got = torch.ops.nimble.depthwise_conv2d(x, depthwise_kernel.taps_of(w), b, scale, shift, [3, 3], [1, 1], [1, 2, 0, 0], [1, 1], True, [4, 8, 64, 4])
     source = torch.relu(x * scale.view(1, 12, 1, 1) + shift.view(1, 12, 1, 1))
     expected = torch.nn.functional.conv2d(torch.nn.functional.pad(source, (0, 0, 1, 2)), w, b, 1, 0, 1, 12)
     assert got.shape == expected.shape and torch.allclose(got, expected, atol=1e-6)
@@ -198,7 +198,8 @@ KERNEL_CASES = [
 KERNEL_SCRIPT = """
 import json, sys
 import torch, torch.nn.functional as F
-from nimble_rs.dynamo.depthwise import taps_of, tiles, triton_depthwise
+from nimble_rs.dynamo.depthwise import tiles
+from nimble_rs.dynamo.depthwise_kernel import taps_of, triton_depthwise
 results = []
 for shape, k, stride, padding, dilation, relu, tile in json.loads(sys.argv[1]):
     torch.manual_seed(0)
@@ -287,19 +288,18 @@ class Hopper:
 
 driver.set_active(Hopper())
 torch.cuda.device = lambda device: contextlib.nullcontext()
-from nimble_rs.dynamo import depthwise
-from nimble_rs.dynamo.fxnodes import value as _val
+from nimble_rs.dynamo import depthwise, depthwise_kernel
 cuda = torch.device("cuda", 0)
 specs = [(cuda, torch.float32, bias, (bias, bias), (k, k), (s, s), (p, p), (1, 1), bias, tuple(t), 4) for k, s, p, bias in json.loads(sys.argv[1]) for t in depthwise.tiles(k * k)]
 def launched_keys_found():
-    kernel = depthwise._kernel()
+    kernel = depthwise_kernel._kernel()
     cache, key_cache, _, _, binder = kernel.device_caches[0]
     found = []
     for k, s, p, bias in json.loads(sys.argv[1]):
         # what triton_depthwise launches for a channels-last [2, 24, 20, 20] input: its cache key
         x = torch.randn(2, 24, 20, 20).contiguous(memory_format=torch.channels_last)
         taps, b = torch.randn(k * k, 24), torch.randn(24)
-        out = depthwise.output_size(20, 20, k, k, (s, s), (p, p), (1, 1))
+        out = depthwise_kernel.output_size(20, 20, k, k, (s, s), (p, p), (1, 1))
         for rows, bw, bc, warps in depthwise.tiles(k * k):
             # (the prologue, factor, term and ReLU, with the bias here: both kinds of flag in two variants)
             vector = b if bias else taps
@@ -312,8 +312,8 @@ def launched_keys_found():
 # quick, all start at once
 runs = []
 for _ in range(2):
-    depthwise._KERNEL.clear()
-    runs.append([depthwise.compile_ahead(specs), launched_keys_found()])
+    depthwise_kernel._KERNEL.clear()
+    runs.append([depthwise_kernel.compile_ahead(specs), launched_keys_found()])
 print(json.dumps(runs))
 """
 

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nimble_rs.dynamo import depthwise
+from nimble_rs.dynamo import depthwise, depthwise_kernel
 from gpu_backend import TOLERANCE, compiled, gpu, last_report  # noqa: F401 (gpu: the autouse fixture)
 from models import relative_error
 
@@ -56,7 +56,7 @@ def test_every_tile_computes_what_cudnn_does():
         w, b = torch.randn(shape[1], 1, k, k, device="cuda"), torch.randn(shape[1], device="cuda")
         expected = F.conv2d(x.double(), w.double(), b.double(), stride, padding, 1, shape[1])
         for tile in depthwise.tiles(k * k):
-            got = depthwise.triton_depthwise(x, depthwise.taps_of(w), b, [k, k], [stride] * 2, [padding] * 2, [1, 1], *tile)
+            got = depthwise_kernel.triton_depthwise(x, depthwise_kernel.taps_of(w), b, [k, k], [stride] * 2, [padding] * 2, [1, 1], *tile)
             assert got.is_contiguous(memory_format=torch.channels_last) and got.shape == expected.shape
             assert ((got.double() - expected).abs().max() / expected.abs().max()).item() < 1e-6, (k, tile)
 
@@ -68,7 +68,7 @@ def test_reading_through_a_batchnorm_a_relu_and_an_uneven_padding_computes_what_
     source = torch.relu(x * scale.view(1, 96, 1, 1) + shift.view(1, 96, 1, 1))
     expected = F.conv2d(F.pad(source, (1, 2, 0, 3)).double(), w.double(), None, 2, 0, 1, 96)
     for tile in depthwise.tiles(25):
-        got = depthwise.triton_depthwise(x, depthwise.taps_of(w), None, [5, 5], [2, 2], [0, 3, 1, 2], [1, 1], *tile, relu_input=True, scale=scale, shift=shift)
+        got = depthwise_kernel.triton_depthwise(x, depthwise_kernel.taps_of(w), None, [5, 5], [2, 2], [0, 3, 1, 2], [1, 1], *tile, relu_input=True, scale=scale, shift=shift)
         assert got.shape == expected.shape
         assert ((got.double() - expected).abs().max() / expected.abs().max()).item() < 1e-6, tile
 

@@ -1,0 +1,230 @@
+"""The depthwise kernel of option ``depthwise_kernels`` (``depthwise``, which decides where it
+runs): the op ``nimble::depthwise_conv2d``, its Triton kernel, and its variants compiled ahead.
+
+The kernel computes several output rows per program over channels-last memory: each input row
+the rows need is loaded once per column tap (128-bit loads where the channel count is a multiple
+of four, 64-bit where of two) and added into every output row it reaches, one float32
+accumulator per row held in registers, the taps unrolled; a bias, where there is one, is added in
+the kernel. It reads the weights tap by tap, [kh * kw, C] (``taps_of``), each tap's weights one
+coalesced load, and its input through a per-channel factor and term, a ReLU and a zero padding
+where given (``prologue``).
+
+The op is defined when this module is imported (with the backend), so that a program Inductor
+cached with it finds it; off CUDA it computes the same thing by ATen.
+"""
+
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+# Threads compiling the kernel's variants ahead of the measurements: Triton's compile leaves
+# Python's lock in LLVM and ptxas (eight of them took 13.4 s one by one, 8.1 s on two threads,
+# on two cores).
+COMPILE_THREADS = 8
+
+
+@torch.library.custom_op("nimble::depthwise_conv2d", mutates_args=())
+def depthwise_conv2d(x: torch.Tensor, taps: torch.Tensor, bias: Optional[torch.Tensor], scale: Optional[torch.Tensor], shift: Optional[torch.Tensor], kernel_size: List[int], stride: List[int], padding: List[int], dilation: List[int], relu_input: bool, tile: List[int]) -> torch.Tensor:
+    """The depthwise convolution of ``x`` (times ``scale`` plus ``shift``, per channel, where
+    given; then its ReLU, with ``relu_input``) zero-padded by ``padding`` ([top, bottom, left,
+    right]) by the weights ``taps`` ([kh * kw, C], ``taps_of`` the weight) of ``kernel_size``,
+    plus ``bias``; the output channels-last: on CUDA our kernel in ``tile`` (rows, columns,
+    channels, warps), else ATen's ops."""
+    if not x.is_cuda:
+        weight = taps.t().reshape(taps.shape[1], 1, *kernel_size)
+        top, bottom, left, right = padding
+        source = prologue(x, scale, shift, relu_input)
+        return F.conv2d(F.pad(source, (left, right, top, bottom)), weight, bias, stride, 0, dilation, x.shape[1]).contiguous(memory_format=torch.channels_last)
+    return triton_depthwise(x, taps, bias, kernel_size, stride, padding, dilation, *tile, relu_input=relu_input, scale=scale, shift=shift)
+
+
+@depthwise_conv2d.register_fake
+def _(x, taps, bias, scale, shift, kernel_size, stride, padding, dilation, relu_input, tile):
+    return _empty_output(x, kernel_size, stride, padding, dilation)
+
+
+def prologue(x: torch.Tensor, scale: Optional[torch.Tensor], shift: Optional[torch.Tensor], relu: bool) -> torch.Tensor:
+    """What the kernel computes from ``x`` as it loads it, by ATen ops."""
+    channels = x.shape[1]
+    if scale is not None:
+        x = x * scale.view(1, channels, 1, 1)
+    if shift is not None:
+        x = x + shift.view(1, channels, 1, 1)
+    return torch.relu(x) if relu else x
+
+
+def taps_of(weight: torch.Tensor) -> torch.Tensor:
+    """A depthwise weight [C, 1, kh, kw] as the kernel reads it: [kh * kw, C], each tap's
+    weights for every channel contiguous."""
+    return weight.reshape(weight.shape[0], -1).t().contiguous()
+
+
+_LOWERED: List[bool] = []
+
+
+def op():
+    """``nimble::depthwise_conv2d``, with Inductor's fallback to it (registered once, when a
+    graph is first rewritten) taking ``x`` channels-last and the taps contiguous."""
+    found = torch.ops.nimble.depthwise_conv2d.default
+    if not _LOWERED:
+        from torch._inductor import ir, lowering
+
+        def layouts(_node, x, taps, *rest, **kwargs):
+            return (ir.ExternKernel.require_channels_last(x), ir.ExternKernel.require_contiguous(taps), *rest), kwargs
+
+        lowering.make_fallback(found, layout_constraint=layouts, warn=False)
+        _LOWERED.append(True)
+    return found
+
+
+def vector_width(channels: int) -> int:
+    """The elements each load takes at once: the channel count's largest divisor of 4, 2 and 1
+    (offsets of a pixel are multiples of it)."""
+    return 4 if channels % 4 == 0 else 2 if channels % 2 == 0 else 1
+
+
+def pads(padding) -> Tuple[int, int, int, int]:
+    """Padding as (top, bottom, left, right): given so, or as a convolution's (rows, columns)."""
+    return tuple(padding) if len(padding) == 4 else (padding[0], padding[0], padding[1], padding[1])
+
+
+def output_size(height: int, width: int, kh: int, kw: int, stride, padding, dilation) -> Tuple[int, int]:
+    top, bottom, left, right = pads(padding)
+    return ((height + top + bottom - dilation[0] * (kh - 1) - 1) // stride[0] + 1, (width + left + right - dilation[1] * (kw - 1) - 1) // stride[1] + 1)
+
+
+def _empty_output(x: torch.Tensor, kernel_size, stride, padding, dilation) -> torch.Tensor:
+    """An empty channels-last tensor of the convolution's output shape (real or fake, as ``x``)."""
+    n, c, h, w = x.shape
+    ho, wo = output_size(h, w, kernel_size[0], kernel_size[1], stride, padding, dilation)
+    return torch.empty_strided((n, c, ho, wo), (ho * wo * c, 1, wo * c, c), dtype=x.dtype, device=x.device)
+
+
+def triton_depthwise(x: torch.Tensor, taps: torch.Tensor, bias: Optional[torch.Tensor], kernel_size: List[int], stride: List[int], padding: List[int], dilation: List[int], rows: int = 4, block_w: int = 8, block_c: int = 64, num_warps: int = 4, *, relu_input: bool = False, scale: Optional[torch.Tensor] = None, shift: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Our kernel on CUDA tensors (``supported`` sizes; ``taps`` as ``taps_of`` lays the weight
+    out; ``padding`` as a convolution's or [top, bottom, left, right]; the convolution of
+    ``prologue(x, scale, shift, relu_input)``, ``scale`` and ``shift`` [C] vectors), each
+    program ``rows`` output rows by ``block_w`` columns by ``block_c`` channels with
+    ``num_warps`` warps; ``x`` made channels-last where it is not (a copy), the output
+    channels-last."""
+    import triton
+
+    n, channels, height, width = x.shape
+    kh, kw = kernel_size
+    if tuple(taps.shape) != (kh * kw, channels) or max(height * width, 1) * channels >= 2**31:
+        raise ValueError(f"nimble depthwise kernel: input {list(x.shape)}, taps {list(taps.shape)} for a {kh}x{kw} kernel; expected taps [kh * kw, channels] and fewer than 2**31 elements per image")
+    out_h, out_w = output_size(height, width, kh, kw, stride, padding, dilation)
+    x = x.contiguous(memory_format=torch.channels_last)
+    y = _empty_output(x, kernel_size, stride, padding, dilation)
+    tiles_h, tiles_w = triton.cdiv(out_h, rows), triton.cdiv(out_w, block_w)
+    grid = (n * tiles_h * tiles_w, triton.cdiv(channels, block_c))
+    has_bias = bias is not None
+    top, _, left, _ = pads(padding)
+    vectors = [v.contiguous() if v is not None else taps for v in (bias, scale, shift)]
+    _kernel()[grid](x, taps.contiguous(), *vectors, y, height, width, channels // vector_width(channels), out_h, out_w, tiles_h, tiles_w, stride[0], stride[1], top, left, dilation[0], dilation[1], kh, kw, has_bias, scale is not None, shift is not None, relu_input, rows, block_w, block_c, vector_width(channels), num_warps=num_warps)
+    return y
+
+
+_KERNEL: List[Any] = []
+
+
+def _kernel():
+    """The Triton kernel, defined at its first use (Triton is imported only where one runs)."""
+    if _KERNEL:
+        return _KERNEL[0]
+    import triton
+    import triton.language as tl
+
+    # The sizes are not specialized on (Triton would compile again wherever one is 1 or a
+    # multiple of 16): one compile per kernel geometry, dtype and tile.
+    @triton.jit(do_not_specialize=["H", "W", "CV", "OH", "OW", "TILES_H", "TILES_W"])
+    def depthwise_rows(x_ptr, taps_ptr, b_ptr, scale_ptr, shift_ptr, y_ptr, H, W, CV, OH, OW, TILES_H, TILES_W, SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_SHIFT: tl.constexpr, RELU_IN: tl.constexpr, ROWS: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr, VEC: tl.constexpr):
+        # PH and PW: the padding above and to the left; below and to the right it is wherever an
+        # input row or column past the input's end is read (masked to zero), up to OH and OW.
+        # The channel count as VEC times CV, so that every pixel's offset is known to be a
+        # multiple of VEC elements and the loads and stores are that wide (128-bit for four floats).
+        C = CV * VEC
+        tile = tl.program_id(0)  # (n, tile row, tile column), the columns fastest
+        n = tile // (TILES_H * TILES_W)
+        t = tile % (TILES_H * TILES_W)
+        oh0 = (t // TILES_W) * ROWS
+        ow = (t % TILES_W) * BLOCK_W + tl.arange(0, BLOCK_W)
+        c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+        c_ok = c < C
+        x_image = x_ptr + n.to(tl.int64) * H * W * C
+        # The prologue's per-channel factor and term (an inference BatchNorm before the ReLU).
+        if HAS_SCALE:
+            sc = tl.load(scale_ptr + c, mask=c_ok, other=0.0).to(tl.float32)
+        if HAS_SHIFT:
+            sh = tl.load(shift_ptr + c, mask=c_ok, other=0.0).to(tl.float32)
+        # One accumulator per output row, added into only by the input rows it reads: a tuple
+        # the loops unroll, so that no tensor carries a dimension of rows.
+        accs = ()
+        for o in tl.static_range(ROWS):
+            accs = accs + (tl.zeros((BLOCK_W, BLOCK_C), dtype=tl.float32),)
+        for r in tl.static_range((ROWS - 1) * SH + (KH - 1) * DH + 1):
+            ih = oh0 * SH - PH + r
+            row_ok = (ih >= 0) & (ih < H)
+            for j in tl.static_range(KW):
+                iw = ow * SW - PW + j * DW
+                inside = (row_ok & (iw >= 0) & (iw < W))[:, None] & c_ok[None, :]
+                xv = tl.load(x_image + (ih * W + iw)[:, None] * C + c[None, :], mask=inside, other=0.0).to(tl.float32)
+                if HAS_SCALE:
+                    xv = xv * sc[None, :]
+                if HAS_SHIFT:
+                    # (the padding is zero after the prologue, not the shift's ReLU)
+                    xv = tl.where(inside, xv + sh[None, :], 0.0)
+                if RELU_IN:
+                    xv = tl.maximum(xv, 0.0)
+                added = ()
+                for o in tl.static_range(ROWS):
+                    # Input row r is kernel row (r - o * SH) / DH of output row o, where that
+                    # is a row of the kernel.
+                    if r - o * SH >= 0 and (r - o * SH) % DH == 0 and (r - o * SH) // DH < KH:
+                        wv = tl.load(taps_ptr + ((r - o * SH) // DH * KW + j) * C + c, mask=c_ok, other=0.0).to(tl.float32)
+                        added = added + (accs[o] + xv * wv[None, :],)
+                    else:
+                        added = added + (accs[o],)
+                accs = added
+        if HAS_BIAS:
+            bv = tl.load(b_ptr + c, mask=c_ok, other=0.0).to(tl.float32)
+        y_image = y_ptr + n.to(tl.int64) * OH * OW * C
+        for o in tl.static_range(ROWS):
+            oh = oh0 + o
+            result = accs[o]
+            if HAS_BIAS:
+                result = result + bv[None, :]
+            ok = ((oh < OH) & (ow < OW))[:, None] & c_ok[None, :]
+            tl.store(y_image + (oh * OW + ow)[:, None] * C + c[None, :], result.to(y_ptr.dtype.element_ty), mask=ok)
+
+    _KERNEL.append(depthwise_rows)
+    return depthwise_rows
+
+
+def compile_ahead(specs: List[tuple]) -> Dict[str, int]:
+    """Each variant of ``specs`` (``variants``) compiled by Triton without a launch, on up to
+    ``COMPILE_THREADS`` threads, so that the measurements one by one find them compiled; counts
+    of those compiled and (where any) failed: a variant that fails here is compiled again at its
+    measurement, whose failure is announced there."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(spec) -> bool:
+        device, dtype, has_bias, (has_scale, has_shift), (kh, kw), (sh, sw), (top, left), (dh, dw), relu, (rows, block_w, block_c, warps), vec = spec
+        try:
+            with torch.cuda.device(device):
+                # (Pointers as their dtypes, Triton's stand-ins: aligned, as every buffer here is.)
+                _kernel().warmup(dtype, dtype, dtype, dtype, dtype, dtype, 1, 1, 1, 1, 1, 1, 1, sh, sw, top, left, dh, dw, kh, kw, has_bias, has_scale, has_shift, relu, rows, block_w, block_c, vec, grid=(1,), num_warps=warps)
+            return True
+        except Exception:  # noqa: BLE001 - compiled (or reported) at its measurement instead
+            return False
+
+    # The first alone: it makes the kernel's cache for the device, which threads making it at
+    # once would each make anew, all but one of their compiles then lost (seen here).
+    done = [one(specs[0])]
+    with ThreadPoolExecutor(max_workers=max(1, min(COMPILE_THREADS, len(specs) - 1))) as pool:
+        done += list(pool.map(one, specs[1:]))
+    counts = {"compiled_ahead": sum(done)}
+    if not all(done):
+        counts["compile_ahead_failed"] = len(done) - sum(done)
+    return counts
