@@ -17,6 +17,16 @@ from models import rewritten_through_inductor
 from triton_interpreter import interpreted
 
 
+def fast(tile, us=1.0):
+    """A measurement (``depthwise.Timing``) of ``tile`` at ``us`` microseconds against cuDNN's 10,
+    no write spared."""
+    return depthwise.Timing(tile, (us,), 10.0, 0.0)
+
+
+# a measurement slower than cuDNN's
+SLOWER = depthwise.Timing((2, 8, 8, 1), (20.0,), 10.0, 0.0)
+
+
 class Convolutions(nn.Module):
     """Three depthwise convolutions the rewrite takes (one with a bias, one at stride 2 with
     dilation, one of six channels, loaded two at a time), and two it leaves: a grouped one (two
@@ -41,14 +51,15 @@ def test_depthwise_convolutions_of_four_channels_are_replaced_and_compute_what_e
 
     def tile_for(at):
         asked.append((tuple(_val(at.source).shape), tuple(_val(at.weight).shape), at.bias is not None, at.stride, at.padding, at.dilation, at.relu_input))
-        return (4, 8, 64, 4)
+        return fast((4, 8, 64, 4))
 
     got, counts, ops = rewritten_through_inductor(model, x, lambda gm: depthwise.replace_depthwise(gm, tile_for))
     with torch.no_grad():
         expected = model(x)
-    # the second reads the first's output through its ReLU
+    # the second reads the first's output through its ReLU (measured so and as it is, equally
+    # fast: the first taken)
     assert counts == {"replaced": 3, "slower": 0, "prologue": 1}, counts
-    assert asked == [((2, 8, 13, 11), (8, 1, 5, 5), True, (1, 1), (2, 2, 2, 2), (1, 1), False), ((2, 8, 13, 11), (8, 1, 3, 3), False, (2, 2), (2, 2, 2, 2), (2, 2), True), ((2, 6, 7, 6), (6, 1, 3, 3), False, (1, 1), (1, 1, 1, 1), (1, 1), False)], asked
+    assert asked == [((2, 8, 13, 11), (8, 1, 5, 5), True, (1, 1), (2, 2, 2, 2), (1, 1), False), ((2, 8, 13, 11), (8, 1, 3, 3), False, (2, 2), (2, 2, 2, 2), (2, 2), True), ((2, 8, 13, 11), (8, 1, 3, 3), False, (2, 2), (2, 2, 2, 2), (2, 2), False), ((2, 6, 7, 6), (6, 1, 3, 3), False, (1, 1), (1, 1, 1, 1), (1, 1), False)], asked
     assert ops.count(torch.ops.nimble.depthwise_conv2d.default) == 3
     # each weight laid out tap by tap in the graph, from the parameter on every call
     assert ops.count(torch.ops.aten.permute.default) == 3
@@ -80,14 +91,16 @@ def test_a_zero_padding_and_a_relu_before_the_convolution_are_read_through():
 
     def tile_for(at):
         asked.append((at.padding, at.relu_input, "input" if at.source.op == "placeholder" else at.source.target))
-        return (2, 8, 8, 1)
+        # (reading through measured the faster)
+        return fast((2, 8, 8, 1), 1.0 if at.relu_input else 2.0)
 
     got, counts, ops = rewritten_through_inductor(model, x, lambda gm: depthwise.replace_depthwise(gm, tile_for))
     with torch.no_grad():
         expected = model(x)
     assert counts == {"replaced": 3, "slower": 0, "prologue": 2}, counts
     aten = torch.ops.aten
-    assert asked == [((0, 3, 1, 2), True, aten.add.Tensor), ((1, 1, 1, 1), True, "input"), ((0, 0, 0, 0), False, aten.constant_pad_nd.default)], asked
+    # each read through and as it is where that differs
+    assert asked == [((0, 3, 1, 2), True, aten.add.Tensor), ((0, 0, 0, 0), False, aten.constant_pad_nd.default), ((1, 1, 1, 1), True, "input"), ((1, 1, 1, 1), False, aten.relu.default), ((0, 0, 0, 0), False, aten.constant_pad_nd.default)], asked
     # the first's padding and ReLU are gone from the graph; the second's ReLU stays for the sum
     assert ops.count(aten.constant_pad_nd.default) == 1 and ops.count(aten.relu.default) == 1, ops
     for g, e in zip(got, expected):
@@ -120,7 +133,7 @@ def test_an_inference_batchnorm_before_the_relu_is_read_through_too():
 
     def tile_for(at):
         sources.append((at.source.target, at.relu_input, len(at.affine)))
-        return (2, 8, 8, 1)
+        return fast((2, 8, 8, 1), 1.0 if at.affine else 2.0)
 
     got, counts, ops = rewritten_through_inductor(model, x, lambda gm: depthwise.replace_depthwise(gm, tile_for))
     with torch.no_grad():
@@ -137,7 +150,7 @@ def test_a_shape_measured_slower_or_unmeasured_stays_cudnns():
     x = torch.randn(2, 8, 13, 11)
     # the first convolution one way (its input as it is); the second read through its ReLU,
     # then as it is; the third one way
-    answers = iter([None, None, False, None])
+    answers = iter([SLOWER, SLOWER, False, SLOWER])
     got, counts, ops = rewritten_through_inductor(model, x, lambda gm: depthwise.replace_depthwise(gm, lambda at: next(answers)))
     assert next(answers, "all asked") == "all asked"
     assert counts == {"replaced": 0, "slower": 2, "unmeasured": 1}, counts
@@ -146,14 +159,14 @@ def test_a_shape_measured_slower_or_unmeasured_stays_cudnns():
         assert torch.allclose(got, model(x), atol=1e-5, rtol=1e-4)
 
 
-def test_where_the_prologue_measures_slower_the_plain_kernel_is_tried():
+def test_where_reading_through_measures_slower_the_plain_kernel_is_taken():
     model = Convolutions().eval()
     x = torch.randn(2, 8, 13, 11)
     asked = []
 
     def tile_for(at):
         asked.append(at.relu_input)
-        return None if at.relu_input else (2, 8, 8, 1)
+        return SLOWER if at.relu_input else fast((2, 8, 8, 1))
 
     got, counts, ops = rewritten_through_inductor(model, x, lambda gm: depthwise.replace_depthwise(gm, tile_for))
     # the second convolution read through its ReLU measured slower: it reads the ReLU's output
@@ -162,6 +175,41 @@ def test_where_the_prologue_measures_slower_the_plain_kernel_is_tried():
     assert torch.ops.aten.relu.default in ops
     with torch.no_grad():
         assert torch.allclose(got, model(x), atol=1e-5, rtol=1e-4)
+
+
+def _convolution_reading(others: int):
+    """A depthwise convolution node reading a ReLU that ``others`` more nodes read."""
+    aten = torch.ops.aten
+    graph = torch.fx.Graph()
+    x, w = graph.placeholder("x"), graph.placeholder("w")
+    relu = graph.call_function(aten.relu.default, (x,))
+    for _ in range(others):
+        graph.call_function(aten.neg.default, (relu,))
+    return graph.call_function(aten.convolution.default, (relu, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 8))
+
+
+def test_the_choice_counts_the_write_reading_through_spares():
+    through, plain = "through", "plain"  # (sites, as the choice tells them apart: the plain one last)
+    # cuDNN 10 us; the write of the tensor the convolution reads, 2 us
+    timed = lambda through_us, plain_us, tile=(2, 8, 8, 1): [(through, depthwise.Timing(tile, (through_us,), 10.0, 2.0)), (plain, depthwise.Timing((4, 8, 64, 4), (plain_us,), 10.0, 2.0))]
+    alone, shared = _convolution_reading(0), _convolution_reading(1)
+    # 9.5 us reading through: past 0.9 of cuDNN's 10, within 0.9 of 10 and the 2 it spares
+    assert depthwise.choose(alone, timed(9.5, 50.0)) == (through, (2, 8, 8, 1))
+    # where another node reads the ReLU's output, nothing is spared
+    assert depthwise.choose(shared, timed(9.5, 50.0)) is None
+    assert depthwise.choose(shared, timed(8.5, 50.0)) == (through, (2, 8, 8, 1))
+    # the plain kernel, 6 us and the 2 us write it leaves, against 9 reading through
+    assert depthwise.choose(alone, timed(9.0, 6.0)) == (plain, (4, 8, 64, 4))
+    assert depthwise.choose(alone, timed(7.5, 6.0)) == (through, (2, 8, 8, 1))
+    # a site none of whose tiles matched cuDNN's output is not taken, nor one whose measurement
+    # failed (then what it would spare is still counted where the plain site measured it)
+    assert depthwise.choose(alone, timed(1.0, 50.0, None)) is None
+    assert depthwise.choose(alone, [(through, False), timed(1.0, 6.0)[1]]) == (plain, (4, 8, 64, 4))
+    assert depthwise.choose(alone, [(through, False), timed(1.0, 9.5)[1]]) is None
+    assert depthwise.choose(alone, [timed(1.0, 6.0)[0], (plain, False)]) == (through, (2, 8, 8, 1))
+    # one site (nothing read through): cuDNN's 10 alone
+    assert depthwise.choose(alone, [(plain, depthwise.Timing((4, 8, 64, 4), (9.5,), 10.0, 2.0))]) is None
+    assert depthwise.choose(alone, [(plain, depthwise.Timing((4, 8, 64, 4), (8.5,), 10.0, 2.0))]) == (plain, (4, 8, 64, 4))
 
 
 def test_the_op_off_cuda_is_atens_convolution_channels_last():
@@ -339,8 +387,8 @@ def test_compiling_ahead_makes_the_variants_the_launches_use(tmp_path):
         assert found == [True] * 4, found
 
 
-def test_the_measurement_gives_the_kernel_the_prologues_vectors_and_keeps_the_fastest_tile():
-    # What fastest_tile passes the kernel, on the CPU: the kernel stood in for by the op's own
+def test_the_measurement_gives_the_kernel_the_prologues_vectors_and_finds_the_fastest_tile():
+    # What timing passes the kernel, on the CPU: the kernel stood in for by the op's own
     # arithmetic (ATen's), the timer by fixed numbers (cuDNN's first, then each tile's).
     aten = torch.ops.aten
     graph = torch.fx.Graph()
@@ -354,7 +402,8 @@ def test_the_measurement_gives_the_kernel_the_prologues_vectors_and_keeps_the_fa
     scaled = graph.call_function(aten.mul.Tensor, (x, s))
     shifted = graph.call_function(aten.add.Tensor, (scaled, s))
     at = depthwise.Site(x, w, None, (1, 1), (1, 2, 0, 1), (1, 1), True, ((scaled, s), (shifted, s)))
-    given, times = [], iter([10.0, 8.0, 9.5])
+    # (cuDNN's, each tile's, then the write's)
+    given, times = [], iter([10.0, 8.0, 9.5, 3.0])
 
     def kernel(xr, taps, bias, kernel_size, stride, padding, dilation, *tile, relu_input, scale, shift):
         given.append((tuple(scale.shape), tuple(shift.shape), relu_input, tuple(tile)))
@@ -362,11 +411,11 @@ def test_the_measurement_gives_the_kernel_the_prologues_vectors_and_keeps_the_fa
 
     depthwise.MEASURED.clear()
     try:
-        chosen = depthwise.fastest_tile(at, torch.device("cpu"), lambda run: (run(), next(times))[1], kernel)
+        found = depthwise.timing(at, torch.device("cpu"), lambda run: (run(), next(times))[1], kernel)
         # each tile run once to check its output, once by the timer
         assert given == [((8,), (8,), True, tile) for tile in depthwise.CONFIGS for _ in range(2)], given
-        # 8.0 of cuDNN's 10.0: within the margin; its output matched the convolution's
-        assert chosen == depthwise.CONFIGS[0], depthwise.MEASURED
-        assert list(depthwise.MEASURED.values()) == [(depthwise.CONFIGS[0], [10.0, 8.0, 9.5])]
+        # the faster tile, its output matching the convolution's
+        assert found == depthwise.Timing(depthwise.CONFIGS[0], (8.0, 9.5), 10.0, 3.0), found
+        assert depthwise.timing(at) is found and list(depthwise.MEASURED.values()) == [found]
     finally:
         depthwise.MEASURED.clear()

@@ -14,8 +14,8 @@ used, and it is part of what is measured against cuDNN.
 
 Each shape is measured once on the GPU at compile time, cuDNN's convolution (channels-last, as
 Inductor calls it) against the kernel in each tile shape of ``tiles``, each in a CUDA graph of
-repeats, and rewritten where the fastest tile takes at most ``MARGIN`` of cuDNN's time; its
-output must match cuDNN's within ``EXACT``. Each tile is a Triton compile per kernel geometry:
+repeats (``timing``), and rewritten where the fastest tile takes at most ``MARGIN`` of cuDNN's
+time (``choose``); its output must match cuDNN's within ``EXACT``. Each tile is a Triton compile per kernel geometry:
 done one by one as the shapes were measured, they took NASNet-A large's preparation to 2.43x
 reduce-overhead's (H200, `7fd1499`), so the variants a graph needs are compiled first, side by
 side on threads (``compile_ahead``), and only two tiles per kernel size are measured. The same
@@ -28,16 +28,21 @@ affine ops before that ReLU (an inference BatchNorm). Each of NASNet-A large's 2
 convolutions reads ``relu(x)`` or ``pad(relu(x))``, and the second of each separable pair
 ``relu(batchnorm(conv1x1(...)))``: read through, Inductor need not write those tensors, nor
 (where nothing else reads it) the BatchNorm's. The factor and term are composed in the graph
-from the BatchNorm's buffers on every call. What that saves is not counted in the measurement,
-which times cuDNN's convolution alone; the prologue's arithmetic at every tap costs the kernel
-some instructions (ptxas for sm_90: 73 to 106 per output for a 5x5 with a BatchNorm), so where
-the kernel reading through them measures slower than cuDNN, the kernel reading the input as
-given is measured next (``sites``).
+from the BatchNorm's buffers on every call. The prologue's arithmetic at every tap costs the
+kernel some instructions (ptxas for sm_90: 73 to 106 per output for a 5x5 with a BatchNorm), so
+the kernel reading the input as given is measured too (``sites``), and the choice counts what
+reading through spares: where nothing else reads the tensor the convolution reads, one write of
+it (timed as a fill of its size), beside cuDNN's convolution and the kernel reading it as given.
+(At `530f899`, which counted none of it and tried the plain kernel only where reading through
+measured slower than cuDNN, NASNet-A large's 3x3 convolutions all stayed cuDNN's: 15.1 us on
+[16, 168, 42, 42] against 17.7 for the kernel reading through a ReLU, whose output, 19 MB, it
+spares.)
 
 The op ``nimble::depthwise_conv2d``, its kernel and the compiles ahead are ``depthwise_kernel``;
 this module decides where they run.
 """
 
+import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -160,11 +165,10 @@ def site(node: torch.fx.Node) -> Site:
 
 
 def sites(node: torch.fx.Node) -> List[Site]:
-    """The ways our kernel can compute a ``candidate``, in the order they are tried: through
-    what comes before its input (``site``), then, where that differs, the convolution as it is
-    (its input as given, its own padding): the prologue's extra arithmetic at every tap may cost
-    more than it saves at some shapes, and the measurement, which does not count what it saves,
-    may then still take the plain kernel."""
+    """The ways our kernel can compute a ``candidate``, each measured: through what comes before
+    its input (``site``), then, where that differs, the convolution as it is (its input as
+    given, its own padding; the plain site, last): the prologue's extra arithmetic at every tap
+    may cost more than it spares at some shapes."""
     through = site(node)
     x, weight, bias, stride, padding, dilation, _, _, _ = node.args
     plain = Site(x, weight, bias, tuple(stride), pads(padding), tuple(dilation), False)
@@ -186,28 +190,26 @@ def _per_channel_tensor(node, channels: int, dtype) -> bool:
     return isinstance(node, torch.fx.Node) and per_channel(node, channels, dtype)
 
 
-def replace_depthwise(gm: torch.fx.GraphModule, tile_for) -> Dict[str, int]:
-    """Every ``candidate`` convolution of ``gm`` for which ``tile_for`` (given one of its
-    ``sites``, tried in order) gives a tile, replaced in place by ``nimble::depthwise_conv2d`` in
-    that tile, reading that site's source, over the weight laid out tap by tap in the graph;
-    counts of those replaced (and of those that read through a padding, a ReLU or a BatchNorm),
-    those measured slower than cuDNN (``tile_for`` gave None for every site) and those it could
-    not measure (it gave False for one, and no tile)."""
+def replace_depthwise(gm: torch.fx.GraphModule, measure, chooser=None) -> Dict[str, int]:
+    """Every ``candidate`` convolution of ``gm`` for which ``chooser`` (``choose``), given each of its
+    ``sites`` and ``measure``'s ``Timing`` of it (False where it could not be measured), picks a
+    site and tile, replaced in place by ``nimble::depthwise_conv2d`` in that tile, reading that
+    site's source, over the weight laid out tap by tap in the graph; counts of those replaced
+    (and of those that read through a padding, a ReLU or a BatchNorm), those cuDNN's convolution
+    was kept for, measured faster (``slower``), and those it could not measure (a site gave
+    False, and no choice)."""
     from torch._guards import detect_fake_mode
 
     graph = gm.graph
     counts = {"replaced": 0, "slower": 0}
     for node in [n for n in graph.nodes if candidate(n)]:
-        answers = []
-        for at in sites(node):
-            answers.append(tile_for(at))
-            if answers[-1]:
-                break
-        tile = answers[-1]
-        if not tile:
-            outcome = "unmeasured" if False in answers else "slower"
+        timed = [(at, measure(at)) for at in sites(node)]
+        picked = (chooser or choose)(node, timed)
+        if picked is None:
+            outcome = "unmeasured" if any(t is False for _, t in timed) else "slower"
             counts[outcome] = counts.get(outcome, 0) + 1
             continue
+        at, tile = picked
         fake_mode = detect_fake_mode([_val(at.source), _val(at.weight)])
         if fake_mode is None:
             continue
@@ -228,6 +230,45 @@ def replace_depthwise(gm: torch.fx.GraphModule, tile_for) -> Dict[str, int]:
     return counts
 
 
+@dataclass(frozen=True)
+class Timing:
+    """A site's measurement, in microseconds: the fastest of ``tiles`` whose output matched
+    cuDNN's (None where none did), each tile's time (infinite where its output did not match),
+    cuDNN's convolution of the same input, and a write of a tensor of the site's source's size
+    (what the kernel making that tensor costs at the least)."""
+
+    tile: Optional[Tuple[int, ...]]
+    tile_us: Tuple[float, ...]
+    cudnn_us: float
+    write_us: float
+
+    @property
+    def kernel_us(self) -> float:
+        return min(self.tile_us, default=float("inf"))
+
+
+def choose(node: torch.fx.Node, timed: List[Tuple["Site", Any]]) -> Optional[Tuple["Site", Tuple[int, ...]]]:
+    """The site and tile our kernel computes ``node`` in, from each of its ``sites`` and its
+    ``Timing`` (False where it failed), or None to keep cuDNN's convolution: the cheapest,
+    where it takes at most ``MARGIN`` of what cuDNN's does. Reading through what comes before
+    the convolution spares the tensor the convolution reads where nothing else reads it (its
+    input node has no other user): that tensor's write then counts beside cuDNN's convolution
+    and the kernel reading it as given (the plain site, last), so that a kernel reading
+    through, slower than cuDNN's convolution alone, is still taken where it is faster than the
+    convolution and the write it spares together."""
+    measured = [(at, t) for at, t in timed if t]
+    if not measured:
+        return None
+    plain_at, plain = timed[-1]
+    spared = plain.write_us if len(timed) > 1 and plain and len(node.args[0].users) == 1 else 0.0
+    cudnn = (plain or measured[0][1]).cudnn_us + spared
+    options = [(t.kernel_us + (spared if at is plain_at else 0.0), at, t.tile) for at, t in measured if t.tile is not None]
+    if not options:
+        return None
+    cost, at, tile = min(options, key=lambda option: option[0])
+    return (at, tile) if cost <= MARGIN * cudnn else None
+
+
 def _affine_terms(build: AffineBuilder, affine, channels: int):
     """The per-channel factor and term ([C] vectors, or None for 1 and 0) of ``affine`` (a
     site's ops, each node and its per-channel operand), composed op by op in the graph from the
@@ -240,26 +281,36 @@ def _affine_terms(build: AffineBuilder, affine, channels: int):
 def rewrite(gm: torch.fx.GraphModule) -> Dict[str, Any]:
     """Option ``depthwise_kernels`` on ``gm``, each shape measured on the GPU (one whose
     measurement fails stays cuDNN's, announced once per shape): its counts and, under
-    ``shapes``, each distinct shape's measurement (input, kernel, stride, cuDNN's microseconds,
-    the fastest tile's, the tile chosen or None), or, where the pass fails, the reason, announced
+    ``shapes``, each distinct site's measurement (input, kernel, stride, padding, what it reads
+    through, cuDNN's microseconds, the fastest tile's, the write's, that tile or None, and how
+    many convolutions took it), the seconds its variants took to compile ahead and the
+    measurements and rewrite after them, or, where the pass fails, the reason, announced
     once (the convolutions it had not reached stay cuDNN's)."""
     shapes: Dict[tuple, Dict[str, Any]] = {}
 
     def measured(at: Site):
         x, weight = _val(at.source), _val(at.weight)
         try:
-            tile = fastest_tile(at)
+            found = timing(at)
         except Exception as error:  # noqa: BLE001 - that convolution stays cuDNN's
             warn_once(("depthwise", _key(at)), f"nimble backend: our depthwise kernel could not be measured on the convolution of input {list(x.shape)}, weight {list(weight.shape)} ({type(error).__name__}: {error}); it runs as Inductor compiles it")
             return False
-        times = MEASURED[_key(at)][1]
-        shapes[_key(at)] = {"input": list(x.shape), "kernel": list(weight.shape[2:]), "stride": list(at.stride), "padding": list(at.padding), "affine_input": bool(at.affine), "relu_input": at.relu_input, "cudnn_us": round(times[0], 2), "fastest_us": round(min(times[1:]), 2), "tile": None if tile is None else list(tile)}
-        return tile
+        shapes.setdefault(_key(at), {"input": list(x.shape), "kernel": list(weight.shape[2:]), "stride": list(at.stride), "padding": list(at.padding), "affine_input": bool(at.affine), "relu_input": at.relu_input, "cudnn_us": round(found.cudnn_us, 2), "fastest_us": round(found.kernel_us, 2), "write_us": round(found.write_us, 2), "tile": None if found.tile is None else list(found.tile), "taken": 0})
+        return found
+
+    def taking(node, timed):
+        picked = choose(node, timed)
+        if picked is not None:
+            shapes[_key(picked[0])]["taken"] += 1
+        return picked
 
     def replaced() -> Dict[str, Any]:
+        started = time.perf_counter()
         wanted = variants(gm)
         ahead = compile_ahead(wanted) if wanted else {}
-        return {**replace_depthwise(gm, measured), **ahead}
+        compiled = time.perf_counter()
+        counts = replace_depthwise(gm, measured, taking)
+        return {**counts, **ahead, "seconds": {"compile_ahead": round(compiled - started, 2), "measure_and_rewrite": round(time.perf_counter() - compiled, 2)}}
 
     counts = guarded(gm, "depthwise_kernels", "depthwise convolutions", replaced)
     return {**counts, "shapes": list(shapes.values())} if shapes else counts
@@ -293,22 +344,20 @@ def _affine_kinds(affine) -> Tuple[bool, bool]:
     return scale, any(node.target in (aten.add.Tensor, aten.sub.Tensor) for node, _ in affine)
 
 
-# Per site: the tile chosen (None: cuDNN's is kept) and the microseconds measured, cuDNN's
-# first, then each tile's in ``tiles``' order.
-MEASURED: Dict[tuple, Tuple[Optional[Tuple[int, ...]], List[float]]] = {}
+# Each site's ``Timing``, measured once.
+MEASURED: Dict[tuple, Timing] = {}
 
 
-def fastest_tile(at: Site, device: Optional[torch.device] = None, timer=None, kernel=None) -> Optional[Tuple[int, ...]]:
-    """The tile of ``tiles`` in which our kernel is fastest at this site, where it takes at most
-    ``MARGIN`` of cuDNN's convolution alone (on the prologue's result, padded, made beforehand:
-    what the kernel saves by reading through them is not counted) on channels-last random
-    tensors, and its output is within ``EXACT`` of cuDNN's; else None. Measured once per site,
-    each in a CUDA graph of repeats (``timer``, given a call: its microseconds), on ``device``
-    (the site's GPU), with ``kernel`` (``triton_depthwise``; the three given otherwise by the
-    CPU test of what this passes the kernel)."""
+def timing(at: Site, device: Optional[torch.device] = None, timer=None, kernel=None) -> Timing:
+    """This site's ``Timing``, measured once per site on channels-last random tensors: cuDNN's
+    convolution alone (on the prologue's result, padded, made beforehand), our kernel in each
+    tile of ``tiles`` (where its output is within ``EXACT`` of cuDNN's), and a write (a fill) of
+    a tensor of the source's size; each in a CUDA graph of repeats (``timer``, given a call: its
+    microseconds), on ``device`` (the site's GPU), with ``kernel`` (``triton_depthwise``; the
+    three given otherwise by the CPU test of what this passes the kernel)."""
     key = _key(at)
     if key in MEASURED:
-        return MEASURED[key][0]
+        return MEASURED[key]
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     x, weight = _val(at.source), _val(at.weight)
@@ -328,18 +377,18 @@ def fastest_tile(at: Site, device: Optional[torch.device] = None, timer=None, ke
         groups = x.shape[1]
         expected = F.conv2d(padded, wr, br, at.stride, 0, at.dilation, groups)
         magnitude = expected.abs().max().clamp_min(1e-30).float()
-        times = [timer(lambda: F.conv2d(padded, wr, br, at.stride, 0, at.dilation, groups))]
-        best, best_us = None, float("inf")
+        cudnn_us = timer(lambda: F.conv2d(padded, wr, br, at.stride, 0, at.dilation, groups))
+        tile_us, best, best_us = [], None, float("inf")
         for tile in tiles(weight.shape[2] * weight.shape[3]):
             # (the weight's copy tap by tap measured with it: the graph makes it on every call)
             run = lambda tile=tile: kernel(xr, taps_of(wr), br, kernel_size, list(at.stride), list(at.padding), list(at.dilation), *tile, relu_input=at.relu_input, scale=scale, shift=shift)
             if ((run().float() - expected.float()).abs().max() / magnitude).item() > EXACT[x.dtype]:
-                times.append(float("inf"))
+                tile_us.append(float("inf"))
                 continue
-            times.append(timer(run))
-            if times[-1] < best_us:
-                best, best_us = tile, times[-1]
+            tile_us.append(timer(run))
+            if tile_us[-1] < best_us:
+                best, best_us = tile, tile_us[-1]
+        write_us = timer(lambda: xr.fill_(1.0))
         del xr, padded, wr, br, expected, scale, shift
-    chosen = best if best_us <= MARGIN * times[0] else None
-    MEASURED[key] = (chosen, times)
-    return chosen
+    MEASURED[key] = Timing(best, tuple(tile_us), cudnn_us, write_us)
+    return MEASURED[key]
