@@ -417,5 +417,15 @@ def test_the_measurement_gives_the_kernel_the_prologues_vectors_and_finds_the_fa
         # the faster tile, its output matching the convolution's
         assert found == depthwise.Timing(depthwise.CONFIGS[0], (8.0, 9.5), 10.0, 3.0), found
         assert depthwise.timing(at) is found and list(depthwise.MEASURED.values()) == [found]
+        # a tile whose output is off by more than EXACT is not timed, nor taken
+        depthwise.MEASURED.clear()
+        times = iter([10.0, 9.5, 3.0])
+
+        def off_in_the_first_tile(*args, **kwargs):
+            got = kernel(*args, **kwargs)
+            return got * (1 + 1e-4) if tuple(args[7:]) == depthwise.CONFIGS[0] else got
+
+        found = depthwise.timing(at, torch.device("cpu"), lambda run: (run(), next(times))[1], off_in_the_first_tile)
+        assert found == depthwise.Timing(depthwise.CONFIGS[1], (float("inf"), 9.5), 10.0, 3.0), found
     finally:
         depthwise.MEASURED.clear()

@@ -375,20 +375,26 @@ def timing(at: Site, device: Optional[torch.device] = None, timer=None, kernel=N
         kernel_size = list(weight.shape[2:])
         br = torch.randn(weight.shape[0], dtype=x.dtype, device=device) if at.bias is not None else None
         groups = x.shape[1]
-        expected = F.conv2d(padded, wr, br, at.stride, 0, at.dilation, groups)
-        magnitude = expected.abs().max().clamp_min(1e-30).float()
+        expected = F.conv2d(padded, wr, br, at.stride, 0, at.dilation, groups).float()
+        magnitude = expected.abs().max().clamp_min(1e-30)
         cudnn_us = timer(lambda: F.conv2d(padded, wr, br, at.stride, 0, at.dilation, groups))
+        # (Each tensor an image's size at the model's batch: as few alive at once as can be, the
+        # kernel's output compared in place; the preparation's peak memory counts them.)
+        del padded
         tile_us, best, best_us = [], None, float("inf")
         for tile in tiles(weight.shape[2] * weight.shape[3]):
             # (the weight's copy tap by tap measured with it: the graph makes it on every call)
             run = lambda tile=tile: kernel(xr, taps_of(wr), br, kernel_size, list(at.stride), list(at.padding), list(at.dilation), *tile, relu_input=at.relu_input, scale=scale, shift=shift)
-            if ((run().float() - expected.float()).abs().max() / magnitude).item() > EXACT[x.dtype]:
+            got = run().float()
+            error = (got.sub_(expected).abs_().max() / magnitude).item()
+            del got
+            if error > EXACT[x.dtype]:
                 tile_us.append(float("inf"))
                 continue
             tile_us.append(timer(run))
             if tile_us[-1] < best_us:
                 best, best_us = tile, tile_us[-1]
         write_us = timer(lambda: xr.fill_(1.0))
-        del xr, padded, wr, br, expected, scale, shift
+        del xr, wr, br, expected, scale, shift
     MEASURED[key] = Timing(best, tuple(tile_us), cudnn_us, write_us)
     return MEASURED[key]
