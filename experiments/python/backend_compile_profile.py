@@ -7,10 +7,14 @@ references and the accuracy check), then, in a second compile from empty caches,
 the backend's first calls (the backend's, Inductor's and Triton's functions by cumulative time):
 the profiler slows Python about twofold, so the seconds compared are timed without it.
 
-    python3 experiments/python/backend_compile_profile.py [--model inception-v3|bert-base|llama|...] [--batch 1]
+    python3 experiments/python/backend_compile_profile.py [--model inception-v3|bert-base|llama|...] [--batch 1] [--options '{"depthwise_kernels": true}']
+
+With --options, the backend is compiled with those options (torch.compile(..., options=...)), and
+option depthwise_kernels' phases are timed too (its variants compiled ahead, each site measured).
 """
 
 import argparse
+import json
 import cProfile
 import io
 import pstats
@@ -58,15 +62,16 @@ def main():
     parser.add_argument("--model", default="inception-v3")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--top", type=int, default=45)
+    parser.add_argument("--options", type=json.loads, default={}, help="the backend's options, as JSON")
     args = parser.parse_args()
     import torch._inductor.compile_fx
 
     import nimble_rs
-    from nimble_rs.dynamo import compiled, kernels_plan, pipeline
+    from nimble_rs.dynamo import compiled, depthwise, kernels_plan, pipeline
 
     torch.backends.cudnn.benchmark = True
     model, x = model_and_input(args.model, args.batch)
-    print(f"== {args.model}, batch {args.batch}", flush=True)
+    print(f"== {args.model}, batch {args.batch}" + (f", options {json.dumps(args.options)}" if args.options else ""), flush=True)
     with torch.no_grad():
         print(f"compilers warmed up on a small model     {warm_up_compilers(['compile', 'backend'], torch.float32):7.1f} s")
         print(f"reduce-overhead first 3 calls            {first_calls(torch.compile(model, mode='reduce-overhead'), x):7.1f} s", flush=True)
@@ -80,18 +85,23 @@ def main():
         timed(compiled, "CapturedGraph", "captures (warm-ups, torch.cuda.graph)")
         timed(compiled, "time_samples_ms", "the choice's timings")
         timed(compiled.NimbleCompiled, "_choose", "the whole choice")
+        timed(depthwise, "compile_ahead", "depthwise variants compiled ahead")
+        timed(depthwise, "timing", "depthwise sites measured")
         before = len(nimble_rs.dynamo.reports())
-        seconds = first_calls(torch.compile(model, backend="nimble"), x)
+        seconds = first_calls(torch.compile(model, backend="nimble", options=args.options), x)
         print(f"backend first 3 calls                    {seconds:7.1f} s")
         for label, (calls, total) in PHASES.items():
             print(f"  {label:<44} {calls:4d} calls {total:7.2f} s")
         for report in nimble_rs.dynamo.reports()[before:]:
             print("  report:", {k: report.get(k) for k in ("kernels", "streams", "regions", "choice", "compile_seconds", "capture_seconds", "measured_ms", "timed_again")})
+            if isinstance(report.get("depthwise_kernels"), dict):
+                print("  depthwise_kernels:", {k: v for k, v in report["depthwise_kernels"].items() if k != "shapes"})
         # The function breakdown from a second compile, under the profiler (not timed above).
         torch._dynamo.reset()
         profile = cProfile.Profile()
         profile.enable()
-        profiled = first_calls(torch.compile(model, backend="nimble"), x)
+        depthwise.MEASURED.clear()
+        profiled = first_calls(torch.compile(model, backend="nimble", options=args.options), x)
         profile.disable()
     print(f"backend first 3 calls under cProfile     {profiled:7.1f} s (a second compile; the profiler's own cost included)", flush=True)
     text = io.StringIO()

@@ -7,7 +7,7 @@
 #   usage: scripts/device/run-backend.sh SECONDS_PER_CELL CELL...   e.g. 200 inception-v3,googlenet:float32:1 llama:bfloat16:1
 #   TESTS_SECONDS=0 skips the tests (PYTEST_ARGS picks them; a test past 120 s dumps its stack); OVERHEAD_MODEL="llama inception-v3:16" first profiles a call's host time (model:batch, batch 1 by default)
 #   (experiments/python/backend_overhead.py); COMPILE_PROFILE_MODEL="inception-v3 bert-base:16" the compile
-#   time's phases, model:batch (experiments/python/backend_compile_profile.py); KERNEL_GRAPHS="inception-v3:float32
+#   time's phases, model:batch (experiments/python/backend_compile_profile.py; COMPILE_PROFILE_OPTIONS='{"depthwise_kernels":true}' the backend's options, COMPILE_PROFILE_SECONDS each model's limit, default 300); KERNEL_GRAPHS="inception-v3:float32
 #   llama,qwen2:bfloat16:16" writes the fused-kernel graphs of those models, at the batch given (default 1;
 #   experiments/python/kernel_graphs.py) into kernel-graphs/, each group within KERNEL_GRAPHS_SECONDS (default 250);
 #   KERNEL_GRAPHS_TIMED=1 also times reduce-overhead on them (each graph's best schedule against it). TRAINING="resnet50,mobilenet-v2,encoder:32,64" runs the training comparison
@@ -40,7 +40,7 @@ if [ -n "${TRAINING_OVERHEAD:-}" ]; then
 fi
 for profiled in ${COMPILE_PROFILE_MODEL:-}; do
     IFS=: read -r model batch <<< "$profiled"
-    timeout 300 python3 experiments/python/backend_compile_profile.py --model "$model" --batch "${batch:-1}" >> "$out/compile-profile.txt" 2>&1
+    timeout "${COMPILE_PROFILE_SECONDS:-300}" python3 experiments/python/backend_compile_profile.py --model "$model" --batch "${batch:-1}" --options "${COMPILE_PROFILE_OPTIONS:-{\}}" >> "$out/compile-profile.txt" 2>&1
 done
 for group in ${KERNEL_GRAPHS:-}; do
     IFS=: read -r models dtype batch <<< "$group"
@@ -86,7 +86,7 @@ for model in ${training_models[@]+"${training_models[@]}"}; do
     { echo "== training $model (status $(cat "$out/training-backend-$model.status"))"; cat "$out/training-backend-$model.table"; grep -E "failed|Error" "$out/training-backend-$model.log" | tail -5; } >> "$out/backend.txt"
 done
 [ -f "$out/python-tests.log" ] && echo "python tests: $(tail -1 "$out/python-tests.log")" >> "$out/backend.txt"
-[ -f "$out/compile-profile.txt" ] && grep -E "first 3 calls|calls .* s$|report:" "$out/compile-profile.txt" >> "$out/backend.txt"
+[ -f "$out/compile-profile.txt" ] && grep -E "first 3 calls|calls .* s$|report:|depthwise_kernels:" "$out/compile-profile.txt" >> "$out/backend.txt"
 [ -f "$out/kernel-graphs.txt" ] && grep -E "kernels|reduce-overhead|failed|Error" "$out/kernel-graphs.txt" >> "$out/backend.txt"
 [ -f "$out/training-overhead.txt" ] && grep -E "^== |host ms|report:" "$out/training-overhead.txt" >> "$out/backend.txt"
 [ -f "$out/probes.txt" ] && grep -E "^== |^\(status" "$out/probes.txt" >> "$out/backend.txt"

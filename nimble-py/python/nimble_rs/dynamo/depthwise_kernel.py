@@ -222,11 +222,17 @@ def compile_ahead(specs: List[tuple]) -> Dict[str, int]:
     """Each variant of ``specs`` (``variants``) compiled by Triton without a launch, on up to
     ``COMPILE_THREADS`` threads, so that the measurements one by one find them compiled; counts
     of those compiled and (where any) failed: a variant that fails here is compiled again at its
-    measurement, whose failure is announced there."""
+    measurement, whose failure is announced there; and under ``variant_seconds`` the seconds
+    each variant's compile took, summed, and the longest (their sum over the seconds they took
+    together: how far the threads overlapped)."""
+    import time
     from concurrent.futures import ThreadPoolExecutor
+
+    took: List[float] = []
 
     def one(spec) -> bool:
         device, dtype, has_bias, (has_scale, has_shift), (kh, kw), (sh, sw), (top, left), (dh, dw), relu, (rows, block_w, block_c, warps), vec = spec
+        started = time.perf_counter()
         try:
             with torch.cuda.device(device):
                 # (Pointers as their dtypes, Triton's stand-ins: aligned, as every buffer here is.)
@@ -234,13 +240,15 @@ def compile_ahead(specs: List[tuple]) -> Dict[str, int]:
             return True
         except Exception:  # noqa: BLE001 - compiled (or reported) at its measurement instead
             return False
+        finally:
+            took.append(time.perf_counter() - started)
 
     # The first alone: it makes the kernel's cache for the device, which threads making it at
     # once would each make anew, all but one of their compiles then lost (seen here).
     done = [one(specs[0])]
     with ThreadPoolExecutor(max_workers=max(1, min(COMPILE_THREADS, len(specs) - 1))) as pool:
         done += list(pool.map(one, specs[1:]))
-    counts = {"compiled_ahead": sum(done)}
+    counts = {"compiled_ahead": sum(done), "variant_seconds": {"sum": round(sum(took), 2), "longest": round(max(took), 2)}}
     if not all(done):
         counts["compile_ahead_failed"] = len(done) - sum(done)
     return counts
