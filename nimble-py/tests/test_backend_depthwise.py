@@ -212,6 +212,28 @@ def test_the_choice_counts_the_write_reading_through_spares():
     assert depthwise.choose(alone, [(plain, depthwise.Timing((4, 8, 64, 4), (8.5,), 10.0, 2.0))]) == (plain, (4, 8, 64, 4))
 
 
+def test_the_report_lists_each_site_once_with_what_took_it(monkeypatch):
+    # The option's pass as the pipeline runs it, its measurement and compiles stood in for:
+    # reading through measured faster for the first two convolutions' sites, the third's slower.
+    model = Separable().eval()
+    x = torch.randn(2, 8, 14, 13)
+    timings = {True: depthwise.Timing((2, 8, 8, 1), (4.0, 5.0), 10.0, 1.0), False: depthwise.Timing((4, 8, 64, 4), (6.0, 7.0), 10.0, 1.0)}
+    monkeypatch.setattr(depthwise, "compile_ahead", lambda specs: {"compiled_ahead": len(specs)})
+    monkeypatch.setattr(depthwise, "timing", lambda at: timings[at.relu_input])
+    got, report, ops = rewritten_through_inductor(model, x, depthwise.rewrite)
+    shapes = report.pop("shapes")
+    assert set(report.pop("seconds")) == {"compile_ahead", "measure_and_rewrite"}
+    # five sites (the first two each read through and as given), each variant's two tiles
+    assert report == {"replaced": 3, "slower": 0, "prologue": 2, "compiled_ahead": 10}, report
+    assert [(s["relu_input"], s["taken"]) for s in shapes] == [(True, 1), (False, 0), (True, 1), (False, 0), (False, 1)], shapes
+    first = shapes[0]
+    assert (first["input"], first["kernel"], first["padding"], first["tile"]) == ([2, 8, 14, 13], [5, 5], [0, 3, 1, 2], [2, 8, 8, 1]), first
+    assert (first["cudnn_us"], first["fastest_us"], first["tile_us"], first["write_us"]) == (10.0, 4.0, [4.0, 5.0], 1.0), first
+    with torch.no_grad():
+        for g, e in zip(got, model(x)):
+            assert torch.allclose(g, e, atol=1e-5, rtol=1e-4)
+
+
 def test_the_op_off_cuda_is_atens_convolution_channels_last():
     x, w, b = torch.randn(2, 12, 9, 7), torch.randn(12, 1, 3, 3), torch.randn(12)
     got = torch.ops.nimble.depthwise_conv2d(x, depthwise_kernel.taps_of(w), b, None, None, [3, 3], [1, 2], [1, 1, 0, 0], [1, 1], False, [4, 8, 64, 4])

@@ -90,7 +90,8 @@ def test_each_shape_is_measured_once_and_the_model_matches_eager():
     assert 3 <= len(shapes) == len(depthwise.MEASURED) <= 5, (shapes, depthwise.MEASURED)
     assert sum(s["taken"] for s in shapes) == counts["replaced"], counts
     for found in shapes:
-        assert found["cudnn_us"] > 0 and found["write_us"] > 0 and found["fastest_us"] > 0, found
+        assert found["cudnn_us"] > 0 and found["write_us"] > 0 and found["fastest_us"] == min(found["tile_us"]) > 0, found
+        assert len(found["tile_us"]) == len(depthwise.tiles(found["kernel"][0] * found["kernel"][1])), found
         print(f"depthwise {found['input']} by {found['kernel']}, ReLU {found['relu_input']}: cuDNN {found['cudnn_us']:.1f} us, ours {found['fastest_us']:.1f}, write {found['write_us']:.1f}, taken {found['taken']}")
 
 

@@ -282,8 +282,8 @@ def rewrite(gm: torch.fx.GraphModule) -> Dict[str, Any]:
     """Option ``depthwise_kernels`` on ``gm``, each shape measured on the GPU (one whose
     measurement fails stays cuDNN's, announced once per shape): its counts and, under
     ``shapes``, each distinct site's measurement (input, kernel, stride, padding, what it reads
-    through, cuDNN's microseconds, the fastest tile's, the write's, that tile or None, and how
-    many convolutions took it), the seconds its variants took to compile ahead and the
+    through, cuDNN's microseconds, the fastest tile's, each tile's in ``tiles``' order, the
+    write's, that tile or None, and how many convolutions took it), the seconds its variants took to compile ahead and the
     measurements and rewrite after them, or, where the pass fails, the reason, announced
     once (the convolutions it had not reached stay cuDNN's)."""
     shapes: Dict[tuple, Dict[str, Any]] = {}
@@ -295,7 +295,7 @@ def rewrite(gm: torch.fx.GraphModule) -> Dict[str, Any]:
         except Exception as error:  # noqa: BLE001 - that convolution stays cuDNN's
             warn_once(("depthwise", _key(at)), f"nimble backend: our depthwise kernel could not be measured on the convolution of input {list(x.shape)}, weight {list(weight.shape)} ({type(error).__name__}: {error}); it runs as Inductor compiles it")
             return False
-        shapes.setdefault(_key(at), {"input": list(x.shape), "kernel": list(weight.shape[2:]), "stride": list(at.stride), "padding": list(at.padding), "affine_input": bool(at.affine), "relu_input": at.relu_input, "cudnn_us": round(found.cudnn_us, 2), "fastest_us": round(found.kernel_us, 2), "write_us": round(found.write_us, 2), "tile": None if found.tile is None else list(found.tile), "taken": 0})
+        shapes.setdefault(_key(at), {"input": list(x.shape), "kernel": list(weight.shape[2:]), "stride": list(at.stride), "padding": list(at.padding), "affine_input": bool(at.affine), "relu_input": at.relu_input, "cudnn_us": round(found.cudnn_us, 2), "fastest_us": round(found.kernel_us, 2), "tile_us": [round(us, 2) for us in found.tile_us], "write_us": round(found.write_us, 2), "tile": None if found.tile is None else list(found.tile), "taken": 0})
         return found
 
     def taking(node, timed):
