@@ -70,9 +70,10 @@ MAX_TAPS = 49
 # The kernel's tiles, (output rows, columns, channels, warps) per program, for kernels of at
 # most 25 taps and for larger ones: of the four measured for each at `7fd1499` (H200), the two
 # fastest on 13 of the 14 shapes of NASNet-A large's depthwise convolutions it took at batch 16
-# (paper-figs/results/same-process-backend-7fd1499-*), none spilling registers (ptxas, sm_90: a
-# 7x7's 49 weights per channel held in registers leave room for fewer rows). Each tile is a
-# compile of its own, which is most of the option's preparation.
+# (paper-figs/results/same-process-backend-7fd1499-*), none spilling registers (ptxas, sm_90,
+# each variant of NASNet-A large's convolutions: a 7x7's 49 weights per channel held in registers
+# leave room for fewer rows). Each tile is a compile of its own, which is most of the option's
+# preparation.
 CONFIGS = [(4, 16, 32, 4), (8, 8, 64, 4)]
 LARGE_CONFIGS = [(4, 8, 32, 4), (3, 8, 64, 4)]
 

@@ -163,10 +163,10 @@ def _kernel():
             sc = tl.broadcast_to(tl.load(scale_ptr + c, mask=c_ok, other=0.0).to(tl.float32)[None, :], shape)
         if HAS_SHIFT:
             sh = tl.broadcast_to(tl.load(shift_ptr + c, mask=c_ok, other=0.0).to(tl.float32)[None, :], shape)
-        # Each tap's weights, loaded once.
+        # Each tap's weights, loaded once, at the first input row that uses them (below): loaded
+        # all here, a 7x7's 49 taps were all held from the start, and ptxas gave its
+        # (3, 8, 64, 4) tile 255 registers and spilled (130 as loaded where used).
         weights = ()
-        for t in tl.static_range(KH * KW):
-            weights = weights + (tl.broadcast_to(tl.load(taps_ptr + t * C + c, mask=c_ok, other=0.0).to(tl.float32)[None, :], shape),)
         # Per column tap: the offsets within an input row of what each output column reads, and
         # where that is inside the input.
         columns = ()
@@ -184,14 +184,23 @@ def _kernel():
             ih = oh0 * SH - PH + r
             row_ok = (ih >= 0) & (ih < H)
             row = x_image + ih * W * C
+            if r % DH == 0 and r // DH < KH:
+                # input row r is kernel row r / DH of the first output row: that kernel row's taps
+                for j in tl.static_range(KW):
+                    weights = weights + (tl.broadcast_to(tl.load(taps_ptr + (r // DH * KW + j) * C + c, mask=c_ok, other=0.0).to(tl.float32)[None, :], shape),)
             for j in tl.static_range(KW):
                 inside = columns_ok[j] & row_ok
                 xv = tl.load(row + columns[j], mask=inside, other=0.0).to(tl.float32)
-                if HAS_SCALE:
-                    xv = xv * sc
                 if HAS_SHIFT:
-                    # (the padding is zero after the prologue, not the shift's ReLU)
-                    xv = tl.where(inside, xv + sh, 0.0)
+                    # The term where the tap reads inside the input, zero where it reads the
+                    # padding: the masked load reads zero there, and zero times the factor plus
+                    # zero is the padding's zero after the prologue (not the term's ReLU).
+                    # (Selected on the term, not on the loaded value, the select is off the path
+                    # from the load to its sums.)
+                    shift = tl.where(inside, sh, 0.0)
+                    xv = tl.fma(xv, sc, shift) if HAS_SCALE else xv + shift
+                elif HAS_SCALE:
+                    xv = xv * sc
                 if RELU_IN:
                     xv = tl.maximum(xv, 0.0)
                 added = ()
