@@ -163,9 +163,11 @@ def _kernel():
             sc = tl.broadcast_to(tl.load(scale_ptr + c, mask=c_ok, other=0.0).to(tl.float32)[None, :], shape)
         if HAS_SHIFT:
             sh = tl.broadcast_to(tl.load(shift_ptr + c, mask=c_ok, other=0.0).to(tl.float32)[None, :], shape)
-        # Each tap's weights, loaded once, at the first input row that uses them (below): loaded
-        # all here, a 7x7's 49 taps were all held from the start, and ptxas gave its
-        # (3, 8, 64, 4) tile 255 registers and spilled (130 as loaded where used).
+        # Each tap's weights, loaded once, where they are first used (below). Loaded all here, a
+        # 7x7's 49 taps were all held from the start: ptxas gave 5 of NASNet-A large's 46
+        # variants spills and the rest 153 registers on average (530f899, loading them at each
+        # use: none, 123); loaded a kernel row at a time, one variant spilled; tap by tap where
+        # first used, none, 126 on average.
         weights = ()
         # Per column tap: the offsets within an input row of what each output column reads, and
         # where that is inside the input.
@@ -184,11 +186,10 @@ def _kernel():
             ih = oh0 * SH - PH + r
             row_ok = (ih >= 0) & (ih < H)
             row = x_image + ih * W * C
-            if r % DH == 0 and r // DH < KH:
-                # input row r is kernel row r / DH of the first output row: that kernel row's taps
-                for j in tl.static_range(KW):
-                    weights = weights + (tl.broadcast_to(tl.load(taps_ptr + (r // DH * KW + j) * C + c, mask=c_ok, other=0.0).to(tl.float32)[None, :], shape),)
             for j in tl.static_range(KW):
+                if r % DH == 0 and r // DH < KH:
+                    # input row r is kernel row r / DH of the first output row: that tap's weights
+                    weights = weights + (tl.broadcast_to(tl.load(taps_ptr + (r // DH * KW + j) * C + c, mask=c_ok, other=0.0).to(tl.float32)[None, :], shape),)
                 inside = columns_ok[j] & row_ok
                 xv = tl.load(row + columns[j], mask=inside, other=0.0).to(tl.float32)
                 if HAS_SHIFT:
