@@ -285,6 +285,14 @@ for shape, k, stride, padding, dilation, relu, tile in json.loads(sys.argv[1]):
     exact = F.conv2d(source, w.double(), None if b is None else b.double(), stride, 0, dilation, shape[1])
     got = triton_depthwise(x, taps_of(w), b, [k, k], [stride, stride], [top, bottom, left, right], [dilation, dilation], *tile, relu_input=relu, scale=scale, shift=shift)
     results.append({"shape": list(got.shape) == list(exact.shape), "channels_last": got.is_contiguous(memory_format=torch.channels_last), "error": ((got.double() - exact).abs().max() / exact.abs().max()).item()})
+# a term without a factor and a factor without a term (one affine op before the ReLU), padded
+for scale, shift in ((None, torch.randn(8)), (torch.rand(8) + 0.5, None)):
+    x, w = torch.randn(1, 8, 9, 9), torch.randn(8, 1, 3, 3)
+    source = x if scale is None else x * scale.view(1, -1, 1, 1)
+    source = source if shift is None else source + shift.view(1, -1, 1, 1)
+    exact = F.conv2d(F.pad(torch.relu(source), (1, 1, 1, 1)).double(), w.double(), None, 1, 0, 1, 8)
+    got = triton_depthwise(x, taps_of(w), None, [3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 4, 8, 8, 1, relu_input=True, scale=scale, shift=shift)
+    results.append({"shape": list(got.shape) == list(exact.shape), "channels_last": got.is_contiguous(memory_format=torch.channels_last), "error": ((got.double() - exact).abs().max() / exact.abs().max()).item()})
 # every tile the backend measures, on a 5x5 and a 7x7
 for k in (5, 7):
     x, w = torch.randn(1, 8, 10, 9), torch.randn(8, 1, k, k)
@@ -302,8 +310,8 @@ def test_the_kernel_computes_the_convolution_in_the_interpreter():
 
     package = str(Path(depthwise.__file__).resolve().parents[2])
     results = interpreted(KERNEL_SCRIPT, KERNEL_CASES, path=package)
-    assert len(results) == len(KERNEL_CASES) + len(depthwise.CONFIGS) + len(depthwise.LARGE_CONFIGS)
-    for case, found in zip(KERNEL_CASES + ["tile"] * 99, results):
+    assert len(results) == len(KERNEL_CASES) + 2 + len(depthwise.CONFIGS) + len(depthwise.LARGE_CONFIGS)
+    for case, found in zip(KERNEL_CASES + ["term alone", "factor alone"] + ["tile"] * 99, results):
         assert found["shape"] and found["channels_last"], (case, found)
         assert found["error"] < 1e-6, (case, found)
 

@@ -8,17 +8,18 @@ kernels run far from the GPU's memory bandwidth: NASNet-A large's 5x5 over [16, 
 output rows per program, loading each input row once per column tap. It reads the weights tap by
 tap, [kh * kw, C], each tap's weights one coalesced load: as the model holds them ([C, 1, kh,
 kw]) each thread's load of a tap touches a cache line per channel, which measured the kernel a
-third slower (H200, `b660ee6`). That copy is made in the graph from the parameter on every call (a kernel on a weight alone,
-which the backend runs on its weight stream), so a weight changed after compiling is the weight
-used, and it is part of what is measured against cuDNN.
+third slower (H200, `b660ee6`). That copy is made in the graph from the parameter on every call
+(a kernel on a weight alone, which the backend runs on its weight stream), so a weight changed
+after compiling is the weight used, and it is part of what is measured against cuDNN.
 
 Each shape is measured once on the GPU at compile time, cuDNN's convolution (channels-last, as
 Inductor calls it) against the kernel in each tile shape of ``tiles``, each in a CUDA graph of
-repeats (``timing``), and rewritten where the fastest tile takes at most ``MARGIN`` of cuDNN's
-time (``choose``); its output must match cuDNN's within ``EXACT``. Each tile is a Triton compile per kernel geometry:
-done one by one as the shapes were measured, they took NASNet-A large's preparation to 2.43x
-reduce-overhead's (H200, `7fd1499`), so the variants a graph needs are compiled first, side by
-side on threads (``compile_ahead``), and only two tiles per kernel size are measured. The same
+repeats (``timing``), and rewritten where the cheapest way to run it (``choose``, below) takes
+at most ``MARGIN`` of cuDNN's time; its output must match cuDNN's within ``EXACT``. Each tile is
+a Triton compile per kernel geometry: done one by one as the shapes were measured, they took
+NASNet-A large's preparation to 2.43x reduce-overhead's (H200, `7fd1499`), so the variants a
+graph needs are compiled first, side by side on threads (``compile_ahead``), and only two tiles
+per kernel size are measured. The same
 arithmetic in float32 summed tap by tap (as exact as cuDNN's: 2-3e-7 of float64 on NASNet-A
 large's).
 
@@ -284,9 +285,9 @@ def rewrite(gm: torch.fx.GraphModule) -> Dict[str, Any]:
     measurement fails stays cuDNN's, announced once per shape): its counts and, under
     ``shapes``, each distinct site's measurement (input, kernel, stride, padding, what it reads
     through, cuDNN's microseconds, the fastest tile's, each tile's in ``tiles``' order, the
-    write's, that tile or None, and how many convolutions took it), the seconds its variants took to compile ahead and the
-    measurements and rewrite after them, or, where the pass fails, the reason, announced
-    once (the convolutions it had not reached stay cuDNN's)."""
+    write's, that tile or None, and how many convolutions took it), the seconds its variants
+    took to compile ahead and the measurements and rewrite after them, or, where the pass fails,
+    the reason, announced once (the convolutions it had not reached stay cuDNN's)."""
     shapes: Dict[tuple, Dict[str, Any]] = {}
 
     def measured(at: Site):

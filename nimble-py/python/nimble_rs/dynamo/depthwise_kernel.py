@@ -153,10 +153,11 @@ def _kernel():
         c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
         c_ok = c < C
         x_image = x_ptr + n.to(tl.int64) * H * W * C
-        # Whatever every tap shares is made once, outside the unrolled loops, each as the
-        # [BLOCK_W, BLOCK_C] tensor the taps use (no broadcast at each use): Triton's coalescing
-        # pass takes time quadratic in the kernel's operations, and computed at every tap (7x7 at
-        # stride 2 in four rows: 91 taps) they took 4 of a 7x7's 5.6 s to compile.
+        # What the taps share (the prologue's vectors, each column tap's offsets and masks) is
+        # made once, outside the unrolled loops, each as the [BLOCK_W, BLOCK_C] tensor the taps
+        # use (no broadcast at each use): Triton's coalescing pass takes time quadratic in the
+        # kernel's operations, and computed at every tap (7x7 at stride 2 in four rows: 91 taps)
+        # they took 4 of a 7x7's 5.6 s to compile.
         shape: tl.constexpr = (BLOCK_W, BLOCK_C)
         # The prologue's per-channel factor and term (an inference BatchNorm before the ReLU).
         if HAS_SCALE:
