@@ -132,7 +132,29 @@ def test_a_batchnorm_read_through_is_captured_and_follows_its_buffers(monkeypatc
     follows_eager(fast, m)
 
 
-def test_off_by_default():
+def test_in_bfloat16_the_kernel_is_as_near_eager_in_float32_as_cudnn_is(monkeypatch):
+    # Each site taken (whatever this GPU measures), in bfloat16: the kernel sums in float32, so
+    # its outputs are no further from float32's than cuDNN's bfloat16 outputs are (with a margin
+    # of rounding: an element's last place or two).
+    monkeypatch.setattr(depthwise, "choose", first_site)
+    m = model()
+    low = Separable().cuda().eval()
+    low.load_state_dict(m.state_dict())
+    low = low.to(torch.bfloat16)
+    fast = compiled(low)
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(4, 96, 83, 83, device="cuda")
+            exact = m(x)
+            got, eager = fast(x.bfloat16()), low(x.bfloat16())
+            assert got.dtype == torch.bfloat16
+            assert relative_error(got.float(), exact) < 2 * relative_error(eager.float(), exact) + 2e-2, (relative_error(got.float(), exact), relative_error(eager.float(), exact))
+    assert last_report()["depthwise_kernels"]["replaced"] == 3, last_report()
+
+
+def test_on_by_default_and_off_when_asked():
     m = model()
     follows_eager(compiled(m), m)
+    assert "depthwise_kernels" in last_report(), last_report()
+    follows_eager(compiled(m, depthwise_kernels=False), m)
     assert "depthwise_kernels" not in last_report()
