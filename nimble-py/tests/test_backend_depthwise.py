@@ -366,8 +366,14 @@ class Hopper:
 
 driver.set_active(Hopper())
 torch.cuda.device = lambda device: contextlib.nullcontext()
-from nimble_rs.dynamo import depthwise, depthwise_kernel
+from nimble_rs.dynamo import depthwise, depthwise_ahead, depthwise_kernel
+from triton.backends.nvidia.compiler import CUDABackend
 cuda = torch.device("cuda", 0)
+depthwise_ahead.PROCESSES, depthwise_ahead.PROCESSES_FROM = int(sys.argv[2]), 2
+# compiles in this process, counted: where workers compiled, this process only loads
+compiled_here = []
+make_ttgir = CUDABackend.make_ttgir
+CUDABackend.make_ttgir = staticmethod(lambda *a, **k: compiled_here.append(1) or make_ttgir(*a, **k))
 specs = [(cuda, torch.float32, bias, (bias, bias), (k, k), (s, s), (p, p), (1, 1), bias, tuple(t), 4) for k, s, p, bias in json.loads(sys.argv[1]) for t in depthwise.tiles(k * k)]
 def launched_keys_found():
     kernel = depthwise_kernel._kernel()
@@ -391,14 +397,17 @@ def launched_keys_found():
 runs = []
 for _ in range(2):
     depthwise_kernel._KERNEL.clear()
-    runs.append([depthwise_kernel.compile_ahead(specs), launched_keys_found()])
+    runs.append([depthwise_ahead.compile_ahead(specs), launched_keys_found(), len(compiled_here)])
+    compiled_here.clear()
 print(json.dumps(runs))
 """
 
 
-def test_compiling_ahead_makes_the_variants_the_launches_use(tmp_path):
+@pytest.mark.parametrize("processes", [2, 1])
+def test_compiling_ahead_makes_the_variants_the_launches_use(tmp_path, processes):
     # Triton compiles for an sm_90 GPU here (its ptxas), with a stand-in for the driver; the
     # launches' cache keys, as Triton computes them from the real arguments, must find them.
+    # In two worker processes, this one then only loading them; or in this one, on threads.
     triton = pytest.importorskip("triton")
     import os
     import subprocess
@@ -410,14 +419,18 @@ def test_compiling_ahead_makes_the_variants_the_launches_use(tmp_path):
     cases = [(5, 1, 2, False), (7, 2, 0, True)]
     # (Triton's cache a new one: compiles, not loads, run side by side)
     env = {**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, "TRITON_CACHE_DIR": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-c", AHEAD_SCRIPT, json.dumps(cases)], env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-c", AHEAD_SCRIPT, json.dumps(cases), str(processes)], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    for counts, found in json.loads(done.stdout.strip().splitlines()[-1]):
+    for round, (counts, found, compiled_here) in enumerate(json.loads(done.stdout.strip().splitlines()[-1])):
         seconds = counts.pop("variant_seconds")
-        assert counts == {"compiled_ahead": 4}, counts
+        if processes > 1:
+            spent = [counts["processes"].pop(k) for k in ("seconds", "loaded_seconds")]
+            assert all(s >= 0 for s in spent), spent
+        assert counts == ({"compiled_ahead": 4, "processes": {"workers": 2, "compiled": 4}} if processes > 1 else {"compiled_ahead": 4}), counts
         # (the second round loads from Triton's cache: hundredths of a second)
         assert 0 <= seconds["longest"] <= seconds["sum"], seconds
         assert found == [True] * 4, found
+        assert compiled_here == (4 if processes == 1 and round == 0 else 0), compiled_here
 
 
 def test_the_measurement_gives_the_kernel_the_prologues_vectors_and_finds_the_fastest_tile():

@@ -1,5 +1,6 @@
 """The depthwise kernel of option ``depthwise_kernels`` (``depthwise``, which decides where it
-runs): the op ``nimble::depthwise_conv2d``, its Triton kernel, and its variants compiled ahead.
+runs): the op ``nimble::depthwise_conv2d`` and its Triton kernel (its variants compiled ahead:
+``depthwise_ahead``).
 
 The kernel computes several output rows per program over channels-last memory: each input row
 the rows need is loaded once per column tap (128-bit loads where the channel count is a multiple
@@ -13,16 +14,10 @@ The op is defined when this module is imported (with the backend), so that a pro
 cached with it finds it; off CUDA it computes the same thing by ATen.
 """
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
-
-# Threads compiling the kernel's variants ahead of the measurements: Triton's compile leaves
-# Python's lock in LLVM and ptxas (eight of them took 13.4 s one by one, 8.1 s on two threads,
-# on two cores).
-COMPILE_THREADS = 8
-
 
 @torch.library.custom_op("nimble::depthwise_conv2d", mutates_args=())
 def depthwise_conv2d(x: torch.Tensor, taps: torch.Tensor, bias: Optional[torch.Tensor], scale: Optional[torch.Tensor], shift: Optional[torch.Tensor], kernel_size: List[int], stride: List[int], padding: List[int], dilation: List[int], relu_input: bool, tile: List[int]) -> torch.Tensor:
@@ -227,39 +222,3 @@ def _kernel():
 
     _KERNEL.append(depthwise_rows)
     return depthwise_rows
-
-
-def compile_ahead(specs: List[tuple]) -> Dict[str, int]:
-    """Each variant of ``specs`` (``variants``) compiled by Triton without a launch, on up to
-    ``COMPILE_THREADS`` threads, so that the measurements one by one find them compiled; counts
-    of those compiled and (where any) failed: a variant that fails here is compiled again at its
-    measurement, whose failure is announced there; and under ``variant_seconds`` the seconds
-    each variant's compile took, summed, and the longest (their sum over the seconds they took
-    together: how far the threads overlapped)."""
-    import time
-    from concurrent.futures import ThreadPoolExecutor
-
-    took: List[float] = []
-
-    def one(spec) -> bool:
-        device, dtype, has_bias, (has_scale, has_shift), (kh, kw), (sh, sw), (top, left), (dh, dw), relu, (rows, block_w, block_c, warps), vec = spec
-        started = time.perf_counter()
-        try:
-            with torch.cuda.device(device):
-                # (Pointers as their dtypes, Triton's stand-ins: aligned, as every buffer here is.)
-                _kernel().warmup(dtype, dtype, dtype, dtype, dtype, dtype, 1, 1, 1, 1, 1, 1, 1, sh, sw, top, left, dh, dw, kh, kw, has_bias, has_scale, has_shift, relu, rows, block_w, block_c, vec, grid=(1,), num_warps=warps)
-            return True
-        except Exception:  # noqa: BLE001 - compiled (or reported) at its measurement instead
-            return False
-        finally:
-            took.append(time.perf_counter() - started)
-
-    # The first alone: it makes the kernel's cache for the device, which threads making it at
-    # once would each make anew, all but one of their compiles then lost (seen here).
-    done = [one(specs[0])]
-    with ThreadPoolExecutor(max_workers=max(1, min(COMPILE_THREADS, len(specs) - 1))) as pool:
-        done += list(pool.map(one, specs[1:]))
-    counts = {"compiled_ahead": sum(done), "variant_seconds": {"sum": round(sum(took), 2), "longest": round(max(took), 2)}}
-    if not all(done):
-        counts["compile_ahead_failed"] = len(done) - sum(done)
-    return counts
