@@ -29,7 +29,7 @@ fn same_process_reports_each_systems_preparation_and_peak_memory() {
     // The compile-time bound (at most 1.5x reduce-overhead's) and peak memory for both,
     // on a line under each model, variants included.
     let figures = scratch("same-process-costs");
-    let cases: [(&str, &[&str]); 37] = [
+    let cases: [(&str, &[&str]); 41] = [
         ("same-process-backend-5c81c32-float32-b16-inception-v3-nows.json", &["  prepare and peak: compile 27.7 s, 2268 MiB; backend 22.0 s (0.79x compile's), 298 MiB; backend-nows 22.1 s (0.80x compile's), 242 MiB"]),
         // The backend's peaks measured right (9bf3279: nothing resets the peak statistics any more).
         ("same-process-backend-9bf3279-float32-b16-googlenet-inception-v3-true-peak.json", &["  prepare and peak: compile 29.3 s, 718 MiB; backend 19.2 s (0.66x compile's), 312 MiB", "  prepare and peak: compile 23.8 s, 2268 MiB; backend 29.3 s (1.23x compile's), 512 MiB"]),
@@ -81,6 +81,11 @@ fn same_process_reports_each_systems_preparation_and_peak_memory() {
         ("same-process-backend-e89174c-float32-b16-mobilenet-v2-efficientnet-b0-depthwise.json", &["  prepare and peak: compile 16.5 s, 899 MiB; backend 10.9 s (0.66x compile's), 260 MiB; backend-dw 16.3 s (0.98x compile's), 556 MiB", "  prepare and peak: compile 19.4 s, 837 MiB; backend 17.9 s (0.93x compile's), 274 MiB; backend-dw 22.4 s (1.15x compile's), 274 MiB"]),
         ("same-process-backend-e89174c-float32-b16-efficientnet-b5-depthwise.json", &["  prepare and peak: compile 39.0 s, 3006 MiB; backend 29.5 s (0.76x compile's), 1480 MiB; backend-dw 44.5 s (1.14x compile's), 3391 MiB"]),
         ("same-process-backend-e89174c-float32-b1-mobilenet-v2-efficientnet-b0-depthwise.json", &["  prepare and peak: compile 12.9 s, 870 MiB; backend 10.9 s (0.85x compile's), 103 MiB; backend-dw 17.5 s (1.35x compile's), 103 MiB", "  prepare and peak: compile 15.3 s, 782 MiB; backend 14.7 s (0.96x compile's), 103 MiB; backend-dw 20.5 s (1.34x compile's), 103 MiB"]),
+        // The option on by default (16d688f), then its variants compiled in worker processes (1f55903): NASNet-A large at batch 1 past the bound.
+        ("same-process-backend-16d688f-float32-b16-nasnet-a-large-depthwise-default.json", &["  prepare and peak: compile 90.4 s, 11975 MiB; backend 123.5 s (1.37x compile's), 768 MiB"]),
+        ("same-process-backend-16d688f-float32-b1-nasnet-a-large-depthwise-default.json", &["  prepare and peak: compile 66.3 s, 5625 MiB; backend 125.0 s (1.89x compile's), 134 MiB"]),
+        ("same-process-backend-16d688f-bfloat16-b1-mobilenet-v2-efficientnet-b0-depthwise-default.json", &["  prepare and peak: compile 14.6 s, 60 MiB; backend 20.4 s (1.39x compile's), 98 MiB; backend-off 14.9 s (1.02x compile's), 98 MiB", "  prepare and peak: compile 21.9 s, 32 MiB; backend 30.2 s (1.38x compile's), 98 MiB; backend-off 17.7 s (0.80x compile's), 98 MiB"]),
+        ("same-process-backend-1f55903-float32-b1-nasnet-a-large-depthwise-processes.json", &["  prepare and peak: compile 63.0 s, 5625 MiB; backend 124.0 s (1.97x compile's), 134 MiB"]),
     ];
     for (record, lines) in cases {
         let text = rendered("same-process", &format!("../paper-figs/results/{record}"), &figures);
@@ -133,7 +138,7 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
     // rounds, and eager's own TF32 drift judging Inception-v4's float32 errors.
     let figures = scratch("same-process-rounds");
     // "MODEL/backend-NAME": the backend with other options, on its line after the model's.
-    let cases: [RecordCase; 96] = [
+    let cases: [RecordCase; 100] = [
         ("same-process-backend-6476f4a-bfloat16-b1-decoders.json", &[("llama", "0.89", "0.89–0.89"), ("qwen2", "0.86", "0.85–0.87"), ("mistral", "0.90", "0.90–0.90")]),
         ("same-process-backend-628bc90-float32-b1-branchy.json", &[("googlenet", "0.65", "0.63–0.65"), ("inception-v4", "0.68", "0.66–0.69"), ("nasnet-a-large", "0.66", "0.64–0.67")]),
         // The critical-path plan timed at the choice (option time_critical_path), batch 16.
@@ -249,6 +254,11 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
         ("same-process-backend-e89174c-float32-b16-mobilenet-v2-efficientnet-b0-depthwise.json", &[("mobilenet-v2", "0.89", "0.87–1.00"), ("mobilenet-v2/backend-dw", "0.89", "0.85–0.94"), ("efficientnet-b0", "0.89", "0.87–0.91"), ("efficientnet-b0/backend-dw", "0.83", "0.81–0.85")]),
         ("same-process-backend-e89174c-float32-b16-efficientnet-b5-depthwise.json", &[("efficientnet-b5", "0.98", "0.97–1.00"), ("efficientnet-b5/backend-dw", "0.87", "0.86–0.89")]),
         ("same-process-backend-e89174c-float32-b1-mobilenet-v2-efficientnet-b0-depthwise.json", &[("mobilenet-v2", "0.82", "0.81–0.83"), ("mobilenet-v2/backend-dw", "0.78", "0.76–0.80"), ("efficientnet-b0", "0.84", "0.78–0.85"), ("efficientnet-b0/backend-dw", "0.85", "0.77–1.03")]),
+        // The option on by default (16d688f; 1f55903 its variants compiled in worker processes); in bfloat16 beside it off.
+        ("same-process-backend-16d688f-float32-b16-nasnet-a-large-depthwise-default.json", &[("nasnet-a-large", "0.79", "0.75–0.80")]),
+        ("same-process-backend-16d688f-float32-b1-nasnet-a-large-depthwise-default.json", &[("nasnet-a-large", "0.55", "0.55–0.59")]),
+        ("same-process-backend-1f55903-float32-b1-nasnet-a-large-depthwise-processes.json", &[("nasnet-a-large", "0.57", "0.55–0.58")]),
+        ("same-process-backend-16d688f-bfloat16-b1-mobilenet-v2-efficientnet-b0-depthwise-default.json", &[("mobilenet-v2", "0.80", "0.75–0.84"), ("mobilenet-v2/backend-off", "0.78", "0.76–0.87"), ("efficientnet-b0", "0.80", "0.70–0.83"), ("efficientnet-b0/backend-off", "0.78", "0.68–0.80")]),
         ("same-process-backend-1aa58cc-bfloat16-b1-decoders-defaults.json", &[("llama", "0.90", "0.89–1.09"), ("llama/backend-off", "0.89", "0.89–0.90"), ("qwen2", "0.85", "0.82–1.12"), ("qwen2/backend-off", "0.83", "0.82–1.08"), ("mistral", "0.83", "0.78–0.86"), ("mistral/backend-off", "0.84", "0.78–0.88")]),
         ("same-process-backend-1aa58cc-float32-b16-resnet50-efficientnet-b0-resnet101-defaults.json", &[("resnet50", "0.96", "0.94–0.95"), ("resnet50/backend-off", "1.01", "0.96–1.02"), ("efficientnet-b0", "0.92", "0.88–0.95"), ("efficientnet-b0/backend-off", "0.91", "0.88–0.93"), ("resnet101", "0.94", "0.93–0.95"), ("resnet101/backend-off", "0.95", "0.94–0.95")]),
         ("same-process-backend-1aa58cc-float32-b1-resnet50-mobilenet-v2-defaults.json", &[("resnet50", "0.86", "0.84–0.86"), ("resnet50/backend-off", "0.87", "0.83–0.89"), ("mobilenet-v2", "0.73", "0.63–0.79"), ("mobilenet-v2/backend-off", "0.76", "0.64–0.86")]),

@@ -350,7 +350,7 @@ def test_the_variants_to_compile_are_each_geometry_and_tile_once():
 
 
 AHEAD_SCRIPT = """
-import contextlib, json, sys
+import contextlib, json, os, sys
 import torch, triton
 from triton import knobs
 from triton.backends.compiler import GPUTarget
@@ -369,7 +369,13 @@ torch.cuda.device = lambda device: contextlib.nullcontext()
 from nimble_rs.dynamo import depthwise, depthwise_ahead, depthwise_kernel
 from triton.backends.nvidia.compiler import CUDABackend
 cuda = torch.device("cuda", 0)
-depthwise_ahead.PROCESSES, depthwise_ahead.PROCESSES_FROM = int(sys.argv[2]), 2
+depthwise_ahead.PROCESSES, depthwise_ahead.PROCESSES_FROM, depthwise_ahead.PROCESSES_FROM_CORES = int(sys.argv[2]), 2, 1
+if sys.argv[3] == "ptxas-changed":
+    # As Inductor can leave it: the ptxas version this process read first (Triton's own, held
+    # in its key) no longer the ptxas the environment names (torch's), which a new process reads.
+    from triton.backends.nvidia import compiler as nvidia
+    nvidia.get_ptxas_version(90)
+    os.environ["TRITON_PTXAS_PATH"] = os.path.join(os.path.dirname(torch.__file__), "bin", "ptxas")
 # compiles in this process, counted: where workers compiled, this process only loads
 compiled_here = []
 make_ttgir = CUDABackend.make_ttgir
@@ -403,11 +409,12 @@ print(json.dumps(runs))
 """
 
 
-@pytest.mark.parametrize("processes", [2, 1])
-def test_compiling_ahead_makes_the_variants_the_launches_use(tmp_path, processes):
+@pytest.mark.parametrize("processes,environment", [(2, "as-read"), (2, "ptxas-changed"), (1, "as-read")])
+def test_compiling_ahead_makes_the_variants_the_launches_use(tmp_path, processes, environment):
     # Triton compiles for an sm_90 GPU here (its ptxas), with a stand-in for the driver; the
     # launches' cache keys, as Triton computes them from the real arguments, must find them.
-    # In two worker processes, this one then only loading them; or in this one, on threads.
+    # In two worker processes, this one then only loading them, even where the ptxas its Triton
+    # keys on is no longer the environment's; or in this one, on threads.
     triton = pytest.importorskip("triton")
     import os
     import subprocess
@@ -416,17 +423,19 @@ def test_compiling_ahead_makes_the_variants_the_launches_use(tmp_path, processes
 
     if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists():
         pytest.skip("this Triton has no NVIDIA backend to compile with")
+    if environment == "ptxas-changed" and not (Path(torch.__file__).parent / "bin" / "ptxas").exists():
+        pytest.skip("this torch has no ptxas of its own")
     cases = [(5, 1, 2, False), (7, 2, 0, True)]
     # (Triton's cache a new one: compiles, not loads, run side by side)
     env = {**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, "TRITON_CACHE_DIR": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-c", AHEAD_SCRIPT, json.dumps(cases), str(processes)], env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-c", AHEAD_SCRIPT, json.dumps(cases), str(processes), environment], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     for round, (counts, found, compiled_here) in enumerate(json.loads(done.stdout.strip().splitlines()[-1])):
         seconds = counts.pop("variant_seconds")
         if processes > 1:
             spent = [counts["processes"].pop(k) for k in ("seconds", "loaded_seconds")]
             assert all(s >= 0 for s in spent), spent
-        assert counts == ({"compiled_ahead": 4, "processes": {"workers": 2, "compiled": 4}} if processes > 1 else {"compiled_ahead": 4}), counts
+        assert counts == ({"compiled_ahead": 4, "processes": {"workers": 2, "compiled": 4, "compiled_here": 0}} if processes > 1 else {"compiled_ahead": 4}), counts
         # (the second round loads from Triton's cache: hundredths of a second)
         assert 0 <= seconds["longest"] <= seconds["sum"], seconds
         assert found == [True] * 4, found

@@ -4,17 +4,27 @@ in worker processes, then loaded here.
 A Triton compile holds Python's lock while it turns the kernel's Python into Triton's first IR
 (``ast_to_ttir``: 23 of the 75 s that NASNet-A large's 46 variants took one by one on two cores
 here), so threads overlap only the rest: on an H200's 16 cores, eight threads took 34 s for those
-46 variants, the sum of their compiles 230 s. Each worker process (``python -m
-nimble_rs.dynamo.depthwise_ahead JOB``) compiles its share for the parent's GPU target into Triton's
-cache on disk, without touching the GPU (a stand-in for Triton's driver names the target); the
-parent then loads each variant from that cache, as its launches would, on threads
-(``_load_or_compile``), and compiles there whatever a worker did not.
+46 variants, the sum of their compiles 230 s, as on two cores here.
+
+So this process first asks Triton what it would compile for each variant, without compiling:
+Triton's cache hook hands over the specialization (the source's signature, constants and
+attributes, and the options), and this process holds the rest of Triton's cache key: its
+compiler backend's hash (the version of the ptxas it read first, which the environment may no
+longer name) and the environment variables Triton keys on (``_sources``). Workers keying their
+compiles as a new process would, an H200 loaded none of them here and compiled all 46 again
+(1f55903, 30.6 s); a ptxas changed in the environment after the first read does that here. Worker processes (``python -m
+nimble_rs.dynamo.depthwise_ahead JOB``) compile those sources for the GPU target under exactly
+that key into Triton's cache on disk, without touching the GPU (``_worker``). This process then
+warms each variant up, which loads it from that cache as its launches would, on threads
+(``_load_or_compile``), compiling whatever a worker did not; the compiles it made are counted.
 """
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -22,10 +32,13 @@ import torch
 
 # Threads loading (or compiling, where no worker did) the variants in this process.
 COMPILE_THREADS = 8
-# Worker processes at most, one per core at most; below PROCESSES_FROM variants the threads
-# alone (a worker's start, Python and torch imported, is about 1.3 s).
+# Worker processes at most, one per core at most; below PROCESSES_FROM variants, or with fewer
+# than PROCESSES_FROM_CORES cores, the threads alone (a worker's start, Python and torch
+# imported, is about 1.3 s; on two cores here, NASNet-A large's 46 variants took 41 s in two
+# workers against 33 s on threads).
 PROCESSES = 16
 PROCESSES_FROM = 4
+PROCESSES_FROM_CORES = 4
 # The seconds the workers may take in all before those left are compiled here instead.
 WORKER_SECONDS = 600
 
@@ -33,26 +46,40 @@ WORKER_SECONDS = 600
 def compile_ahead(specs: List[tuple]) -> Dict[str, Any]:
     """Each variant of ``specs`` (``depthwise.variants``) compiled by Triton without a launch,
     so that the measurements one by one find them compiled: in worker processes where there are
-    at least ``PROCESSES_FROM`` and more than one core (``_in_processes``), then loaded here.
-    Counts of those compiled and (where any) failed: a variant that fails here is compiled again
-    at its measurement, whose failure is announced there; under ``variant_seconds`` the seconds
-    each variant's compile took, summed, and the longest (their sum over the seconds they took
-    together: how far they overlapped), and under ``processes``, where they ran, the workers'
-    count, how many they compiled, their seconds and the seconds loading took here."""
-    workers = min(PROCESSES, _cores(), len(specs)) if len(specs) >= PROCESSES_FROM else 1
+    at least ``PROCESSES_FROM`` and ``PROCESSES_FROM_CORES`` cores (``_in_processes``), then
+    loaded here. Counts of those compiled and (where any) failed: a variant that fails here is
+    compiled again at its measurement, whose failure is announced there; under
+    ``variant_seconds`` the seconds each variant's compile took, summed, and the longest (their
+    sum over the seconds they took together: how far they overlapped); and under ``processes``,
+    where they ran, the workers' count, how many they compiled, their seconds, the seconds
+    loading them took here and how many this process compiled itself all the same (where this
+    Triton can say)."""
+    cores = _cores()
+    workers = min(PROCESSES, cores, len(specs)) if len(specs) >= PROCESSES_FROM and cores >= PROCESSES_FROM_CORES else 1
     started = time.perf_counter()
     processes = _in_processes(specs, workers) if workers > 1 else None
     ended = time.perf_counter()
-    done, took = _load_or_compile(specs)
+    with _compiles_counted() as compiled_here:
+        done, took = _load_or_compile(specs)
     counts: Dict[str, Any] = {"compiled_ahead": sum(done)}
     if processes is not None:
         compiled, seconds = processes
         counts["processes"] = {"workers": workers, "compiled": compiled, "seconds": round(ended - started, 2), "loaded_seconds": round(time.perf_counter() - ended, 2)}
+        if compiled_here is not None:
+            counts["processes"]["compiled_here"] = len(compiled_here)
         took = seconds or took
     counts["variant_seconds"] = {"sum": round(sum(took), 2), "longest": round(max(took), 2)}
     if not all(done):
         counts["compile_ahead_failed"] = len(done) - sum(done)
     return counts
+
+
+def _warmup(kernel, spec):
+    """``kernel`` warmed up (compiled, or loaded, without a launch) for ``spec``, on the current
+    device."""
+    _, dtype, has_bias, (has_scale, has_shift), (kh, kw), (sh, sw), (top, left), (dh, dw), relu, (rows, block_w, block_c, warps), vec = spec
+    # (Pointers as their dtypes, Triton's stand-ins: aligned, as every buffer here is.)
+    return kernel.warmup(dtype, dtype, dtype, dtype, dtype, dtype, 1, 1, 1, 1, 1, 1, 1, sh, sw, top, left, dh, dw, kh, kw, has_bias, has_scale, has_shift, relu, rows, block_w, block_c, vec, grid=(1,), num_warps=warps)
 
 
 def _load_or_compile(specs: List[tuple]) -> Tuple[List[bool], List[float]]:
@@ -65,12 +92,10 @@ def _load_or_compile(specs: List[tuple]) -> Tuple[List[bool], List[float]]:
     took: List[float] = []
 
     def one(spec) -> bool:
-        device, dtype, has_bias, (has_scale, has_shift), (kh, kw), (sh, sw), (top, left), (dh, dw), relu, (rows, block_w, block_c, warps), vec = spec
         started = time.perf_counter()
         try:
-            with torch.cuda.device(device):
-                # (Pointers as their dtypes, Triton's stand-ins: aligned, as every buffer here is.)
-                _kernel().warmup(dtype, dtype, dtype, dtype, dtype, dtype, 1, 1, 1, 1, 1, 1, 1, sh, sw, top, left, dh, dw, kh, kw, has_bias, has_scale, has_shift, relu, rows, block_w, block_c, vec, grid=(1,), num_warps=warps)
+            with torch.cuda.device(spec[0]):
+                _warmup(_kernel(), spec)
             return True
         except Exception:  # noqa: BLE001 - compiled (or reported) at its measurement instead
             return False
@@ -85,102 +110,178 @@ def _load_or_compile(specs: List[tuple]) -> Tuple[List[bool], List[float]]:
     return done, took
 
 
+@contextlib.contextmanager
+def _compiles_counted():
+    """A list that gains an entry for each compile of the kernel in this process (not a load from
+    Triton's cache) while in the block, through Triton's compilation listener; None where this
+    Triton has none."""
+    try:
+        from triton import knobs
+
+        knobs.compilation.listener
+    except (ImportError, AttributeError):
+        yield None
+        return
+    from .depthwise_kernel import _kernel
+
+    kernel, compiled, previous = _kernel(), [], knobs.compilation.listener
+
+    def listener(**event):
+        if not event.get("cache_hit", True) and getattr(event.get("src"), "fn", None) is kernel:
+            compiled.append(1)
+        if previous is not None:
+            previous(**event)
+
+    knobs.compilation.listener = listener
+    try:
+        yield compiled
+    finally:
+        knobs.compilation.listener = previous
+
+
 def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def _in_processes(specs: List[tuple], workers: int) -> Optional[Tuple[int, List[float]]]:
-    """``specs`` shared among ``workers`` worker processes (per GPU target, where a graph's
-    devices differ), the largest kernels first, each compiling for its target into Triton's
-    cache: how many they compiled and the seconds each took; None where no worker could start
-    (everything is then compiled here)."""
-    from triton.runtime import driver
-
-    groups: Dict[tuple, List[tuple]] = {}
-    for spec in specs:
-        with torch.cuda.device(spec[0]):
-            target = driver.active.get_current_target()
-        groups.setdefault((target.backend, target.arch, target.warp_size), []).append(spec)
-    jobs = []
-    for target, group in groups.items():
-        shares: List[List[list]] = [[] for _ in range(workers)]
-        loads = [0] * workers
-        # (the heaviest first, each to the least loaded: a kernel's cost grows with its taps)
-        for spec in sorted(group, key=lambda s: -s[4][0] * s[4][1]):
-            least = loads.index(min(loads))
-            shares[least].append(_encoded(spec))
-            loads[least] += spec[4][0] * spec[4][1]
-        jobs += [json.dumps({"target": list(target), "specs": share}) for share in shares if share]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    started = time.perf_counter()
-    running = []
-    try:
-        for job in jobs:
-            running.append(subprocess.Popen([sys.executable, "-m", __name__, job], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True))
-    except OSError:
-        for worker in running:
-            worker.kill()
-            worker.communicate()
-        return None
-    compiled, seconds = 0, []
-    for worker in running:
-        try:
-            out, _ = worker.communicate(timeout=max(1.0, WORKER_SECONDS - (time.perf_counter() - started)))
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.communicate()
-            continue
-        if worker.returncode == 0 and out.strip():
-            for ok, took in json.loads(out.strip().splitlines()[-1]):
-                compiled += ok
-                seconds.append(took)
-    return compiled, seconds
-
-
-def _encoded(spec: tuple) -> list:
-    _, dtype, *rest = spec
-    return [str(dtype).removeprefix("torch."), *rest]
-
-
-def _worker(job: Dict[str, Any]) -> List[Tuple[bool, float]]:
-    """A worker's share: each variant compiled for the job's target, Triton's driver stood in for
-    by one that names it (nothing here touches a GPU)."""
-    from triton.backends.compiler import GPUTarget
+def _sources(specs: List[tuple]) -> Dict[tuple, List[Tuple[tuple, str]]]:
+    """What this process would compile for each variant it has not compiled yet, by the rest of
+    Triton's cache key as this process holds it ((target's backend, architecture, warp size),
+    its compiler backend's hash, the environment variables Triton keys on, as JSON): each
+    variant and Triton's serialized specialization of it, captured by Triton's cache hook,
+    which skips the compile."""
+    from triton import knobs
+    from triton._C.libtriton import get_cache_invalidating_env_vars
+    from triton.compiler.compiler import make_backend
     from triton.runtime import driver
 
     from .depthwise_kernel import _kernel
 
-    driver.set_active(_Named(GPUTarget(*job["target"])))
+    kernel, captured, previous = _kernel(), [], knobs.runtime.jit_cache_hook
+
+    def hook(**event):
+        if event["fn"].jit_function is not kernel:
+            return previous(**event) if previous is not None else None
+        captured.append(event["compile"]["specialization_data"])
+        return True
+
+    groups: Dict[tuple, List[Tuple[tuple, str]]] = {}
+    knobs.runtime.jit_cache_hook = hook
+    try:
+        for spec in specs:
+            captured.clear()
+            with torch.cuda.device(spec[0]):
+                _warmup(kernel, spec)
+                target = driver.active.get_current_target()
+            if captured:
+                parts = ((target.backend, target.arch, target.warp_size), make_backend(target).hash(), json.dumps(get_cache_invalidating_env_vars(), sort_keys=True))
+                groups.setdefault(parts, []).append((spec, captured[0]))
+    finally:
+        knobs.runtime.jit_cache_hook = previous
+    return groups
+
+
+def _in_processes(specs: List[tuple], workers: int) -> Optional[Tuple[int, List[float]]]:
+    """The variants of ``specs`` this process has not compiled (``_sources``) shared among
+    ``workers`` worker processes for each key, the largest kernels first, each compiling into
+    Triton's cache as this process would: how many they compiled and the seconds each took;
+    None where Triton could not say what it would compile or no worker could start (everything
+    is then compiled here)."""
+    from triton import knobs
+
+    try:
+        groups = _sources(specs)
+    except Exception:  # noqa: BLE001 - another Triton: everything compiled here instead
+        return None
+    jobs = []
+    for (target, backend_hash, env_vars), group in groups.items():
+        shares: List[List[str]] = [[] for _ in range(workers)]
+        loads = [0] * workers
+        # (the heaviest first, each to the least loaded: a kernel's cost grows with its taps)
+        for spec, source in sorted(group, key=lambda found: -found[0][4][0] * found[0][4][1]):
+            least = loads.index(min(loads))
+            shares[least].append(source)
+            loads[least] += spec[4][0] * spec[4][1]
+        jobs += [{"target": list(target), "backend_hash": backend_hash, "env_vars": json.loads(env_vars), "sources": share} for share in shares if share]
+    # (the cache this process reads, whatever set it)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "TRITON_CACHE_DIR": knobs.cache.dir}
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="nimble-depthwise-") as folder:
+        running = []
+        try:
+            for n, job in enumerate(jobs):
+                path = os.path.join(folder, f"job-{n}.json")
+                with open(path, "w") as f:
+                    json.dump(job, f)
+                running.append(subprocess.Popen([sys.executable, "-m", __name__, path], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True))
+        except OSError:
+            for worker in running:
+                worker.kill()
+                worker.communicate()
+            return None
+        compiled, seconds = 0, []
+        for worker in running:
+            try:
+                out, _ = worker.communicate(timeout=max(1.0, WORKER_SECONDS - (time.perf_counter() - started)))
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.communicate()
+                continue
+            if worker.returncode == 0 and out.strip():
+                for ok, took in json.loads(out.strip().splitlines()[-1]):
+                    compiled += ok
+                    seconds.append(took)
+    return compiled, seconds
+
+
+def _worker(job: Dict[str, Any]) -> List[Tuple[bool, float]]:
+    """A worker's share: each source compiled for the job's target under the key the parent
+    computes for it, the parent's compiler backend hash and environment variables standing in
+    for this process's (nothing here touches a GPU): whether it compiled, and its seconds."""
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.compiler.compiler import make_backend
+
+    from .depthwise_kernel import _kernel
+
+    target = GPUTarget(*job["target"])
+    backend_hash = job["backend_hash"]
+    type(make_backend(target)).hash = lambda self: backend_hash
+    kernel = _kernel()
     results = []
-    for dtype, has_bias, (has_scale, has_shift), (kh, kw), (sh, sw), (top, left), (dh, dw), relu, (rows, block_w, block_c, warps), vec in job["specs"]:
-        dtype = getattr(torch, dtype)
+    for source in job["sources"]:
         started = time.perf_counter()
         try:
-            _kernel().warmup(dtype, dtype, dtype, dtype, dtype, dtype, 1, 1, 1, 1, 1, 1, 1, sh, sw, top, left, dh, dw, kh, kw, has_bias, has_scale, has_shift, relu, rows, block_w, block_c, vec, grid=(1,), num_warps=warps)
+            signature, constants, attrs, options = _specialization(json.loads(source), tl)
+            triton.compile(ASTSource(kernel, signature, constants, attrs), target=target, options=options, _env_vars=job["env_vars"])
             results.append((True, time.perf_counter() - started))
         except Exception:  # noqa: BLE001 - compiled (or reported) in the parent instead
             results.append((False, time.perf_counter() - started))
     return results
 
 
-class _Named:
-    """Triton's driver as far as a compile without a launch asks it: the target given, device 0."""
+def _specialization(found: Dict[str, Any], tl) -> tuple:
+    """Triton's serialized specialization (``serialize_specialization_data``: JSON, its tuples
+    made lists) as its compile takes it: the signature, the constants (Triton's dtypes and
+    constexprs rebuilt), the attributes and the options."""
+    constants = {}
+    for path, value in zip(found["constant_keys"], found["constant_vals"]):
+        if tl.dtype.is_dtype(value):
+            value = tl.dtype(value)
+        elif isinstance(value, dict) and "constexpr" in value:
+            value = tl.constexpr(value["constexpr"])
+        constants[tuple(path)] = value
+    attrs = {tuple(path): value for path, value in zip(found["attrs_keys"], found["attrs_vals"])}
+    signature = {name: _tuples(kind) for name, kind in found["signature"].items()}
+    options = {name: tuple(value) if isinstance(value, list) else value for name, value in found["options"].items()}
+    return signature, constants, attrs, options
 
-    def __init__(self, target):
-        self.target = target
 
-    def get_current_target(self):
-        return self.target
-
-    def get_current_device(self):
-        return 0
-
-    def get_current_stream(self, device=None):
-        return 0
-
-    def get_active_torch_device(self):
-        return torch.device("cpu")
+def _tuples(value):
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
 if __name__ == "__main__":
-    print(json.dumps(_worker(json.loads(sys.argv[1]))))
+    with open(sys.argv[1]) as f:
+        print(json.dumps(_worker(json.load(f))))

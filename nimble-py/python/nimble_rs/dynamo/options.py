@@ -105,8 +105,10 @@ DEFAULTS: Dict[str, Any] = {
     # faster of two tiles, reading its input through the zero padding, ReLU and BatchNorm before
     # it where there are (``depthwise``): the same arithmetic summed tap by tap. Measured on an
     # H200, it took NASNet-A large (float32, batch 16) from 0.95x to 0.79x reduce-overhead's
-    # latency. False: every convolution as Inductor calls cuDNN.
-    "depthwise_kernels": True,
+    # latency; off by default, since its compiles and measurements took NASNet-A large at batch
+    # 1 to 1.89x reduce-overhead's compile time (16d688f), where it gains nothing (0.55x, off
+    # 0.51-0.64x). False: every convolution as Inductor calls cuDNN.
+    "depthwise_kernels": False,
     # True: in inference graphs, a concatenation of at least 2.5 MB that Inductor would compute
     # in one pointwise kernel loading from every input (an Inception block's join of its
     # branches' BatchNorm-ReLUs) is written in place instead, each input by its own kernel into
