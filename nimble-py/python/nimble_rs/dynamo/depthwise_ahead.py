@@ -226,10 +226,13 @@ def _in_processes(specs: List[tuple], workers: int) -> Optional[Tuple[int, List[
                 worker.kill()
                 worker.communicate()
                 continue
-            if worker.returncode == 0 and out.strip():
-                for ok, took in json.loads(out.strip().splitlines()[-1]):
-                    compiled += ok
-                    seconds.append(took)
+            try:
+                results = json.loads(out.strip().splitlines()[-1]) if worker.returncode == 0 and out.strip() else []
+            except ValueError:  # (what it printed is not its results: its share is compiled here)
+                results = []
+            for ok, took in results:
+                compiled += ok
+                seconds.append(took)
     return compiled, seconds
 
 
