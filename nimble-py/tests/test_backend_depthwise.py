@@ -376,6 +376,8 @@ if sys.argv[3] == "ptxas-changed":
     from triton.backends.nvidia import compiler as nvidia
     nvidia.get_ptxas_version(90)
     os.environ["TRITON_PTXAS_PATH"] = os.path.join(os.path.dirname(torch.__file__), "bin", "ptxas")
+if sys.argv[3] == "no-worker":
+    sys.executable = "/nonexistent/python"   # no worker can start: everything compiled here
 # compiles in this process, counted: where workers compiled, this process only loads
 compiled_here = []
 make_ttgir = CUDABackend.make_ttgir
@@ -409,12 +411,13 @@ print(json.dumps(runs))
 """
 
 
-@pytest.mark.parametrize("processes,environment", [(2, "as-read"), (2, "ptxas-changed"), (1, "as-read")])
+@pytest.mark.parametrize("processes,environment", [(2, "as-read"), (2, "ptxas-changed"), (2, "no-worker"), (1, "as-read")])
 def test_compiling_ahead_makes_the_variants_the_launches_use(tmp_path, processes, environment):
     # Triton compiles for an sm_90 GPU here (its ptxas), with a stand-in for the driver; the
     # launches' cache keys, as Triton computes them from the real arguments, must find them.
     # In two worker processes, this one then only loading them, even where the ptxas its Triton
-    # keys on is no longer the environment's; or in this one, on threads.
+    # keys on is no longer the environment's; or in this one, on threads, where no worker can
+    # start (said in the report) or none is wanted.
     triton = pytest.importorskip("triton")
     import os
     import subprocess
@@ -432,14 +435,16 @@ def test_compiling_ahead_makes_the_variants_the_launches_use(tmp_path, processes
     assert done.returncode == 0, done.stderr[-3000:]
     for round, (counts, found, compiled_here) in enumerate(json.loads(done.stdout.strip().splitlines()[-1])):
         seconds = counts.pop("variant_seconds")
-        if processes > 1:
+        if environment == "no-worker":
+            assert counts.pop("processes")["failed"].startswith("no worker started (FileNotFoundError"), counts
+        elif processes > 1:
             spent = [counts["processes"].pop(k) for k in ("seconds", "loaded_seconds")]
             assert all(s >= 0 for s in spent), spent
-        assert counts == ({"compiled_ahead": 4, "processes": {"workers": 2, "compiled": 4, "compiled_here": 0}} if processes > 1 else {"compiled_ahead": 4}), counts
+        assert counts == ({"compiled_ahead": 4, "processes": {"workers": 2, "compiled": 4, "compiled_here": 0}} if processes > 1 and environment != "no-worker" else {"compiled_ahead": 4}), counts
         # (the second round loads from Triton's cache: hundredths of a second)
         assert 0 <= seconds["longest"] <= seconds["sum"], seconds
         assert found == [True] * 4, found
-        assert compiled_here == (4 if processes == 1 and round == 0 else 0), compiled_here
+        assert compiled_here == (4 if (processes == 1 or environment == "no-worker") and round == 0 else 0), compiled_here
 
 
 def test_the_measurement_gives_the_kernel_the_prologues_vectors_and_finds_the_fastest_tile():

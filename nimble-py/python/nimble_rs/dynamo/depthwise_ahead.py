@@ -10,13 +10,14 @@ So this process first asks Triton what it would compile for each variant, withou
 Triton's cache hook hands over the specialization (the source's signature, constants and
 attributes, and the options), and this process holds the rest of Triton's cache key: its
 compiler backend's hash (the version of the ptxas it read first, which the environment may no
-longer name) and the environment variables Triton keys on (``_sources``). Workers keying their
-compiles as a new process would, an H200 loaded none of them here and compiled all 46 again
-(1f55903, 30.6 s); a ptxas changed in the environment after the first read does that here. Worker processes (``python -m
-nimble_rs.dynamo.depthwise_ahead JOB``) compile those sources for the GPU target under exactly
-that key into Triton's cache on disk, without touching the GPU (``_worker``). This process then
-warms each variant up, which loads it from that cache as its launches would, on threads
-(``_load_or_compile``), compiling whatever a worker did not; the compiles it made are counted.
+longer name) and the environment variables Triton keys on (``_sources``). Worker processes
+(``python -m nimble_rs.dynamo.depthwise_ahead JOB``) compile those sources for the GPU target
+under exactly that key into Triton's cache on disk, without touching the GPU (``_worker``).
+(Workers keying their compiles as a new process would, an H200 loaded none of them here and
+compiled all 46 again, 30.6 s at `1f55903`; a ptxas changed in the environment after Triton's
+first read does that here.) This process then warms each variant up, which loads it from that
+cache as its launches would, on threads (``_load_or_compile``), compiling whatever a worker did
+not; the compiles it made are counted.
 """
 
 import contextlib
@@ -26,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple, Union
 
 import torch
 
@@ -51,9 +52,9 @@ def compile_ahead(specs: List[tuple]) -> Dict[str, Any]:
     compiled again at its measurement, whose failure is announced there; under
     ``variant_seconds`` the seconds each variant's compile took, summed, and the longest (their
     sum over the seconds they took together: how far they overlapped); and under ``processes``,
-    where they ran, the workers' count, how many they compiled, their seconds, the seconds
+    where they ran, the workers started, how many they compiled, their seconds, the seconds
     loading them took here and how many this process compiled itself all the same (where this
-    Triton can say)."""
+    Triton can say), or why none could run."""
     cores = _cores()
     workers = min(PROCESSES, cores, len(specs)) if len(specs) >= PROCESSES_FROM and cores >= PROCESSES_FROM_CORES else 1
     started = time.perf_counter()
@@ -62,9 +63,11 @@ def compile_ahead(specs: List[tuple]) -> Dict[str, Any]:
     with _compiles_counted() as compiled_here:
         done, took = _load_or_compile(specs)
     counts: Dict[str, Any] = {"compiled_ahead": sum(done)}
-    if processes is not None:
-        compiled, seconds = processes
-        counts["processes"] = {"workers": workers, "compiled": compiled, "seconds": round(ended - started, 2), "loaded_seconds": round(time.perf_counter() - ended, 2)}
+    if isinstance(processes, str):
+        counts["processes"] = {"failed": processes}
+    elif processes is not None:
+        started_workers, compiled, seconds = processes
+        counts["processes"] = {"workers": started_workers, "compiled": compiled, "seconds": round(ended - started, 2), "loaded_seconds": round(time.perf_counter() - ended, 2)}
         if compiled_here is not None:
             counts["processes"]["compiled_here"] = len(compiled_here)
         took = seconds or took
@@ -180,18 +183,18 @@ def _sources(specs: List[tuple]) -> Dict[tuple, List[Tuple[tuple, str]]]:
     return groups
 
 
-def _in_processes(specs: List[tuple], workers: int) -> Optional[Tuple[int, List[float]]]:
-    """The variants of ``specs`` this process has not compiled (``_sources``) shared among
+def _in_processes(specs: List[tuple], workers: int) -> Union[Tuple[int, int, List[float]], str]:
+    """The variants of ``specs`` this process has not compiled (``_sources``) shared among up to
     ``workers`` worker processes for each key, the largest kernels first, each compiling into
-    Triton's cache as this process would: how many they compiled and the seconds each took;
-    None where Triton could not say what it would compile or no worker could start (everything
-    is then compiled here)."""
+    Triton's cache as this process would: the workers started, how many they compiled and the
+    seconds each took; or, where Triton could not say what it would compile or no worker could
+    start, why (everything is then compiled here)."""
     from triton import knobs
 
     try:
         groups = _sources(specs)
-    except Exception:  # noqa: BLE001 - another Triton: everything compiled here instead
-        return None
+    except Exception as error:  # noqa: BLE001 - another Triton: everything compiled here instead
+        return f"Triton's specialization not found ({type(error).__name__}: {error})"
     jobs = []
     for (target, backend_hash, env_vars), group in groups.items():
         shares: List[List[str]] = [[] for _ in range(workers)]
@@ -213,11 +216,11 @@ def _in_processes(specs: List[tuple], workers: int) -> Optional[Tuple[int, List[
                 with open(path, "w") as f:
                     json.dump(job, f)
                 running.append(subprocess.Popen([sys.executable, "-m", __name__, path], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True))
-        except OSError:
+        except OSError as error:
             for worker in running:
                 worker.kill()
                 worker.communicate()
-            return None
+            return f"no worker started ({type(error).__name__}: {error})"
         compiled, seconds = 0, []
         for worker in running:
             try:
@@ -233,7 +236,7 @@ def _in_processes(specs: List[tuple], workers: int) -> Optional[Tuple[int, List[
             for ok, took in results:
                 compiled += ok
                 seconds.append(took)
-    return compiled, seconds
+    return len(running), compiled, seconds
 
 
 def _worker(job: Dict[str, Any]) -> List[Tuple[bool, float]]:

@@ -19,6 +19,7 @@ from typing import Any, List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 
+
 @torch.library.custom_op("nimble::depthwise_conv2d", mutates_args=())
 def depthwise_conv2d(x: torch.Tensor, taps: torch.Tensor, bias: Optional[torch.Tensor], scale: Optional[torch.Tensor], shift: Optional[torch.Tensor], kernel_size: List[int], stride: List[int], padding: List[int], dilation: List[int], relu_input: bool, tile: List[int]) -> torch.Tensor:
     """The depthwise convolution of ``x`` (times ``scale`` plus ``shift``, per channel, where
