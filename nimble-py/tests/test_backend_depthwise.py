@@ -218,11 +218,24 @@ def test_the_report_lists_each_site_once_with_what_took_it(monkeypatch):
     model = Separable().eval()
     x = torch.randn(2, 8, 14, 13)
     timings = {True: depthwise.Timing((2, 8, 8, 1), (4.0, 5.0), 10.0, 1.0), False: depthwise.Timing((4, 8, 64, 4), (6.0, 7.0), 10.0, 1.0)}
-    monkeypatch.setattr(depthwise, "compile_ahead", lambda specs: {"compiled_ahead": len(specs)})
+    # (the baselines, what needs no variant, measured while the variants compile: before their end)
+    events = []
+
+    class Pending:
+        def __init__(self, specs):
+            self.specs = specs
+
+        def finish(self):
+            events.append("finished")
+            return {"compiled_ahead": len(self.specs)}
+
+    monkeypatch.setattr(depthwise, "start_ahead", Pending)
+    monkeypatch.setattr(depthwise, "baseline", lambda at: events.append(("baseline", at.relu_input)))
     monkeypatch.setattr(depthwise, "timing", lambda at: timings[at.relu_input])
     got, report, ops = rewritten_through_inductor(model, x, depthwise.rewrite)
     shapes = report.pop("shapes")
-    assert set(report.pop("seconds")) == {"compile_ahead", "measure_and_rewrite"}
+    assert events == [("baseline", relu) for relu in (True, False, True, False, False)] + ["finished"], events
+    assert set(report.pop("seconds")) == {"compile_ahead", "baselines", "measure_and_rewrite"}
     # five sites (the first two each read through and as given), each variant's two tiles
     assert report == {"replaced": 3, "slower": 0, "prologue": 2, "compiled_ahead": 10}, report
     assert [(s["relu_input"], s["taken"]) for s in shapes] == [(True, 1), (False, 0), (True, 1), (False, 0), (False, 1)], shapes
@@ -366,7 +379,7 @@ class Hopper:
 
 driver.set_active(Hopper())
 torch.cuda.device = lambda device: contextlib.nullcontext()
-from nimble_rs.dynamo import depthwise, depthwise_ahead, depthwise_kernel
+from nimble_rs.dynamo import depthwise, depthwise_ahead, depthwise_kernel, depthwise_triton
 from triton.backends.nvidia.compiler import CUDABackend
 cuda = torch.device("cuda", 0)
 depthwise_ahead.PROCESSES, depthwise_ahead.PROCESSES_FROM, depthwise_ahead.PROCESSES_FROM_CORES = int(sys.argv[2]), 2, 1
@@ -384,7 +397,7 @@ make_ttgir = CUDABackend.make_ttgir
 CUDABackend.make_ttgir = staticmethod(lambda *a, **k: compiled_here.append(1) or make_ttgir(*a, **k))
 specs = [(cuda, torch.float32, bias, (bias, bias), (k, k), (s, s), (p, p), (1, 1), bias, tuple(t), 4) for k, s, p, bias in json.loads(sys.argv[1]) for t in depthwise.tiles(k * k)]
 def launched_keys_found():
-    kernel = depthwise_kernel._kernel()
+    kernel = depthwise_triton.kernel()
     cache, key_cache, _, _, binder = kernel.device_caches[0]
     found = []
     for k, s, p, bias in json.loads(sys.argv[1]):
@@ -404,7 +417,7 @@ def launched_keys_found():
 # quick, all start at once
 runs = []
 for _ in range(2):
-    depthwise_kernel._KERNEL.clear()
+    depthwise_triton._KERNEL.clear()
     runs.append([depthwise_ahead.compile_ahead(specs), launched_keys_found(), len(compiled_here)])
     compiled_here.clear()
 print(json.dumps(runs))
@@ -438,7 +451,7 @@ def test_compiling_ahead_makes_the_variants_the_launches_use(tmp_path, processes
         if environment == "no-worker":
             assert counts.pop("processes")["failed"].startswith("no worker started (FileNotFoundError"), counts
         elif processes > 1:
-            spent = [counts["processes"].pop(k) for k in ("seconds", "loaded_seconds")]
+            spent = [counts["processes"].pop(k) for k in ("seconds", "startup_seconds", "loaded_seconds")]
             assert all(s >= 0 for s in spent), spent
         assert counts == ({"compiled_ahead": 4, "processes": {"workers": 2, "compiled": 4, "compiled_here": 0}} if processes > 1 and environment != "no-worker" else {"compiled_ahead": 4}), counts
         # (the second round loads from Triton's cache: hundredths of a second)
@@ -462,14 +475,15 @@ def test_the_measurement_gives_the_kernel_the_prologues_vectors_and_finds_the_fa
     scaled = graph.call_function(aten.mul.Tensor, (x, s))
     shifted = graph.call_function(aten.add.Tensor, (scaled, s))
     at = depthwise.Site(x, w, None, (1, 1), (1, 2, 0, 1), (1, 1), True, ((scaled, s), (shifted, s)))
-    # (cuDNN's, each tile's, then the write's)
-    given, times = [], iter([10.0, 8.0, 9.5, 3.0])
+    # (cuDNN's and the write's, the baseline, then each tile's)
+    given, times = [], iter([10.0, 3.0, 8.0, 9.5])
 
     def kernel(xr, taps, bias, kernel_size, stride, padding, dilation, *tile, relu_input, scale, shift):
         given.append((tuple(scale.shape), tuple(shift.shape), relu_input, tuple(tile)))
         return torch.ops.nimble.depthwise_conv2d(xr, taps, bias, scale, shift, kernel_size, stride, padding, dilation, relu_input, list(tile))
 
     depthwise.MEASURED.clear()
+    depthwise.BASELINES.clear()
     try:
         found = depthwise.timing(at, torch.device("cpu"), lambda run: (run(), next(times))[1], kernel)
         # each tile run once to check its output, once by the timer
@@ -477,9 +491,11 @@ def test_the_measurement_gives_the_kernel_the_prologues_vectors_and_finds_the_fa
         # the faster tile, its output matching the convolution's
         assert found == depthwise.Timing(depthwise.CONFIGS[0], (8.0, 9.5), 10.0, 3.0), found
         assert depthwise.timing(at) is found and list(depthwise.MEASURED.values()) == [found]
+        assert depthwise.baseline(at) == (10.0, 3.0) and list(depthwise.BASELINES.values()) == [(10.0, 3.0)]
         # a tile whose output is off by more than EXACT is not timed, nor taken
         depthwise.MEASURED.clear()
-        times = iter([10.0, 9.5, 3.0])
+        depthwise.BASELINES.clear()
+        times = iter([10.0, 3.0, 9.5])
 
         def off_in_the_first_tile(*args, **kwargs):
             got = kernel(*args, **kwargs)
@@ -489,3 +505,4 @@ def test_the_measurement_gives_the_kernel_the_prologues_vectors_and_finds_the_fa
         assert found == depthwise.Timing(depthwise.CONFIGS[1], (float("inf"), 9.5), 10.0, 3.0), found
     finally:
         depthwise.MEASURED.clear()
+        depthwise.BASELINES.clear()

@@ -81,13 +81,14 @@ def test_reading_through_a_batchnorm_a_relu_and_an_uneven_padding_computes_what_
 
 def test_each_shape_is_measured_once_and_the_model_matches_eager():
     depthwise.MEASURED.clear()
+    depthwise.BASELINES.clear()
     m = model()
     follows_eager(compiled(m, depthwise_kernels=True), m)
     counts = last_report()["depthwise_kernels"]
     assert counts["replaced"] + counts["slower"] == 3 and "unmeasured" not in counts, counts
     # each site (the first and the last read through a ReLU and as they are) measured once
     shapes = counts["shapes"]
-    assert 3 <= len(shapes) == len(depthwise.MEASURED) <= 5, (shapes, depthwise.MEASURED)
+    assert 3 <= len(shapes) == len(depthwise.MEASURED) == len(depthwise.BASELINES) <= 5, (shapes, depthwise.MEASURED, depthwise.BASELINES)
     assert sum(s["taken"] for s in shapes) == counts["replaced"], counts
     for found in shapes:
         assert found["cudnn_us"] > 0 and found["write_us"] > 0 and found["fastest_us"] == min(found["tile_us"]) > 0, found

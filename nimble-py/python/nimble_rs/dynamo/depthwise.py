@@ -52,7 +52,7 @@ import torch.fx
 import torch.nn.functional as F
 
 from .compiled import warn_once
-from .depthwise_ahead import compile_ahead
+from .depthwise_ahead import start as start_ahead
 from .depthwise_kernel import op, pads, prologue, taps_of, triton_depthwise, vector_width
 from .fold import AFFINE, AffineBuilder, per_channel
 from .fxnodes import cuda_device, guarded, recompile_if, substitute
@@ -287,7 +287,8 @@ def rewrite(gm: torch.fx.GraphModule) -> Dict[str, Any]:
     ``shapes``, each distinct site's measurement (input, kernel, stride, padding, what it reads
     through, cuDNN's microseconds, the fastest tile's, each tile's in ``tiles``' order, the
     write's, that tile or None, and how many convolutions took it), the seconds its variants
-    took to compile ahead and the measurements and rewrite after them, or, where the pass fails,
+    took to compile ahead (cuDNN's convolutions and the writes timed meanwhile, in ``baselines``
+seconds) and the measurements and rewrite after them, or, where the pass fails,
     the reason, announced once (the convolutions it had not reached stay cuDNN's)."""
     shapes: Dict[tuple, Dict[str, Any]] = {}
 
@@ -310,10 +311,21 @@ def rewrite(gm: torch.fx.GraphModule) -> Dict[str, Any]:
     def replaced() -> Dict[str, Any]:
         started = time.perf_counter()
         wanted = variants(gm)
-        ahead = compile_ahead(wanted) if wanted else {}
+        pending = start_ahead(wanted) if wanted else None
+        try:
+            # (while the variants compile: what needs none of them)
+            for at in (at for node in gm.graph.nodes if candidate(node) for at in sites(node)):
+                try:
+                    baseline(at)
+                except Exception:  # noqa: BLE001 - measured (and announced) with the rest below
+                    pass
+            based = time.perf_counter()
+        finally:
+            ahead = pending.finish() if pending is not None else {}
         compiled = time.perf_counter()
         counts = replace_depthwise(gm, measured, taking)
-        return {**counts, **ahead, "seconds": {"compile_ahead": round(compiled - started, 2), "measure_and_rewrite": round(time.perf_counter() - compiled, 2)}}
+        seconds = {"compile_ahead": round(compiled - started, 2), "baselines": round(based - started, 2), "measure_and_rewrite": round(time.perf_counter() - compiled, 2)}
+        return {**counts, **ahead, "seconds": seconds}
 
     counts = guarded(gm, "depthwise_kernels", "depthwise convolutions", replaced)
     return {**counts, "shapes": list(shapes.values())} if shapes else counts
@@ -347,43 +359,81 @@ def _affine_kinds(affine) -> Tuple[bool, bool]:
     return scale, any(node.target in (aten.add.Tensor, aten.sub.Tensor) for node, _ in affine)
 
 
-# Each site's ``Timing``, measured once.
+# Each site's ``Timing``, and (``baseline``) cuDNN's and the write's microseconds, measured once.
 MEASURED: Dict[tuple, Timing] = {}
+BASELINES: Dict[tuple, Tuple[float, float]] = {}
+
+
+def _random_inputs(at: Site, device: torch.device):
+    """Random tensors of a site's shapes on ``device``: its source channels-last, the factor and
+    term of its prologue (None where it has none), the weight and the bias (or None)."""
+    x, weight = _val(at.source), _val(at.weight)
+    xr = torch.randn(tuple(x.shape), dtype=x.dtype, device=device).contiguous(memory_format=torch.channels_last)
+    has_scale, has_shift = _affine_kinds(at.affine)
+    scale = torch.rand(x.shape[1], dtype=x.dtype, device=device) + 0.5 if has_scale else None
+    shift = torch.randn(x.shape[1], dtype=x.dtype, device=device) if has_shift else None
+    wr = torch.randn(tuple(weight.shape), dtype=x.dtype, device=device)
+    br = torch.randn(weight.shape[0], dtype=x.dtype, device=device) if at.bias is not None else None
+    return xr, scale, shift, wr, br
+
+
+def _cudnn(at: Site, xr, scale, shift, wr, br):
+    """cuDNN's convolution as Inductor calls it: on the prologue's result, padded beforehand
+    (channels-last), and that padded input."""
+    top, bottom, left, right = at.padding
+    padded = F.pad(prologue(xr, scale, shift, at.relu_input), (left, right, top, bottom)).contiguous(memory_format=torch.channels_last)
+    return (lambda: F.conv2d(padded, wr, br, at.stride, 0, at.dilation, xr.shape[1])), padded
+
+
+def baseline(at: Site, device: Optional[torch.device] = None, timer=None) -> Tuple[float, float]:
+    """This site's cuDNN convolution and a write (a fill) of a tensor of its source's size, in
+    microseconds, measured once per site on random tensors, each in a CUDA graph of repeats
+    (``timer``, given a call: its microseconds) on ``device`` (the site's GPU): what needs no
+    variant of our kernel, so measured while they compile."""
+    key = _key(at)
+    if key in BASELINES:
+        return BASELINES[key]
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily(), torch.no_grad():
+        device = device or cuda_device(_val(at.source))
+        timer = timer or (lambda run: graph_us(run, device))
+        xr, scale, shift, wr, br = _random_inputs(at, device)
+        conv, padded = _cudnn(at, xr, scale, shift, wr, br)
+        cudnn_us = timer(conv)
+        del conv, padded
+        write_us = timer(lambda: xr.fill_(1.0))
+        del xr, scale, shift, wr, br
+    BASELINES[key] = (cudnn_us, write_us)
+    return BASELINES[key]
 
 
 def timing(at: Site, device: Optional[torch.device] = None, timer=None, kernel=None) -> Timing:
-    """This site's ``Timing``, measured once per site on channels-last random tensors: cuDNN's
-    convolution alone (on the prologue's result, padded, made beforehand), our kernel in each
-    tile of ``tiles`` (where its output is within ``EXACT`` of cuDNN's), and a write (a fill) of
-    a tensor of the source's size; each in a CUDA graph of repeats (``timer``, given a call: its
-    microseconds), on ``device`` (the site's GPU), with ``kernel`` (``triton_depthwise``; the
-    three given otherwise by the CPU test of what this passes the kernel)."""
+    """This site's ``Timing``, measured once per site on channels-last random tensors: its
+    ``baseline`` (cuDNN's convolution alone, on the prologue's result, padded, made beforehand,
+    and a write of the source's size) and our kernel in each tile of ``tiles`` (where its output
+    is within ``EXACT`` of cuDNN's); each in a CUDA graph of repeats (``timer``, given a call:
+    its microseconds), on ``device`` (the site's GPU), with ``kernel`` (``triton_depthwise``;
+    the three given otherwise by the CPU test of what this passes the kernel)."""
     key = _key(at)
     if key in MEASURED:
         return MEASURED[key]
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-    x, weight = _val(at.source), _val(at.weight)
-    top, bottom, left, right = at.padding
+    cudnn_us, write_us = baseline(at, device, timer)
+    weight = _val(at.weight)
     kernel = kernel or triton_depthwise
     with unset_fake_temporarily(), torch.no_grad():
-        device = device or cuda_device(x)
+        device = device or cuda_device(_val(at.source))
         timer = timer or (lambda run: graph_us(run, device))
-        xr = torch.randn(tuple(x.shape), dtype=x.dtype, device=device).contiguous(memory_format=torch.channels_last)
-        has_scale, has_shift = _affine_kinds(at.affine)
-        scale = torch.rand(x.shape[1], dtype=x.dtype, device=device) + 0.5 if has_scale else None
-        shift = torch.randn(x.shape[1], dtype=x.dtype, device=device) if has_shift else None
-        padded = F.pad(prologue(xr, scale, shift, at.relu_input), (left, right, top, bottom)).contiguous(memory_format=torch.channels_last)
-        wr = torch.randn(tuple(weight.shape), dtype=x.dtype, device=device)
-        kernel_size = list(weight.shape[2:])
-        br = torch.randn(weight.shape[0], dtype=x.dtype, device=device) if at.bias is not None else None
-        groups = x.shape[1]
-        expected = F.conv2d(padded, wr, br, at.stride, 0, at.dilation, groups).float()
+        xr, scale, shift, wr, br = _random_inputs(at, device)
+        conv, padded = _cudnn(at, xr, scale, shift, wr, br)
+        expected = conv().float()
         magnitude = expected.abs().max().clamp_min(1e-30)
-        cudnn_us = timer(lambda: F.conv2d(padded, wr, br, at.stride, 0, at.dilation, groups))
         # (Each tensor an image's size at the model's batch: as few alive at once as can be, the
         # kernel's output compared in place; the preparation's peak memory counts them.)
-        del padded
+        del conv, padded
+        kernel_size = list(weight.shape[2:])
         tile_us, best, best_us = [], None, float("inf")
         for tile in tiles(weight.shape[2] * weight.shape[3]):
             # (the weight's copy tap by tap measured with it: the graph makes it on every call)
@@ -391,13 +441,12 @@ def timing(at: Site, device: Optional[torch.device] = None, timer=None, kernel=N
             got = run().float()
             error = (got.sub_(expected).abs_().max() / magnitude).item()
             del got
-            if error > EXACT[x.dtype]:
+            if error > EXACT[xr.dtype]:
                 tile_us.append(float("inf"))
                 continue
             tile_us.append(timer(run))
             if tile_us[-1] < best_us:
                 best, best_us = tile, tile_us[-1]
-        write_us = timer(lambda: xr.fill_(1.0))
         del xr, wr, br, expected, scale, shift
     MEASURED[key] = Timing(best, tuple(tile_us), cudnn_us, write_us)
     return MEASURED[key]

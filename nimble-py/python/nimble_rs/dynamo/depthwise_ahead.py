@@ -11,8 +11,10 @@ Triton's cache hook hands over the specialization (the source's signature, const
 attributes, and the options), and this process holds the rest of Triton's cache key: its
 compiler backend's hash (the version of the ptxas it read first, which the environment may no
 longer name) and the environment variables Triton keys on (``_sources``). Worker processes
-(``python -m nimble_rs.dynamo.depthwise_ahead JOB``) compile those sources for the GPU target
-under exactly that key into Triton's cache on disk, without touching the GPU (``_worker``).
+(``depthwise_worker``, which imports Triton and the kernel's file alone) compile those sources
+for the GPU target under exactly that key into Triton's cache on disk, without touching the GPU.
+They start first (``start``), so that what this process does meanwhile (``depthwise`` times
+cuDNN's convolutions and the writes) overlaps them.
 (Workers keying their compiles as a new process would, an H200 loaded none of them here and
 compiled all 46 again, 30.6 s at `1f55903`; a ptxas changed in the environment after Triton's
 first read does that here.) This process then warms each variant up, which loads it from that
@@ -34,9 +36,8 @@ import torch
 # Threads loading (or compiling, where no worker did) the variants in this process.
 COMPILE_THREADS = 8
 # Worker processes at most, one per core at most; below PROCESSES_FROM variants, or with fewer
-# than PROCESSES_FROM_CORES cores, the threads alone (a worker's start, Python and torch
-# imported, is about 1.3 s; on two cores here, NASNet-A large's 46 variants took 41 s in two
-# workers against 33 s on threads).
+# than PROCESSES_FROM_CORES cores, the threads alone (on two cores here, NASNet-A large's 46
+# variants took 41 s in two workers, each importing torch then, against 33 s on threads).
 PROCESSES = 16
 PROCESSES_FROM = 4
 PROCESSES_FROM_CORES = 4
@@ -45,36 +46,54 @@ WORKER_SECONDS = 600
 
 
 def compile_ahead(specs: List[tuple]) -> Dict[str, Any]:
-    """Each variant of ``specs`` (``depthwise.variants``) compiled by Triton without a launch,
-    so that the measurements one by one find them compiled: in worker processes where there are
-    at least ``PROCESSES_FROM`` and ``PROCESSES_FROM_CORES`` cores (``_in_processes``), then
-    loaded here. Counts of those compiled and (where any) failed: a variant that fails here is
-    compiled again at its measurement, whose failure is announced there; under
-    ``variant_seconds`` the seconds each variant's compile took, summed, and the longest (their
-    sum over the seconds they took together: how far they overlapped); and under ``processes``,
-    where they ran, the workers started, how many they compiled, their seconds, the seconds
-    loading them took here and how many this process compiled itself all the same (where this
-    Triton can say), or why none could run."""
+    """``start`` and, at once, its ``Ahead.finish``."""
+    return start(specs).finish()
+
+
+def start(specs: List[tuple]) -> "Ahead":
+    """Each variant of ``specs`` (``depthwise.variants``) compiled by Triton without a launch, so
+    that the measurements one by one find them compiled: where there are at least
+    ``PROCESSES_FROM`` of them and ``PROCESSES_FROM_CORES`` cores, in worker processes, started
+    here and left running (what this process does meanwhile, such as timing cuDNN, overlaps
+    them), then loaded here by ``Ahead.finish``; otherwise on threads by ``Ahead.finish``."""
     cores = _cores()
     workers = min(PROCESSES, cores, len(specs)) if len(specs) >= PROCESSES_FROM and cores >= PROCESSES_FROM_CORES else 1
-    started = time.perf_counter()
-    processes = _in_processes(specs, workers) if workers > 1 else None
-    ended = time.perf_counter()
-    with _compiles_counted() as compiled_here:
-        done, took = _load_or_compile(specs)
-    counts: Dict[str, Any] = {"compiled_ahead": sum(done)}
-    if isinstance(processes, str):
-        counts["processes"] = {"failed": processes}
-    elif processes is not None:
-        started_workers, compiled, seconds = processes
-        counts["processes"] = {"workers": started_workers, "compiled": compiled, "seconds": round(ended - started, 2), "loaded_seconds": round(time.perf_counter() - ended, 2)}
-        if compiled_here is not None:
-            counts["processes"]["compiled_here"] = len(compiled_here)
-        took = seconds or took
-    counts["variant_seconds"] = {"sum": round(sum(took), 2), "longest": round(max(took), 2)}
-    if not all(done):
-        counts["compile_ahead_failed"] = len(done) - sum(done)
-    return counts
+    return Ahead(specs, workers)
+
+
+class Ahead:
+    """The variants ``start`` set compiling."""
+
+    def __init__(self, specs: List[tuple], workers: int):
+        self.specs, self.started = specs, time.perf_counter()
+        self.running: Union[_Workers, str, None] = _Workers.start(specs, workers) if workers > 1 else None
+
+    def finish(self) -> Dict[str, Any]:
+        """The variants compiled (the workers waited for, what they made loaded here on threads,
+        whatever they did not compiled here): counts of those compiled and (where any) failed (a
+        variant that fails here is compiled again at its measurement, whose failure is announced
+        there); under ``variant_seconds`` the seconds each variant's compile took, summed, and the
+        longest (their sum over the seconds they took together: how far they overlapped); under
+        ``processes``, where they ran, the workers started, how many they compiled, the seconds
+        from ``start`` to the last worker's end, the longest a worker took to start (its Python
+        and Triton imported), the seconds loading here took and how many this process compiled
+        itself all the same (where this Triton can say), or why none could run."""
+        processes = self.running.wait() if isinstance(self.running, _Workers) else self.running
+        ended = time.perf_counter()
+        with _compiles_counted() as compiled_here:
+            done, took = _load_or_compile(self.specs)
+        counts: Dict[str, Any] = {"compiled_ahead": sum(done)}
+        if isinstance(processes, str):
+            counts["processes"] = {"failed": processes}
+        elif processes is not None:
+            counts["processes"] = {"workers": processes["workers"], "compiled": processes["compiled"], "seconds": round(ended - self.started, 2), "startup_seconds": processes["startup_seconds"], "loaded_seconds": round(time.perf_counter() - ended, 2)}
+            if compiled_here is not None:
+                counts["processes"]["compiled_here"] = len(compiled_here)
+            took = processes["seconds"] or took
+        counts["variant_seconds"] = {"sum": round(sum(took), 2), "longest": round(max(took), 2)}
+        if not all(done):
+            counts["compile_ahead_failed"] = len(done) - sum(done)
+        return counts
 
 
 def _warmup(kernel, spec):
@@ -90,7 +109,7 @@ def _load_or_compile(specs: List[tuple]) -> Tuple[List[bool], List[float]]:
     cache where a worker compiled it): whether it was, and the seconds each took."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from .depthwise_kernel import _kernel
+    from .depthwise_triton import kernel as _kernel
 
     took: List[float] = []
 
@@ -125,7 +144,7 @@ def _compiles_counted():
     except (ImportError, AttributeError):
         yield None
         return
-    from .depthwise_kernel import _kernel
+    from .depthwise_triton import kernel as _kernel
 
     kernel, compiled, previous = _kernel(), [], knobs.compilation.listener
 
@@ -157,7 +176,7 @@ def _sources(specs: List[tuple]) -> Dict[tuple, List[Tuple[tuple, str]]]:
     from triton.compiler.compiler import make_backend
     from triton.runtime import driver
 
-    from .depthwise_kernel import _kernel
+    from .depthwise_triton import kernel as _kernel
 
     kernel, captured, previous = _kernel(), [], knobs.runtime.jit_cache_hook
 
@@ -183,111 +202,78 @@ def _sources(specs: List[tuple]) -> Dict[tuple, List[Tuple[tuple, str]]]:
     return groups
 
 
-def _in_processes(specs: List[tuple], workers: int) -> Union[Tuple[int, int, List[float]], str]:
-    """The variants of ``specs`` this process has not compiled (``_sources``) shared among up to
-    ``workers`` worker processes for each key, the largest kernels first, each compiling into
-    Triton's cache as this process would: the workers started, how many they compiled and the
-    seconds each took; or, where Triton could not say what it would compile or no worker could
-    start, why (everything is then compiled here)."""
-    from triton import knobs
+class _Workers:
+    """Worker processes (``depthwise_worker``) compiling the variants this process has not
+    (``_sources``) into Triton's cache as this process would, up to ``workers`` for each key,
+    the largest kernels shared out first."""
 
-    try:
-        groups = _sources(specs)
-    except Exception as error:  # noqa: BLE001 - another Triton: everything compiled here instead
-        return f"Triton's specialization not found ({type(error).__name__}: {error})"
-    jobs = []
-    for (target, backend_hash, env_vars), group in groups.items():
-        shares: List[List[str]] = [[] for _ in range(workers)]
-        loads = [0] * workers
-        # (the heaviest first, each to the least loaded: a kernel's cost grows with its taps)
-        for spec, source in sorted(group, key=lambda found: -found[0][4][0] * found[0][4][1]):
-            least = loads.index(min(loads))
-            shares[least].append(source)
-            loads[least] += spec[4][0] * spec[4][1]
-        jobs += [{"target": list(target), "backend_hash": backend_hash, "env_vars": json.loads(env_vars), "sources": share} for share in shares if share]
-    # (the cache this process reads, whatever set it)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "TRITON_CACHE_DIR": knobs.cache.dir}
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="nimble-depthwise-") as folder:
-        running = []
+    def __init__(self, running: List[Tuple[subprocess.Popen, float]], folder: tempfile.TemporaryDirectory):
+        self.running, self.folder, self.began = running, folder, time.perf_counter()
+
+    @classmethod
+    def start(cls, specs: List[tuple], workers: int) -> Union["_Workers", str]:
+        """The workers started, or, where Triton could not say what it would compile or no
+        worker could start, why (everything is then compiled here)."""
+        from triton import knobs
+
+        try:
+            groups = _sources(specs)
+        except Exception as error:  # noqa: BLE001 - another Triton: everything compiled here instead
+            return f"Triton's specialization not found ({type(error).__name__}: {error})"
+        jobs = []
+        for (target, backend_hash, env_vars), group in groups.items():
+            shares: List[List[str]] = [[] for _ in range(workers)]
+            loads = [0] * workers
+            # (the heaviest first, each to the least loaded: a kernel's cost grows with its taps)
+            for spec, source in sorted(group, key=lambda found: -found[0][4][0] * found[0][4][1]):
+                least = loads.index(min(loads))
+                shares[least].append(source)
+                loads[least] += spec[4][0] * spec[4][1]
+            jobs += [{"target": list(target), "backend_hash": backend_hash, "env_vars": json.loads(env_vars), "sources": share} for share in shares if share]
+        # (the cache this process reads, whatever set it)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "TRITON_CACHE_DIR": knobs.cache.dir}
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "depthwise_worker.py")
+        folder = tempfile.TemporaryDirectory(prefix="nimble-depthwise-")
+        running: List[Tuple[subprocess.Popen, float]] = []
         try:
             for n, job in enumerate(jobs):
-                path = os.path.join(folder, f"job-{n}.json")
+                path = os.path.join(folder.name, f"job-{n}.json")
                 with open(path, "w") as f:
                     json.dump(job, f)
-                running.append(subprocess.Popen([sys.executable, "-m", __name__, path], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True))
+                running.append((subprocess.Popen([sys.executable, script, path], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True), time.time()))
         except OSError as error:
-            for worker in running:
+            for worker, _ in running:
                 worker.kill()
                 worker.communicate()
+            folder.cleanup()
             return f"no worker started ({type(error).__name__}: {error})"
-        compiled, seconds = 0, []
-        for worker in running:
-            try:
-                out, _ = worker.communicate(timeout=max(1.0, WORKER_SECONDS - (time.perf_counter() - started)))
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.communicate()
-                continue
-            try:
-                results = json.loads(out.strip().splitlines()[-1]) if worker.returncode == 0 and out.strip() else []
-            except ValueError:  # (what it printed is not its results: its share is compiled here)
-                results = []
-            for ok, took in results:
-                compiled += ok
-                seconds.append(took)
-    return len(running), compiled, seconds
+        return cls(running, folder)
 
-
-def _worker(job: Dict[str, Any]) -> List[Tuple[bool, float]]:
-    """A worker's share: each source compiled for the job's target under the key the parent
-    computes for it, the parent's compiler backend hash and environment variables standing in
-    for this process's (nothing here touches a GPU): whether it compiled, and its seconds."""
-    import triton
-    import triton.language as tl
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-    from triton.compiler.compiler import make_backend
-
-    from .depthwise_kernel import _kernel
-
-    target = GPUTarget(*job["target"])
-    backend_hash = job["backend_hash"]
-    type(make_backend(target)).hash = lambda self: backend_hash
-    kernel = _kernel()
-    results = []
-    for source in job["sources"]:
-        started = time.perf_counter()
+    def wait(self) -> Dict[str, Any]:
+        """The workers waited for, each at most until ``WORKER_SECONDS`` from their start (one
+        still running then is stopped: its share is compiled here): how many started, how many
+        variants they compiled, each one's seconds, and the longest a worker took from its
+        start to its first compile."""
+        compiled, seconds, startup = 0, [], 0.0
         try:
-            signature, constants, attrs, options = _specialization(json.loads(source), tl)
-            triton.compile(ASTSource(kernel, signature, constants, attrs), target=target, options=options, _env_vars=job["env_vars"])
-            results.append((True, time.perf_counter() - started))
-        except Exception:  # noqa: BLE001 - compiled (or reported) in the parent instead
-            results.append((False, time.perf_counter() - started))
-    return results
-
-
-def _specialization(found: Dict[str, Any], tl) -> tuple:
-    """Triton's serialized specialization (``serialize_specialization_data``: JSON, its tuples
-    made lists) as its compile takes it: the signature, the constants (Triton's dtypes and
-    constexprs rebuilt), the attributes and the options."""
-    constants = {}
-    for path, value in zip(found["constant_keys"], found["constant_vals"]):
-        if tl.dtype.is_dtype(value):
-            value = tl.dtype(value)
-        elif isinstance(value, dict) and "constexpr" in value:
-            value = tl.constexpr(value["constexpr"])
-        constants[tuple(path)] = value
-    attrs = {tuple(path): value for path, value in zip(found["attrs_keys"], found["attrs_vals"])}
-    signature = {name: _tuples(kind) for name, kind in found["signature"].items()}
-    options = {name: tuple(value) if isinstance(value, list) else value for name, value in found["options"].items()}
-    return signature, constants, attrs, options
-
-
-def _tuples(value):
-    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
-
-
-if __name__ == "__main__":
-    with open(sys.argv[1]) as f:
-        print(json.dumps(_worker(json.load(f))))
+            for worker, spawned in self.running:
+                try:
+                    out, _ = worker.communicate(timeout=max(1.0, WORKER_SECONDS - (time.perf_counter() - self.began)))
+                except subprocess.TimeoutExpired:
+                    worker.kill()
+                    worker.communicate()
+                    continue
+                try:
+                    found = json.loads(out.strip().splitlines()[-1]) if worker.returncode == 0 and out.strip() else {}
+                except ValueError:  # (what it printed is not its results: its share is compiled here)
+                    found = {}
+                if not isinstance(found, dict):
+                    continue
+                for ok, took in found.get("results", []):
+                    compiled += bool(ok)
+                    seconds.append(took)
+                if "started" in found:
+                    startup = max(startup, found["started"] - spawned)
+        finally:
+            self.folder.cleanup()
+        return {"workers": len(self.running), "compiled": compiled, "seconds": seconds, "startup_seconds": round(startup, 2)}
