@@ -383,6 +383,8 @@ from nimble_rs.dynamo import depthwise, depthwise_ahead, depthwise_kernel, depth
 from triton.backends.nvidia.compiler import CUDABackend
 cuda = torch.device("cuda", 0)
 depthwise_ahead.PROCESSES, depthwise_ahead.PROCESSES_FROM, depthwise_ahead.PROCESSES_FROM_CORES = int(sys.argv[2]), 2, 1
+# (as many workers as asked for: a core each, and one more for this process)
+depthwise_ahead._cores = lambda: int(sys.argv[2]) + 1
 if sys.argv[3] == "ptxas-changed":
     # As Inductor can leave it: the ptxas version this process read first (Triton's own, held
     # in its key) no longer the ptxas the environment names (torch's), which a new process reads.

@@ -35,7 +35,8 @@ import torch
 
 # Threads loading (or compiling, where no worker did) the variants in this process.
 COMPILE_THREADS = 8
-# Worker processes at most, one per core at most; below PROCESSES_FROM variants, or with fewer
+# Worker processes at most, one per core but one at most (that one this process's, which times
+# cuDNN's convolutions meanwhile: ``runner.graph_us``); below PROCESSES_FROM variants, or with fewer
 # than PROCESSES_FROM_CORES cores, the threads alone (on two cores here, NASNet-A large's 46
 # variants took 41 s in two workers, each importing torch then, against 33 s on threads).
 PROCESSES = 16
@@ -57,7 +58,7 @@ def start(specs: List[tuple]) -> "Ahead":
     here and left running (what this process does meanwhile, such as timing cuDNN, overlaps
     them), then loaded here by ``Ahead.finish``; otherwise on threads by ``Ahead.finish``."""
     cores = _cores()
-    workers = min(PROCESSES, cores, len(specs)) if len(specs) >= PROCESSES_FROM and cores >= PROCESSES_FROM_CORES else 1
+    workers = min(PROCESSES, cores - 1, len(specs)) if len(specs) >= PROCESSES_FROM and cores >= PROCESSES_FROM_CORES else 1
     return Ahead(specs, workers)
 
 

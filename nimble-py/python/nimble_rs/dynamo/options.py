@@ -104,11 +104,12 @@ DEFAULTS: Dict[str, Any] = {
     # as our Triton kernel where that is measured at most 0.9 of cuDNN's time at its shape, in the
     # faster of two tiles, reading its input through the zero padding, ReLU and BatchNorm before
     # it where there are (``depthwise``): the same arithmetic summed tap by tap. Measured on an
-    # H200, it took NASNet-A large (float32, batch 16) from 0.95x to 0.79x reduce-overhead's
-    # latency; off by default, since its compiles and measurements took NASNet-A large at batch
-    # 1 to 1.89x reduce-overhead's compile time (16d688f), where it gains nothing (0.55x, off
-    # 0.51-0.64x). False: every convolution as Inductor calls cuDNN.
-    "depthwise_kernels": False,
+    # H200, it took NASNet-A large (float32, batch 16) from 0.94x to 0.77x reduce-overhead's
+    # latency. Its kernel's variants compile in worker processes while cuDNN is timed
+    # (``depthwise_ahead``), which took NASNet-A large at batch 1 from 1.89x reduce-overhead's
+    # compile time (16d688f, compiled on threads) to 1.33x (1b66f8a), where it gains nothing
+    # (0.63x against 0.61x off). False: every convolution as Inductor calls cuDNN.
+    "depthwise_kernels": True,
     # True: in inference graphs, a concatenation of at least 2.5 MB that Inductor would compute
     # in one pointwise kernel loading from every input (an Inception block's join of its
     # branches' BatchNorm-ReLUs) is written in place instead, each input by its own kernel into

@@ -458,11 +458,21 @@ def measuring_stream(device=None) -> "torch.cuda.Stream":
     return _MEASURING_STREAMS[key]
 
 
+# The GPU's wait before each timed replay, in clock cycles (half a millisecond at 2 GHz): the
+# start event and the replay are both queued behind it, so that a pause of this process between
+# the two (a core shared with the depthwise kernel's compile workers, which the measurements
+# overlap) is not timed as the graph's. Unguarded, cuDNN's convolution of [16, 84, 42, 42] by 3x3
+# measured 12.5 us beside the workers against 8.0 alone, and a fill of the same tensor 11.6 us
+# against 3.7 (H200, `1b66f8a`).
+GUARD_CYCLES = 1_000_000
+
+
 def graph_us(run: Callable[[], Any], device=None, repeats: int = 10, samples: int = 5) -> float:
     """Median microseconds of one ``run``, ``repeats`` of them captured in one CUDA graph on
-    ``measuring_stream``; cuBLAS's workspaces dropped after it (``clear_cublas_workspaces``), so
-    that a compile's measurements leave none allocated through the rest of its preparation
-    (33 MiB more at peak on an H100, measured at ``1aa58cc``)."""
+    ``measuring_stream``, each replay timed behind a wait of the GPU (``GUARD_CYCLES``); cuBLAS's
+    workspaces dropped after it (``clear_cublas_workspaces``), so that a compile's measurements
+    leave none allocated through the rest of its preparation (33 MiB more at peak on an H100,
+    measured at ``1aa58cc``)."""
     stream = measuring_stream(device)
     stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream):
@@ -476,6 +486,7 @@ def graph_us(run: Callable[[], Any], device=None, repeats: int = 10, samples: in
     times = []
     for _ in range(samples):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(GUARD_CYCLES)
         start.record()
         graph.replay()
         end.record()
