@@ -18,8 +18,9 @@ repeats (``timing``), and rewritten where the cheapest way to run it (``choose``
 at most ``MARGIN`` of cuDNN's time; its output must match cuDNN's within ``EXACT``. Each tile is
 a Triton compile per kernel geometry: done one by one as the shapes were measured, they took
 NASNet-A large's preparation to 2.43x reduce-overhead's (H200, `7fd1499`), so the variants a
-graph needs are compiled first, side by side in worker processes (``depthwise_ahead``), and
-only two tiles per kernel size are measured. The same
+graph needs are compiled first, side by side in worker processes (``depthwise_ahead``), while
+cuDNN's convolutions and the writes are timed (``baseline``), and only two tiles per kernel size
+are measured. The same
 arithmetic in float32 summed tap by tap (as exact as cuDNN's: 2-3e-7 of float64 on NASNet-A
 large's).
 
@@ -39,8 +40,8 @@ measured slower than cuDNN, NASNet-A large's 3x3 convolutions all stayed cuDNN's
 [16, 168, 42, 42] against 17.7 for the kernel reading through a ReLU, whose output, 19 MB, it
 spares.)
 
-The op ``nimble::depthwise_conv2d`` and its kernel are ``depthwise_kernel``, the compiles ahead
-``depthwise_ahead``; this module decides where they run.
+The op ``nimble::depthwise_conv2d`` is ``depthwise_kernel``, its Triton kernel
+``depthwise_triton``, the compiles ahead ``depthwise_ahead``; this module decides where they run.
 """
 
 import time

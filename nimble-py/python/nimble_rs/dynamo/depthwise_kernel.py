@@ -1,6 +1,6 @@
 """The depthwise kernel of option ``depthwise_kernels`` (``depthwise``, which decides where it
-runs): the op ``nimble::depthwise_conv2d`` and its Triton kernel (its variants compiled ahead:
-``depthwise_ahead``).
+runs): the op ``nimble::depthwise_conv2d`` and the launch of its Triton kernel (the kernel
+itself in ``depthwise_triton``, its variants compiled ahead by ``depthwise_ahead``).
 
 The kernel computes several output rows per program over channels-last memory: each input row
 the rows need is loaded once per column tap (128-bit loads where the channel count is a multiple

@@ -461,9 +461,9 @@ def measuring_stream(device=None) -> "torch.cuda.Stream":
 # The GPU's wait before each timed replay, in clock cycles (half a millisecond at 2 GHz): the
 # start event and the replay are both queued behind it, so that a pause of this process between
 # the two (a core shared with the depthwise kernel's compile workers, which the measurements
-# overlap) is not timed as the graph's. Unguarded, cuDNN's convolution of [16, 84, 42, 42] by 3x3
-# measured 12.5 us beside the workers against 8.0 alone, and a fill of the same tensor 11.6 us
-# against 3.7 (H200, `1b66f8a`).
+# overlap) is not timed as the graph's. Unguarded beside the workers, cuDNN's convolution of
+# [16, 84, 42, 42] by 3x3 measured 12.5 us (H200, `1b66f8a`) against 8.0 without them
+# (`16d688f`), and a fill of that tensor 11.6 us against 3.7 in the same run.
 GUARD_CYCLES = 1_000_000
 
 
