@@ -6,12 +6,13 @@ each tile the backend measures). The backend measures and applies it on a GPU on
 (test_backend_gpu_depthwise.py runs it there)."""
 
 import json
+import os
 
 import pytest
 import torch
 from torch import nn
 
-from nimble_rs.dynamo import depthwise, depthwise_kernel
+from nimble_rs.dynamo import depthwise, depthwise_ahead, depthwise_kernel
 from nimble_rs.dynamo.fxnodes import value as _val
 from models import rewritten_through_inductor
 from triton_interpreter import interpreted
@@ -460,6 +461,27 @@ def test_compiling_ahead_makes_the_variants_the_launches_use(tmp_path, processes
         assert 0 <= seconds["longest"] <= seconds["sum"], seconds
         assert found == [True] * 4, found
         assert compiled_here == (4 if (processes == 1 or environment == "no-worker") and round == 0 else 0), compiled_here
+
+
+def test_a_worker_that_prints_no_results_fails_or_runs_past_the_limit_compiles_nothing(monkeypatch):
+    # Its share is then compiled in the backend's process (Ahead.finish); the wait stops the one
+    # past WORKER_SECONDS and leaves no worker running and no job folder behind.
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    monkeypatch.setattr(depthwise_ahead, "WORKER_SECONDS", 3)
+    scripts = ["print('not results')", "import sys; sys.exit(3)", "import time; time.sleep(60)", "import json, time; print(json.dumps({'started': time.time(), 'results': [[True, 0.5], [False, 0.25]]}))"]
+    folder = tempfile.TemporaryDirectory(prefix="nimble-depthwise-test-")
+    running = [(subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True), time.time()) for script in scripts]
+    started = time.perf_counter()
+    found = depthwise_ahead._Workers(running, folder).wait()
+    assert time.perf_counter() - started < 30
+    assert (found["workers"], found["compiled"], found["seconds"]) == (4, 1, [0.5, 0.25]), found
+    assert 0 <= found["startup_seconds"] < 30, found
+    assert all(worker.poll() is not None for worker, _ in running)
+    assert not os.path.exists(folder.name)
 
 
 def test_the_measurement_gives_the_kernel_the_prologues_vectors_and_finds_the_fastest_tile():

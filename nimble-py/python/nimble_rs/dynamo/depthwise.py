@@ -289,8 +289,8 @@ def rewrite(gm: torch.fx.GraphModule) -> Dict[str, Any]:
     through, cuDNN's microseconds, the fastest tile's, each tile's in ``tiles``' order, the
     write's, that tile or None, and how many convolutions took it), the seconds its variants
     took to compile ahead (cuDNN's convolutions and the writes timed meanwhile, in ``baselines``
-seconds) and the measurements and rewrite after them, or, where the pass fails,
-    the reason, announced once (the convolutions it had not reached stay cuDNN's)."""
+    seconds) and the measurements and rewrite after them, or, where the pass fails, the reason,
+    announced once (the convolutions it had not reached stay cuDNN's)."""
     shapes: Dict[tuple, Dict[str, Any]] = {}
 
     def measured(at: Site):

@@ -35,10 +35,11 @@ import torch
 
 # Threads loading (or compiling, where no worker did) the variants in this process.
 COMPILE_THREADS = 8
-# Worker processes at most, and one fewer than the cores at most (that core left to this process,
-# which times cuDNN's convolutions meanwhile: ``runner.graph_us``); below PROCESSES_FROM variants, or with fewer
-# than PROCESSES_FROM_CORES cores, the threads alone (on two cores here, NASNet-A large's 46
-# variants took 41 s in two workers, each importing torch then, against 33 s on threads).
+# Worker processes at most, and one fewer than the cores at most (that core left to this
+# process, which times cuDNN's convolutions meanwhile: ``runner.graph_us``); below
+# PROCESSES_FROM variants, or with fewer than PROCESSES_FROM_CORES cores, the threads alone (on
+# two cores here, NASNet-A large's 46 variants took 41 s in two workers, each importing torch
+# then, against 33 s on threads).
 PROCESSES = 16
 PROCESSES_FROM = 4
 PROCESSES_FROM_CORES = 4
@@ -276,5 +277,10 @@ class _Workers:
                 if "started" in found:
                     startup = max(startup, found["started"] - spawned)
         finally:
+            # (none left running, whatever stopped the wait)
+            for worker, _ in self.running:
+                if worker.poll() is None:
+                    worker.kill()
+                    worker.communicate()
             self.folder.cleanup()
         return {"workers": len(self.running), "compiled": compiled, "seconds": seconds, "startup_seconds": round(startup, 2)}
