@@ -33,6 +33,8 @@ from typing import Any, Dict, List, Tuple, Union
 
 import torch
 
+from .depthwise_triton import kernel as _kernel
+
 # Threads loading (or compiling, where no worker did) the variants in this process.
 COMPILE_THREADS = 8
 # Worker processes at most, and one fewer than the cores at most (that core left to this
@@ -111,8 +113,6 @@ def _load_or_compile(specs: List[tuple]) -> Tuple[List[bool], List[float]]:
     cache where a worker compiled it): whether it was, and the seconds each took."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from .depthwise_triton import kernel as _kernel
-
     took: List[float] = []
 
     def one(spec) -> bool:
@@ -146,8 +146,6 @@ def _compiles_counted():
     except (ImportError, AttributeError):
         yield None
         return
-    from .depthwise_triton import kernel as _kernel
-
     kernel, compiled, previous = _kernel(), [], knobs.compilation.listener
 
     def listener(**event):
@@ -177,8 +175,6 @@ def _sources(specs: List[tuple]) -> Dict[tuple, List[Tuple[tuple, str]]]:
     from triton._C.libtriton import get_cache_invalidating_env_vars
     from triton.compiler.compiler import make_backend
     from triton.runtime import driver
-
-    from .depthwise_triton import kernel as _kernel
 
     kernel, captured, previous = _kernel(), [], knobs.runtime.jit_cache_hook
 

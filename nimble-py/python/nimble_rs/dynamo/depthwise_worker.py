@@ -6,7 +6,7 @@ Run as ``python .../depthwise_worker.py JOB`` (JOB: a JSON file of the target, t
 compiler backend hash and environment variables, and Triton's serialized specialization of each
 variant), it prints, as its last line, whether each compiled and its seconds. It imports Triton
 and the kernel's file (``depthwise_triton``, loaded by its path) and nothing of the package, so
-not torch: a worker starts in about a quarter of a second here, not the 1.4 s torch's import took.
+not torch: a worker with nothing to compile runs in 0.13 s here, where torch's import alone took 1.4 s.
 """
 
 import importlib.util
