@@ -484,6 +484,22 @@ def test_a_worker_that_prints_no_results_fails_or_runs_past_the_limit_compiles_n
     assert not os.path.exists(folder.name)
 
 
+def test_the_variants_are_shared_out_by_their_unrolled_operations():
+    # A tile of more output rows is a longer compile (NASNet-A large's 5x5: 1.5-2.5 s against
+    # 0.8-1.5 s here) though its taps are the same; a 7x7 at stride 2 reads more input rows.
+    def spec(size, stride, tile):
+        return ("cuda", torch.bfloat16, False, (False, False), (size, size), (stride, stride), (0, 0), (1, 1), False, tile, 4)
+
+    five_tall, five, seven_s2, seven_s1, three = spec(5, 1, (8, 8, 64, 4)), spec(5, 1, (4, 16, 32, 4)), spec(7, 2, (4, 8, 32, 4)), spec(7, 1, (4, 8, 32, 4)), spec(3, 1, (4, 16, 32, 4))
+    cost = depthwise_ahead.compile_cost
+    assert cost(seven_s2) > cost(seven_s1) > cost(five_tall) > cost(five) > cost(three) > 0
+    # (by rows read and multiply-adds: 13 rows of 7 taps and 4 x 49; 11 of 5 and 8 x 25)
+    assert (cost(seven_s2), cost(five_tall)) == (13 * 7 + 4 * 49, 12 * 5 + 8 * 25)
+    group = [(three, "three"), (five, "five"), (seven_s2, "seven_s2"), (five_tall, "five_tall"), (seven_s1, "seven_s1")]
+    assert depthwise_ahead.shared_out(group, 2) == [["seven_s2", "five", "three"], ["seven_s1", "five_tall"]]
+    assert depthwise_ahead.shared_out(group[:2], 4) == [["five"], ["three"]]
+
+
 def test_the_measurement_gives_the_kernel_the_prologues_vectors_and_finds_the_fastest_tile():
     # What timing passes the kernel, on the CPU: the kernel stood in for by the op's own
     # arithmetic (ATen's), the timer by fixed numbers (cuDNN's first, then each tile's).
@@ -530,3 +546,28 @@ def test_the_measurement_gives_the_kernel_the_prologues_vectors_and_finds_the_fa
     finally:
         depthwise.MEASURED.clear()
         depthwise.BASELINES.clear()
+
+
+def test_the_compile_costs_experiment_compiles_a_records_variants_without_a_gpu(tmp_path):
+    # experiments/python/depthwise_compile_costs.py on a record of two depthwise convolutions
+    # (the shapes the backend reports): each tile of each compiled for sm_90 on the CPU.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    shape = {"input": [1, 8, 12, 12], "kernel": [3, 3], "stride": [1, 1], "padding": [1, 1, 1, 1], "affine_input": False, "relu_input": True}
+    shapes = [shape, {**shape, "input": [1, 6, 12, 12], "stride": [2, 2], "relu_input": False}]
+    rows = [{"model": "tiny", "system": "backend", "dtype": "bfloat16", "backend_graphs": [{"depthwise_kernels": {"shapes": shapes}}]}]
+    record = tmp_path / "record.json"
+    record.write_text(json.dumps({"rows": rows}))
+    script = Path(__file__).resolve().parents[2] / "experiments" / "python" / "depthwise_compile_costs.py"
+    done = subprocess.run([sys.executable, str(script), "--record", str(record), "--model", "tiny", "--workers", "2"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("# 4 variants of tiny"), lines
+    # (the first's eight channels four to a load, the second's six two; its ReLU not read through)
+    assert [line.split()[:6] for line in lines[2:6]] == [["3x3", "1", "1", "True", "False", "4"]] * 2 + [["3x3", "2", "1", "False", "False", "2"]] * 2, lines
+    assert all(float(line.split()[-1]) > 0 for line in lines[2:6]), lines
+    assert lines[6].startswith("summed ") and "by compile_cost" in lines[6], lines
+    wrong = subprocess.run([sys.executable, str(script), "--record", str(record), "--model", "other"], capture_output=True, text=True, timeout=300)
+    assert wrong.returncode != 0 and "no backend row of other" in wrong.stderr and "tiny" in wrong.stderr, wrong.stderr

@@ -100,6 +100,30 @@ class Ahead:
         return counts
 
 
+def compile_cost(spec: tuple) -> int:
+    """A variant's compile cost, in the kernel's unrolled operations: the loads of the input
+    rows its output rows read (each column tap) and the multiply-adds of its taps into them.
+    Compiled one by one on two cores here, NASNet-A large's 40 bfloat16 variants took 0.24 to
+    2.97 s, 62.0 s in all; shared out to 15 workers by this cost, the longest share takes 4.84 s,
+    by their taps alone (each tile alike) 6.25 s, by the seconds measured 4.26
+    (experiments/python/depthwise_compile_costs.py)."""
+    (kh, kw), (sh, _), (dh, _), rows = spec[4], spec[5], spec[7], spec[9][0]
+    return ((rows - 1) * sh + (kh - 1) * dh + 1) * kw + rows * kh * kw
+
+
+def shared_out(group: List[Tuple[tuple, Any]], workers: int) -> List[List[Any]]:
+    """The second of each (variant, source) of ``group`` shared out to at most ``workers``
+    shares, the costliest variant (``compile_cost``) first, each to the least loaded share;
+    the shares that got any."""
+    shares: List[List[Any]] = [[] for _ in range(workers)]
+    loads = [0] * workers
+    for spec, source in sorted(group, key=lambda found: -compile_cost(found[0])):
+        least = loads.index(min(loads))
+        shares[least].append(source)
+        loads[least] += compile_cost(spec)
+    return [share for share in shares if share]
+
+
 def _warmup(kernel, spec):
     """``kernel`` warmed up (compiled, or loaded, without a launch) for ``spec``, on the current
     device."""
@@ -203,7 +227,7 @@ def _sources(specs: List[tuple]) -> Dict[tuple, List[Tuple[tuple, str]]]:
 class _Workers:
     """Worker processes (``depthwise_worker``) compiling the variants this process has not
     (``_sources``) into Triton's cache as this process would, up to ``workers`` for each key,
-    the largest kernels shared out first."""
+    the costliest to compile (``compile_cost``) shared out first."""
 
     def __init__(self, running: List[Tuple[subprocess.Popen, float]], folder: tempfile.TemporaryDirectory):
         self.running, self.folder, self.began = running, folder, time.perf_counter()
@@ -220,14 +244,7 @@ class _Workers:
             return f"Triton's specialization not found ({type(error).__name__}: {error})"
         jobs = []
         for (target, backend_hash, env_vars), group in groups.items():
-            shares: List[List[str]] = [[] for _ in range(workers)]
-            loads = [0] * workers
-            # (the heaviest first, each to the least loaded: a kernel's cost grows with its taps)
-            for spec, source in sorted(group, key=lambda found: -found[0][4][0] * found[0][4][1]):
-                least = loads.index(min(loads))
-                shares[least].append(source)
-                loads[least] += spec[4][0] * spec[4][1]
-            jobs += [{"target": list(target), "backend_hash": backend_hash, "env_vars": json.loads(env_vars), "sources": share} for share in shares if share]
+            jobs += [{"target": list(target), "backend_hash": backend_hash, "env_vars": json.loads(env_vars), "sources": share} for share in shared_out(group, workers)]
         # (the cache this process reads, whatever set it)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "TRITON_CACHE_DIR": knobs.cache.dir}
         script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "depthwise_worker.py")

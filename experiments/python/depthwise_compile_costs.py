@@ -1,0 +1,115 @@
+"""The compile seconds of the depthwise kernel's variants (option ``depthwise_kernels``) and the
+longest share of them when shared out to workers by each cost, as ``depthwise_ahead`` shares
+them: by ``compile_cost`` (its unrolled operations), by their taps alone (what it used before)
+and by the seconds measured (the best such sharing can do). The variants are those a
+same-process record's depthwise convolutions need (the backend's ``shapes`` in the record:
+kernel, stride, padding above and to the left, ReLU or not, the channels' vector width; each of
+the tiles measured), compiled one by one for an sm_90 GPU on this machine's CPU (Triton's own
+ptxas; no GPU needed), each from an empty cache. The record does not say a convolution's bias,
+dilation or which affine terms it reads through: none, 1, and both where it reads through any.
+
+    python3 experiments/python/depthwise_compile_costs.py \\
+        --record paper-figs/results/same-process-backend-e5208f2-bfloat16-b1-nasnet-a-large-depthwise-default.json \\
+        --model nasnet-a-large [--workers 15] [--arch 90]
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "nimble-py" / "python"))
+
+from nimble_rs.dynamo.depthwise import tiles  # noqa: E402
+from nimble_rs.dynamo.depthwise_ahead import compile_cost  # noqa: E402
+from nimble_rs.dynamo.depthwise_kernel import vector_width  # noqa: E402
+from nimble_rs.dynamo.depthwise_triton import kernel  # noqa: E402
+
+TRITON_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def variants(record: dict, model: str):
+    """The record's variants of ``model`` (``depthwise.variants``' tuples, the device and dtype
+    as names), each once, and the record's dtype."""
+    rows = [r for r in record["rows"] if r["model"] == model and r["system"] == "backend"]
+    if not rows:
+        raise SystemExit(f"no backend row of {model} in the record (models: {sorted({r['model'] for r in record['rows']})})")
+    found = []
+    for graph in rows[0].get("backend_graphs") or []:
+        for shape in (graph.get("depthwise_kernels") or {}).get("shapes", []):
+            kh, kw = shape["kernel"]
+            affine = bool(shape["affine_input"])
+            for tile in tiles(kh * kw):
+                spec = ("cuda", rows[0]["dtype"], False, (affine, affine), (kh, kw), tuple(shape["stride"]), (shape["padding"][0], shape["padding"][2]), (1, 1), bool(shape["relu_input"]), tuple(tile), vector_width(shape["input"][1]))
+                if spec not in found:
+                    found.append(spec)
+    if not found:
+        raise SystemExit(f"the record's backend row of {model} measured no depthwise convolution (option depthwise_kernels off, or none there)")
+    return found
+
+
+def compile_seconds(spec, arch: int) -> float:
+    """One variant compiled for ``arch`` as ``depthwise_ahead._warmup`` specializes it (pointers
+    of the dtype, aligned; the sizes not specialized on; the rest constants): its seconds."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    _, dtype, has_bias, (has_scale, has_shift), (kh, kw), (sh, sw), (top, left), (dh, dw), relu, (rows, block_w, block_c, warps), vec = spec
+    fn = kernel()
+    constants = dict(SH=sh, SW=sw, PH=top, PW=left, DH=dh, DW=dw, KH=kh, KW=kw, HAS_BIAS=has_bias, HAS_SCALE=has_scale, HAS_SHIFT=has_shift, RELU_IN=relu, ROWS=rows, BLOCK_W=block_w, BLOCK_C=block_c, VEC=vec)
+    signature, constexprs, attrs = {}, {}, {}
+    for i, name in enumerate(fn.arg_names):
+        if name.endswith("_ptr"):
+            signature[name], attrs[(i,)] = "*" + TRITON_DTYPES[dtype], [["tt.divisibility", 16]]
+        elif name in constants:
+            signature[name], constexprs[(i,)] = "constexpr", constants[name]
+        else:
+            signature[name] = "i32"
+    started = time.perf_counter()
+    triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget("cuda", arch, 32), options={"num_warps": warps})
+    return time.perf_counter() - started
+
+
+def longest_share(costs, seconds, workers: int) -> float:
+    """The seconds of the longest share when each variant, the costliest first, goes to the
+    least loaded of ``workers`` by ``costs``."""
+    loads, taken = [0.0] * workers, [0.0] * workers
+    for i in sorted(range(len(costs)), key=lambda i: -costs[i]):
+        least = loads.index(min(loads))
+        loads[least] += costs[i]
+        taken[least] += seconds[i]
+    return max(taken)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--record", required=True, type=Path)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--workers", type=int, default=15)
+    parser.add_argument("--arch", type=int, default=90)
+    args = parser.parse_args()
+    specs = variants(json.loads(args.record.read_text()), args.model)
+    print(f"# {len(specs)} variants of {args.model} in {args.record.name}, compiled one by one for sm_{args.arch} on {os.cpu_count()} cores")
+    print("kernel stride pad relu affine vec tile            cost  seconds")
+    seconds = []
+    # (an empty cache, removed after, so that every variant is compiled: Triton reads the
+    # variable at each compile)
+    with tempfile.TemporaryDirectory(prefix="depthwise-compile-costs-") as cache:
+        os.environ["TRITON_CACHE_DIR"] = cache
+        for spec in specs:
+            seconds.append(compile_seconds(spec, args.arch))
+            (kh, kw), stride, pad, relu, affine, tile, vec = spec[4], spec[5], spec[6], spec[8], spec[3][0], spec[9], spec[10]
+            print(f"{kh}x{kw}    {stride[0]}      {pad[0]}   {relu!s:5} {affine!s:6} {vec}   {str(list(tile)):16} {compile_cost(spec):4}  {seconds[-1]:6.2f}", flush=True)
+    costs = [compile_cost(s) for s in specs]
+    taps = [s[4][0] * s[4][1] for s in specs]
+    w = args.workers
+    print(f"summed {sum(seconds):.2f} s, longest {max(seconds):.2f} s; the longest of {w} shares: by compile_cost {longest_share(costs, seconds, w):.2f} s, "
+          f"by taps {longest_share(taps, seconds, w):.2f} s, by the seconds measured {longest_share(seconds, seconds, w):.2f} s (at best {max(sum(seconds) / w, max(seconds)):.2f} s)")
+
+
+if __name__ == "__main__":
+    main()
