@@ -103,10 +103,10 @@ class Ahead:
 def compile_cost(spec: tuple) -> int:
     """A variant's compile cost, in the kernel's unrolled operations: the loads of the input
     rows its output rows read (each column tap) and the multiply-adds of its taps into them.
-    Compiled one by one on two cores here, NASNet-A large's 40 bfloat16 variants took 0.24 to
-    2.97 s, 62.0 s in all; shared out to 15 workers by this cost, the longest share takes 4.84 s,
-    by their taps alone (each tile alike) 6.25 s, by the seconds measured 4.26
-    (experiments/python/depthwise_compile_costs.py)."""
+    Compiled one by one on two cores here, NASNet-A large's 40 bfloat16 variants took 0.27 to
+    3.01 s, 63.4 s in all; shared out to 15 workers by this cost, the longest share takes 4.92 s,
+    by their taps alone (each tile alike) 6.46 s, by the seconds measured 4.33
+    (paper-figs/results/depthwise-compile-costs-d102c8d-nasnet-a-large-bfloat16.txt)."""
     (kh, kw), (sh, _), (dh, _), rows = spec[4], spec[5], spec[7], spec[9][0]
     return ((rows - 1) * sh + (kh - 1) * dh + 1) * kw + rows * kh * kw
 
