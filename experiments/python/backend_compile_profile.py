@@ -8,9 +8,17 @@ the backend's first calls (the backend's, Inductor's and Triton's functions by c
 the profiler slows Python about twofold, so the seconds compared are timed without it.
 
     python3 experiments/python/backend_compile_profile.py [--model inception-v3|bert-base|llama|...] [--batch 1] [--options '{"depthwise_kernels": true}']
+        [--models-json FILE --dtype bfloat16] [--no-cprofile]
 
 With --options, the backend is compiled with those options (torch.compile(..., options=...)), and
 option depthwise_kernels' phases are timed too (its variants compiled ahead, each site measured).
+With --models-json (`nimble-bench models --json`), the model is built as the same-process records
+build it (any model of that manifest, such as nasnet-a-large, or of same_process.py's own; its
+BatchNorm statistics calibrated), in --dtype; without it, as backend_overhead.py builds it, in
+float32 (the decoders in bfloat16). The backend's inner compile (compile_kernels: Inductor's
+compile and the backend's passes and plans) is timed as a whole too: the first calls less it
+and the captures are Dynamo's and AOTAutograd's tracing and the first replays. --no-cprofile
+leaves out the second, profiled compile.
 """
 
 import argparse
@@ -20,6 +28,7 @@ import io
 import pstats
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import torch
 from torch._inductor.utils import fresh_cache
@@ -57,25 +66,49 @@ def first_calls(run, x):
     return time.perf_counter() - started
 
 
+def built(args):
+    """(model, input) as the same-process records build them (--models-json) or as
+    backend_overhead.py does, and the dtype the model runs in."""
+    if args.models_json is None:
+        model, x = model_and_input(args.model, args.batch)
+        return model, x, next(model.parameters()).dtype
+    from same_process import calibrated, load_reference_module, model_and_inputs
+
+    zoo = {m["name"]: m for m in json.loads(Path(args.models_json).read_text())}
+    dtype, skipped = getattr(torch, args.dtype), []
+    made = model_and_inputs(args.model, zoo, load_reference_module(), args.batch, dtype, skipped)
+    if made is None:
+        raise SystemExit(f"model {args.model} not built here: {skipped}")
+    model, make_input = made
+    torch.manual_seed(0)
+    return calibrated(model.cuda(), make_input).eval().to(dtype), make_input(), dtype
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="inception-v3")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--top", type=int, default=45)
     parser.add_argument("--options", type=json.loads, default={}, help="the backend's options, as JSON")
+    parser.add_argument("--models-json", help="nimble-bench models --json output: the model built as the same-process records build it")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32", help="with --models-json, the model's and input's dtype")
+    parser.add_argument("--no-cprofile", action="store_true", help="without the second, profiled compile")
     args = parser.parse_args()
+    if args.models_json is None and args.dtype != "float32":
+        raise SystemExit(f"--dtype {args.dtype}: needs --models-json (without it the model runs as backend_overhead.py builds it)")
     import torch._inductor.compile_fx
 
     import nimble_rs
     from nimble_rs.dynamo import compiled, depthwise, kernels_plan, pipeline
 
     torch.backends.cudnn.benchmark = True
-    model, x = model_and_input(args.model, args.batch)
-    print(f"== {args.model}, batch {args.batch}" + (f", options {json.dumps(args.options)}" if args.options else ""), flush=True)
+    model, x, dtype = built(args)
+    print(f"== {args.model}, batch {args.batch}, {str(dtype).replace('torch.', '')}" + (f", options {json.dumps(args.options)}" if args.options else ""), flush=True)
     with torch.no_grad():
-        print(f"compilers warmed up on a small model     {warm_up_compilers(['compile', 'backend'], torch.float32):7.1f} s")
+        print(f"compilers warmed up on a small model     {warm_up_compilers(['compile', 'backend'], dtype):7.1f} s")
         print(f"reduce-overhead first 3 calls            {first_calls(torch.compile(model, mode='reduce-overhead'), x):7.1f} s", flush=True)
         # Looked up by name at each compile (compile_kernels imports it when called).
+        timed(pipeline, "compile_kernels", "the backend's inner compile (compile_kernels)")
         timed(torch._inductor.compile_fx, "compile_fx_inner", "Inductor's compile (compile_fx_inner)")
         timed(pipeline, "WrapperProgram", "reading Inductor's program")
         timed(pipeline, "_separated", "weight copies' buffers apart")
@@ -94,9 +127,11 @@ def main():
         for label, (calls, total) in PHASES.items():
             print(f"  {label:<44} {calls:4d} calls {total:7.2f} s")
         for report in nimble_rs.dynamo.reports()[before:]:
-            print("  report:", {k: report.get(k) for k in ("kernels", "streams", "regions", "choice", "compile_seconds", "capture_seconds", "measured_ms", "timed_again")})
+            print("  report:", {k: report.get(k) for k in ("kernels", "streams", "regions", "choice", "compile_seconds", "inductor_seconds", "capture_seconds", "measured_ms", "timed_again")})
             if isinstance(report.get("depthwise_kernels"), dict):
                 print("  depthwise_kernels:", {k: v for k, v in report["depthwise_kernels"].items() if k != "shapes"})
+        if args.no_cprofile:
+            return
         # The function breakdown from a second compile, under the profiler (not timed above).
         torch._dynamo.reset()
         profile = cProfile.Profile()

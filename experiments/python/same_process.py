@@ -93,7 +93,7 @@ def backend_system(model, example, options=None):
     for _ in range(3):
         run(example)
     reports = nimble_rs.dynamo.reports()[before:]
-    keep = ("granularity", "algorithm", "kernels", "streams", "syncs", "regions", "shared_buffers", "shared_kept_to_end", "choice", "reason", "timed_again", "measured_ms", "measured_error", "measured_spread", "priority", "critical_path", "hoisted_kernels", "not_hoisted", "hoisted_bytes", "weight_stream_kernels", "weight_stream_left", "separated_weight_buffers", "compile_seconds", "capture_seconds", "peak_bytes", "unplanned", "addresses_checked", "fused_convolutions", "depthwise_kernels", "transposed_products", "concat_in_place", "allocated_ahead", "allocated_before_fork")
+    keep = ("granularity", "algorithm", "kernels", "streams", "syncs", "regions", "shared_buffers", "shared_kept_to_end", "choice", "reason", "timed_again", "measured_ms", "measured_error", "measured_spread", "priority", "critical_path", "hoisted_kernels", "not_hoisted", "hoisted_bytes", "weight_stream_kernels", "weight_stream_left", "separated_weight_buffers", "compile_seconds", "inductor_seconds", "capture_seconds", "peak_bytes", "unplanned", "addresses_checked", "fused_convolutions", "depthwise_kernels", "transposed_products", "concat_in_place", "allocated_ahead", "allocated_before_fork")
     return run, {"backend_graphs": [{k: r[k] for k in keep if k in r} for r in reports]}
 
 

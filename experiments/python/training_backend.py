@@ -134,7 +134,7 @@ def prepared(system, initial, make_batch, batch):
             context.__exit__(None, None, None)
     notes["peak_bytes"] = torch.cuda.max_memory_allocated() - base
     if system == "backend":
-        keep = ("graph", "granularity", "kernels", "streams", "syncs", "choice", "reason", "measured_ms", "measured_error", "measured_spread", "compile_seconds", "capture_seconds", "uncaptured_calls", "uncapturable", "unplanned", "gradients", "shared_buffers", "shared_kept_to_end", "weight_stream_kernels", "weight_stream_left")
+        keep = ("graph", "granularity", "kernels", "streams", "syncs", "choice", "reason", "measured_ms", "measured_error", "measured_spread", "compile_seconds", "inductor_seconds", "capture_seconds", "uncaptured_calls", "uncapturable", "unplanned", "gradients", "shared_buffers", "shared_kept_to_end", "weight_stream_kernels", "weight_stream_left")
         notes["backend_graphs"] = [{k: r[k] for k in keep if k in r} for r in nimble_rs.dynamo.reports()[before:]]
     return step, seconds, errors, notes
 

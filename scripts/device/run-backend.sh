@@ -7,7 +7,7 @@
 #   usage: scripts/device/run-backend.sh SECONDS_PER_CELL CELL...   e.g. 200 inception-v3,googlenet:float32:1 llama:bfloat16:1
 #   TESTS_SECONDS=0 skips the tests (PYTEST_ARGS picks them; a test past 120 s dumps its stack); OVERHEAD_MODEL="llama inception-v3:16" first profiles a call's host time (model:batch, batch 1 by default)
 #   (experiments/python/backend_overhead.py); COMPILE_PROFILE_MODEL="inception-v3 bert-base:16" the compile
-#   time's phases, model:batch (experiments/python/backend_compile_profile.py; COMPILE_PROFILE_OPTIONS='{"depthwise_kernels":true}' the backend's options, COMPILE_PROFILE_SECONDS each model's limit, default 300); KERNEL_GRAPHS="inception-v3:float32
+#   time's phases, model:batch or model:batch:dtype, the latter built as the same-process records build it (experiments/python/backend_compile_profile.py; COMPILE_PROFILE_OPTIONS='{"depthwise_kernels":true}' the backend's options, COMPILE_PROFILE_SECONDS each model's limit, default 300, COMPILE_PROFILE_CPROFILE=0 without its second, profiled compile); KERNEL_GRAPHS="inception-v3:float32
 #   llama,qwen2:bfloat16:16" writes the fused-kernel graphs of those models, at the batch given (default 1;
 #   experiments/python/kernel_graphs.py) into kernel-graphs/, each group within KERNEL_GRAPHS_SECONDS (default 250);
 #   KERNEL_GRAPHS_TIMED=1 also times reduce-overhead on them (each graph's best schedule against it). TRAINING="resnet50,mobilenet-v2,encoder:32,64" runs the training comparison
@@ -38,9 +38,12 @@ if [ -n "${TRAINING_OVERHEAD:-}" ]; then
     IFS=: read -r model batch <<< "$TRAINING_OVERHEAD"
     timeout "${TRAINING_OVERHEAD_SECONDS:-240}" python3 experiments/python/training_overhead.py --model "$model" --batch "${batch:-32}" > "$out/training-overhead.txt" 2>&1
 fi
+.gpu/nimble-bench models --json > "$out/models.json" || exit 1
 for profiled in ${COMPILE_PROFILE_MODEL:-}; do
-    IFS=: read -r model batch <<< "$profiled"
-    timeout "${COMPILE_PROFILE_SECONDS:-300}" python3 experiments/python/backend_compile_profile.py --model "$model" --batch "${batch:-1}" --options "${COMPILE_PROFILE_OPTIONS:-{\}}" >> "$out/compile-profile.txt" 2>&1
+    IFS=: read -r model batch dtype <<< "$profiled"
+    # (with a dtype, the model as the same-process records build it)
+    timeout "${COMPILE_PROFILE_SECONDS:-300}" python3 experiments/python/backend_compile_profile.py --model "$model" --batch "${batch:-1}" --options "${COMPILE_PROFILE_OPTIONS:-{\}}" \
+        ${dtype:+--models-json "$out/models.json" --dtype "$dtype"} $([ "${COMPILE_PROFILE_CPROFILE:-1}" = 0 ] && echo --no-cprofile) >> "$out/compile-profile.txt" 2>&1
 done
 for group in ${KERNEL_GRAPHS:-}; do
     IFS=: read -r models dtype batch <<< "$group"
@@ -65,7 +68,6 @@ if [ -n "${TRAINING:-}" ]; then
         [ "$model_status" = 0 ] || status=$model_status
     done
 fi
-.gpu/nimble-bench models --json > "$out/models.json" || exit 1
 : > "$out/backend.txt"
 cells=0
 for cell in "$@"; do

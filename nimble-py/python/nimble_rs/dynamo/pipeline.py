@@ -241,8 +241,11 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
     if options["transpose_products"] and kind == "inference" and on_cuda:
         report["transposed_products"] = products.rewrite(gm)
     joined: Dict[str, int] = {}
+    inductor_started = time.perf_counter()
     with _concatenations(options, gm, joined, on_cuda, kind):
         compiled = compile_fx_inner(gm, example_inputs, **inner_kwargs)
+    # (of compile_seconds: Inductor's own compile, its kernels' first compiles included)
+    report["inductor_seconds"] = seconds_since(inductor_started)
     if joined:
         report["concat_in_place"] = joined
     mutated = sorted(set(mutated) | set(getattr(compiled, "mutated_input_idxs", None) or ()))
