@@ -7,15 +7,19 @@ kernel, stride, padding above and to the left, ReLU or not, the channels' vector
 the tiles measured), compiled one by one for an sm_90 GPU on this machine's CPU (Triton's own
 ptxas; no GPU needed), each from an empty cache. The record does not say a convolution's bias,
 dilation or which affine terms it reads through: none, 1, and both where it reads through any.
+With --passes, the seconds of each compile's TritonGPUCoalesce pass too (MLIR's pass timing,
+read from the compile's standard error): the pass that grows fastest with the kernel's unrolled
+operations.
 
     python3 experiments/python/depthwise_compile_costs.py \\
         --record paper-figs/results/same-process-backend-e5208f2-bfloat16-b1-nasnet-a-large-depthwise-default.json \\
-        --model nasnet-a-large [--workers 15] [--arch 90]
+        --model nasnet-a-large [--workers 15] [--arch 90] [--passes]
 """
 
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -74,6 +78,26 @@ def compile_seconds(spec, arch: int) -> float:
     return time.perf_counter() - started
 
 
+def coalesce_seconds(compile_one) -> tuple:
+    """``compile_one()``'s result and the seconds MLIR's pass timing gives its TritonGPUCoalesce
+    passes (what it prints to the standard error, file descriptor 2, read back)."""
+    os.environ["MLIR_ENABLE_TIMING"] = "1"
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+") as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            result = compile_one()
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            del os.environ["MLIR_ENABLE_TIMING"]
+        caught.seek(0)
+        timing = caught.read()
+    return result, sum(float(m.group(1)) for m in re.finditer(r"^\s*([0-9.]+) \(\s*[0-9.]+%\)\s+TritonGPUCoalesce$", timing, re.M))
+
+
 def longest_share(costs, seconds, workers: int) -> float:
     """The seconds of the longest share when each variant, the costliest first, goes to the
     least loaded of ``workers`` by ``costs``."""
@@ -91,24 +115,32 @@ def main():
     parser.add_argument("--model", required=True)
     parser.add_argument("--workers", type=int, default=15)
     parser.add_argument("--arch", type=int, default=90)
+    parser.add_argument("--passes", action="store_true", help="the seconds of each compile's TritonGPUCoalesce pass too")
     args = parser.parse_args()
     specs = variants(json.loads(args.record.read_text()), args.model)
     print(f"# {len(specs)} variants of {args.model} in {args.record.name}, compiled one by one for sm_{args.arch} on {os.cpu_count()} cores")
-    print("kernel stride pad relu affine vec tile            cost  seconds")
-    seconds = []
+    print("kernel stride pad relu affine vec tile            cost  seconds" + ("  coalesce" if args.passes else ""))
+    seconds, coalesce = [], []
     # (an empty cache, removed after, so that every variant is compiled: Triton reads the
     # variable at each compile)
     with tempfile.TemporaryDirectory(prefix="depthwise-compile-costs-") as cache:
         os.environ["TRITON_CACHE_DIR"] = cache
         for spec in specs:
-            seconds.append(compile_seconds(spec, args.arch))
+            if args.passes:
+                took, passes = coalesce_seconds(lambda: compile_seconds(spec, args.arch))
+                seconds.append(took)
+                coalesce.append(passes)
+            else:
+                seconds.append(compile_seconds(spec, args.arch))
             (kh, kw), stride, pad, relu, affine, tile, vec = spec[4], spec[5], spec[6], spec[8], spec[3][0], spec[9], spec[10]
-            print(f"{kh}x{kw}    {stride[0]}      {pad[0]}   {relu!s:5} {affine!s:6} {vec}   {str(list(tile)):16} {compile_cost(spec):4}  {seconds[-1]:6.2f}", flush=True)
+            print(f"{kh}x{kw}    {stride[0]}      {pad[0]}   {relu!s:5} {affine!s:6} {vec}   {str(list(tile)):16} {compile_cost(spec):4}  {seconds[-1]:6.2f}" + (f"  {coalesce[-1]:8.2f}" if args.passes else ""), flush=True)
     costs = [compile_cost(s) for s in specs]
     taps = [s[4][0] * s[4][1] for s in specs]
     w = args.workers
     print(f"summed {sum(seconds):.2f} s, longest {max(seconds):.2f} s; the longest of {w} shares: by compile_cost {longest_share(costs, seconds, w):.2f} s, "
           f"by taps {longest_share(taps, seconds, w):.2f} s, by the seconds measured {longest_share(seconds, seconds, w):.2f} s (at best {max(sum(seconds) / w, max(seconds)):.2f} s)")
+    if args.passes:
+        print(f"TritonGPUCoalesce {sum(coalesce):.2f} s of the {sum(seconds):.2f} s ({sum(coalesce) / sum(seconds):.0%})")
 
 
 if __name__ == "__main__":

@@ -561,13 +561,15 @@ def test_the_compile_costs_experiment_compiles_a_records_variants_without_a_gpu(
     record = tmp_path / "record.json"
     record.write_text(json.dumps({"rows": rows}))
     script = Path(__file__).resolve().parents[2] / "experiments" / "python" / "depthwise_compile_costs.py"
-    done = subprocess.run([sys.executable, str(script), "--record", str(record), "--model", "tiny", "--workers", "2"], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, str(script), "--record", str(record), "--model", "tiny", "--workers", "2", "--passes"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     assert lines[0].startswith("# 4 variants of tiny"), lines
     # (the first's eight channels four to a load, the second's six two; its ReLU not read through)
     assert [line.split()[:6] for line in lines[2:6]] == [["3x3", "1", "1", "True", "False", "4"]] * 2 + [["3x3", "2", "1", "False", "False", "2"]] * 2, lines
-    assert all(float(line.split()[-1]) > 0 for line in lines[2:6]), lines
+    # (each compile's seconds, then its coalescing pass's, a part of them)
+    assert all(float(line.split()[-2]) > float(line.split()[-1]) > 0 for line in lines[2:6]), lines
     assert lines[6].startswith("summed ") and "by compile_cost" in lines[6], lines
+    assert lines[7].startswith("TritonGPUCoalesce "), lines
     wrong = subprocess.run([sys.executable, str(script), "--record", str(record), "--model", "other"], capture_output=True, text=True, timeout=300)
     assert wrong.returncode != 0 and "no backend row of other" in wrong.stderr and "tiny" in wrong.stderr, wrong.stderr
