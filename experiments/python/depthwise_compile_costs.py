@@ -7,13 +7,14 @@ kernel, stride, padding above and to the left, ReLU or not, the channels' vector
 the tiles measured), compiled one by one for an sm_90 GPU on this machine's CPU (Triton's own
 ptxas; no GPU needed), each from an empty cache. The record does not say a convolution's bias,
 dilation or which affine terms it reads through: none, 1, and both where it reads through any.
-With --passes, the seconds of each compile's TritonGPUCoalesce pass too (MLIR's pass timing,
+With --column-loop, the variants of option value "columns" (the kernel's columns a loop). With
+--passes, the seconds of each compile's TritonGPUCoalesce pass too (MLIR's pass timing,
 read from the compile's standard error): the pass that grows fastest with the kernel's unrolled
 operations.
 
     python3 experiments/python/depthwise_compile_costs.py \\
         --record paper-figs/results/same-process-backend-e5208f2-bfloat16-b1-nasnet-a-large-depthwise-default.json \\
-        --model nasnet-a-large [--workers 15] [--arch 90] [--passes]
+        --model nasnet-a-large [--workers 15] [--arch 90] [--passes] [--column-loop]
 """
 
 import argparse
@@ -35,9 +36,9 @@ from nimble_rs.dynamo.depthwise_triton import kernel  # noqa: E402
 TRITON_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
-def variants(record: dict, model: str):
+def variants(record: dict, model: str, column_loop: bool = False):
     """The record's variants of ``model`` (``depthwise.variants``' tuples, the device and dtype
-    as names), each once, and the record's dtype."""
+    as names; in the tiles whose kernel columns are a loop with ``column_loop``), each once."""
     rows = [r for r in record["rows"] if r["model"] == model and r["system"] == "backend"]
     if not rows:
         raise SystemExit(f"no backend row of {model} in the record (models: {sorted({r['model'] for r in record['rows']})})")
@@ -46,7 +47,7 @@ def variants(record: dict, model: str):
         for shape in (graph.get("depthwise_kernels") or {}).get("shapes", []):
             kh, kw = shape["kernel"]
             affine = bool(shape["affine_input"])
-            for tile in tiles(kh * kw):
+            for tile in tiles(kh * kw, column_loop):
                 spec = ("cuda", rows[0]["dtype"], False, (affine, affine), (kh, kw), tuple(shape["stride"]), (shape["padding"][0], shape["padding"][2]), (1, 1), bool(shape["relu_input"]), tuple(tile), vector_width(shape["input"][1]))
                 if spec not in found:
                     found.append(spec)
@@ -62,9 +63,9 @@ def compile_seconds(spec, arch: int) -> float:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    _, dtype, has_bias, (has_scale, has_shift), (kh, kw), (sh, sw), (top, left), (dh, dw), relu, (rows, block_w, block_c, warps), vec = spec
+    _, dtype, has_bias, (has_scale, has_shift), (kh, kw), (sh, sw), (top, left), (dh, dw), relu, (rows, block_w, block_c, warps, *loop), vec = spec
     fn = kernel()
-    constants = dict(SH=sh, SW=sw, PH=top, PW=left, DH=dh, DW=dw, KH=kh, KW=kw, HAS_BIAS=has_bias, HAS_SCALE=has_scale, HAS_SHIFT=has_shift, RELU_IN=relu, ROWS=rows, BLOCK_W=block_w, BLOCK_C=block_c, VEC=vec)
+    constants = dict(SH=sh, SW=sw, PH=top, PW=left, DH=dh, DW=dw, KH=kh, KW=kw, HAS_BIAS=has_bias, HAS_SCALE=has_scale, HAS_SHIFT=has_shift, RELU_IN=relu, ROWS=rows, BLOCK_W=block_w, BLOCK_C=block_c, VEC=vec, COLUMN_LOOP=bool(loop and loop[0]))
     signature, constexprs, attrs = {}, {}, {}
     for i, name in enumerate(fn.arg_names):
         if name.endswith("_ptr"):
@@ -116,8 +117,9 @@ def main():
     parser.add_argument("--workers", type=int, default=15)
     parser.add_argument("--arch", type=int, default=90)
     parser.add_argument("--passes", action="store_true", help="the seconds of each compile's TritonGPUCoalesce pass too")
+    parser.add_argument("--column-loop", action="store_true", help="the tiles whose kernel columns are a loop (option value \"columns\")")
     args = parser.parse_args()
-    specs = variants(json.loads(args.record.read_text()), args.model)
+    specs = variants(json.loads(args.record.read_text()), args.model, args.column_loop)
     print(f"# {len(specs)} variants of {args.model} in {args.record.name}, compiled one by one for sm_{args.arch} on {os.cpu_count()} cores")
     print("kernel stride pad relu affine vec tile            cost  seconds" + ("  coalesce" if args.passes else ""))
     seconds, coalesce = [], []

@@ -213,9 +213,11 @@ def test_the_choice_counts_the_write_reading_through_spares():
     assert depthwise.choose(alone, [(plain, depthwise.Timing((4, 8, 64, 4), (8.5,), 10.0, 2.0))]) == (plain, (4, 8, 64, 4))
 
 
-def test_the_report_lists_each_site_once_with_what_took_it(monkeypatch):
+@pytest.mark.parametrize("column_loop", [False, True], ids=["unrolled", "column-loop"])
+def test_the_report_lists_each_site_once_with_what_took_it(monkeypatch, column_loop):
     # The option's pass as the pipeline runs it, its measurement and compiles stood in for:
-    # reading through measured faster for the first two convolutions' sites, the third's slower.
+    # reading through measured faster for the first two convolutions' sites, the third's slower;
+    # with column_loop (option value "columns") in the tiles whose kernel columns are a loop.
     model = Separable().eval()
     x = torch.randn(2, 8, 14, 13)
     timings = {True: depthwise.Timing((2, 8, 8, 1), (4.0, 5.0), 10.0, 1.0), False: depthwise.Timing((4, 8, 64, 4), (6.0, 7.0), 10.0, 1.0)}
@@ -228,12 +230,15 @@ def test_the_report_lists_each_site_once_with_what_took_it(monkeypatch):
 
         def finish(self):
             events.append("finished")
+            assert all((len(spec[9]) == 5) == column_loop for spec in self.specs), self.specs
             return {"compiled_ahead": len(self.specs)}
 
     monkeypatch.setattr(depthwise, "start_ahead", Pending)
     monkeypatch.setattr(depthwise, "baseline", lambda at: events.append(("baseline", at.relu_input)))
-    monkeypatch.setattr(depthwise, "timing", lambda at: timings[at.relu_input])
-    got, report, ops = rewritten_through_inductor(model, x, depthwise.rewrite)
+    asked = set()
+    monkeypatch.setattr(depthwise, "timing", lambda at, column_loop: asked.add(column_loop) or timings[at.relu_input])
+    got, report, ops = rewritten_through_inductor(model, x, lambda gm: depthwise.rewrite(gm, column_loop=column_loop))
+    assert asked == {column_loop}
     shapes = report.pop("shapes")
     assert events == [("baseline", relu) for relu in (True, False, True, False, False)] + ["finished"], events
     assert set(report.pop("seconds")) == {"compile_ahead", "baselines", "measure_and_rewrite"}
@@ -284,8 +289,12 @@ import json, sys
 import torch, torch.nn.functional as F
 from nimble_rs.dynamo.depthwise import tiles
 from nimble_rs.dynamo.depthwise_kernel import taps_of, triton_depthwise
+given = json.loads(sys.argv[1])
+# (with column_loop, every tile's kernel columns a loop)
+loop = [1] if given["column_loop"] else []
 results = []
-for shape, k, stride, padding, dilation, relu, tile in json.loads(sys.argv[1]):
+for shape, k, stride, padding, dilation, relu, tile in given["cases"]:
+    tile = tile + loop
     torch.manual_seed(0)
     x = torch.randn(shape)
     w = torch.randn(shape[1], 1, k, k)
@@ -305,25 +314,26 @@ for scale, shift in ((None, torch.randn(8)), (torch.rand(8) + 0.5, None)):
     source = x if scale is None else x * scale.view(1, -1, 1, 1)
     source = source if shift is None else source + shift.view(1, -1, 1, 1)
     exact = F.conv2d(F.pad(torch.relu(source), (1, 1, 1, 1)).double(), w.double(), None, 1, 0, 1, 8)
-    got = triton_depthwise(x, taps_of(w), None, [3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 4, 8, 8, 1, relu_input=True, scale=scale, shift=shift)
+    got = triton_depthwise(x, taps_of(w), None, [3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 4, 8, 8, 1, *loop, relu_input=True, scale=scale, shift=shift)
     results.append({"shape": list(got.shape) == list(exact.shape), "channels_last": got.is_contiguous(memory_format=torch.channels_last), "error": ((got.double() - exact).abs().max() / exact.abs().max()).item()})
 # every tile the backend measures, on a 5x5 and a 7x7
 for k in (5, 7):
     x, w = torch.randn(1, 8, 10, 9), torch.randn(8, 1, k, k)
     exact = F.conv2d(x.double(), w.double(), None, 1, k // 2, 1, 8)
-    for tile in tiles(k * k):
+    for tile in tiles(k * k, bool(loop)):
         got = triton_depthwise(x, taps_of(w), None, [k, k], [1, 1], [k // 2, k // 2], [1, 1], *tile)
         results.append({"shape": list(got.shape) == list(exact.shape), "channels_last": True, "error": ((got.double() - exact).abs().max() / exact.abs().max()).item()})
 print(json.dumps(results))
 """
 
 
-def test_the_kernel_computes_the_convolution_in_the_interpreter():
+@pytest.mark.parametrize("column_loop", [False, True], ids=["unrolled", "column-loop"])
+def test_the_kernel_computes_the_convolution_in_the_interpreter(column_loop):
     pytest.importorskip("triton")
     from pathlib import Path
 
     package = str(Path(depthwise.__file__).resolve().parents[2])
-    results = interpreted(KERNEL_SCRIPT, KERNEL_CASES, path=package)
+    results = interpreted(KERNEL_SCRIPT, {"cases": KERNEL_CASES, "column_loop": column_loop}, path=package)
     assert len(results) == len(KERNEL_CASES) + 2 + len(depthwise.CONFIGS) + len(depthwise.LARGE_CONFIGS)
     for case, found in zip(KERNEL_CASES + ["term alone", "factor alone"] + ["tile"] * 99, results):
         assert found["shape"] and found["channels_last"], (case, found)
@@ -344,11 +354,12 @@ def test_the_variants_to_compile_are_each_geometry_and_tile_once():
         def forward(self, x):
             return self.c(self.b(self.a(x)))
 
-    found = []
+    found, looped = [], []
 
     def inner(gm, example_inputs, **kwargs):
         with torch.no_grad():
             found.extend(depthwise.variants(gm))
+            looped.extend(depthwise.variants(gm, column_loop=True))
         from torch._inductor.compile_fx import compile_fx_inner
 
         return compile_fx_inner(gm, example_inputs, **kwargs)
@@ -361,6 +372,8 @@ def test_the_variants_to_compile_are_each_geometry_and_tile_once():
         torch.compile(Twice().eval(), backend=lambda gm, inputs: compile_fx(gm, inputs, inner_compile=inner))(torch.randn(1, 8, 16, 16))
     geometries = [(bias, affine, size, stride, padding, relu, tile) for _, _, bias, affine, size, stride, padding, _, relu, tile, _ in found]
     assert geometries == [(False, (False, False), (5, 5), (1, 1), (2, 2), False, t) for t in depthwise.CONFIGS] + [(True, (False, False), (7, 7), (2, 2), (0, 0), False, t) for t in depthwise.LARGE_CONFIGS], geometries
+    # (option value "columns": the same geometries in the tiles whose kernel columns are a loop)
+    assert [spec[:9] + (spec[9][:4],) + spec[10:] for spec in looped] == found and all(spec[9][4] == 1 for spec in looped), looped
 
 
 AHEAD_SCRIPT = """
@@ -398,20 +411,20 @@ if sys.argv[3] == "no-worker":
 compiled_here = []
 make_ttgir = CUDABackend.make_ttgir
 CUDABackend.make_ttgir = staticmethod(lambda *a, **k: compiled_here.append(1) or make_ttgir(*a, **k))
-specs = [(cuda, torch.float32, bias, (bias, bias), (k, k), (s, s), (p, p), (1, 1), bias, tuple(t), 4) for k, s, p, bias in json.loads(sys.argv[1]) for t in depthwise.tiles(k * k)]
+specs = [(cuda, torch.float32, bias, (bias, bias), (k, k), (s, s), (p, p), (1, 1), bias, tuple(t), 4) for k, s, p, bias, loop in json.loads(sys.argv[1]) for t in depthwise.tiles(k * k, loop)]
 def launched_keys_found():
     kernel = depthwise_triton.kernel()
     cache, key_cache, _, _, binder = kernel.device_caches[0]
     found = []
-    for k, s, p, bias in json.loads(sys.argv[1]):
+    for k, s, p, bias, loop in json.loads(sys.argv[1]):
         # what triton_depthwise launches for a channels-last [2, 24, 20, 20] input: its cache key
         x = torch.randn(2, 24, 20, 20).contiguous(memory_format=torch.channels_last)
         taps, b = torch.randn(k * k, 24), torch.randn(24)
         out = depthwise_kernel.output_size(20, 20, k, k, (s, s), (p, p), (1, 1))
-        for rows, bw, bc, warps in depthwise.tiles(k * k):
+        for rows, bw, bc, warps, *column_loop in depthwise.tiles(k * k, loop):
             # (the prologue, factor, term and ReLU, with the bias here: both kinds of flag in two variants)
             vector = b if bias else taps
-            args = (x, taps, vector, vector, vector, torch.empty(1), 20, 20, 6, out[0], out[1], -(-out[0] // rows), -(-out[1] // bw), s, s, p, p, 1, 1, k, k, bias, bias, bias, bias, rows, bw, bc, 4)
+            args = (x, taps, vector, vector, vector, torch.empty(1), 20, 20, 6, out[0], out[1], -(-out[0] // rows), -(-out[1] // bw), s, s, p, p, 1, 1, k, k, bias, bias, bias, bias, rows, bw, bc, 4, bool(column_loop))
             _, specialization, options = binder(*args, num_warps=warps, debug=kernel.debug or knobs.runtime.debug, instrumentation_mode=knobs.compilation.instrumentation_mode)
             found.append(compute_cache_key(key_cache, specialization, options) in cache)
     return found
@@ -444,7 +457,8 @@ def test_compiling_ahead_makes_the_variants_the_launches_use(tmp_path, processes
         pytest.skip("this Triton has no NVIDIA backend to compile with")
     if environment == "ptxas-changed" and not (Path(torch.__file__).parent / "bin" / "ptxas").exists():
         pytest.skip("this torch has no ptxas of its own")
-    cases = [(5, 1, 2, False), (7, 2, 0, True)]
+    # (the second's tiles those whose kernel columns are a loop)
+    cases = [(5, 1, 2, False, False), (7, 2, 0, True, True)]
     # (Triton's cache a new one: compiles, not loads, run side by side)
     env = {**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, "TRITON_CACHE_DIR": str(tmp_path)}
     done = subprocess.run([sys.executable, "-c", AHEAD_SCRIPT, json.dumps(cases), str(processes), environment], env=env, capture_output=True, text=True, timeout=600)
@@ -495,6 +509,8 @@ def test_the_variants_are_shared_out_by_their_unrolled_operations():
     assert cost(seven_s2) > cost(seven_s1) > cost(five_tall) > cost(five) > cost(three) > 0
     # (by rows read and multiply-adds: 13 rows of 7 taps and 4 x 49; 11 of 5 and 8 x 25)
     assert (cost(seven_s2), cost(five_tall)) == (13 * 7 + 4 * 49, 12 * 5 + 8 * 25)
+    # (its kernel columns a loop: one column's loads and multiply-adds unrolled)
+    assert cost(seven_s2[:9] + ((4, 8, 32, 4, 1),) + seven_s2[10:]) == 13 + 4 * 7
     group = [(three, "three"), (five, "five"), (seven_s2, "seven_s2"), (five_tall, "five_tall"), (seven_s1, "seven_s1")]
     assert depthwise_ahead.shared_out(group, 2) == [["seven_s2", "five", "three"], ["seven_s1", "five_tall"]]
     assert depthwise_ahead.shared_out(group[:2], 4) == [["five"], ["three"]]
@@ -565,6 +581,9 @@ def test_the_compile_costs_experiment_compiles_a_records_variants_without_a_gpu(
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     assert lines[0].startswith("# 4 variants of tiny"), lines
+    looped = subprocess.run([sys.executable, str(script), "--record", str(record), "--model", "tiny", "--column-loop"], capture_output=True, text=True, timeout=300)
+    assert looped.returncode == 0, looped.stderr[-2000:]
+    assert [line.split()[6:8] for line in looped.stdout.splitlines()[2:6]] == [["[4,", "16,"], ["[8,", "8,"]] * 2 and "4, 1]" in looped.stdout, looped.stdout
     # (the first's eight channels four to a load, the second's six two; its ReLU not read through)
     assert [line.split()[:6] for line in lines[2:6]] == [["3x3", "1", "1", "True", "False", "4"]] * 2 + [["3x3", "2", "1", "False", "False", "2"]] * 2, lines
     # (each compile's seconds, then its coalescing pass's, a part of them)

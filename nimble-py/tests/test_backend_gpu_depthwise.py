@@ -62,7 +62,8 @@ def test_every_tile_computes_what_cudnn_does():
         x = torch.randn(shape, device="cuda").contiguous(memory_format=torch.channels_last)
         w, b = torch.randn(shape[1], 1, k, k, device="cuda"), torch.randn(shape[1], device="cuda")
         expected = F.conv2d(x.double(), w.double(), b.double(), stride, padding, 1, shape[1])
-        for tile in depthwise.tiles(k * k):
+        # (and in those whose kernel columns are a loop: option value "columns")
+        for tile in depthwise.tiles(k * k) + depthwise.tiles(k * k, column_loop=True):
             got = depthwise_kernel.triton_depthwise(x, depthwise_kernel.taps_of(w), b, [k, k], [stride] * 2, [padding] * 2, [1, 1], *tile)
             assert got.is_contiguous(memory_format=torch.channels_last) and got.shape == expected.shape
             assert ((got.double() - expected).abs().max() / expected.abs().max()).item() < 1e-6, (k, tile)
@@ -74,7 +75,7 @@ def test_reading_through_a_batchnorm_a_relu_and_an_uneven_padding_computes_what_
     scale, shift = torch.rand(96, device="cuda") + 0.5, torch.randn(96, device="cuda")
     source = torch.relu(x * scale.view(1, 96, 1, 1) + shift.view(1, 96, 1, 1))
     expected = F.conv2d(F.pad(source, (1, 2, 0, 3)).double(), w.double(), None, 2, 0, 1, 96)
-    for tile in depthwise.tiles(25):
+    for tile in depthwise.tiles(25) + depthwise.tiles(25, column_loop=True):
         got = depthwise_kernel.triton_depthwise(x, depthwise_kernel.taps_of(w), None, [5, 5], [2, 2], [0, 3, 1, 2], [1, 1], *tile, relu_input=True, scale=scale, shift=shift)
         assert got.shape == expected.shape
         assert ((got.double() - expected).abs().max() / expected.abs().max()).item() < 1e-6, tile
@@ -95,6 +96,17 @@ def test_each_shape_is_measured_once_and_the_model_matches_eager():
         assert found["cudnn_us"] > 0 and found["write_us"] > 0 and found["fastest_us"] == min(found["tile_us"]) > 0, found
         assert len(found["tile_us"]) == len(depthwise.tiles(found["kernel"][0] * found["kernel"][1])), found
         print(f"depthwise {found['input']} by {found['kernel']}, ReLU {found['relu_input']}: cuDNN {found['cudnn_us']:.1f} us, ours {found['fastest_us']:.1f}, write {found['write_us']:.1f}, taken {found['taken']}")
+
+
+def test_with_the_kernel_columns_a_loop_the_model_matches_eager_in_those_tiles():
+    # Option value "columns": every site measured in the tiles whose kernel columns are a loop
+    # (apart from the other tiles' measurements), the model as eager computes it.
+    m = model()
+    follows_eager(compiled(m, depthwise_kernels="columns"), m)
+    counts = last_report()["depthwise_kernels"]
+    assert counts["replaced"] + counts["slower"] == 3 and "unmeasured" not in counts, counts
+    assert all(found["tile"] is None or found["tile"][4:] == [1] for found in counts["shapes"]), counts["shapes"]
+    assert any(column_loop for (_, column_loop) in depthwise.MEASURED), list(depthwise.MEASURED)
 
 
 def test_the_kernel_is_captured_on_streams_and_alone_and_reads_the_weights_in_place(monkeypatch):

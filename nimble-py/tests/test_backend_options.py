@@ -40,6 +40,8 @@ from models import Inception, relative_error
         ({"disjoint_slices": None}, "disjoint_slices=None: expected True or False"),
         ({"fuse_convolutions": 1}, "fuse_convolutions=1: expected False, True"),
         ({"fuse_convolutions": "epilog"}, "fuse_convolutions='epilog': expected False, True"),
+        ({"depthwise_kernels": "column"}, "depthwise_kernels='column': expected True, False or \"columns\""),
+        ({"depthwise_kernels": 1}, "depthwise_kernels=1: expected True, False or \"columns\""),
         ({"inductor_config": {"no_such_setting": 1}}, "no_such_setting is not settings of torch._inductor.config"),
         ({"inductor_config": ["layout_optimization"]}, "expected a dict of torch._inductor.config names"),
         ({"inductor_config": {"layout_optimization": "yes"}}, "layout_optimization='yes': expected True or False"),

@@ -108,7 +108,9 @@ def compile_cost(spec: tuple) -> int:
     by their taps alone (each tile alike) 6.46 s, by the seconds measured 4.33
     (paper-figs/results/depthwise-compile-costs-d102c8d-nasnet-a-large-bfloat16.txt)."""
     (kh, kw), (sh, _), (dh, _), rows = spec[4], spec[5], spec[7], spec[9][0]
-    return ((rows - 1) * sh + (kh - 1) * dh + 1) * kw + rows * kh * kw
+    # (a tile whose kernel columns are a loop unrolls one column's)
+    unrolled = 1 if len(spec[9]) > 4 and spec[9][4] else kw
+    return ((rows - 1) * sh + (kh - 1) * dh + 1) * unrolled + rows * kh * unrolled
 
 
 def shared_out(group: List[Tuple[tuple, Any]], workers: int) -> List[List[Any]]:
@@ -127,9 +129,9 @@ def shared_out(group: List[Tuple[tuple, Any]], workers: int) -> List[List[Any]]:
 def _warmup(kernel, spec):
     """``kernel`` warmed up (compiled, or loaded, without a launch) for ``spec``, on the current
     device."""
-    _, dtype, has_bias, (has_scale, has_shift), (kh, kw), (sh, sw), (top, left), (dh, dw), relu, (rows, block_w, block_c, warps), vec = spec
+    _, dtype, has_bias, (has_scale, has_shift), (kh, kw), (sh, sw), (top, left), (dh, dw), relu, (rows, block_w, block_c, warps, *loop), vec = spec
     # (Pointers as their dtypes, Triton's stand-ins: aligned, as every buffer here is.)
-    return kernel.warmup(dtype, dtype, dtype, dtype, dtype, dtype, 1, 1, 1, 1, 1, 1, 1, sh, sw, top, left, dh, dw, kh, kw, has_bias, has_scale, has_shift, relu, rows, block_w, block_c, vec, grid=(1,), num_warps=warps)
+    return kernel.warmup(dtype, dtype, dtype, dtype, dtype, dtype, 1, 1, 1, 1, 1, 1, 1, sh, sw, top, left, dh, dw, kh, kw, has_bias, has_scale, has_shift, relu, rows, block_w, block_c, vec, bool(loop and loop[0]), grid=(1,), num_warps=warps)
 
 
 def _load_or_compile(specs: List[tuple]) -> Tuple[List[bool], List[float]]:

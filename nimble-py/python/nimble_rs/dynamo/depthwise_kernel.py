@@ -5,8 +5,9 @@ itself in ``depthwise_triton``, its variants compiled ahead by ``depthwise_ahead
 The kernel computes several output rows per program over channels-last memory: each input row
 the rows need is loaded once per column tap (128-bit loads where the channel count is a multiple
 of four, 64-bit where of two) and added into every output row it reaches, one float32
-accumulator per row held in registers, the taps unrolled; a bias, where there is one, is added in
-the kernel. It reads the weights tap by tap, [kh * kw, C] (``taps_of``), each tap's weights one
+accumulator per row held in registers, the taps unrolled (or, in the tiles of option value
+``"columns"``, the kernel's columns a loop over the rows unrolled); a bias, where there is one,
+is added in the kernel. It reads the weights tap by tap, [kh * kw, C] (``taps_of``), each tap's weights one
 coalesced load, and its input through a per-channel factor and term, a ReLU and a zero padding
 where given (``prologue``).
 
@@ -28,7 +29,7 @@ def depthwise_conv2d(x: torch.Tensor, taps: torch.Tensor, bias: Optional[torch.T
     given; then its ReLU, with ``relu_input``) zero-padded by ``padding`` ([top, bottom, left,
     right]) by the weights ``taps`` ([kh * kw, C], ``taps_of`` the weight) of ``kernel_size``,
     plus ``bias``; the output channels-last: on CUDA our kernel in ``tile`` (rows, columns,
-    channels, warps), else ATen's ops."""
+    channels, warps and, where given, 1 for its kernel columns as a loop), else ATen's ops."""
     if not x.is_cuda:
         weight = taps.t().reshape(taps.shape[1], 1, *kernel_size)
         top, bottom, left, right = padding
@@ -99,12 +100,13 @@ def _empty_output(x: torch.Tensor, kernel_size, stride, padding, dilation) -> to
     return torch.empty_strided((n, c, ho, wo), (ho * wo * c, 1, wo * c, c), dtype=x.dtype, device=x.device)
 
 
-def triton_depthwise(x: torch.Tensor, taps: torch.Tensor, bias: Optional[torch.Tensor], kernel_size: List[int], stride: List[int], padding: List[int], dilation: List[int], rows: int = 4, block_w: int = 8, block_c: int = 64, num_warps: int = 4, *, relu_input: bool = False, scale: Optional[torch.Tensor] = None, shift: Optional[torch.Tensor] = None) -> torch.Tensor:
+def triton_depthwise(x: torch.Tensor, taps: torch.Tensor, bias: Optional[torch.Tensor], kernel_size: List[int], stride: List[int], padding: List[int], dilation: List[int], rows: int = 4, block_w: int = 8, block_c: int = 64, num_warps: int = 4, column_loop: int = 0, *, relu_input: bool = False, scale: Optional[torch.Tensor] = None, shift: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Our kernel on CUDA tensors (``supported`` sizes; ``taps`` as ``taps_of`` lays the weight
     out; ``padding`` as a convolution's or [top, bottom, left, right]; the convolution of
     ``prologue(x, scale, shift, relu_input)``, ``scale`` and ``shift`` [C] vectors), each
     program ``rows`` output rows by ``block_w`` columns by ``block_c`` channels with
-    ``num_warps`` warps; ``x`` made channels-last where it is not (a copy), the output
+    ``num_warps`` warps, its taps unrolled or, with ``column_loop``, its kernel columns a loop
+    (``depthwise_triton``); ``x`` made channels-last where it is not (a copy), the output
     channels-last."""
     import triton
 
@@ -120,5 +122,5 @@ def triton_depthwise(x: torch.Tensor, taps: torch.Tensor, bias: Optional[torch.T
     has_bias = bias is not None
     top, _, left, _ = pads(padding)
     vectors = [v.contiguous() if v is not None else taps for v in (bias, scale, shift)]
-    kernel()[grid](x, taps.contiguous(), *vectors, y, height, width, channels // vector_width(channels), out_h, out_w, tiles_h, tiles_w, stride[0], stride[1], top, left, dilation[0], dilation[1], kh, kw, has_bias, scale is not None, shift is not None, relu_input, rows, block_w, block_c, vector_width(channels), num_warps=num_warps)
+    kernel()[grid](x, taps.contiguous(), *vectors, y, height, width, channels // vector_width(channels), out_h, out_w, tiles_h, tiles_w, stride[0], stride[1], top, left, dilation[0], dilation[1], kh, kw, has_bias, scale is not None, shift is not None, relu_input, rows, block_w, block_c, vector_width(channels), bool(column_loop), num_warps=num_warps)
     return y
