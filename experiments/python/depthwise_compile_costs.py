@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "nimble-py" / "python"))
 
 from nimble_rs.dynamo.depthwise import tiles  # noqa: E402
-from nimble_rs.dynamo.depthwise_ahead import compile_cost  # noqa: E402
+from nimble_rs.dynamo.depthwise_ahead import compile_cost, kernel_constants, shared_out  # noqa: E402
 from nimble_rs.dynamo.depthwise_kernel import vector_width  # noqa: E402
 from nimble_rs.dynamo.depthwise_triton import kernel  # noqa: E402
 
@@ -63,9 +63,9 @@ def compile_seconds(spec, arch: int) -> float:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    _, dtype, has_bias, (has_scale, has_shift), (kh, kw), (sh, sw), (top, left), (dh, dw), relu, (rows, block_w, block_c, warps, *loop), vec = spec
+    dtype, warps = spec[1], spec[9][3]
     fn = kernel()
-    constants = dict(SH=sh, SW=sw, PH=top, PW=left, DH=dh, DW=dw, KH=kh, KW=kw, HAS_BIAS=has_bias, HAS_SCALE=has_scale, HAS_SHIFT=has_shift, RELU_IN=relu, ROWS=rows, BLOCK_W=block_w, BLOCK_C=block_c, VEC=vec, COLUMN_LOOP=bool(loop and loop[0]))
+    constants = kernel_constants(spec)
     signature, constexprs, attrs = {}, {}, {}
     for i, name in enumerate(fn.arg_names):
         if name.endswith("_ptr"):
@@ -99,15 +99,11 @@ def coalesce_seconds(compile_one) -> tuple:
     return result, sum(float(m.group(1)) for m in re.finditer(r"^\s*([0-9.]+) \(\s*[0-9.]+%\)\s+TritonGPUCoalesce$", timing, re.M))
 
 
-def longest_share(costs, seconds, workers: int) -> float:
-    """The seconds of the longest share when each variant, the costliest first, goes to the
-    least loaded of ``workers`` by ``costs``."""
-    loads, taken = [0.0] * workers, [0.0] * workers
-    for i in sorted(range(len(costs)), key=lambda i: -costs[i]):
-        least = loads.index(min(loads))
-        loads[least] += costs[i]
-        taken[least] += seconds[i]
-    return max(taken)
+def longest_share(specs, seconds, workers: int, cost) -> float:
+    """The seconds of the longest share when ``depthwise_ahead.shared_out`` shares ``specs``
+    out to ``workers`` by ``cost``."""
+    taken = dict(zip(specs, seconds))
+    return max(sum(taken[spec] for spec in share) for share in shared_out([(spec, spec) for spec in specs], workers, cost))
 
 
 def main():
@@ -136,11 +132,11 @@ def main():
                 seconds.append(compile_seconds(spec, args.arch))
             (kh, kw), stride, pad, relu, affine, tile, vec = spec[4], spec[5], spec[6], spec[8], spec[3][0], spec[9], spec[10]
             print(f"{kh}x{kw}    {stride[0]}      {pad[0]}   {relu!s:5} {affine!s:6} {vec}   {str(list(tile)):16} {compile_cost(spec):4}  {seconds[-1]:6.2f}" + (f"  {coalesce[-1]:8.2f}" if args.passes else ""), flush=True)
-    costs = [compile_cost(s) for s in specs]
-    taps = [s[4][0] * s[4][1] for s in specs]
-    w = args.workers
-    print(f"summed {sum(seconds):.2f} s, longest {max(seconds):.2f} s; the longest of {w} shares: by compile_cost {longest_share(costs, seconds, w):.2f} s, "
-          f"by taps {longest_share(taps, seconds, w):.2f} s, by the seconds measured {longest_share(seconds, seconds, w):.2f} s (at best {max(sum(seconds) / w, max(seconds)):.2f} s)")
+    measured, w = dict(zip(specs, seconds)), args.workers
+    by = {"compile_cost": compile_cost, "taps": lambda spec: spec[4][0] * spec[4][1], "the seconds measured": measured.get}
+    shares = {name: longest_share(specs, seconds, w, cost) for name, cost in by.items()}
+    print(f"summed {sum(seconds):.2f} s, longest {max(seconds):.2f} s; the longest of {w} shares: by compile_cost {shares['compile_cost']:.2f} s, "
+          f"by taps {shares['taps']:.2f} s, by the seconds measured {shares['the seconds measured']:.2f} s (at best {max(sum(seconds) / w, max(seconds)):.2f} s)")
     if args.passes:
         print(f"TritonGPUCoalesce {sum(coalesce):.2f} s of the {sum(seconds):.2f} s ({sum(coalesce) / sum(seconds):.0%})")
 

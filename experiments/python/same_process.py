@@ -159,6 +159,18 @@ def model_and_inputs(name, zoo, reference, batch, dtype, skipped):
     return model, lambda: batched(one(), batch, dtype)
 
 
+def record_model(name, zoo, reference, batch, dtype, skipped):
+    """``model_and_inputs`` as the records run it: the model on the GPU, its BatchNorm
+    statistics ``calibrated`` (seeded), in inference mode and in ``dtype``; None where no package
+    here provides it."""
+    made = model_and_inputs(name, zoo, reference, batch, dtype, skipped)
+    if made is None:
+        return None
+    model, make_input = made
+    torch.manual_seed(0)
+    return calibrated(model.cuda(), make_input).eval().to(dtype), make_input
+
+
 def batched(x, batch, dtype):
     """A batch-1 input of the coverage set at `batch` and, if floating, in `dtype`."""
     x = x.to(dtype) if x.is_floating_point() else x
@@ -362,12 +374,10 @@ def main():
     print(f"compilers warmed up on a small model in {warm_up_compilers(systems, dtype, variants):.1f} s", file=sys.stderr, flush=True)
     rows, skipped = [], []
     for name in names:
-        made = model_and_inputs(name, zoo, reference, args.batch, dtype, skipped)
+        made = record_model(name, zoo, reference, args.batch, dtype, skipped)
         if made is None:
             continue
         model, make_input = made
-        torch.manual_seed(0)
-        model = calibrated(model.cuda(), make_input).eval().to(dtype)
         with torch.no_grad():
             try:
                 # Several fresh inputs: one input's max-abs error is a noisy statistic, and

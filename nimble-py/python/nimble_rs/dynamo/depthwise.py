@@ -424,8 +424,8 @@ def timing(at: Site, device: Optional[torch.device] = None, timer=None, kernel=N
     """This site's ``Timing``, measured once per site on channels-last random tensors: its
     ``baseline`` (cuDNN's convolution alone, on the prologue's result, padded, made beforehand,
     and a write of the source's size) and our kernel in each tile of ``tiles`` (those whose
-    kernel columns are a loop with ``column_loop``, measured apart) (where its output
-    is within ``EXACT`` of cuDNN's); each in a CUDA graph of repeats (``timer``, given a call:
+    kernel columns are a loop with ``column_loop``, kept apart), where its output is within
+    ``EXACT`` of cuDNN's; each in a CUDA graph of repeats (``timer``, given a call:
     its microseconds), on ``device`` (the site's GPU), with ``kernel`` (``triton_depthwise``;
     the three given otherwise by the CPU test of what this passes the kernel)."""
     key = (_key(at), column_loop)

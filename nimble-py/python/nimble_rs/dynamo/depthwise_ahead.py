@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Tuple, Union
+from typing import Any, Callable, Dict, List, Tuple, Union
 
 import torch
 
@@ -107,31 +107,39 @@ def compile_cost(spec: tuple) -> int:
     3.01 s, 63.4 s in all; shared out to 15 workers by this cost, the longest share takes 4.92 s,
     by their taps alone (each tile alike) 6.46 s, by the seconds measured 4.33
     (paper-figs/results/depthwise-compile-costs-d102c8d-nasnet-a-large-bfloat16.txt)."""
-    (kh, kw), (sh, _), (dh, _), rows = spec[4], spec[5], spec[7], spec[9][0]
+    k = kernel_constants(spec)
     # (a tile whose kernel columns are a loop unrolls one column's)
-    unrolled = 1 if len(spec[9]) > 4 and spec[9][4] else kw
-    return ((rows - 1) * sh + (kh - 1) * dh + 1) * unrolled + rows * kh * unrolled
+    unrolled = 1 if k["COLUMN_LOOP"] else k["KW"]
+    return ((k["ROWS"] - 1) * k["SH"] + (k["KH"] - 1) * k["DH"] + 1) * unrolled + k["ROWS"] * k["KH"] * unrolled
 
 
-def shared_out(group: List[Tuple[tuple, Any]], workers: int) -> List[List[Any]]:
+def shared_out(group: List[Tuple[tuple, Any]], workers: int, cost: Callable[[tuple], float] = compile_cost) -> List[List[Any]]:
     """The second of each (variant, source) of ``group`` shared out to at most ``workers``
-    shares, the costliest variant (``compile_cost``) first, each to the least loaded share;
-    the shares that got any."""
+    shares, the costliest variant by ``cost`` first, each to the least loaded share; the shares
+    that got any."""
     shares: List[List[Any]] = [[] for _ in range(workers)]
-    loads = [0] * workers
-    for spec, source in sorted(group, key=lambda found: -compile_cost(found[0])):
+    loads = [0.0] * workers
+    for spec, source in sorted(group, key=lambda found: -cost(found[0])):
         least = loads.index(min(loads))
         shares[least].append(source)
-        loads[least] += compile_cost(spec)
+        loads[least] += cost(spec)
     return [share for share in shares if share]
+
+
+def kernel_constants(spec: tuple) -> Dict[str, Any]:
+    """A variant's (``depthwise.variants``) compile-time arguments of the kernel, by name
+    (``depthwise_triton``): its geometry, prologue, tile and whether its kernel columns are a
+    loop (a tile's fifth entry, where it has one)."""
+    _, _, has_bias, (has_scale, has_shift), (kh, kw), (sh, sw), (top, left), (dh, dw), relu, (rows, block_w, block_c, _, *loop), vec = spec
+    return dict(SH=sh, SW=sw, PH=top, PW=left, DH=dh, DW=dw, KH=kh, KW=kw, HAS_BIAS=has_bias, HAS_SCALE=has_scale, HAS_SHIFT=has_shift, RELU_IN=relu, ROWS=rows, BLOCK_W=block_w, BLOCK_C=block_c, VEC=vec, COLUMN_LOOP=bool(loop and loop[0]))
 
 
 def _warmup(kernel, spec):
     """``kernel`` warmed up (compiled, or loaded, without a launch) for ``spec``, on the current
     device."""
-    _, dtype, has_bias, (has_scale, has_shift), (kh, kw), (sh, sw), (top, left), (dh, dw), relu, (rows, block_w, block_c, warps, *loop), vec = spec
+    dtype, warps = spec[1], spec[9][3]
     # (Pointers as their dtypes, Triton's stand-ins: aligned, as every buffer here is.)
-    return kernel.warmup(dtype, dtype, dtype, dtype, dtype, dtype, 1, 1, 1, 1, 1, 1, 1, sh, sw, top, left, dh, dw, kh, kw, has_bias, has_scale, has_shift, relu, rows, block_w, block_c, vec, bool(loop and loop[0]), grid=(1,), num_warps=warps)
+    return kernel.warmup(dtype, dtype, dtype, dtype, dtype, dtype, 1, 1, 1, 1, 1, 1, 1, **kernel_constants(spec), grid=(1,), num_warps=warps)
 
 
 def _load_or_compile(specs: List[tuple]) -> Tuple[List[bool], List[float]]:
