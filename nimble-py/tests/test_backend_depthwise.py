@@ -420,3 +420,30 @@ def test_the_measurement_gives_the_kernel_the_prologues_vectors_and_finds_the_fa
     finally:
         depthwise.MEASURED.clear()
         depthwise.BASELINES.clear()
+
+
+def test_cudnns_convolution_is_timed_as_the_graph_calls_it(monkeypatch):
+    # cuDNN's benchmark mode searches an algorithm per call's shapes and padding: the baseline must
+    # be the call the graph makes (its even padding passed to the convolution), under the same
+    # key, not an input padded beforehand (another key, searched apart); only an uneven padding's
+    # rest is made beforehand. Outputs as the whole padding gives them.
+    calls = []
+    conv2d = torch.nn.functional.conv2d
+
+    def recorded(x, w, b, stride, padding, dilation, groups):
+        calls.append((tuple(x.shape), tuple(padding), x.is_contiguous(memory_format=torch.channels_last)))
+        return conv2d(x, w, b, stride, padding, dilation, groups)
+
+    monkeypatch.setattr(torch.nn.functional, "conv2d", recorded)
+    graph = torch.fx.Graph()
+    x, w = graph.placeholder("x"), graph.placeholder("w")
+    xr, wr = torch.randn(1, 8, 9, 9).contiguous(memory_format=torch.channels_last), torch.randn(8, 1, 3, 3)
+    for padding, shape, inside in (((1, 1, 1, 1), (1, 8, 9, 9), (1, 1)), ((1, 1, 0, 0), (1, 8, 9, 9), (1, 0)), ((1, 2, 0, 1), (1, 8, 10, 10), (1, 0)), ((0, 1, 0, 1), (1, 8, 10, 10), (0, 0))):
+        at = depthwise.Site(x, w, None, (1, 1), padding, (1, 1), True)
+        conv, read = depthwise._cudnn(at, xr, None, None, wr, None)
+        calls.clear()
+        got = conv()
+        assert calls == [(shape, inside, True)] and tuple(read.shape) == shape, (padding, calls)
+        top, bottom, left, right = padding
+        expected = conv2d(torch.nn.functional.pad(xr.relu(), (left, right, top, bottom)), wr, None, 1, 0, 1, 8)
+        torch.testing.assert_close(got, expected)

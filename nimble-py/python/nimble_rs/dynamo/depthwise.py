@@ -390,11 +390,21 @@ def _random_inputs(at: Site, device: torch.device):
 
 
 def _cudnn(at: Site, xr, scale, shift, wr, br):
-    """cuDNN's convolution as Inductor calls it: on the prologue's result, padded beforehand
-    (channels-last), and that padded input."""
+    """cuDNN's convolution as Inductor calls it, on the prologue's result (channels-last), and the
+    tensor it reads: the padding the convolution takes itself (even on both sides) passed to it,
+    only the rest (an uneven padding's) made beforehand. A plain site's is then the very call the
+    graph makes, under the same key in cuDNN's benchmark cache: its algorithm is searched once,
+    for both. (Padded beforehand, a [1, C, 44, 44] input without padding for the graph's
+    [1, C, 42, 42] with padding 1, it was another key, searched apart: the choice was made
+    against a call the graph does not make. cuDNN's 3x3 at NASNet-A large's bfloat16 batch-1
+    shapes measured so 2.5-3.3 us in one process and 7-16 us in another, H200, `fb141f8`.)"""
     top, bottom, left, right = at.padding
-    padded = F.pad(prologue(xr, scale, shift, at.relu_input), (left, right, top, bottom)).contiguous(memory_format=torch.channels_last)
-    return (lambda: F.conv2d(padded, wr, br, at.stride, 0, at.dilation, xr.shape[1])), padded
+    rows, columns = min(top, bottom), min(left, right)
+    read = prologue(xr, scale, shift, at.relu_input)
+    if (top, bottom, left, right) != (rows, rows, columns, columns):
+        read = F.pad(read, (left - columns, right - columns, top - rows, bottom - rows))
+    read = read.contiguous(memory_format=torch.channels_last)
+    return (lambda: F.conv2d(read, wr, br, at.stride, (rows, columns), at.dilation, xr.shape[1])), read
 
 
 def baseline(at: Site, device: Optional[torch.device] = None, timer=None) -> Tuple[float, float]:
@@ -411,9 +421,9 @@ def baseline(at: Site, device: Optional[torch.device] = None, timer=None) -> Tup
         device = device or cuda_device(_val(at.source))
         timer = timer or (lambda run: graph_us(run, device))
         xr, scale, shift, wr, br = _random_inputs(at, device)
-        conv, padded = _cudnn(at, xr, scale, shift, wr, br)
+        conv, read = _cudnn(at, xr, scale, shift, wr, br)
         cudnn_us = timer(conv)
-        del conv, padded
+        del conv, read
         write_us = timer(lambda: xr.fill_(1.0))
         del xr, scale, shift, wr, br
     BASELINES[key] = (cudnn_us, write_us)
@@ -422,7 +432,7 @@ def baseline(at: Site, device: Optional[torch.device] = None, timer=None) -> Tup
 
 def timing(at: Site, device: Optional[torch.device] = None, timer=None, kernel=None, column_loop: bool = False) -> Timing:
     """This site's ``Timing``, measured once per site on channels-last random tensors: its
-    ``baseline`` (cuDNN's convolution alone, on the prologue's result, padded, made beforehand,
+    ``baseline`` (cuDNN's convolution alone, on the prologue's result made beforehand,
     and a write of the source's size) and our kernel in each tile of ``tiles`` (those whose
     kernel columns are a loop with ``column_loop``, kept apart), where its output is within
     ``EXACT`` of cuDNN's; each in a CUDA graph of repeats (``timer``, given a call:
@@ -440,12 +450,12 @@ def timing(at: Site, device: Optional[torch.device] = None, timer=None, kernel=N
         device = device or cuda_device(_val(at.source))
         timer = timer or (lambda run: graph_us(run, device))
         xr, scale, shift, wr, br = _random_inputs(at, device)
-        conv, padded = _cudnn(at, xr, scale, shift, wr, br)
+        conv, read = _cudnn(at, xr, scale, shift, wr, br)
         expected = conv().float()
         magnitude = expected.abs().max().clamp_min(1e-30)
         # (Each tensor an image's size at the model's batch: as few alive at once as can be, the
         # kernel's output compared in place; the preparation's peak memory counts them.)
-        del conv, padded
+        del conv, read
         kernel_size = list(weight.shape[2:])
         tile_us, best, best_us = [], None, float("inf")
         for tile in tiles(weight.shape[2] * weight.shape[3], column_loop):
