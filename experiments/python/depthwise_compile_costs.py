@@ -7,14 +7,17 @@ kernel, stride, padding above and to the left, ReLU or not, the channels' vector
 the tiles measured), compiled one by one for an sm_90 GPU on this machine's CPU (Triton's own
 ptxas; no GPU needed), each from an empty cache. The record does not say a convolution's bias,
 dilation or which affine terms it reads through: none, 1, and both where it reads through any.
-With --column-loop, the variants of option value "columns" (the kernel's columns a loop). With
+With --formulation, the variants of that way of writing the kernel (``depthwise.FORMULATIONS``:
+"unrolled", every tap, the default here, as the records before `fb141f8` ran it; "columns", the
+kernel's columns a loop, also --column-loop; "by-size", the option's default since, a kernel
+larger than 3x3 looped). With
 --passes, the seconds of each compile's TritonGPUCoalesce pass too (MLIR's pass timing,
 read from the compile's standard error): the pass that grows fastest with the kernel's unrolled
 operations.
 
     python3 experiments/python/depthwise_compile_costs.py \\
         --record paper-figs/results/same-process-backend-e5208f2-bfloat16-b1-nasnet-a-large-depthwise-default.json \\
-        --model nasnet-a-large [--workers 15] [--arch 90] [--passes] [--column-loop]
+        --model nasnet-a-large [--workers 15] [--arch 90] [--passes] [--formulation by-size]
 """
 
 import argparse
@@ -28,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "nimble-py" / "python"))
 
-from nimble_rs.dynamo.depthwise import tiles  # noqa: E402
+from nimble_rs.dynamo.depthwise import FORMULATIONS, loops_columns, tiles  # noqa: E402
 from nimble_rs.dynamo.depthwise_ahead import compile_cost, kernel_constants, shared_out  # noqa: E402
 from nimble_rs.dynamo.depthwise_kernel import vector_width  # noqa: E402
 from nimble_rs.dynamo.depthwise_triton import kernel  # noqa: E402
@@ -36,9 +39,9 @@ from nimble_rs.dynamo.depthwise_triton import kernel  # noqa: E402
 TRITON_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
-def variants(record: dict, model: str, column_loop: bool = False):
+def variants(record: dict, model: str, formulation: str = "unrolled"):
     """The record's variants of ``model`` (``depthwise.variants``' tuples, the device and dtype
-    as names; in the tiles whose kernel columns are a loop with ``column_loop``), each once."""
+    as names; the kernel written as ``formulation`` gives), each once."""
     rows = [r for r in record["rows"] if r["model"] == model and r["system"] == "backend"]
     if not rows:
         raise SystemExit(f"no backend row of {model} in the record (models: {sorted({r['model'] for r in record['rows']})})")
@@ -47,7 +50,7 @@ def variants(record: dict, model: str, column_loop: bool = False):
         for shape in (graph.get("depthwise_kernels") or {}).get("shapes", []):
             kh, kw = shape["kernel"]
             affine = bool(shape["affine_input"])
-            for tile in tiles(kh * kw, column_loop):
+            for tile in tiles(kh * kw, loops_columns(kh * kw, formulation)):
                 spec = ("cuda", rows[0]["dtype"], False, (affine, affine), (kh, kw), tuple(shape["stride"]), (shape["padding"][0], shape["padding"][2]), (1, 1), bool(shape["relu_input"]), tuple(tile), vector_width(shape["input"][1]))
                 if spec not in found:
                     found.append(spec)
@@ -113,9 +116,10 @@ def main():
     parser.add_argument("--workers", type=int, default=15)
     parser.add_argument("--arch", type=int, default=90)
     parser.add_argument("--passes", action="store_true", help="the seconds of each compile's TritonGPUCoalesce pass too")
-    parser.add_argument("--column-loop", action="store_true", help="the tiles whose kernel columns are a loop (option value \"columns\")")
+    parser.add_argument("--formulation", choices=FORMULATIONS, default="unrolled", help="how the kernel is written (default: every tap unrolled)")
+    parser.add_argument("--column-loop", action="store_const", dest="formulation", const="columns", help="--formulation columns")
     args = parser.parse_args()
-    specs = variants(json.loads(args.record.read_text()), args.model, args.column_loop)
+    specs = variants(json.loads(args.record.read_text()), args.model, args.formulation)
     print(f"# {len(specs)} variants of {args.model} in {args.record.name}, compiled one by one for sm_{args.arch} on {os.cpu_count()} cores")
     print("kernel stride pad relu affine vec tile            cost  seconds" + ("  coalesce" if args.passes else ""))
     seconds, coalesce = [], []

@@ -211,11 +211,18 @@ def test_the_choice_counts_the_write_reading_through_spares():
     assert depthwise.choose(alone, [(plain, depthwise.Timing((4, 8, 64, 4), (8.5,), 10.0, 2.0))]) == (plain, (4, 8, 64, 4))
 
 
-@pytest.mark.parametrize("column_loop", [False, True], ids=["unrolled", "column-loop"])
-def test_the_report_lists_each_site_once_with_what_took_it(monkeypatch, column_loop):
+# Which kernels have their columns a loop (the 5x5, the 3x3s), by formulation: option value
+# True, "unrolled", "columns".
+LOOPED = {"by-size": (True, False), "unrolled": (False, False), "columns": (True, True)}
+
+
+@pytest.mark.parametrize("formulation", sorted(LOOPED))
+def test_the_report_lists_each_site_once_with_what_took_it(monkeypatch, formulation):
     # The option's pass as the pipeline runs it, its measurement and compiles stood in for:
     # reading through measured faster for the first two convolutions' sites, the third's slower;
-    # with column_loop (option value "columns") in the tiles whose kernel columns are a loop.
+    # each kernel's variants and measurements in the tiles whose kernel columns are a loop where
+    # the formulation loops it (by default the 5x5's, not the 3x3s').
+    looped = lambda kernel: LOOPED[formulation][0 if kernel[0] == 5 else 1]
     model = Separable().eval()
     x = torch.randn(2, 8, 14, 13)
     timings = {True: depthwise.Timing((2, 8, 8, 1), (4.0, 5.0), 10.0, 1.0), False: depthwise.Timing((4, 8, 64, 4), (6.0, 7.0), 10.0, 1.0)}
@@ -228,15 +235,15 @@ def test_the_report_lists_each_site_once_with_what_took_it(monkeypatch, column_l
 
         def finish(self):
             events.append("finished")
-            assert all((len(spec[9]) == 5) == column_loop for spec in self.specs), self.specs
+            assert all((len(spec[9]) == 5) == looped(spec[4]) for spec in self.specs), self.specs
             return {"compiled_ahead": len(self.specs)}
 
     monkeypatch.setattr(depthwise, "start_ahead", Pending)
     monkeypatch.setattr(depthwise, "baseline", lambda at: events.append(("baseline", at.relu_input)))
     asked = set()
-    monkeypatch.setattr(depthwise, "timing", lambda at, column_loop: asked.add(column_loop) or timings[at.relu_input])
-    got, report, ops = rewritten_through_inductor(model, x, lambda gm: depthwise.rewrite(gm, column_loop=column_loop))
-    assert asked == {column_loop}
+    monkeypatch.setattr(depthwise, "timing", lambda at, column_loop: asked.add((tuple(_val(at.weight).shape[2:]), column_loop)) or timings[at.relu_input])
+    got, report, ops = rewritten_through_inductor(model, x, lambda gm: depthwise.rewrite(gm, formulation))
+    assert asked == {(kernel, looped(kernel)) for kernel in ((5, 5), (3, 3))}, asked
     shapes = report.pop("shapes")
     assert events == [("baseline", relu) for relu in (True, False, True, False, False)] + ["finished"], events
     assert set(report.pop("seconds")) == {"compile_ahead", "baselines", "measure_and_rewrite"}
@@ -352,12 +359,13 @@ def test_the_variants_to_compile_are_each_geometry_and_tile_once():
         def forward(self, x):
             return self.c(self.b(self.a(x)))
 
-    found, looped = [], []
+    found, looped, by_size = [], [], []
 
     def inner(gm, example_inputs, **kwargs):
         with torch.no_grad():
-            found.extend(depthwise.variants(gm))
-            looped.extend(depthwise.variants(gm, column_loop=True))
+            found.extend(depthwise.variants(gm, "unrolled"))
+            looped.extend(depthwise.variants(gm, "columns"))
+            by_size.extend(depthwise.variants(gm))
         from torch._inductor.compile_fx import compile_fx_inner
 
         return compile_fx_inner(gm, example_inputs, **kwargs)
@@ -372,6 +380,13 @@ def test_the_variants_to_compile_are_each_geometry_and_tile_once():
     assert geometries == [(False, (False, False), (5, 5), (1, 1), (2, 2), False, t) for t in depthwise.CONFIGS] + [(True, (False, False), (7, 7), (2, 2), (0, 0), False, t) for t in depthwise.LARGE_CONFIGS], geometries
     # (option value "columns": the same geometries in the tiles whose kernel columns are a loop)
     assert [spec[:9] + (spec[9][:4],) + spec[10:] for spec in looped] == found and all(spec[9][4] == 1 for spec in looped), looped
+    # (by default, True: a kernel of more than 3x3's taps looped, as both are here)
+    assert by_size == looped, by_size
+
+
+def test_a_formulation_not_known_is_named():
+    with pytest.raises(ValueError, match="depthwise formulation 'rows': expected one of"):
+        depthwise.loops_columns(9, "rows")
 
 
 def test_the_measurement_gives_the_kernel_the_prologues_vectors_and_finds_the_fastest_tile():

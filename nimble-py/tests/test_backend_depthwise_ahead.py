@@ -172,6 +172,9 @@ def test_the_compile_costs_experiment_compiles_a_records_variants_without_a_gpu(
     looped = subprocess.run([sys.executable, str(script), "--record", str(record), "--model", "tiny", "--column-loop"], capture_output=True, text=True, timeout=300)
     assert looped.returncode == 0, looped.stderr[-2000:]
     assert [line.split()[6:8] for line in looped.stdout.splitlines()[2:6]] == [["[4,", "16,"], ["[8,", "8,"]] * 2 and "4, 1]" in looped.stdout, looped.stdout
+    # (by the option's default, 3x3s unrolled)
+    by_size = subprocess.run([sys.executable, str(script), "--record", str(record), "--model", "tiny", "--formulation", "by-size"], capture_output=True, text=True, timeout=300)
+    assert by_size.returncode == 0 and "4, 1]" not in by_size.stdout and [line.split()[6:10] for line in by_size.stdout.splitlines()[2:6]] == [line.split()[6:10] for line in lines[2:6]], by_size
     # (the first's eight channels four to a load, the second's six two; its ReLU not read through)
     assert [line.split()[:6] for line in lines[2:6]] == [["3x3", "1", "1", "True", "False", "4"]] * 2 + [["3x3", "2", "1", "False", "False", "2"]] * 2, lines
     # (each compile's seconds, then its coalescing pass's, a part of them)

@@ -7,6 +7,7 @@ measurements kept from counting a pause of this process (the rewrite's CPU tests
 in Triton's interpreter: test_backend_depthwise.py).
 Skipped without CUDA; with NIMBLE_REQUIRE_GPU=1 a missing GPU fails instead."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -98,15 +99,29 @@ def test_each_shape_is_measured_once_and_the_model_matches_eager():
         print(f"depthwise {found['input']} by {found['kernel']}, ReLU {found['relu_input']}: cuDNN {found['cudnn_us']:.1f} us, ours {found['fastest_us']:.1f}, write {found['write_us']:.1f}, taken {found['taken']}")
 
 
-def test_with_the_kernel_columns_a_loop_the_model_matches_eager_in_those_tiles():
-    # Option value "columns": every site measured in the tiles whose kernel columns are a loop
-    # (apart from the other tiles' measurements), the model as eager computes it.
+@pytest.mark.parametrize("value", ["columns", "unrolled"])
+def test_with_every_kernel_looped_or_unrolled_the_model_matches_eager_in_those_tiles(value):
+    # Option values "columns" and "unrolled": every site measured in the tiles whose kernel
+    # columns are a loop, or in those with every tap unrolled, whatever the kernel's size (apart
+    # from the default's measurements, which loop the 5x5 and the 7x7 and unroll the 3x3), the
+    # model as eager computes it.
     m = model()
-    follows_eager(compiled(m, depthwise_kernels="columns"), m)
+    follows_eager(compiled(m, depthwise_kernels=value), m)
     counts = last_report()["depthwise_kernels"]
     assert counts["replaced"] + counts["slower"] == 3 and "unmeasured" not in counts, counts
-    assert all(found["tile"] is None or found["tile"][4:] == [1] for found in counts["shapes"]), counts["shapes"]
-    assert any(column_loop for (_, column_loop) in depthwise.MEASURED), list(depthwise.MEASURED)
+    loop = [1] if value == "columns" else []
+    assert all(found["tile"] is None or found["tile"][4:] == loop for found in counts["shapes"]), counts["shapes"]
+    assert any(column_loop == (value == "columns") for (_, column_loop) in depthwise.MEASURED), list(depthwise.MEASURED)
+
+
+def test_by_default_the_3x3_is_unrolled_and_the_larger_kernels_looped():
+    m = model()
+    follows_eager(compiled(m), m)
+    shapes = last_report()["depthwise_kernels"]["shapes"]
+    for found in shapes:
+        looped = [1] if found["kernel"][0] * found["kernel"][1] > depthwise.LOOP_ABOVE_TAPS else []
+        assert found["tile"] is None or found["tile"][4:] == looped, found
+    assert {found["kernel"][0] for found in shapes} == {3, 5, 7}, shapes
 
 
 def test_the_kernel_is_captured_on_streams_and_alone_and_reads_the_weights_in_place(monkeypatch):

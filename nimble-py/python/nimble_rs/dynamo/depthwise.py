@@ -79,12 +79,31 @@ MAX_TAPS = 49
 # preparation.
 CONFIGS = [(4, 16, 32, 4), (8, 8, 64, 4)]
 LARGE_CONFIGS = [(4, 8, 32, 4), (3, 8, 64, 4)]
-# The tiles of option value "columns": the kernel's columns a loop (the fifth entry), the rows
-# unrolled in it. The same shapes as the others for now; compiled for sm_90 on the development
-# machine, NASNet-A large's 7x7 at stride 2 in (4, 8, 32) compiled in 0.24 s against 3.2 s, with
-# 47 registers against 188 (bfloat16). Not yet timed on a GPU against the tiles above.
+# The same tiles with the kernel's columns a loop (the fifth entry), the rows unrolled in it.
+# Compiled for sm_90 on the development machine, NASNet-A large's 7x7 at stride 2 in (4, 8, 32)
+# compiled in 0.24 s against 3.2 s, with 47 registers against 188 (bfloat16).
 COLUMN_LOOP_CONFIGS = [tile + (1,) for tile in CONFIGS]
 COLUMN_LOOP_LARGE_CONFIGS = [tile + (1,) for tile in LARGE_CONFIGS]
+# How the kernel is written, by option value: "unrolled" (every tap), "columns" (its columns a
+# loop), or, by default (True, "by-size"), a kernel of more than ``LOOP_ABOVE_TAPS`` taps with its
+# columns a loop and a smaller one unrolled. Measured side by side in one process (H200,
+# `fb141f8`, each site in both; paper-figs/results/same-process-backend-fb141f8-*-columns.json):
+# on NASNet-A large's 3x3s the unrolled kernel took 3.8-4.2 us at bfloat16 batch 1 against
+# 4.3-5.0 looped, and as long at float32 batch 16; on its 5x5s and 7x7s the loop was within
+# 0.3-2 us of it at batch 1 and up to 36% faster on the 7x7s at stride 2 at batch 16 (32.8
+# against 51.1 us), where the unrolled kernel's registers run out. Unrolled, a 3x3 compiles in
+# 0.3-0.7 s, a 5x5 or 7x7 in 0.8-3.3 (the loop: 0.2-0.6 s), and the 7x7s' compiles were most of
+# the workers' 13 s there: looped, 2.5 s, the preparation 1.11x reduce-overhead's against 1.38x.
+FORMULATIONS = ("by-size", "unrolled", "columns")
+LOOP_ABOVE_TAPS = 9
+
+
+def loops_columns(taps: int, formulation: str) -> bool:
+    """Whether a kernel of ``taps`` taps is written with its columns a loop in ``formulation``
+    (one of ``FORMULATIONS``)."""
+    if formulation not in FORMULATIONS:
+        raise ValueError(f"depthwise formulation {formulation!r}: expected one of {FORMULATIONS}")
+    return formulation == "columns" or (formulation == "by-size" and taps > LOOP_ABOVE_TAPS)
 
 
 def tiles(taps: int, column_loop: bool = False) -> List[Tuple[int, ...]]:
@@ -93,6 +112,11 @@ def tiles(taps: int, column_loop: bool = False) -> List[Tuple[int, ...]]:
     if column_loop:
         return COLUMN_LOOP_CONFIGS if taps <= 25 else COLUMN_LOOP_LARGE_CONFIGS
     return CONFIGS if taps <= 25 else LARGE_CONFIGS
+
+
+def _taps(at: "Site") -> int:
+    kh, kw = _val(at.weight).shape[2:]
+    return kh * kw
 
 
 def supported(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], transposed: bool, output_padding, groups: int) -> bool:
@@ -291,9 +315,9 @@ def _affine_terms(build: AffineBuilder, affine, channels: int):
     return flat(scale), flat(shift)
 
 
-def rewrite(gm: torch.fx.GraphModule, column_loop: bool = False) -> Dict[str, Any]:
-    """Option ``depthwise_kernels`` on ``gm`` (in the tiles whose kernel columns are a loop with
-    ``column_loop``: option value "columns"), each shape measured on the GPU (one whose
+def rewrite(gm: torch.fx.GraphModule, formulation: str = "by-size") -> Dict[str, Any]:
+    """Option ``depthwise_kernels`` on ``gm`` (the kernel written as ``formulation`` gives, one
+    of ``FORMULATIONS``), each shape measured on the GPU (one whose
     measurement fails stays cuDNN's, announced once per shape): its counts and, under
     ``shapes``, each distinct site's measurement (input, kernel, stride, padding, what it reads
     through, cuDNN's microseconds, the fastest tile's, each tile's in ``tiles``' order, the
@@ -306,7 +330,7 @@ def rewrite(gm: torch.fx.GraphModule, column_loop: bool = False) -> Dict[str, An
     def measured(at: Site):
         x, weight = _val(at.source), _val(at.weight)
         try:
-            found = timing(at, column_loop=column_loop)
+            found = timing(at, column_loop=loops_columns(_taps(at), formulation))
         except Exception as error:  # noqa: BLE001 - that convolution stays cuDNN's
             warn_once(("depthwise", _key(at)), f"nimble backend: our depthwise kernel could not be measured on the convolution of input {list(x.shape)}, weight {list(weight.shape)} ({type(error).__name__}: {error}); it runs as Inductor compiles it")
             return False
@@ -321,7 +345,7 @@ def rewrite(gm: torch.fx.GraphModule, column_loop: bool = False) -> Dict[str, An
 
     def replaced() -> Dict[str, Any]:
         started = time.perf_counter()
-        wanted = variants(gm, column_loop)
+        wanted = variants(gm, formulation)
         pending = start_ahead(wanted) if wanted else None
         try:
             # (while the variants compile: what needs none of them)
@@ -342,9 +366,9 @@ def rewrite(gm: torch.fx.GraphModule, column_loop: bool = False) -> Dict[str, An
     return {**counts, "shapes": list(shapes.values())} if shapes else counts
 
 
-def variants(gm: torch.fx.GraphModule, column_loop: bool = False) -> List[tuple]:
+def variants(gm: torch.fx.GraphModule, formulation: str = "by-size") -> List[tuple]:
     """The kernel's compile-time variants the measurements of ``gm``'s candidates may run (each
-    of their ``sites``):
+    of their ``sites``, the kernel written as ``formulation`` gives):
     (device, dtype, bias or not, (factor or not, term or not), kernel size, stride, padding
     above and to the left, dilation, ReLU or not, tile, vector width), each once, for every tile
     measured."""
@@ -352,7 +376,7 @@ def variants(gm: torch.fx.GraphModule, column_loop: bool = False) -> List[tuple]
     for at in (at for node in gm.graph.nodes if candidate(node) for at in sites(node)):
         x = _val(at.source)
         kh, kw = _val(at.weight).shape[2:]
-        for tile in tiles(kh * kw, column_loop):
+        for tile in tiles(kh * kw, loops_columns(kh * kw, formulation)):
             spec = (x.device, x.dtype, at.bias is not None, _affine_kinds(at.affine), (kh, kw), at.stride, (at.padding[0], at.padding[2]), at.dilation, at.relu_input, tuple(tile), vector_width(x.shape[1]))
             if spec not in found:
                 found.append(spec)

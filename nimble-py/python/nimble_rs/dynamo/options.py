@@ -107,10 +107,12 @@ DEFAULTS: Dict[str, Any] = {
     # H200, it took NASNet-A large (float32, batch 16) from 0.94x to 0.77x reduce-overhead's
     # latency. Its kernel's variants compile in worker processes while cuDNN is timed
     # (``depthwise_ahead``), which took NASNet-A large at batch 1 from 1.89x reduce-overhead's
-    # compile time (16d688f, compiled on threads) to 1.33x (1b66f8a), where it gains nothing
-    # (0.63x against 0.61x off). "columns": the same, in the kernel's tiles whose kernel columns
-    # are a loop (``depthwise.COLUMN_LOOP_CONFIGS``: a tenth of the compile time for a 7x7; not
-    # yet timed on a GPU). False: every convolution as Inductor calls cuDNN.
+    # compile time (16d688f, compiled on threads) to 1.33x (1b66f8a). The kernel of a 3x3 has
+    # every tap unrolled, a larger one its columns a loop (``depthwise.LOOP_ABOVE_TAPS``: a
+    # seventh of the compile time; within 2 us at batch 1 and up to a third faster at batch 16 on
+    # NASNet-A large's; fb141f8). "unrolled": every
+    # kernel's taps unrolled (the default before); "columns": every kernel's columns a loop.
+    # False: every convolution as Inductor calls cuDNN.
     "depthwise_kernels": True,
     # True: in inference graphs, a concatenation of at least 2.5 MB that Inductor would compute
     # in one pointwise kernel loading from every input (an Inception block's join of its
@@ -156,8 +158,8 @@ def checked(options: Optional[dict]) -> Dict[str, Any]:
     for flag in ("priority", "merge_convolutions", "time_critical_path", "hoist_weight_kernels", "separate_weight_buffers", "weight_stream", "check_after_launch", "transpose_products", "concat_in_place", "disjoint_slices"):
         if not isinstance(chosen[flag], bool):
             raise NimbleInputError(f"option {flag}={chosen[flag]!r}: expected True or False")
-    if not (isinstance(chosen["depthwise_kernels"], bool) or chosen["depthwise_kernels"] == "columns"):
-        raise NimbleInputError(f"option depthwise_kernels={chosen['depthwise_kernels']!r}: expected True, False or \"columns\"")
+    if not (isinstance(chosen["depthwise_kernels"], bool) or chosen["depthwise_kernels"] in ("unrolled", "columns")):
+        raise NimbleInputError(f"option depthwise_kernels={chosen['depthwise_kernels']!r}: expected True, False, \"unrolled\" or \"columns\"")
     _check_inductor_config(chosen["inductor_config"])
     if chosen["accuracy"] not in ("compiler", "any"):
         raise NimbleInputError(f"option accuracy={chosen['accuracy']!r}: expected \"compiler\" or \"any\"")

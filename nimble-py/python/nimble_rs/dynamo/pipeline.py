@@ -237,7 +237,7 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
     if options["fuse_convolutions"] and kind == "inference" and on_cuda:
         report["fused_convolutions"] = _fused(gm, "epilogue" if options["fuse_convolutions"] == "epilogue" else "folded")
     if options["depthwise_kernels"] and kind == "inference" and on_cuda:
-        report["depthwise_kernels"] = depthwise.rewrite(gm, column_loop=options["depthwise_kernels"] == "columns")
+        report["depthwise_kernels"] = depthwise.rewrite(gm, "by-size" if options["depthwise_kernels"] is True else options["depthwise_kernels"])
     if options["transpose_products"] and kind == "inference" and on_cuda:
         report["transposed_products"] = products.rewrite(gm)
     joined: Dict[str, int] = {}
