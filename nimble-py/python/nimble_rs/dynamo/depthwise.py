@@ -93,7 +93,8 @@ COLUMN_LOOP_LARGE_CONFIGS = [tile + (1,) for tile in LARGE_CONFIGS]
 # 0.3-2 us of it at batch 1 and up to 36% faster on the 7x7s at stride 2 at batch 16 (32.8
 # against 51.1 us), where the unrolled kernel's registers run out. Unrolled, a 3x3 compiles in
 # 0.3-0.7 s, a 5x5 or 7x7 in 0.8-3.3 (the loop: 0.2-0.6 s), and the 7x7s' compiles were most of
-# the workers' 13 s there: looped, 2.5 s, the preparation 1.11x reduce-overhead's against 1.38x.
+# the workers' 13 s there: with every kernel looped, 2.5 s, the preparation 1.11x
+# reduce-overhead's against 1.38x.
 FORMULATIONS = ("by-size", "unrolled", "columns")
 LOOP_ABOVE_TAPS = 9
 
@@ -376,7 +377,7 @@ def variants(gm: torch.fx.GraphModule, formulation: str = "by-size") -> List[tup
     for at in (at for node in gm.graph.nodes if candidate(node) for at in sites(node)):
         x = _val(at.source)
         kh, kw = _val(at.weight).shape[2:]
-        for tile in tiles(kh * kw, loops_columns(kh * kw, formulation)):
+        for tile in tiles(_taps(at), loops_columns(_taps(at), formulation)):
             spec = (x.device, x.dtype, at.bias is not None, _affine_kinds(at.affine), (kh, kw), at.stride, (at.padding[0], at.padding[2]), at.dilation, at.relu_input, tuple(tile), vector_width(x.shape[1]))
             if spec not in found:
                 found.append(spec)

@@ -110,9 +110,8 @@ DEFAULTS: Dict[str, Any] = {
     # compile time (16d688f, compiled on threads) to 1.33x (1b66f8a). The kernel of a 3x3 has
     # every tap unrolled, a larger one its columns a loop (``depthwise.LOOP_ABOVE_TAPS``: a
     # seventh of the compile time; within 2 us at batch 1 and up to a third faster at batch 16 on
-    # NASNet-A large's; fb141f8). "unrolled": every
-    # kernel's taps unrolled (the default before); "columns": every kernel's columns a loop.
-    # False: every convolution as Inductor calls cuDNN.
+    # NASNet-A large's; fb141f8). "unrolled": every kernel's taps unrolled (the default before);
+    # "columns": every kernel's columns a loop. False: every convolution as Inductor calls cuDNN.
     "depthwise_kernels": True,
     # True: in inference graphs, a concatenation of at least 2.5 MB that Inductor would compute
     # in one pointwise kernel loading from every input (an Inception block's join of its
