@@ -29,7 +29,7 @@ fn same_process_reports_each_systems_preparation_and_peak_memory() {
     // The compile-time bound (at most 1.5x reduce-overhead's) and peak memory for both,
     // on a line under each model, variants included.
     let figures = scratch("same-process-costs");
-    let cases: [(&str, &[&str]); 59] = [
+    let cases: [(&str, &[&str]); 68] = [
         ("same-process-backend-5c81c32-float32-b16-inception-v3-nows.json", &["  prepare and peak: compile 27.7 s, 2268 MiB; backend 22.0 s (0.79x compile's), 298 MiB; backend-nows 22.1 s (0.80x compile's), 242 MiB"]),
         // The backend's peaks measured right (9bf3279: nothing resets the peak statistics any more).
         ("same-process-backend-9bf3279-float32-b16-googlenet-inception-v3-true-peak.json", &["  prepare and peak: compile 29.3 s, 718 MiB; backend 19.2 s (0.66x compile's), 312 MiB", "  prepare and peak: compile 23.8 s, 2268 MiB; backend 29.3 s (1.23x compile's), 512 MiB"]),
@@ -108,6 +108,16 @@ fn same_process_reports_each_systems_preparation_and_peak_memory() {
         ("same-process-backend-fb141f8-float32-b16-efficientnet-b5-depthwise-default.json", &["  prepare and peak: compile 40.4 s, 3006 MiB; backend 42.8 s (1.06x compile's), 3391 MiB"]),
         // fe87850 (H200): option depthwise_kernels' by-size default (a2882ec) with the baseline timed as the graph calls it (c77a5b8).
         ("same-process-backend-fe87850-float32-b16-nasnet-a-large-by-size.json", &["  prepare and peak: compile 88.1 s, 11975 MiB; backend 97.2 s (1.10x compile's), 1180 MiB"]),
+        // fe87850, the depthwise models' other cells with the by-size default (the same GPU, another process each pair of cells).
+        ("same-process-backend-fe87850-bfloat16-b1-nasnet-a-large-by-size.json", &["  prepare and peak: compile 81.4 s, 61 MiB; backend 83.4 s (1.02x compile's), 112 MiB"]),
+        ("same-process-backend-fe87850-float32-b1-nasnet-a-large-by-size.json", &["  prepare and peak: compile 74.5 s, 5625 MiB; backend 90.1 s (1.21x compile's), 132 MiB"]),
+        ("same-process-backend-fe87850-bfloat16-b16-nasnet-a-large-by-size.json", &["  prepare and peak: compile 78.3 s, 659 MiB; backend 93.0 s (1.19x compile's), 590 MiB"]),
+        ("same-process-backend-fe87850-float32-b16-mobilenet-v2-efficientnet-b0-by-size.json", &["  prepare and peak: compile 12.9 s, 899 MiB; backend 15.5 s (1.20x compile's), 260 MiB", "  prepare and peak: compile 19.7 s, 837 MiB; backend 21.7 s (1.10x compile's), 274 MiB"]),
+        ("same-process-backend-fe87850-bfloat16-b16-mobilenet-v2-efficientnet-b0-by-size.json", &["  prepare and peak: compile 13.8 s, 202 MiB; backend 14.4 s (1.04x compile's), 191 MiB", "  prepare and peak: compile 20.0 s, 105 MiB; backend 22.6 s (1.13x compile's), 265 MiB"]),
+        ("same-process-backend-fe87850-float32-b1-mobilenet-v2-efficientnet-b0-by-size.json", &["  prepare and peak: compile 17.2 s, 870 MiB; backend 17.1 s (0.99x compile's), 103 MiB", "  prepare and peak: compile 21.9 s, 782 MiB; backend 23.0 s (1.05x compile's), 103 MiB"]),
+        ("same-process-backend-fe87850-bfloat16-b1-mobilenet-v2-efficientnet-b0-by-size.json", &["  prepare and peak: compile 14.5 s, 60 MiB; backend 15.2 s (1.05x compile's), 98 MiB", "  prepare and peak: compile 14.8 s, 32 MiB; backend 21.2 s (1.43x compile's), 98 MiB"]),
+        ("same-process-backend-fe87850-float32-b1-efficientnet-b5-by-size.json", &["  prepare and peak: compile 39.4 s, 3439 MiB; backend 40.3 s (1.02x compile's), 155 MiB"]),
+        ("same-process-backend-fe87850-bfloat16-b1-efficientnet-b5-by-size.json", &["  prepare and peak: compile 34.4 s, 61 MiB; backend 46.3 s (1.35x compile's), 124 MiB"]),
     ];
     for (record, lines) in cases {
         let text = rendered("same-process", &format!("../paper-figs/results/{record}"), &figures);
@@ -160,7 +170,7 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
     // rounds, and eager's own TF32 drift judging Inception-v4's float32 errors.
     let figures = scratch("same-process-rounds");
     // "MODEL/backend-NAME": the backend with other options, on its line after the model's.
-    let cases: [RecordCase; 118] = [
+    let cases: [RecordCase; 127] = [
         ("same-process-backend-6476f4a-bfloat16-b1-decoders.json", &[("llama", "0.89", "0.89–0.89"), ("qwen2", "0.86", "0.85–0.87"), ("mistral", "0.90", "0.90–0.90")]),
         ("same-process-backend-628bc90-float32-b1-branchy.json", &[("googlenet", "0.65", "0.63–0.65"), ("inception-v4", "0.68", "0.66–0.69"), ("nasnet-a-large", "0.66", "0.64–0.67")]),
         // The critical-path plan timed at the choice (option time_critical_path), batch 16.
@@ -300,6 +310,15 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
         ("same-process-backend-fb141f8-float32-b16-efficientnet-b5-depthwise-default.json", &[("efficientnet-b5", "0.90", "0.89–0.91")]),
         // fe87850: the by-size default with the baseline timed as the graph calls it.
         ("same-process-backend-fe87850-float32-b16-nasnet-a-large-by-size.json", &[("nasnet-a-large", "0.76", "0.73–0.78")]),
+        ("same-process-backend-fe87850-bfloat16-b1-nasnet-a-large-by-size.json", &[("nasnet-a-large", "0.58", "0.58–0.59")]),
+        ("same-process-backend-fe87850-float32-b1-nasnet-a-large-by-size.json", &[("nasnet-a-large", "0.54", "0.53–0.55")]),
+        ("same-process-backend-fe87850-bfloat16-b16-nasnet-a-large-by-size.json", &[("nasnet-a-large", "0.78", "0.75–0.82")]),
+        ("same-process-backend-fe87850-float32-b16-mobilenet-v2-efficientnet-b0-by-size.json", &[("mobilenet-v2", "0.96", "0.74–1.08"), ("efficientnet-b0", "0.92", "0.83–0.94")]),
+        ("same-process-backend-fe87850-bfloat16-b16-mobilenet-v2-efficientnet-b0-by-size.json", &[("mobilenet-v2", "0.86", "0.85–0.92"), ("efficientnet-b0", "0.89", "0.89–0.90")]),
+        ("same-process-backend-fe87850-float32-b1-mobilenet-v2-efficientnet-b0-by-size.json", &[("mobilenet-v2", "0.75", "0.62–0.83"), ("efficientnet-b0", "0.80", "0.79–0.81")]),
+        ("same-process-backend-fe87850-bfloat16-b1-mobilenet-v2-efficientnet-b0-by-size.json", &[("mobilenet-v2", "0.80", "0.66–0.83"), ("efficientnet-b0", "0.80", "0.80–0.81")]),
+        ("same-process-backend-fe87850-float32-b1-efficientnet-b5-by-size.json", &[("efficientnet-b5", "0.93", "0.84–0.94")]),
+        ("same-process-backend-fe87850-bfloat16-b1-efficientnet-b5-by-size.json", &[("efficientnet-b5", "0.87", "0.86–0.89")]),
         ("same-process-backend-16d688f-bfloat16-b1-mobilenet-v2-efficientnet-b0-depthwise-default.json", &[("mobilenet-v2", "0.80", "0.75–0.84"), ("mobilenet-v2/backend-off", "0.78", "0.76–0.87"), ("efficientnet-b0", "0.80", "0.70–0.83"), ("efficientnet-b0/backend-off", "0.78", "0.68–0.80")]),
         ("same-process-backend-1aa58cc-bfloat16-b1-decoders-defaults.json", &[("llama", "0.90", "0.89–1.09"), ("llama/backend-off", "0.89", "0.89–0.90"), ("qwen2", "0.85", "0.82–1.12"), ("qwen2/backend-off", "0.83", "0.82–1.08"), ("mistral", "0.83", "0.78–0.86"), ("mistral/backend-off", "0.84", "0.78–0.88")]),
         ("same-process-backend-1aa58cc-float32-b16-resnet50-efficientnet-b0-resnet101-defaults.json", &[("resnet50", "0.96", "0.94–0.95"), ("resnet50/backend-off", "1.01", "0.96–1.02"), ("efficientnet-b0", "0.92", "0.88–0.95"), ("efficientnet-b0/backend-off", "0.91", "0.88–0.93"), ("resnet101", "0.94", "0.93–0.95"), ("resnet101/backend-off", "0.95", "0.94–0.95")]),
