@@ -34,7 +34,7 @@ fn same_process_reports_each_systems_preparation_and_peak_memory() {
     // The compile-time bound (at most 1.5x reduce-overhead's) and peak memory for both,
     // on a line under each model, variants included.
     let figures = scratch("same-process-costs");
-    let cases: [(&str, &[&str]); 68] = [
+    let cases: [(&str, &[&str]); 72] = [
         ("same-process-backend-5c81c32-float32-b16-inception-v3-nows.json", &["  prepare and peak: compile 27.7 s, 2268 MiB; backend 22.0 s (0.79x compile's), 298 MiB; backend-nows 22.1 s (0.80x compile's), 242 MiB"]),
         // The backend's peaks measured right (9bf3279: nothing resets the peak statistics any more).
         ("same-process-backend-9bf3279-float32-b16-googlenet-inception-v3-true-peak.json", &["  prepare and peak: compile 29.3 s, 718 MiB; backend 19.2 s (0.66x compile's), 312 MiB", "  prepare and peak: compile 23.8 s, 2268 MiB; backend 29.3 s (1.23x compile's), 512 MiB"]),
@@ -123,6 +123,11 @@ fn same_process_reports_each_systems_preparation_and_peak_memory() {
         ("same-process-backend-fe87850-bfloat16-b1-mobilenet-v2-efficientnet-b0-by-size.json", &["  prepare and peak: compile 14.5 s, 60 MiB; backend 15.2 s (1.05x compile's), 98 MiB", "  prepare and peak: compile 14.8 s, 32 MiB; backend 21.2 s (1.43x compile's), 98 MiB"]),
         ("same-process-backend-fe87850-float32-b1-efficientnet-b5-by-size.json", &["  prepare and peak: compile 39.4 s, 3439 MiB; backend 40.3 s (1.02x compile's), 155 MiB"]),
         ("same-process-backend-fe87850-bfloat16-b1-efficientnet-b5-by-size.json", &["  prepare and peak: compile 34.4 s, 61 MiB; backend 46.3 s (1.35x compile's), 124 MiB"]),
+        // fe87850, the last two depthwise cells with the by-size default, and the five bfloat16 batch-1 cells last timed at e36a9ad.
+        ("same-process-backend-fe87850-float32-b16-efficientnet-b5-by-size.json", &["  prepare and peak: compile 45.3 s, 3006 MiB; backend 37.8 s (0.83x compile's), 1480 MiB"]),
+        ("same-process-backend-fe87850-bfloat16-b16-efficientnet-b5-by-size.json", &["  prepare and peak: compile 42.4 s, 1414 MiB; backend 45.4 s (1.07x compile's), 1442 MiB"]),
+        ("same-process-backend-fe87850-bfloat16-b1-resnet101-googlenet-bert-base.json", &["  prepare and peak: compile 20.5 s, 60 MiB; backend 20.1 s (0.98x compile's), 99 MiB", "  prepare and peak: compile 21.1 s, 30 MiB; backend 19.8 s (0.94x compile's), 97 MiB", "  prepare and peak: compile 13.7 s, 62 MiB; backend 10.9 s (0.80x compile's), 130 MiB"]),
+        ("same-process-backend-fe87850-bfloat16-b1-inception-v3-inception-v4.json", &["  prepare and peak: compile 21.8 s, 61 MiB; backend 21.6 s (0.99x compile's), 99 MiB", "  prepare and peak: compile 32.5 s, 33 MiB; backend 35.3 s (1.08x compile's), 99 MiB"]),
     ];
     for (record, lines) in cases {
         let text = rendered("same-process", &format!("../paper-figs/results/{record}"), &figures);
@@ -175,7 +180,7 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
     // rounds, and eager's own TF32 drift judging Inception-v4's float32 errors.
     let figures = scratch("same-process-rounds");
     // "MODEL/backend-NAME": the backend with other options, on its line after the model's.
-    let cases: [RecordCase; 127] = [
+    let cases: [RecordCase; 131] = [
         ("same-process-backend-6476f4a-bfloat16-b1-decoders.json", &[("llama", "0.89", "0.89–0.89"), ("qwen2", "0.86", "0.85–0.87"), ("mistral", "0.90", "0.90–0.90")]),
         ("same-process-backend-628bc90-float32-b1-branchy.json", &[("googlenet", "0.65", "0.63–0.65"), ("inception-v4", "0.68", "0.66–0.69"), ("nasnet-a-large", "0.66", "0.64–0.67")]),
         // The critical-path plan timed at the choice (option time_critical_path), batch 16.
@@ -324,6 +329,10 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
         ("same-process-backend-fe87850-bfloat16-b1-mobilenet-v2-efficientnet-b0-by-size.json", &[("mobilenet-v2", "0.80", "0.66–0.83"), ("efficientnet-b0", "0.80", "0.80–0.81")]),
         ("same-process-backend-fe87850-float32-b1-efficientnet-b5-by-size.json", &[("efficientnet-b5", "0.93", "0.84–0.94")]),
         ("same-process-backend-fe87850-bfloat16-b1-efficientnet-b5-by-size.json", &[("efficientnet-b5", "0.87", "0.86–0.89")]),
+        ("same-process-backend-fe87850-float32-b16-efficientnet-b5-by-size.json", &[("efficientnet-b5", "0.92", "0.87–0.92")]),
+        ("same-process-backend-fe87850-bfloat16-b16-efficientnet-b5-by-size.json", &[("efficientnet-b5", "0.92", "0.91–0.93")]),
+        ("same-process-backend-fe87850-bfloat16-b1-resnet101-googlenet-bert-base.json", &[("resnet101", "0.82", "0.78–0.85"), ("googlenet", "0.58", "0.46–0.76"), ("bert-base", "0.84", "0.84–0.88")]),
+        ("same-process-backend-fe87850-bfloat16-b1-inception-v3-inception-v4.json", &[("inception-v3", "0.59", "0.60–0.63"), ("inception-v4", "0.60", "0.57–0.64")]),
         ("same-process-backend-16d688f-bfloat16-b1-mobilenet-v2-efficientnet-b0-depthwise-default.json", &[("mobilenet-v2", "0.80", "0.75–0.84"), ("mobilenet-v2/backend-off", "0.78", "0.76–0.87"), ("efficientnet-b0", "0.80", "0.70–0.83"), ("efficientnet-b0/backend-off", "0.78", "0.68–0.80")]),
         ("same-process-backend-1aa58cc-bfloat16-b1-decoders-defaults.json", &[("llama", "0.90", "0.89–1.09"), ("llama/backend-off", "0.89", "0.89–0.90"), ("qwen2", "0.85", "0.82–1.12"), ("qwen2/backend-off", "0.83", "0.82–1.08"), ("mistral", "0.83", "0.78–0.86"), ("mistral/backend-off", "0.84", "0.78–0.88")]),
         ("same-process-backend-1aa58cc-float32-b16-resnet50-efficientnet-b0-resnet101-defaults.json", &[("resnet50", "0.96", "0.94–0.95"), ("resnet50/backend-off", "1.01", "0.96–1.02"), ("efficientnet-b0", "0.92", "0.88–0.95"), ("efficientnet-b0/backend-off", "0.91", "0.88–0.93"), ("resnet101", "0.94", "0.93–0.95"), ("resnet101/backend-off", "0.95", "0.94–0.95")]),
