@@ -14,7 +14,7 @@ padding (Conv2dSame: ``pad_same`` then a convolution without padding) is split a
 splits it.
 
     python3 experiments/python/cudnn_search_memory_probe.py --models-json MODELS.json \
-        [--models nasnet-a-large] [--batch 16] [--dtype float32] [--order graph-first|padded-first]
+        --models nasnet-a-large [--batch 16] [--dtype float32] [--order graph-first|padded-first]
 """
 
 import json
@@ -51,7 +51,8 @@ def depthwise_sites(model, example):
                 else:
                     if isinstance(mod.padding, str):
                         raise SystemExit(f"error: a convolution with padding {mod.padding!r}: expected numbers or timm's Conv2dSame")
-                    (top, left), (bottom, right) = mod.padding, mod.padding
+                    top = bottom = mod.padding[0]
+                    left = right = mod.padding[1]
                 key = (tuple(x.shape), (kh, kw), tuple(mod.stride), tuple(mod.dilation), (top, bottom, left, right))
                 sites.setdefault(key, None)
             hooks.append(module.register_forward_pre_hook(hook))
@@ -79,7 +80,6 @@ def first_call(x, weight, stride, padding, dilation):
 
 def main():
     parser = probe_parser(__doc__)
-    parser.set_defaults(models="nasnet-a-large")
     parser.add_argument("--order", choices=["graph-first", "padded-first"], default="graph-first", help="which key's search runs first at each site")
     args = parser.parse_args()
     if not torch.cuda.is_available():
