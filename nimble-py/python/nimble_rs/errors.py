@@ -24,3 +24,9 @@ class NoCudaError(NimbleError):
 
 class NotPreparedError(NimbleError):
     """The model was called before ``prepare``."""
+
+
+class InductorDriftWarning(RuntimeWarning):
+    """Inductor's output holds something the backend does not understand (a statement a newer
+    torch writes): that graph runs as Inductor compiled it, on one stream. Said once per kind of
+    statement; ``warnings.simplefilter("error", InductorDriftWarning)`` makes it an error."""

@@ -31,10 +31,10 @@ def code_state(code) -> Dict[str, Any]:
     return code_context.get_context(code).setdefault("nimble_rs", {"graphs": {}, "shapes": {}})
 
 
-def warn_once(key: Any, message: str) -> None:
+def warn_once(key: Any, message: str, category: type = RuntimeWarning) -> None:
     if key not in _WARNED:
         _WARNED.add(key)
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
+        warnings.warn(message, category, stacklevel=3)
 
 
 @dataclass

@@ -28,7 +28,8 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 import torch.fx
 
-from ..errors import NimbleInputError
+from .._version import NEWEST_TESTED_TORCH, REQUIRED_TORCH, warn_if_newer
+from ..errors import InductorDriftWarning, NimbleInputError
 from . import concat, depthwise, fold, hoist, kernels_plan, merge, products
 from . import regions as regions_module
 from .compiled import NimbleCompiled, admit_shape, code_state, warn_once
@@ -37,7 +38,7 @@ from .options import checked as _options
 from .options import inductor_settings as _inductor_settings
 from .runner import Program, seconds_since, shape_key
 from .taskgraph import Tasks, mutated_inputs, op_name, tasks_of
-from .wrapper import WrapperError, WrapperProgram
+from .wrapper import DriftError, WrapperError, WrapperProgram
 
 # Ops that make the host wait for the device: a CUDA graph cannot contain them.
 HOST_SYNC_OPS = {"aten::_local_scalar_dense", "aten::nonzero", "aten::item", "aten::masked_select", "aten::unique", "aten::_unique2", "aten::repeat_interleave", "aten::_assert_async"}
@@ -459,9 +460,20 @@ def _programmatic_launch(on_cuda: bool) -> Optional[str]:
 
 
 def _unplanned(report: Dict[str, Any], kind: str, error: Exception) -> None:
-    """Announces that Inductor's program runs as it is, and why."""
-    warnings.warn(f"nimble backend: Inductor's program for a {kind} graph could not be planned ({error}); it runs on one stream as Inductor compiled it", RuntimeWarning, stacklevel=3)
+    """Announces that Inductor's program runs as it is, and why: a statement this torch's
+    Inductor wrote that the reader does not know once per kind of statement
+    (``InductorDriftWarning``), any other reason for every graph."""
     report["unplanned"] = str(error)
+    if isinstance(error, DriftError):
+        report["drift"] = error.form
+        warn_once(
+            ("drift", error.form),
+            f"nimble backend: torch {torch.__version__}'s Inductor wrote {error}, which this nimble_rs does not read "
+            f"(tested with torch {REQUIRED_TORCH} to {NEWEST_TESTED_TORCH}); graphs with it run as Inductor compiled them, on one stream",
+            InductorDriftWarning,
+        )
+        return None
+    warnings.warn(f"nimble backend: Inductor's program for a {kind} graph could not be planned ({error}); it runs on one stream as Inductor compiled it", RuntimeWarning, stacklevel=3)
     return None
 
 
@@ -471,6 +483,7 @@ def nimble_backend(gm: torch.fx.GraphModule, example_inputs: List[Any], options:
     if extra:
         raise NimbleInputError(f"unexpected arguments for backend=\"nimble\": {', '.join(extra)}; pass options={{...}}")
     chosen = _options(options)
+    warn_if_newer(torch.__version__)
     if chosen["granularity"] == "kernels":
         import functools
 

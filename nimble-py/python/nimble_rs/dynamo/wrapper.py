@@ -7,10 +7,12 @@ Inductor compiles the graph once, fusing and reusing buffers as it would for one
 then schedules those kernels. What each statement touches is read from the code itself:
 a Triton kernel writes the parameters its source does not name ``in_ptr*``; a C++ kernel the
 pointers its binding does not declare ``const``; an extern kernel its ``out=``; an in-place op
-(a name ending in ``_``) its first argument; anything else every tensor it names (a safe
-over-approximation). Names map to storages: an allocation makes one, ``buf5 = buf0`` (Inductor's
-reuse) and ``reinterpret_tensor(buf0, ...)`` share one, an op's result is new (and, unless it is
-an extern kernel's, may alias its arguments). Reads and writes of a storage are ordered as
+(a name ending in ``_``) its first argument; Inductor's checks and a tensor's metadata nothing.
+Anything else over tensors (a newer torch's statement) is a ``DriftError``: the graph then runs
+as Inductor compiled it, announced, instead of being planned on a guess. Names map to storages:
+an allocation makes one, ``buf5 = buf0`` (Inductor's reuse) and ``reinterpret_tensor(buf0,
+...)`` share one, an op's result is new (and, unless it is an extern kernel's, may alias its
+arguments). Reads and writes of a storage are ordered as
 written (``taskgraph.Accesses``), so Inductor's buffer reuse becomes ordinary dependencies the
 plan keeps; but kernels that write disjoint parts of one allocation, each through its own view
 (``reinterpret_tensor`` of an ``empty_strided`` with literal sizes and strides, as Inductor
@@ -30,12 +32,31 @@ from .taskgraph import Accesses
 ALLOCATORS = {"empty_strided_cuda", "empty_strided_cpu", "empty_strided_xpu", "empty_strided", "empty_strided_cpu_pinned", "empty", "zeros", "full"}
 # Calls that return a view of their first argument.
 VIEWS = {"reinterpret_tensor", "as_strided", "view"}
-# Calls that only look at a tensor's metadata.
-CHECKS = {"assert_size_stride", "assert_alignment"}
+# Calls that only look at a tensor's metadata: Inductor's checks of sizes, strides, dtypes and
+# alignment. assert_size_stride and assert_alignment since 2.11 (at least); 2.14 added
+# assert_size_stride_grouped (several inputs in one call) and assert_tensor_metadata (an
+# extern kernel's result, with its dtype).
+CHECKS = {"assert_size_stride", "assert_alignment", "assert_size_stride_grouped", "assert_tensor_metadata"}
+# Methods of a tensor that read its metadata alone (Inductor's dynamic shapes: ``s0 = x.size()``).
+METADATA = {"size", "stride", "storage_offset", "dim", "numel", "data_ptr"}
+# Control flow Inductor writes for torch.cond and while_loop: read as one task over every tensor
+# it names.
+CONTROL_FLOW = (ast.If, ast.While, ast.For)
 
 
 class WrapperError(Exception):
     """Inductor's ``call`` has a shape this module does not read."""
+
+
+class DriftError(WrapperError):
+    """A statement of Inductor's ``call`` this module does not know (a newer torch's): ``form``
+    is what it is (the function called, or the kind of statement), ``statement`` its text."""
+
+    def __init__(self, form: str, statement: ast.AST, why: str):
+        self.form = form
+        self.statement = ast.unparse(statement)
+        text = self.statement if len(self.statement) <= 100 else self.statement[:97] + "..."
+        super().__init__(f"{why}: `{text}`")
 
 
 @dataclass
@@ -163,7 +184,8 @@ class WrapperProgram:
                         self.storage[name] = set(shared)
                         self._view(name, value)
                     return Statement(index, node, "alias", defines=targets, uses=uses)
-            if isinstance(value, ast.Call) and dotted(value.func).split(".")[-1] in ALLOCATORS and not self._tensors(value):
+            # (Its arguments may name a size a graph input carries, with dynamic shapes: no tensor.)
+            if isinstance(value, ast.Call) and dotted(value.func).split(".")[-1] in ALLOCATORS:
                 layout = slices.literal_layout(value)
                 for name in targets:
                     self.storage[name] = self._new_storage()
@@ -189,7 +211,7 @@ class WrapperProgram:
                     self.storage[name] = set(result)
                 return Statement(index, node, "kernel", defines=targets, uses=uses, reads=reads, writes=writes | fresh, name=self._kernel_name(value), parts=self._parts(value))
             if self._tensors(value):
-                raise WrapperError(f"an assignment of an unknown form: {ast.unparse(node)[:120]}")
+                raise DriftError(type(value).__name__, node, "an assignment of an unknown form")
             return Statement(index, node, "host", defines=targets, uses=uses)
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
             call = node.value
@@ -199,8 +221,11 @@ class WrapperProgram:
             if reads or writes:
                 return Statement(index, node, "kernel", uses=uses - self.stream_variables, reads=reads, writes=writes, name=self._kernel_name(call), parts=self._parts(call))
             return Statement(index, node, "host", uses=uses)
+        if self._tensors(node) and not isinstance(node, CONTROL_FLOW):
+            # A stream block (2.13+), or anything else over tensors this module does not read.
+            raise DriftError(type(node).__name__.lower(), node, "a statement of an unknown kind")
         if self._tensors(node):
-            # Control flow or anything else over tensors: one task that reads and writes them all.
+            # Inductor's control flow: one task that reads and writes every tensor it names.
             touched = self._tensors(node)
             defined = [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
             for name in defined:
@@ -247,7 +272,9 @@ class WrapperProgram:
         return name[: -len(".run")] if name.endswith(".run") else name
 
     def _accesses(self, call: ast.Call) -> Tuple[Set[int], Set[int]]:
-        """The storages a call reads and writes."""
+        """The storages a call reads and writes. A call over tensors of a form this module does
+        not know (an unknown function, a kernel whose parameters the module does not declare)
+        is a ``DriftError``: never guessed at."""
         function = dotted(call.func)
         kernel = function[: -len(".run")] if function.endswith(".run") else function
         known = self.signatures.writes(kernel)
@@ -272,10 +299,16 @@ class WrapperProgram:
             return self._written_and_read([call.func.value], others)
         if in_place and call.args:
             return self._written_and_read([call.args[0]], others[1:])
-        unknown_kernel = known is None and function.endswith(".run")
-        if unknown_kernel or not function.startswith(("extern_kernels.", "aten.", "torch.ops.")):
-            # A kernel whose parameters are not known: everything it names may be written.
-            return set(), self._tensors(call)
+        method = function.split(".")[-1]
+        if method in METADATA and isinstance(call.func, ast.Attribute) and not call.args and not self._tensors(call).difference(self._tensors(call.func.value)):
+            # x.size(), x.stride(): the tensor's metadata, read on the host.
+            return set(), set()
+        if not self._tensors(call):
+            return set(), set()
+        if known is None and function.endswith(".run"):
+            raise DriftError(kernel, call, "a kernel whose parameters Inductor's module does not declare")
+        if not function.startswith(("extern_kernels.", "aten.", "torch.ops.")):
+            raise DriftError(function or type(call.func).__name__, call, "an unknown call over tensors")
         return self._written_and_read([], others)
 
     def _written_and_read(self, written: Sequence[ast.AST], read: Sequence[ast.AST]) -> Tuple[Set[int], Set[int]]:
