@@ -31,24 +31,47 @@ def inception():
     return model, x, compiled, static
 
 
+def reissued(cut):
+    """The plan's regions issued in another order the plan allows (each stream's regions in
+    order, every sync's region before its waiter): the latest region ready first, so that the
+    program's kernels leave Inductor's order wherever two regions are independent."""
+    regions = cut["regions"]
+    before = {r: set() for r in range(len(regions))}
+    last = {}
+    for r, region in enumerate(regions):
+        if region["stream"] in last:
+            before[r].add(last[region["stream"]])
+        last[region["stream"]] = r
+    for a, b in cut["syncs"]:
+        before[b].add(a)
+    order = []
+    while len(order) < len(regions):
+        order.append(max(r for r in range(len(regions)) if r not in order and before[r] <= set(order)))
+    position = {r: i for i, r in enumerate(order)}
+    return dict(cut, regions=[regions[r] for r in order], syncs=[[position[a], position[b]] for a, b in cut["syncs"]])
+
+
 @pytest.mark.parametrize("algorithm", every_algorithm())
-def test_every_algorithm_plans_inductors_kernels_and_the_plan_order_matches_eager(algorithm, inception):
+def test_every_algorithm_plans_inductors_kernels_and_the_plan_order_matches_eager(algorithm, inception, monkeypatch):
     model, x, compiled, static = inception
     wrapper = WrapperProgram(kernels_plan.inductor_module(compiled), static)
     assert len(wrapper.tasks) >= 10
     plan, cut = kernels_plan.plan(wrapper, algorithm)
-    schedule = Schedule(wrapper, cut["regions"], cut["syncs"])
-    schedule.check()
-    kernels = [i for i in schedule.order if wrapper.statements[i].kind == "kernel"]
-    assert sorted(kernels) == [s.index for s in wrapper.statements if s.kind == "kernel"]
+    for regions in (cut, reissued(cut)):
+        schedule = Schedule(wrapper, regions["regions"], regions["syncs"])
+        schedule.check()
+        kernels = [i for i in schedule.order if wrapper.statements[i].kind == "kernel"]
+        assert sorted(kernels) == [s.index for s in wrapper.statements if s.kind == "kernel"]
     if plan["streams"] > 1:
-        # The plan's order is not Inductor's: what makes this test able to fail when a
-        # dependency (a reused buffer, a view) was missed.
+        # Issued latest-ready-first, the program is not in Inductor's order: what makes this
+        # test able to fail when a dependency (a reused buffer, a view) was missed.
         assert kernels != sorted(kernels), algorithm
         # The capture's program is made too (it runs on a GPU only).
         schedule.function(streams=True)
         assert "wait_event" in schedule.source and "torch.cuda.stream(_nimble_streams[1])" in schedule.source
-    # On the CPU the backend runs the planned program, in this order.
+    # On the CPU the backend runs the planned program in its order: here, the reissued one.
+    planned = kernels_plan.plan
+    monkeypatch.setattr(kernels_plan, "plan", lambda w, a: (lambda p, c: (p, reissued(c)))(*planned(w, a)))
     with torch.no_grad():
         expected = model(x)
         torch._dynamo.reset()

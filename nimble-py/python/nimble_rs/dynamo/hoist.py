@@ -75,9 +75,9 @@ def _unchanged(program: WrapperProgram, mutated: Sequence[int]) -> Tuple[Set[int
 
 def on_weights_alone(program: WrapperProgram, mutated: Sequence[int] = ()) -> List[int]:
     """The kernel statements, in order, that compute from unchanging parameters and buffers
-    alone (``_on_weights_alone``): what option ``weight_stream`` sets aside."""
-    unchanged, writers = _unchanged(program, mutated)
-    return _on_weights_alone(program, unchanged, writers)
+    alone (``WrapperProgram.weight_only``): what option ``weight_stream`` sets aside."""
+    unchanged, _ = _unchanged(program, mutated)
+    return program.weight_only(static=unchanged)
 
 
 def find(program: WrapperProgram, mutated: Sequence[int] = ()) -> Hoisting:
@@ -122,7 +122,7 @@ def find(program: WrapperProgram, mutated: Sequence[int] = ()) -> Hoisting:
 
     written: Dict[int, List[str]] = {}
     refused: Dict[int, str] = {}
-    for index in _on_weights_alone(program, unchanged, writers):
+    for index in program.weight_only(static=unchanged):
         written_names = _written_names(program, statements[index])
         names = [n for n, _ in written_names] if written_names is not None else None
         if names is None or not all(whole(n) for n in names):
@@ -178,25 +178,6 @@ def find(program: WrapperProgram, mutated: Sequence[int] = ()) -> Hoisting:
     used = [i for i, name in enumerate(program.inputs) if program.storage.get(name, set()) & read]
     definers = sorted({d for i in written for n in written[i] for d in definers_of.get(n, ())})
     return Hoisting(written=written, prologue=prologue, inputs=used, definers=definers, refused=refused)
-
-
-def _on_weights_alone(program: WrapperProgram, unchanged: Set[int], writers: Dict[int, Set[int]]) -> List[int]:
-    """``program.weight_only`` without the kernels that only look so: a storage both read and
-    written counts as written, so a kernel updating an activation in place (BatchNorm and ReLU
-    on a convolution's output) reads parameters alone by its accesses. A kernel is on weights
-    alone if what it reads is unchanged parameters and buffers or such kernels' outputs, and
-    every kernel that wrote its storages before it is such a kernel too."""
-    found: List[int] = []
-    kept: Set[int] = set()
-    derived = set(unchanged)
-    for index in program.weight_only(static=unchanged):
-        s = program.statements[index]
-        earlier = {w for st in s.writes for w in writers.get(st, ()) if w < index}
-        if s.reads <= derived and earlier <= kept:
-            found.append(index)
-            kept.add(index)
-            derived |= s.writes
-    return found
 
 
 def _literal(node: ast.AST) -> Any:

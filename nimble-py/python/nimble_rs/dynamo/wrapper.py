@@ -447,16 +447,29 @@ class WrapperProgram:
         return tasks
 
     def weight_only(self, static: Optional[Set[int]] = None) -> List[int]:
-        """The kernel statements, in order, that read only parameters and buffers (the static
-        inputs' storages, or the storages ``static`` where given, even none) and what such
-        kernels wrote before, and write only new storage (no input)."""
+        """The kernel statements, in order, that compute from parameters and buffers alone: they
+        read only the static inputs' storages (or the storages ``static`` where given, even
+        none) and what such kernels wrote before, write no input, and every kernel that wrote
+        their storages before them is such a kernel too. (A storage both read and written
+        counts as written, so the last rule is what keeps out a kernel updating an activation
+        in place with only parameters among its other inputs, as Inductor's BatchNorm and ReLU
+        after a convolution do: by its accesses alone it reads weights.) The one rule for the
+        task graph's anchors (``_tasks``), the weight stream and hoisting (``hoist``)."""
         derived = set(self.static_storages if static is None else static)
         inputs = {st for name in self.inputs for st in self.storage.get(name, ())}
+        writers: Dict[int, Set[int]] = {}
         found: List[int] = []
+        kept: Set[int] = set()
         for s in self.statements:
-            if s.kind == "kernel" and s.reads and s.reads <= derived and not (s.writes & inputs):
+            if s.kind != "kernel":
+                continue
+            earlier = {w for st in s.writes for w in writers.get(st, ())}
+            if s.reads and s.reads <= derived and not (s.writes & inputs) and earlier <= kept:
                 found.append(s.index)
+                kept.add(s.index)
                 derived |= s.writes
+            for st in s.writes:
+                writers.setdefault(st, set()).add(s.index)
         return found
 
     def task_graph(self) -> dict:
