@@ -271,24 +271,35 @@ def test_training_through_the_backend_matches_eager(make, shape):
 
 
 ANOTHER_TORCH = r"""
-import sys, torch
+import sys, warnings, torch
 from torch.torch_version import TorchVersion
 torch.__version__ = TorchVersion("2.12.0")   # another torch, as the package sees it
 sys.modules["nimble_rs_engine"] = None        # and the libtorch engine unloadable
+warnings.simplefilter("always")
 import nimble_rs
 model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2)).eval()
 x = torch.randn(3, 4)
 with torch.no_grad():
     assert torch.allclose(torch.compile(model, backend="nimble")(x), model(x), atol=1e-6)
 print("backend ok", nimble_rs.algorithms()[0][0])
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    for _ in range(2):
+        fast = nimble_rs.Nimble(model)
+        report = fast.prepare(x)
+        with torch.no_grad():
+            assert torch.allclose(fast(x), model(x), atol=1e-6)
+notices = [str(w.message) for w in seen if "nimble_rs.Nimble" in str(w.message)]
+print("notices", len(notices), notices[0] if notices else "")
+print("path", report["path"], report["graphs"], report.get("reused") is not None)
 try:
-    nimble_rs.Nimble(model)
+    nimble_rs.Nimble(model, path="engine")
 except ImportError as e:
-    print("Nimble:", e)
+    print("engine:", e)
 """
 
 
-def test_the_backend_needs_no_particular_torch_and_nimble_names_both_versions():
+def test_with_another_torch_the_backend_works_and_nimble_takes_its_path_announced_once():
     import subprocess
     import sys
 
@@ -296,12 +307,14 @@ def test_the_backend_needs_no_particular_torch_and_nimble_names_both_versions():
     so = next(p for p in (Path(nimble_rs.__file__).parent).iterdir() if p.name.startswith("_sched") and p.suffix == ".so")
     needed = subprocess.run(["readelf", "-d", str(so)], capture_output=True, text=True, check=True).stdout
     assert "libtorch" not in needed and "libc10" not in needed, needed
-    # With another torch and no engine: import, the backend and the registry work; Nimble
-    # refuses with one error naming both versions.
+    # With another torch and no engine: import, the backend and the registry work; Nimble runs
+    # the model through the backend, saying so once; path="engine" refuses, naming both versions.
     done = subprocess.run([sys.executable, "-c", ANOTHER_TORCH], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "backend ok nimble" in done.stdout, done.stdout
-    assert "built for torch 2.11.0, but this Python has torch 2.12.0" in done.stdout, done.stdout
+    assert "notices 1 nimble_rs.Nimble: nimble_rs.Nimble's engine was built for torch 2.11.0, but this Python has torch" in done.stdout, done.stdout
+    assert "path backend 1 True" in done.stdout, done.stdout
+    assert "engine: nimble_rs.Nimble's engine was built for torch 2.11.0, but this Python has torch" in done.stdout, done.stdout
 
 
 def test_a_graphs_outputs_count_as_held_while_autograd_or_the_user_holds_them():

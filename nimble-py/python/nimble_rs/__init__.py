@@ -16,13 +16,14 @@ The scheduler is usable on its own, with task graphs as dicts: ``algorithms()``,
 """
 
 # The scheduling extension links no libtorch, so this works with any torch; nimble_rs.Nimble
-# checks for torch 2.11.0 (its engine's) when it is first used.
-from ._version import REQUIRED_TORCH
+# takes its engine's path with torch 2.11.0 and the backend's with any other (nimble.py).
+from ._version import NEWEST_TESTED_TORCH, REQUIRED_TORCH
 
 from . import errors  # noqa: E402
 from .errors import (  # noqa: E402
     DynamicModelError,
     HostSyncError,
+    InductorDriftWarning,
     NimbleError,
     NimbleInputError,
     NoCudaError,
@@ -45,5 +46,7 @@ __all__ = [
     "DynamicModelError",
     "NoCudaError",
     "NotPreparedError",
+    "InductorDriftWarning",
     "REQUIRED_TORCH",
+    "NEWEST_TESTED_TORCH",
 ]

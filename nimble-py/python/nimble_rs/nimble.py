@@ -4,13 +4,45 @@ import inspect
 import json
 import os
 import tempfile
+import warnings
 from typing import Any, Dict, List, Optional
 
 import torch
 
-from ._version import REQUIRED_TORCH, check_torch_version
-from .errors import NimbleInputError, NotPreparedError
+from ._version import REQUIRED_TORCH, check_torch_version, engine_mismatch
+from .backend_path import BackendPath
+from .errors import NimbleError, NimbleInputError, NotPreparedError
 from .tracing import counts_from_shapes
+
+PATHS = ("auto", "engine", "backend")
+_announced_path = False
+
+
+def engine_unavailable() -> Optional[str]:
+    """Why the libtorch engine cannot run in this Python, or None: a torch other than the one it
+    is built for, or nimble-rs-engine not installed."""
+    reason = engine_mismatch(torch.__version__)
+    if reason is not None:
+        return reason
+    try:
+        import nimble_rs_engine  # noqa: F401
+    except ImportError as e:
+        return f"nimble-rs-engine is not installed ({e})"
+    return None
+
+
+def _announce_backend_path(why: str) -> None:
+    """Said once per process: which path Nimble takes where the engine cannot run."""
+    global _announced_path
+    if not _announced_path:
+        _announced_path = True
+        warnings.warn(
+            f"nimble_rs.Nimble: {why}; it runs models through torch.compile(backend=\"nimble\") instead "
+            "(Inductor's kernels on Nimble's streams, one CUDA graph per prepared input shape; "
+            f"install torch=={REQUIRED_TORCH} with nimble-rs-engine for the engine's path)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def engine():
@@ -62,15 +94,30 @@ class Nimble:
     the weights folded in (BatchNorm into convolutions): prepare again after changing them.
     """
 
-    def __init__(self, module: torch.nn.Module):
+    def __init__(self, module: torch.nn.Module, path: str = "auto"):
+        """``path``: ``"auto"`` takes the engine where it can run (torch 2.11.0 with
+        nimble-rs-engine installed) and the backend otherwise, announced once; ``"engine"``
+        refuses another torch (ImportError naming both versions); ``"backend"`` always runs the
+        model through ``torch.compile(backend="nimble")`` (``backend_path``)."""
         if isinstance(module, torch.jit.ScriptModule):
             self._script: Optional[torch.jit.ScriptModule] = module
         elif isinstance(module, torch.nn.Module):
             self._script = None
         else:
             raise TypeError(f"expected a torch.nn.Module or a torch.jit.ScriptModule, got {type(module).__name__}")
-        # The engine now, so that a torch other than its own fails here, naming both versions.
-        engine()
+        if path not in PATHS:
+            raise NimbleInputError(f"path={path!r}: expected \"auto\", \"engine\" or \"backend\"")
+        why = engine_unavailable() if path == "auto" else "path=\"backend\" was asked for" if path == "backend" else None
+        self._backend: Optional[BackendPath] = None
+        if why is not None:
+            if self._script is not None:
+                raise NimbleInputError(f"a ScriptModule runs only on the engine's path, and {why}; pass the nn.Module itself")
+            if path == "auto":
+                _announce_backend_path(why)
+            self._backend = BackendPath(module, why)
+        else:
+            # The engine now, so that a torch other than its own fails here, naming both versions.
+            engine()
         self._module = module
         self._native: Optional[Any] = None
         self._prepared_native: Optional[Any] = None
@@ -129,6 +176,15 @@ class Nimble:
                 for buffer, value in buffers:
                     buffer.copy_(value)
 
+    def _engine_only(self, method: str) -> None:
+        """Refuses ``method`` on the backend's path, which has no task graph of the whole
+        forward (the backend's option ``graphs`` writes each graph's kernels instead)."""
+        if self._backend is not None:
+            raise NimbleError(
+                f"Nimble.{method} needs the libtorch engine, and this Nimble runs through the backend ({self._backend.why}); "
+                "torch.compile(model, backend=\"nimble\", options={\"graphs\": DIR}) writes each graph's planned kernels"
+            )
+
     def _prepared(self) -> Any:
         # Kept apart from `_native`, which `eager` or `trace_graph` on inputs of other shapes
         # replace: those calls leave the prepared graph as it is.
@@ -156,6 +212,14 @@ class Nimble:
         (0.127 against torch.compile's 0.084). Returns the report:
         ``streams``, ``syncs``, ``tasks``, ``kernel_nodes``, ``seconds`` per stage, …
 
+        On the backend's path (``path``; ``backend_path``) the module is compiled with
+        ``torch.compile(backend="nimble", options={"algorithm": algorithm})`` and run once on
+        ``example_inputs`` (on a GPU, that captures the shape's CUDA graph); the report has
+        ``path``, ``why``, ``graphs``, ``streams``, ``syncs``, ``kernels``, ``captured``,
+        ``seconds``, each graph's own report, and ``ignored``: the arguments that path does not
+        apply (``optimize``, ``channels_last``, ``fold_half_precision`` given other than their
+        defaults).
+
         With ``training=True`` (the paper's training mode), the module is traced in training mode
         and two graphs are captured, the forward (on the plan's streams) and its backward; calling
         the model then replays the forward inside an autograd function whose backward replays the
@@ -163,6 +227,10 @@ class Nimble:
         ``torch.optim`` optimizer steps them. The module's parameters and buffers keep the values
         they had before ``prepare``; ``optimize`` and ``channels_last`` apply to inference only."""
         inputs = _tensors(example_inputs)
+        if self._backend is not None:
+            given = {"optimize": (optimize, True), "channels_last": (channels_last, None), "fold_half_precision": (fold_half_precision, False)}
+            ignored = [name for name, (value, default) in given.items() if value != default]
+            return self._backend.prepare(inputs, algorithm, training, ignored)
         native = self._load(inputs, training)
         self._prepared_native = None
         report = json.loads(native.prepare(inputs, algorithm, optimize, channels_last, training, fold_half_precision))
@@ -173,40 +241,51 @@ class Nimble:
         """Replays the graph on ``inputs``; the module's output structure, its tensors the graph's
         own output buffers, overwritten by the next call (as ``torch.cuda.graphs`` does): clone
         what you keep, or use ``forward_owned``."""
+        if self._backend is not None:
+            return self._backend(_tensors(inputs), owned=False)
         return self._prepared().forward(_tensors(inputs), False)
 
     def forward_owned(self, *inputs: torch.Tensor) -> Any:
         """As calling the model, with every output tensor a copy of its own."""
+        if self._backend is not None:
+            return self._backend(_tensors(inputs), owned=True)
         return self._prepared().forward(_tensors(inputs), True)
 
     def eager(self, *inputs: torch.Tensor) -> Any:
         """The traced module's own forward, op by op (the reference Nimble is checked against)."""
         inputs = _tensors(inputs)
+        if self._backend is not None:
+            return self._backend.eager(inputs)
         return self._load(inputs, self._training).eager(inputs)
 
     def run_optimized(self, *inputs: torch.Tensor) -> List[torch.Tensor]:
         """The forward after the inference rewrites, run once op by op (on the CPU too): what the
         rewrites compute, to check against the module. The output tensors, flat."""
         inputs = _tensors(inputs)
+        self._engine_only("run_optimized")
         return self._load(inputs, False).run_optimized(inputs)
 
     def trace_graph(self, *inputs: torch.Tensor, optimize: bool = True) -> Dict[str, Any]:
         """The task graph of one forward on ``inputs``, recorded without preparing (on the CPU
         too), as a dict in the JSON schema of docs/cli.md, for ``assign`` and ``simulate``."""
         inputs = _tensors(inputs)
+        self._engine_only("trace_graph")
         return json.loads(self._load(inputs, False).trace_graph(inputs, optimize))
 
     def task_graph(self) -> Dict[str, Any]:
         """The prepared forward's task graph (with each task's measured GPU time)."""
+        self._engine_only("task_graph")
         return json.loads(self._prepared().task_graph())
 
     def plan(self) -> Dict[str, Any]:
         """The prepared plan: ``streams``, ``syncs``, ``stream_of``, ``order``, ``sync_edges``."""
+        self._engine_only("plan")
         return json.loads(self._prepared().plan())
 
     def export_graph(self, path: "os.PathLike[str] | str") -> None:
         """Writes the prepared task graph as JSON (what ``nimble-bench assign --graph`` reads);
         through a temporary file, so a failed write leaves no half-written file."""
+        self._engine_only("export_graph")
         text = self._prepared().task_graph()
         path = os.fspath(path)
         temporary = f"{path}.partial"
