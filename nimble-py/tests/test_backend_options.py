@@ -46,11 +46,38 @@ from models import Inception, relative_error
         ({"inductor_config": ["layout_optimization"]}, "expected a dict of torch._inductor.config names"),
         ({"inductor_config": {"layout_optimization": "yes"}}, "layout_optimization='yes': expected True or False"),
         ({"inductor_config": {"max_autotune_gemm_search_space": 3}}, "max_autotune_gemm_search_space=3: expected one of 'DEFAULT', 'EXHAUSTIVE'"),
+        ({"max_shapes": True}, "max_shapes=True: expected a positive integer"),
+        ({"warmups": True}, "warmups=True: expected a positive integer"),
+        (["algorithm", "greedy"], r"options=\['algorithm', 'greedy'\]: expected a dict of option names to values"),
+        ("algorithm=greedy", "options='algorithm=greedy': expected a dict"),
     ],
 )
 def test_bad_options_are_input_errors(options, message):
     with pytest.raises(nimble_rs.NimbleInputError, match=message):
         backend_options.checked(options)
+
+
+def test_a_configured_backend_checks_its_options_when_built_and_runs_with_them():
+    # nimble_rs.backend(...) refuses a bad option at once, where the user wrote it; given with
+    # torch.compile(options=...), the same error reaches the user wrapped by Dynamo, as
+    # BackendCompilerFailed with the NimbleInputError as its inner_exception.
+    with pytest.raises(nimble_rs.NimbleInputError, match="max_shapes=True"):
+        nimble_rs.backend(max_shapes=True)
+    with pytest.raises(nimble_rs.NimbleInputError, match="unknown option `algorithms`"):
+        nimble_rs.backend(algorithms="greedy")
+    model, x = Inception(channels=4).eval(), torch.randn(1, 4, 8, 8)
+    configured = nimble_rs.backend(algorithm="greedy")
+    torch._dynamo.reset()
+    before = len(pipeline.reports())
+    with torch.no_grad():
+        out = torch.compile(model, backend=configured)(x)
+        assert relative_error(out, model(x)) < 1e-5
+    assert [r["algorithm"] for r in pipeline.reports()[before:]] == ["greedy"]
+    torch._dynamo.reset()
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed) as raised, torch.no_grad():
+        torch.compile(model, backend="nimble", options={"warmups": True})(x)
+    assert isinstance(raised.value.inner_exception, nimble_rs.NimbleInputError), raised.value.inner_exception
+    torch._dynamo.reset()
 
 
 def test_inductor_settings_apply_to_the_backends_compile_alone():

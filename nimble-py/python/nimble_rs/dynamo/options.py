@@ -137,6 +137,8 @@ DEFAULTS: Dict[str, Any] = {
 def checked(options: Optional[dict]) -> Dict[str, Any]:
     """The options given over ``DEFAULTS``, each checked: a bad one is a ``NimbleInputError``
     naming it and what it takes, before anything is compiled."""
+    if options is not None and not isinstance(options, dict):
+        raise NimbleInputError(f"options={options!r}: expected a dict of option names to values (known options: {', '.join(DEFAULTS)})")
     chosen = dict(DEFAULTS)
     for key, value in (options or {}).items():
         if key not in DEFAULTS:
@@ -144,7 +146,7 @@ def checked(options: Optional[dict]) -> Dict[str, Any]:
         chosen[key] = value
     if chosen["choose"] not in ("auto", "streams", "single"):
         raise NimbleInputError(f"option choose={chosen['choose']!r}: expected \"auto\", \"streams\" or \"single\"")
-    if not isinstance(chosen["max_shapes"], int) or chosen["max_shapes"] < 1:
+    if not _integer(chosen["max_shapes"]) or chosen["max_shapes"] < 1:
         raise NimbleInputError(f"option max_shapes={chosen['max_shapes']!r}: expected a positive integer")
     if not isinstance(chosen["capture_training"], bool):
         raise NimbleInputError(f"option capture_training={chosen['capture_training']!r}: expected True or False")
@@ -162,7 +164,7 @@ def checked(options: Optional[dict]) -> Dict[str, Any]:
     _check_inductor_config(chosen["inductor_config"])
     if chosen["accuracy"] not in ("compiler", "any"):
         raise NimbleInputError(f"option accuracy={chosen['accuracy']!r}: expected \"compiler\" or \"any\"")
-    if not isinstance(chosen["warmups"], int) or chosen["warmups"] < 1:
+    if not _integer(chosen["warmups"]) or chosen["warmups"] < 1:
         raise NimbleInputError(f"option warmups={chosen['warmups']!r}: expected a positive integer")
     name = chosen["algorithm"]
     if not isinstance(name, str) or name.split(":")[0] not in {n for n, _, _ in scheduling.algorithms()}:
@@ -171,6 +173,11 @@ def checked(options: Optional[dict]) -> Dict[str, Any]:
     # Its argument too (round-robin:K), by the registry itself, before anything is compiled.
     scheduling.assign({"nodes": [{"id": 0, "op": "probe"}], "edges": []}, name)
     return chosen
+
+
+def _integer(value) -> bool:
+    """An int that is not a bool (``True`` is an int to Python, not a count to a user)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _check_inductor_config(settings) -> None:
