@@ -6,6 +6,12 @@
 # install is reused, a half-finished one is removed and redone. About 1 minute and 4.6 GB the
 # first time.
 #
+#
+# It also provisions the newest torch release the backend is tested with (NEWEST_TESTED_TORCH in
+# nimble-py/python/nimble_rs/_version.py, the one place that names it) in a second cached venv,
+# linked as `.nimble-venv-newest`, with the packages the Python tests need; scripts/test-python.sh
+# runs the tests that need no engine there. About 1 minute and 5 GB more the first time.
+#
 #   NIMBLE_CACHE_DIR  where the install lives (default: $XDG_CACHE_HOME/nimble or ~/.cache/nimble)
 #   PYTHON            the interpreter used to create the venv (default: python3, 3.10 to 3.13)
 set -euo pipefail
@@ -49,3 +55,24 @@ mv -T "$repo/.libtorch.tmp" "$repo/.libtorch"
 ln -sfn "$venv" "$repo/.nimble-venv.tmp"
 mv -T "$repo/.nimble-venv.tmp" "$repo/.nimble-venv"
 echo "setup-libtorch: libtorch 2.11.0 at $site/torch (linked as .libtorch), its venv as .nimble-venv" >&2
+
+# The newest tested torch, for the backend's tests on it (no libtorch is linked against it).
+newest=$(sed -n 's/^NEWEST_TESTED_TORCH = "\([0-9.]*\)"$/\1/p' "$repo/nimble-py/python/nimble_rs/_version.py")
+if [ -z "$newest" ]; then
+    echo "setup-libtorch: no NEWEST_TESTED_TORCH = \"X.Y.Z\" line in nimble-py/python/nimble_rs/_version.py" >&2
+    exit 1
+fi
+newest_venv=$cache/torch-$newest
+if [ ! -f "$newest_venv/.complete" ]; then
+    echo "setup-libtorch: installing torch==$newest into $newest_venv (about 1 minute, 5 GB)" >&2
+    rm -rf "$newest_venv"
+    "$python" -m venv "$newest_venv"
+    # The test runner and the tokenizer test's transformers, as in the engine's venv; no maturin
+    # or Rust: nimble_rs comes to it as the wheel users install (scripts/test-python.sh).
+    "$newest_venv/bin/pip" install --quiet --disable-pip-version-check \
+        "torch==$newest" "pytest==8.4.2" "transformers==5.17.0"
+    touch "$newest_venv/.complete"
+fi
+ln -sfn "$newest_venv" "$repo/.nimble-venv-newest.tmp"
+mv -T "$repo/.nimble-venv-newest.tmp" "$repo/.nimble-venv-newest"
+echo "setup-libtorch: torch $newest (the newest tested) in $newest_venv, linked as .nimble-venv-newest" >&2

@@ -1,5 +1,9 @@
-"""What the GPU test files share: skip without CUDA, or fail under NIMBLE_REQUIRE_GPU=1."""
+"""What the test files share: skip GPU tests without CUDA (or fail under NIMBLE_REQUIRE_GPU=1),
+and the engine's tests (marked ``engine``) where the libtorch engine cannot run: on a torch other
+than the one it is built for (CI runs the rest on the newest tested torch too), or without it
+installed. Under NIMBLE_REQUIRE_ENGINE=1 (the engine's own venv in CI) they fail instead."""
 
+import importlib.util
 import os
 
 import pytest
@@ -12,3 +16,30 @@ def require_cuda() -> None:
         if os.environ.get("NIMBLE_REQUIRE_GPU") == "1":
             pytest.fail("NIMBLE_REQUIRE_GPU=1, but torch sees no CUDA device")
         pytest.skip("no CUDA device (NIMBLE_REQUIRE_GPU=1 makes this a failure)")
+
+
+def engine_missing():
+    """Why nimble_rs.Nimble's libtorch engine cannot run here, or None."""
+    from nimble_rs._version import engine_mismatch
+
+    reason = engine_mismatch(torch.__version__)
+    if reason is None and importlib.util.find_spec("nimble_rs_engine") is None:
+        reason = "nimble-rs-engine is not installed"
+    return reason
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "engine: needs nimble_rs.Nimble's libtorch engine (torch 2.11.0)")
+
+
+def pytest_collection_modifyitems(config, items):
+    engine_tests = [item for item in items if item.get_closest_marker("engine")]
+    reason = engine_missing() if engine_tests else None
+    if reason is None:
+        return
+    if os.environ.get("NIMBLE_REQUIRE_ENGINE") == "1":
+        raise pytest.UsageError(f"NIMBLE_REQUIRE_ENGINE=1, but {reason}")
+    print(f"\nconftest: {len(engine_tests)} tests of the engine skipped: {reason}")
+    skip = pytest.mark.skip(reason=f"{reason} (NIMBLE_REQUIRE_ENGINE=1 makes this a failure)")
+    for item in engine_tests:
+        item.add_marker(skip)

@@ -10,7 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
+
+# The exporter writes TorchScript files for the engine and the CLI, both of torch 2.11.0.
+pytestmark = pytest.mark.engine
 
 EXPORTER = Path(__file__).resolve().parents[2] / "experiments" / "python" / "export_torchscript.py"
 

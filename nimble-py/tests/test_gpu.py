@@ -11,6 +11,8 @@ import nimble_rs
 from conftest import require_cuda
 from models import Branches, HostRead, Repeats, Structured, TwoInputs, relative_error
 
+pytestmark = pytest.mark.engine
+
 # Inference rewrites and TF32 convolutions (libtorch's defaults): the CLI's tolerance for them.
 OPTIMIZED_TOLERANCE = 1e-2
 RAW_TOLERANCE = 1e-5
