@@ -109,7 +109,10 @@ def test_outputs_match_eager_through_inductor_regions():
 
 def test_backend_is_found_by_name_and_as_an_object():
     assert torch._dynamo.lookup_backend("nimble") is not None
-    assert nimble_rs.backend is pipeline.nimble_backend
+    # nimble_rs.backend is the backend Dynamo calls with a graph, and with options alone builds a
+    # configured one (test_backend_options.py).
+    assert nimble_rs.backend is nimble_rs.dynamo.backend
+    assert nimble_rs.backend(algorithm="greedy").options == {"algorithm": "greedy"}
 
 
 def test_keyword_arguments_and_attention_masks():

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from nimble_rs.dynamo import depthwise_ahead
+from conftest import triton_of_the_engines_torch
 
 AHEAD_SCRIPT = """
 import contextlib, json, os, sys
@@ -76,6 +77,7 @@ print(json.dumps(runs))
 """
 
 
+@triton_of_the_engines_torch()
 @pytest.mark.parametrize("processes,environment", [(2, "as-read"), (2, "ptxas-changed"), (2, "no-worker"), (1, "as-read")])
 def test_compiling_ahead_makes_the_variants_the_launches_use(tmp_path, processes, environment):
     # Triton compiles for an sm_90 GPU here (its ptxas), with a stand-in for the driver; the

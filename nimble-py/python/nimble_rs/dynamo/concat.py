@@ -45,9 +45,13 @@ def _bytes(node) -> int:
     numel = val.numel()
     if not isinstance(numel, int):
         # (Not int(numel): that would specialize a dynamic shape, a guard and a recompile.)
-        from torch.fx.experimental.symbolic_shapes import has_hint, hint_int
+        # torch 2.11 has has_hint and hint_int; 2.15 has optimization_hint instead.
+        from torch.fx.experimental import symbolic_shapes as shapes
 
-        numel = hint_int(numel) if has_hint(numel) else 0
+        if hasattr(shapes, "has_hint"):
+            numel = shapes.hint_int(numel) if shapes.has_hint(numel) else 0
+        else:
+            numel = shapes.optimization_hint(numel, fallback=0)
     return numel * val.element_size()
 
 
