@@ -16,13 +16,13 @@ use crate::scheduling::{GraphSource, Mode};
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub struct MeasureArgs {
     /// Untimed runs before timing
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 50)]
     warmup: usize,
     /// Timed runs (the median is reported)
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 100)]
     iters: usize,
     /// Blocks (SMs) each synthetic kernel occupies
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
     blocks: u32,
 }
 

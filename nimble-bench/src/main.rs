@@ -160,7 +160,7 @@ enum Command {
         /// Comma-separated model names, or `all`
         #[arg(long, default_value = "all")]
         models: String,
-        #[arg(long, default_value_t = 1)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
         batch: i64,
         #[command(flatten)]
         figure: FigureArgs,
@@ -242,11 +242,11 @@ enum Command {
         #[arg(long, value_delimiter = ',', requires = "dir")]
         only: Vec<String>,
         /// Seconds one model's process may run before it is killed (and recorded as a timeout)
-        #[arg(long, default_value_t = 300)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 300)]
         timeout: u64,
-        #[arg(long, default_value_t = 50)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 50)]
         warmup: usize,
-        #[arg(long, default_value_t = 100)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 100)]
         iters: usize,
         /// Records measured in parts (comma-separated), merged into --results; no GPU needed
         #[arg(long, value_delimiter = ',', value_name = "FILES", conflicts_with = "dir")]
@@ -282,18 +282,18 @@ enum Command {
         #[arg(long, value_delimiter = ',', default_value = "4,8")]
         sim_gpus: Vec<usize>,
         /// A backward op's time over its forward op's in the step graph
-        #[arg(long, default_value_t = 2.0)]
+        #[arg(long, allow_hyphen_values = true, default_value_t = 2.0)]
         backward_factor: f64,
         /// How much slower compute runs beside an all-reduce, 1 (not at all) to 1.5: NCCL's
         /// kernels take SMs and memory bandwidth (a ResNet-50 profile suggests about 2; 1.5 is
         /// the most the simulator's sharing rule expresses)
-        #[arg(long, default_value_t = 1.5)]
+        #[arg(long, allow_hyphen_values = true, default_value_t = 1.5)]
         collective_slowdown: f64,
         /// The fused optimizer's speed, GB/s of parameters updated, so that each bucket's update
         /// is priced and runs beside the last all-reduces as the executor runs them since
         /// ba7710e (the H200's SGD: 619); 0 folds the update into the compute, as for records
         /// measured before that
-        #[arg(long, default_value_t = 0.0)]
+        #[arg(long, allow_hyphen_values = true, default_value_t = 0.0)]
         optimizer_gbs: f64,
         /// Where the figure goes (<out-dir>/scaling.svg and .png)
         #[arg(long, default_value = "paper-figs")]
@@ -348,9 +348,9 @@ enum Command {
 /// What every figure command takes besides its models and batch sizes.
 #[derive(clap::Args, Debug)]
 struct FigureArgs {
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 50)]
     warmup: usize,
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 100)]
     iters: usize,
     /// Re-render from the record even on a machine with a GPU
     #[arg(long)]
@@ -455,14 +455,16 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
 fn main() -> ExitCode {
     sys::die_quietly_on_a_closed_pipe();
     // `figN` aliases live in one table (figures::FIGURES): map them to their command here.
-    let mut args: Vec<String> = std::env::args().collect();
-    let invoked_as = args.get(1).cloned().unwrap_or_default();
+    // As the OS gave them: an argument that is not UTF-8 (a file name, say) reaches clap, which
+    // refuses it in one line where a String is expected, instead of std::env::args' panic.
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let invoked_as = args.get(1).map(|a| a.to_string_lossy().into_owned()).unwrap_or_default();
     if let Some(figure) = figures::FIGURES.iter().find(|f| f.name == invoked_as || f.aliases.contains(&invoked_as.as_str())) {
         if let Some(pending) = figure.pending {
             eprintln!("error: `{invoked_as}` is the {} figure ({}), which cannot be made yet: it needs {pending}", figure.name, figure.what);
             return ExitCode::from(2);
         }
-        args[1] = figure.name.to_string();
+        args[1] = figure.name.into();
     }
     if !libtorch::PRESENT && libtorch::COMMANDS.contains(&invoked_as.as_str()) {
         eprintln!("error: {}", libtorch::missing(&format!("`{invoked_as}`")));

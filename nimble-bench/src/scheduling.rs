@@ -66,16 +66,16 @@ pub struct SimulatorArgs {
     #[arg(long, value_name = "FILE")]
     sim_config: Option<PathBuf>,
     /// Host cost of one eager kernel launch, µs (about 12 to model PyTorch eager)
-    #[arg(long, value_name = "US")]
+    #[arg(long, allow_hyphen_values = true, value_name = "US")]
     launch_us: Option<f64>,
     /// Most kernels running at once
-    #[arg(long, value_name = "N")]
+    #[arg(long, allow_negative_numbers = true, value_name = "N")]
     max_concurrent: Option<usize>,
     /// Duration of nodes that have no duration_us, µs
-    #[arg(long, value_name = "US")]
+    #[arg(long, allow_hyphen_values = true, value_name = "US")]
     default_duration_us: Option<f64>,
     /// SM share of nodes without an sm_share attribute, in [0, 1] (0: no limit)
-    #[arg(long, value_name = "SHARE")]
+    #[arg(long, allow_hyphen_values = true, value_name = "SHARE")]
     sm_share: Option<f64>,
 }
 

@@ -31,7 +31,7 @@ pub(crate) enum TorchCommand {
         model: Option<String>,
         #[command(flatten)]
         script: ScriptArgs,
-        #[arg(long, default_value_t = 1)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
         batch: i64,
         /// Where to trace: cpu needs no GPU; cuda prepares the model and adds duration_us
         #[arg(long, value_enum, default_value = "cpu")]
@@ -69,9 +69,9 @@ pub(crate) enum TorchCommand {
         optimize: torch::Optimize,
         #[command(flatten)]
         prepare: PrepareArgs,
-        #[arg(long, default_value_t = 50)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 50)]
         warmup: usize,
-        #[arg(long, default_value_t = 100)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 100)]
         iters: usize,
         /// Load the model's weights from a .safetensors or .ot file (one model only)
         #[arg(long, value_name = "FILE")]
@@ -106,10 +106,10 @@ pub(crate) enum TorchCommand {
         #[command(flatten)]
         prepare: PrepareArgs,
         /// Profiled runs, each on a fresh input with the device idle before it
-        #[arg(long, default_value_t = 20)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 20)]
         runs: usize,
         /// Kernel names listed, the largest total time first
-        #[arg(long, default_value_t = 30)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 30)]
         top: usize,
         /// Also write the whole Chrome trace (chrome://tracing, Perfetto) here
         #[arg(long, value_name = "FILE")]
@@ -140,12 +140,12 @@ pub(crate) enum TorchCommand {
         /// Where the backward's ops run: their forward op's stream, or one stream (the paper)
         #[arg(long, value_enum, default_value = "forward")]
         backward_streams: torch_train::BackwardArg,
-        #[arg(long, default_value_t = 50)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 50)]
         warmup: usize,
-        #[arg(long, default_value_t = 100)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 100)]
         iters: usize,
         /// Steps of the check against eager training before timing (0: none)
-        #[arg(long, default_value_t = 1)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
         check_steps: usize,
         /// Data parallel over NCCL: comma-separated GPU counts (e.g. 1,2). Measures the whole step
         /// (Nimble's streams) at each count with the per-GPU batch --batch, one process per GPU,
@@ -163,7 +163,7 @@ pub(crate) enum TorchCommand {
     /// ring model fitted to them (latency + 2(N−1)/N · bytes / bus bandwidth), which projects the
     /// cost to more GPUs; table plus a JSON record with provenance
     Allreduce {
-        #[arg(long, default_value_t = 2)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 2)]
         gpus: usize,
         #[command(flatten)]
         sizes: AllReduceSizes,
@@ -189,9 +189,9 @@ pub(crate) enum TorchCommand {
         batch: Vec<i64>,
         #[arg(long, default_value = "nimble")]
         algo: String,
-        #[arg(long, default_value_t = 50)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 50)]
         warmup: usize,
-        #[arg(long, default_value_t = 100)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 100)]
         iters: usize,
         #[command(flatten)]
         data_parallel: DataParallelArgs,
@@ -207,9 +207,9 @@ pub(crate) struct AllReduceSizes {
     /// Comma-separated buffer sizes, MiB
     #[arg(long, value_delimiter = ',', default_value = "0.0625,0.25,1,4,16,64,256")]
     sizes_mb: Vec<f64>,
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 20)]
     warmup: usize,
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 100)]
     iters: usize,
 }
 
@@ -223,10 +223,10 @@ impl AllReduceSizes {
 #[derive(clap::Args, Debug)]
 pub(crate) struct DataParallelArgs {
     /// Gradient bytes per all-reduce bucket, MiB (with --gpus)
-    #[arg(long, default_value_t = 25.0)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = 25.0)]
     bucket_mb: f64,
     /// Gradient bytes in the first bucket (the last layers'), MiB (with --gpus)
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = 1.0)]
     first_bucket_mb: f64,
     /// With --gpus: run the all-reduces on a stream of normal priority (default: high)
     #[arg(long)]
@@ -234,7 +234,7 @@ pub(crate) struct DataParallelArgs {
     /// With --gpus: gradients smaller than this (MiB) are copied into their bucket's one flat
     /// tensor and all-reduced together, larger ones all-reduced where they are (0: none copied;
     /// default: every gradient copied, as DDP)
-    #[arg(long, value_name = "MIB")]
+    #[arg(long, allow_hyphen_values = true, value_name = "MIB")]
     pack_below_mb: Option<f64>,
     /// With --gpus 1: measure the one-GPU step as a data-parallel group of one rank (its graph
     /// holds the reducer's copies and NCCL calls, which move nothing between GPUs), to tell the
@@ -322,7 +322,7 @@ impl ScriptArgs {
 /// How `infer` and `profile` prepare a model: batch, algorithm and the rewrites' choices.
 #[derive(clap::Args, Debug)]
 pub(crate) struct PrepareArgs {
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
     batch: i64,
     /// The stream-assignment algorithm of the nimble mode
     #[arg(long, default_value = "nimble")]

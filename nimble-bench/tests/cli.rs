@@ -406,3 +406,31 @@ fn a_reader_that_stops_early_ends_the_output_quietly() {
         assert_eq!(output.status.signal(), Some(13), "ended by SIGPIPE: {:?} {stderr}", output.status);
     }
 }
+
+#[test]
+fn an_argument_that_is_not_utf8_is_one_error_line_not_a_panic() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let name = OsStr::from_bytes(b"\xff\xfe.json");
+    for arguments in [vec![OsStr::new("assign"), OsStr::new("--graph"), name], vec![name], vec![OsStr::new("compare"), OsStr::new("--synthetic"), name]] {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_nimble-bench")).args(&arguments).output().expect("the binary runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{arguments:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{arguments:?}: {stderr}");
+        let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+        assert!(errors.len() == 1 && errors[0].len() < 300, "{arguments:?}: {stderr}");
+    }
+}
+
+#[test]
+fn a_negative_number_after_a_space_is_read_as_the_flags_value_and_refused_by_its_range() {
+    // Read as a flag, `-0.1` was "unexpected argument '-0' found"; as a value, the flag's own
+    // check names the flag and the range.
+    for (flag, value) in [("--sm-share", "-0.1"), ("--launch-us", "-1"), ("--launch-us", "-inf"), ("--max-concurrent", "-1"), ("--default-duration-us", "-1")] {
+        let output = nimble_bench(&["simulate", "--synthetic", "nasnet:2", flag, value]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{flag} {value}: {stderr}");
+        assert!(!stderr.contains("unexpected argument") && !stderr.contains("panicked"), "{flag} {value}: {stderr}");
+        assert!(stderr.contains(flag.trim_start_matches('-')) || stderr.contains(flag), "{flag} {value}: {stderr}");
+    }
+}
