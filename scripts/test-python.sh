@@ -87,8 +87,9 @@ if fresh sh -c 'command -v cargo || command -v rustc' >/dev/null; then
 fi
 fresh "$work/fresh/bin/python3" -m pip install --quiet --disable-pip-version-check --no-index --find-links "$work/wheels" nimble-rs
 echo "test-python: nimble_rs installed from $(basename "$work"/wheels/*.whl) beside torch $("$work/fresh/bin/python3" -c 'import torch; print(torch.__version__)'), no Rust on PATH"
-fresh "$work/fresh/bin/python3" nimble-py/examples/inference.py
-if [ -z "${NIMBLE_NEWEST_INDUCTOR_CACHE:-}" ] && [ -n "${inductor_cache:-}" ]; then
-    NIMBLE_NEWEST_INDUCTOR_CACHE="$inductor_cache-newest"
+# Inductor's cache for this torch beside the other one (unless the caller named a place).
+if [ -n "${inductor_cache:-}" ]; then
+    export TORCHINDUCTOR_CACHE_DIR=$inductor_cache-newest
 fi
-TORCHINDUCTOR_CACHE_DIR=${NIMBLE_NEWEST_INDUCTOR_CACHE:-$TORCHINDUCTOR_CACHE_DIR} fresh "$work/fresh/bin/python3" -m pytest -q -p no:cacheprovider nimble-py/tests "$@"
+fresh "$work/fresh/bin/python3" nimble-py/examples/inference.py
+fresh "$work/fresh/bin/python3" -m pytest -q -p no:cacheprovider nimble-py/tests "$@"

@@ -33,33 +33,12 @@ def _describe(signature: tuple) -> str:
 
 def _owned(value: Any) -> Any:
     """``value`` with every tensor in it a copy of its own."""
-    if isinstance(value, torch.Tensor):
-        return value.clone()
-    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
-        return type(value)(_owned(v) for v in value)
-    if isinstance(value, tuple):
-        return type(value)(*(_owned(v) for v in value))
-    if isinstance(value, dict):
-        return type(value)((k, _owned(v)) for k, v in value.items())
-    return value
+    return torch.utils._pytree.tree_map_only(torch.Tensor, torch.Tensor.clone, value)
 
 
 def _backward(outputs: Any) -> None:
     """A backward through every output that needs a gradient, with gradients of ones."""
-    found: List[torch.Tensor] = []
-
-    def collect(value: Any) -> None:
-        if isinstance(value, torch.Tensor):
-            if value.requires_grad:
-                found.append(value)
-        elif isinstance(value, (list, tuple)):
-            for v in value:
-                collect(v)
-        elif isinstance(value, dict):
-            for v in value.values():
-                collect(v)
-
-    collect(outputs)
+    found = [t for t in torch.utils._pytree.tree_leaves(outputs) if isinstance(t, torch.Tensor) and t.requires_grad]
     if found:
         torch.autograd.backward(found, [torch.ones_like(t) for t in found])
 
@@ -102,11 +81,9 @@ class BackendPath:
             self.compiled[key] = torch.compile(self.module, backend="nimble", options={"algorithm": algorithm}, dynamic=False)
         before = len(dynamo.reports())
         started = time.perf_counter()
-        # The run that compiles (and on a GPU captures) must not count as a training step: the
-        # buffers it updates (BatchNorm's running statistics) get their values back, as the
-        # engine's trace leaves them.
-        # In training, a backward follows, so that its graph is compiled (and captured) here
-        # too, and the parameters' gradients get their values back as well.
+        # In training a backward follows, so that its graph is compiled (and captured) here too;
+        # neither counts as a training step: the buffers they update (BatchNorm's running
+        # statistics) and the gradients get their values back, as the engine's trace leaves them.
         buffers = [(b, b.detach().clone()) for b in self.module.buffers()] if training else []
         gradients = [(p, None if p.grad is None else p.grad.clone()) for p in self.module.parameters()] if training else []
         try:
