@@ -190,6 +190,41 @@ class ScalesItsInput(nn.Module):
         return self.fc(x)
 
 
+class TwoBranches(nn.Module):
+    """conv, BatchNorm and ReLU, then two convolutions of it: two independent branches."""
+
+    def __init__(self, c=8):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(c, c, 3, padding=1), nn.BatchNorm2d(c), nn.ReLU())
+        self.a = nn.Conv2d(c, c, 3, padding=1)
+        self.b = nn.Conv2d(c, c, 5, padding=2)
+
+    def forward(self, x):
+        y = self.stem(x)
+        return self.a(y) + self.b(y)
+
+
+class Ghost(nn.Module):
+    """GhostNet's module, twice: a primary convolution with BatchNorm and ReLU, a cheap depthwise
+    one on its output, both concatenated; each block's two convolutions can overlap the next."""
+
+    def __init__(self, c=8):
+        super().__init__()
+        self.blocks = nn.ModuleList()
+        for _ in range(2):
+            primary = nn.Sequential(nn.Conv2d(c, c // 2, 1), nn.BatchNorm2d(c // 2), nn.ReLU())
+            cheap = nn.Sequential(nn.Conv2d(c // 2, c // 2, 3, padding=1, groups=c // 2), nn.BatchNorm2d(c // 2), nn.ReLU())
+            self.blocks.append(nn.ModuleList([primary, cheap]))
+        self.side = nn.Conv2d(c, c, 1)
+
+    def forward(self, x):
+        side = self.side(x)
+        for primary, cheap in self.blocks:
+            p = primary(x)
+            x = torch.cat([p, cheap(p)], 1)
+        return x + side
+
+
 def train_beside_eager(eager, fast, fast_model, make_input, steps=3, state_rtol=1e-5):
     """Steps ``eager`` and ``fast`` (compiled from ``fast_model``, a copy of it) by SGD with
     momentum on the same inputs: after each step every gradient matches eager's (an absolute
