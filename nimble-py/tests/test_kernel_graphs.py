@@ -9,7 +9,7 @@ import torch
 
 import nimble_rs
 from nimble_rs.dynamo.kernels import kernel_graphs, write_kernel_graphs
-from nimble_rs.dynamo.occupancy import SmLimits, set_occupancy, sm_share
+from nimble_rs.dynamo.occupancy import SmLimits, blocks_per_sm, launch_configuration, set_occupancy, sm_share
 from nimble_rs.errors import NimbleInputError
 from conftest import require_cuda
 from models import Branches, Inception
@@ -124,6 +124,17 @@ def test_a_kernels_share_is_its_grid_against_the_blocks_the_gpu_holds():
     assert sm_share([100000, 1, 1], [32, 1, 1], 16, 0, H100) == 1.0
 
 
+def test_a_launch_configuration_says_what_it_implies_on_the_gpu():
+    args = {"grid": [132, 1, 1], "block": [256, 1, 1], "registers per thread": 128, "shared memory": 4096, "est. achieved occupancy %": 25}
+    launch = launch_configuration(args, 7.5, H100)
+    # 128 registers at 256 threads: 2 blocks a multiprocessor by registers (16 warps of 64).
+    assert launch["blocks_per_sm"] == 2 and launch["theoretical_occupancy"] == 0.25
+    assert launch["sm_share"] == 0.5 and launch["achieved_occupancy_estimate"] == 0.25
+    assert launch["shared_memory_bytes"] == 4096 and launch["duration_us"] == 7.5
+    # A block larger than a multiprocessor holds still counts one.
+    assert blocks_per_sm([4096, 1, 1], 0, 0, H100) == 1
+
+
 def trace(repeats):
     """A Kineto trace of ``repeats`` calls: a convolution launching a large and a small kernel
     from an inner ATen op, a Triton kernel between ATen ops, a second convolution's one kernel,
@@ -161,7 +172,17 @@ def test_each_task_gets_its_kernels_and_their_time_weighted_share_from_the_trace
     assert first["kernels"] == 2 and abs(first["sm_share"] - (4.0 * 1.0 + 2.0 * 66 / 2112) / 6.0) < 1e-12
     assert relu == {**relu, "kernels": 1, "sm_share": 264 / 2112}
     assert second["kernels"] == 1 and second["sm_share"] == 0.5
-    assert empty["kernels"] == 0 and "sm_share" not in empty
+    assert empty["kernels"] == 0 and "sm_share" not in empty and "launches" not in empty
+    # Each kernel's launch configuration in one call, in launch order, with what it implies:
+    # 128 threads and 32 registers a thread, 16 blocks a multiprocessor, 64 warps of 64.
+    gemm, transpose = first["launches"]
+    assert gemm == {
+        "grid": [5000, 1, 1], "block": [128, 1, 1], "registers_per_thread": 32, "shared_memory_bytes": 0,
+        "blocks_per_sm": 16, "theoretical_occupancy": 1.0, "sm_share": 1.0, "duration_us": 4.0,
+    }
+    assert transpose["grid"] == [66, 1, 1] and transpose["sm_share"] == 66 / 2112 and transpose["duration_us"] == 2.0
+    assert [launch["grid"] for launch in relu["launches"]] == [[264, 1, 1]]
+    assert [launch["grid"] for launch in second["launches"]] == [[1056, 1, 1]]
     # A task not in the trace: nothing set, and why.
     missing = kernel_graph("aten::convolution", "triton_poi_fused_tanh_1")
     assert set_occupancy(missing, trace(3), 3, H100) == "no traced kernel named triton_poi_fused_tanh_1"

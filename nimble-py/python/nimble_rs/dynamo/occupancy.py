@@ -5,8 +5,11 @@ nimble-torch's ``KernelLaunch::sm_share`` for op-level graphs).
 A task gets ``kernels`` (its kernels per call) and ``sm_share`` (the share of the GPU's resident
 block slots its kernels' grids fill, weighted by their time; 1 for a wave or more), which the
 simulator reads (a graph whose every task has ``kernels`` is simulated with the kernel-timed
-calibration, where concurrent kernels share the SMs). A Triton kernel is found by its name; an
-extern call by the kernels launched inside the k-th call of its ATen op, as its duration is.
+calibration, where concurrent kernels share the SMs), and ``launches``: each of its kernels' launch
+configuration in one call (grid, block, registers per thread, shared memory, the blocks a
+multiprocessor holds at once and the theoretical occupancy they imply, the profiler's estimate of
+the achieved occupancy where it gives one, duration and share). A Triton kernel is found by its
+name; an extern call by the kernels launched inside the k-th call of its ATen op, as its duration is.
 """
 
 import bisect
@@ -40,18 +43,47 @@ class SmLimits:
         return dict(self.__dict__)
 
 
-def sm_share(grid, block, registers_per_thread: int, shared_memory: int, limits: SmLimits) -> float:
-    """The share of the GPU's block slots a grid fills at once, in (0, 1]: its blocks over how
-    many can be resident on the whole GPU, a multiprocessor holding as many as its thread,
-    register, shared-memory and block limits allow; 1 for a wave or more."""
-    blocks = max(1, _product(grid))
+def blocks_per_sm(block, registers_per_thread: int, shared_memory: int, limits: SmLimits) -> int:
+    """How many blocks of this shape one multiprocessor holds at once (at least one): as many as
+    its thread, register, shared-memory and block limits allow."""
     threads = max(1, _product(block))
     per_sm = min(limits.max_blocks, limits.max_threads // threads)
     if registers_per_thread > 0:
         per_sm = min(per_sm, limits.registers // (registers_per_thread * threads))
     if shared_memory > 0:
         per_sm = min(per_sm, limits.shared_memory // shared_memory)
-    return min(1.0, blocks / (limits.multiprocessors * max(1, per_sm)))
+    return max(1, per_sm)
+
+
+def sm_share(grid, block, registers_per_thread: int, shared_memory: int, limits: SmLimits) -> float:
+    """The share of the GPU's block slots a grid fills at once, in (0, 1]: its blocks over how
+    many can be resident on the whole GPU (``blocks_per_sm`` on every multiprocessor); 1 for a
+    wave or more."""
+    blocks = max(1, _product(grid))
+    return min(1.0, blocks / (limits.multiprocessors * blocks_per_sm(block, registers_per_thread, shared_memory, limits)))
+
+
+def launch_configuration(args: dict, duration_us: float, limits: SmLimits) -> dict:
+    """One kernel launch as the profiler's trace gives it (its event's ``args``), with what it
+    implies on this GPU: blocks per multiprocessor, theoretical occupancy (resident warps over
+    the most a multiprocessor holds) and the share of the GPU's block slots."""
+    grid, block = [int(d) for d in args.get("grid", [1])], [int(d) for d in args.get("block", [1])]
+    registers, shared = int(args.get("registers per thread", 0)), int(args.get("shared memory", 0))
+    per_sm = blocks_per_sm(block, registers, shared, limits)
+    warps = -(-max(1, _product(block)) // 32)
+    launch = {
+        "grid": grid,
+        "block": block,
+        "registers_per_thread": registers,
+        "shared_memory_bytes": shared,
+        "blocks_per_sm": per_sm,
+        "theoretical_occupancy": min(1.0, per_sm * warps / max(1, limits.max_threads // 32)),
+        "sm_share": sm_share(grid, block, registers, shared, limits),
+        "duration_us": duration_us,
+    }
+    if "est. achieved occupancy %" in args:
+        launch["achieved_occupancy_estimate"] = float(args["est. achieved occupancy %"]) / 100.0
+    return launch
 
 
 def _product(dims) -> int:
@@ -61,7 +93,7 @@ def _product(dims) -> int:
     return total
 
 
-Launch = Tuple[float, float]  # a kernel's (duration in µs, sm_share)
+Launch = Tuple[float, float, dict]  # a kernel's (duration in µs, sm_share, launch configuration)
 
 
 def kernel_launches(events: List[dict], limits: SmLimits) -> Tuple[Dict[str, List[Launch]], Dict[str, List[List[Launch]]]]:
@@ -75,8 +107,8 @@ def kernel_launches(events: List[dict], limits: SmLimits) -> Tuple[Dict[str, Lis
     for e in events:
         category, args = e.get("cat"), e.get("args") or {}
         if category == "kernel":
-            share = sm_share(args.get("grid", [1]), args.get("block", [1]), int(args.get("registers per thread", 0)), int(args.get("shared memory", 0)), limits)
-            launch = (float(e.get("dur", 0.0)), share)
+            configuration = launch_configuration(args, float(e.get("dur", 0.0)), limits)
+            launch = (configuration["duration_us"], configuration["sm_share"], configuration)
             by_name.setdefault(e.get("name", ""), []).append(launch)
             kernels.append((args.get("correlation"), launch))
         elif category in ("cuda_runtime", "cuda_driver") and "correlation" in args:
@@ -128,9 +160,10 @@ def kth_calls(calls: Dict[str, list], op: str, used: Dict[str, int], repeats: in
 
 
 def set_occupancy(graph: dict, events: List[dict], repeats: int, limits: SmLimits) -> Optional[str]:
-    """Sets ``kernels`` and ``sm_share`` on every task of ``graph`` from the trace ``events`` of
-    ``repeats`` calls (a task whose calls launched no kernel gets ``kernels`` 0 and no share);
-    returns why not (and sets nothing) if some task's kernels are not in the trace."""
+    """Sets ``kernels``, ``sm_share`` and ``launches`` on every task of ``graph`` from the trace
+    ``events`` of ``repeats`` calls (a task whose calls launched no kernel gets ``kernels`` 0, no
+    share and no launches); returns why not (and sets nothing) if some task's kernels are not in
+    the trace."""
     by_name, by_op = kernel_launches(events, limits)
     used: Dict[str, int] = {}
     found = []
@@ -142,15 +175,19 @@ def set_occupancy(graph: dict, events: List[dict], repeats: int, limits: SmLimit
                 return f"no traced call for {op}"
             launches = [launch for call in calls for launch in call]
             count = round(len(launches) / repeats)
+            one_call = list(calls[-1])
         elif op in by_name:
             launches, count = by_name[op], 1
+            one_call = launches[-1:]
         else:
             return f"no traced kernel named {op}"
-        found.append((node, launches, count))
-    for node, launches, count in found:
+        found.append((node, launches, count, one_call))
+    for node, launches, count, one_call in found:
         node["attrs"]["kernels"] = count
-        time = sum(d for d, _ in launches)
+        time = sum(d for d, _, _ in launches)
         if launches:
-            share = sum(d * s for d, s in launches) / time if time > 0 else max(s for _, s in launches)
+            share = sum(d * s for d, s, _ in launches) / time if time > 0 else max(s for _, s, _ in launches)
             node["attrs"]["sm_share"] = min(1.0, max(share, 1e-6))
+            # The last call's (warm, as the timed ones): one configuration per kernel it launched.
+            node["attrs"]["launches"] = [configuration for _, _, configuration in one_call]
     return None
