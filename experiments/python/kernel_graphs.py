@@ -15,6 +15,12 @@ slots its grid fills: kernels that fill the GPU each leave nothing to run beside
 simulator's makespans on one stream and on nimble's plan. With --time-reduce-overhead, the model's latency under
 torch.compile(mode="reduce-overhead") is measured in the same process (the paper's method), and
 the entry says how far below it streams could take these kernels at best (critical path / latency).
+With --time-backend, torch.compile(backend="nimble") compiles the model in the same process and its
+choice's in-graph timings (each captured program replayed alone: Inductor's kernels as one region
+on one stream, and each plan on streams; the medians its report's ``measured_ms`` holds) are kept
+beside the graphs, paired in order where the backend compiled as many graphs: what the simulator's
+one-stream and plan makespans are held against. Each task's ``launches`` (grid, block, registers,
+shared memory, occupancy) come from the same profile as its duration.
 """
 
 import argparse
@@ -77,6 +83,26 @@ def reduce_overhead_ms(model, x, warmups=50, timed=100):
     return statistics.median(samples) / 1000.0
 
 
+BACKEND_KEEP = ("kernels", "streams", "syncs", "choice", "measured_ms", "measured_spread", "timed_again", "hoisted_kernels", "weight_stream_kernels", "drift", "unplanned")
+
+
+def backend_timings(model, x):
+    """The backend's reports for ``model`` compiled with its defaults (three calls: compiled,
+    planned, captured, chosen by timing each program in its graph), what they measured kept."""
+    import nimble_rs
+
+    torch._dynamo.reset()
+    before = len(nimble_rs.dynamo.reports())
+    run = torch.compile(model, backend="nimble")
+    fresh = (lambda: torch.randn_like(x)) if x.is_floating_point() else (lambda: x.clone())
+    with torch.no_grad():
+        for _ in range(3):
+            run(fresh())
+    reports = nimble_rs.dynamo.reports()[before:]
+    torch._dynamo.reset()
+    return [{k: r[k] for k in BACKEND_KEEP if k in r} for r in reports if r.get("graph") == "inference"]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models-json", required=True, help="nimble-bench models --json output")
@@ -87,6 +113,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--commit", default="unknown")
     parser.add_argument("--time-reduce-overhead", action="store_true", help="time torch.compile(mode=\"reduce-overhead\") too")
+    parser.add_argument("--time-backend", action="store_true", help="keep the backend's in-graph timings of one region and its plans beside the graphs")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("error: no CUDA device: kernel durations are measured on a GPU")
@@ -160,6 +187,24 @@ def main():
             )
         written.extend(entries)
         record()  # a run cut short keeps every graph it wrote
+        if args.time_backend:
+            try:
+                timings = backend_timings(model, x)
+            except Exception as e:  # the graphs stay; the timing's failure is said
+                timings = None
+                for entry in entries:
+                    entry["backend_failed"] = f"{type(e).__name__}: {e}"
+                print(f"{name}: backend failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            if timings is not None and len(timings) == len(entries):
+                for entry, report in zip(entries, timings):
+                    entry["backend"] = report
+                    measured = report.get("measured_ms", {})
+                    print(f"{entry['file']:<40} in the backend's graph: " + ", ".join(f"{k} {v:.4f} ms" for k, v in measured.items()) + f" (chose {report.get('choice')})", flush=True)
+            elif timings is not None:
+                for entry in entries:
+                    entry["backend_unpaired"] = f"the backend compiled {len(timings)} graphs, Inductor {len(entries)}"
+                    entry["backend_reports"] = timings
+            record()
         if args.time_reduce_overhead and len(entries) == 1:
             latency_ms = reduce_overhead_ms(model, x)
             entry = entries[0]

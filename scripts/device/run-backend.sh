@@ -10,7 +10,8 @@
 #   time's phases, model:batch or model:batch:dtype, the latter built as the same-process records build it (experiments/python/backend_compile_profile.py; COMPILE_PROFILE_OPTIONS='{"depthwise_kernels":true}' the backend's options, COMPILE_PROFILE_SECONDS each model's limit, default 300, COMPILE_PROFILE_CPROFILE=0 without its second, profiled compile); KERNEL_GRAPHS="inception-v3:float32
 #   llama,qwen2:bfloat16:16" writes the fused-kernel graphs of those models, at the batch given (default 1;
 #   experiments/python/kernel_graphs.py) into kernel-graphs/, each group within KERNEL_GRAPHS_SECONDS (default 250);
-#   KERNEL_GRAPHS_TIMED=1 also times reduce-overhead on them (each graph's best schedule against it). TRAINING="resnet50,mobilenet-v2,encoder:32,64" runs the training comparison
+#   KERNEL_GRAPHS_TIMED=1 also times reduce-overhead on them (each graph's best schedule against it); KERNEL_GRAPHS_BACKEND=1 keeps
+#   the backend's in-graph timings (one region, each plan) beside each graph. TRAINING="resnet50,mobilenet-v2,encoder:32,64" runs the training comparison
 #   (experiments/python/training_backend.py) for those models and batches, one process per model
 #   (training-backend-MODEL.json), each within TRAINING_SECONDS (default 400; measured on an H100:
 #   ResNet-50 at three batches about 450 s, MobileNetV2 at batch 32 alone about 250 s).
@@ -27,6 +28,9 @@ shift
 export PACK_RESULTS=1 RESULTS_NAME=backend
 . "$(dirname "$0")/setup.sh"
 install_nimble_rs
+# What the image holds: every torch and Triton it has (a newer torch's CUDA wheel cannot travel).
+{ python3 -m pip list 2>/dev/null | grep -iE "^(torch|triton|torchvision|transformers|timm) "
+  find / -xdev -maxdepth 8 -path '*/site-packages/torch/version.py' 2>/dev/null | while read -r v; do echo "$v: $(grep -m1 "^__version__" "$v")"; done; } > "$out/image.txt"
 for probe in ${PROBES:-}; do
     { echo "== $probe"; timeout "${PROBES_SECONDS:-200}" python3 "$probe"; echo "(status $?)"; } >> "$out/probes.txt" 2>&1
 done
@@ -48,7 +52,7 @@ done
 for group in ${KERNEL_GRAPHS:-}; do
     IFS=: read -r models dtype batch <<< "$group"
     timeout "${KERNEL_GRAPHS_SECONDS:-250}" python3 experiments/python/kernel_graphs.py --models-json <(.gpu/nimble-bench models --json) --out-dir "$out/kernel-graphs" \
-        --models "$models" --dtype "$dtype" --batch "${batch:-1}" ${KERNEL_GRAPHS_TIMED:+--time-reduce-overhead} --commit "$(cat .gpu/COMMIT 2>/dev/null || echo unknown)" >> "$out/kernel-graphs.txt" 2>&1
+        --models "$models" --dtype "$dtype" --batch "${batch:-1}" ${KERNEL_GRAPHS_TIMED:+--time-reduce-overhead} ${KERNEL_GRAPHS_BACKEND:+--time-backend} --commit "$(cat .gpu/COMMIT 2>/dev/null || echo unknown)" >> "$out/kernel-graphs.txt" 2>&1
 done
 status=0
 if [ "${TESTS_SECONDS:-300}" != 0 ]; then
@@ -89,7 +93,8 @@ for model in ${training_models[@]+"${training_models[@]}"}; do
 done
 [ -f "$out/python-tests.log" ] && echo "python tests: $(tail -1 "$out/python-tests.log")" >> "$out/backend.txt"
 [ -f "$out/compile-profile.txt" ] && grep -E "first 3 calls|calls .* s$|report:|depthwise_kernels:" "$out/compile-profile.txt" >> "$out/backend.txt"
-[ -f "$out/kernel-graphs.txt" ] && grep -E "kernels|reduce-overhead|failed|Error" "$out/kernel-graphs.txt" >> "$out/backend.txt"
+[ -f "$out/kernel-graphs.txt" ] && grep -E "kernels|reduce-overhead|backend's graph|failed|Error" "$out/kernel-graphs.txt" >> "$out/backend.txt"
+{ echo "== image"; cat "$out/image.txt"; } >> "$out/backend.txt"
 [ -f "$out/training-overhead.txt" ] && grep -E "^== |host ms|report:" "$out/training-overhead.txt" >> "$out/backend.txt"
 [ -f "$out/probes.txt" ] && grep -E "^== |^\(status" "$out/probes.txt" >> "$out/backend.txt"
 [ -f "$out/overhead.txt" ] && grep -E "^== |call|entry|replay|accepts" "$out/overhead.txt" >> "$out/backend.txt"
