@@ -31,45 +31,44 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from ..errors import NimbleInputError
-from .taskgraph import Accesses, target_name
+from . import scheduler_graph
+from .taskgraph import target_name
 
 
 @dataclass
 class _Recorded:
-    """What one Inductor compile scheduled: its nodes in codegen order and, for each node inside a
-    kernel Inductor defined, that kernel's name and definition (one definition is one launch:
-    Inductor's C++ backend puts several nodes in one kernel, and a Triton kernel whose source
-    repeats is launched again under the same name)."""
+    """What one Inductor compile scheduled (``scheduler_graph.SchedulerReading``: its nodes in
+    codegen order once the compile is done) and, for each node inside a kernel Inductor
+    defined, that kernel's name and definition (one definition is one launch: Inductor's C++
+    backend puts several nodes in one kernel, and a Triton kernel whose source repeats is
+    launched again under the same name)."""
 
-    scheduler: Any
-    nodes: List[Any] = field(default_factory=list)
+    reading: scheduler_graph.SchedulerReading
     kernel_of: Dict[str, tuple] = field(default_factory=dict)
     definitions: int = 0
 
 
 @contextmanager
 def _recording(found: List[_Recorded]):
-    from torch._inductor import scheduler as scheduler_module
+    """The scheduler of each graph compiled inside (through its post-fusion hook) and the names
+    of the kernels its backends define (their ``define_kernel``)."""
     from torch._inductor.codegen.cpp import CppScheduling
     from torch._inductor.codegen.simd import SIMDScheduling
     from torch._inductor.codegen.triton import TritonScheduling
 
-    by_scheduler: Dict[int, _Recorded] = {}
-    original_codegen = scheduler_module.Scheduler._codegen
+    readings: List[scheduler_graph.SchedulerReading] = []
 
-    def codegen(self, nodes):
-        record = by_scheduler.get(id(self))
-        if record is None:
-            record = by_scheduler[id(self)] = _Recorded(self)
-            found.append(record)
-        record.nodes.extend(nodes)
-        return original_codegen(self, nodes)
+    def current() -> Optional[_Recorded]:
+        # A kernel is defined while its graph's scheduler generates code: the last one read.
+        if readings and (not found or found[-1].reading is not readings[-1]):
+            found.append(_Recorded(readings[-1]))
+        return found[-1] if found else None
 
     def remember(original):
         def define_kernel(self, src_code, nodes, *rest, **kwargs):
             name = original(self, src_code, nodes, *rest, **kwargs)
-            if found:
-                record = found[-1]
+            record = current()
+            if record is not None:
                 record.definitions += 1
                 for node in nodes:
                     if hasattr(node, "get_name"):
@@ -78,34 +77,22 @@ def _recording(found: List[_Recorded]):
 
         return define_kernel
 
-    patched = [(scheduler_module.Scheduler, "_codegen", original_codegen)]
-    scheduler_module.Scheduler._codegen = codegen
+    patched = []
     # Each backend's own definition (Triton's overrides SIMD's; C++ has its own).
     for owner in (SIMDScheduling, TritonScheduling, CppScheduling):
         if "define_kernel" in owner.__dict__:
             patched.append((owner, "define_kernel", owner.__dict__["define_kernel"]))
             owner.define_kernel = remember(owner.__dict__["define_kernel"])
     try:
-        with torch._inductor.config.patch(fx_graph_cache=False):
+        with scheduler_graph.reading(readings):
             yield
+        # Graphs whose kernels were all extern calls defined none.
+        for reading in readings:
+            if not any(r.reading is reading for r in found):
+                found.append(_Recorded(reading))
     finally:
         for owner, name, original in patched:
             setattr(owner, name, original)
-
-
-def _kind(node) -> str:
-    from torch._inductor import scheduler as s
-
-    from torch._inductor import ir
-
-    # No kernel: a view, or the pick of one output of a multi-output extern call.
-    if isinstance(node, s.NopKernelSchedulerNode) or isinstance(getattr(node, "node", None), ir.MultiOutput):
-        return "view"
-    if node.is_extern():
-        return "extern"
-    if node.is_template():
-        return "template"
-    return "reduction" if node.is_reduction() else "pointwise"
 
 
 def _extern_name(node) -> str:
@@ -118,16 +105,6 @@ def _extern_name(node) -> str:
     if name.startswith("extern_kernels."):
         return "aten::" + name.split(".", 1)[1]
     return name
-
-
-def _aten_ops(node) -> List[str]:
-    ops = set()
-    for base in node.get_nodes():
-        for origin in getattr(base.node, "origins", ()) if base.node is not None else ():
-            if origin.op != "call_function":
-                continue
-            ops.add(target_name(origin.meta.get("original_aten") or origin.target))
-    return sorted(ops)
 
 
 def _shape(node) -> Optional[List[Any]]:
@@ -143,13 +120,12 @@ def _shape(node) -> Optional[List[Any]]:
 
 def _graph_of(record: _Recorded) -> dict:
     """The task graph of one recorded compile: one task per kernel launch, views contracted."""
-    scheduler = record.scheduler
-    real = lambda name: scheduler.mutation_real_name.get(name, name)
+    nodes = record.reading.nodes
+    kinds = [scheduler_graph.kind(n) for n in nodes]
     tasks: List[dict] = []
     task_of_key: Dict[Any, int] = {}
     task_of_node: List[Optional[int]] = []
-    for i, node in enumerate(record.nodes):
-        kind = _kind(node)
+    for i, (node, kind) in enumerate(zip(nodes, kinds)):
         if kind == "view":
             task_of_node.append(None)
             continue
@@ -172,28 +148,18 @@ def _graph_of(record: _Recorded) -> dict:
                 tasks[-1]["attrs"]["out_shape"] = shape
         task = task_of_key[key]
         attrs = tasks[task]["attrs"]
-        attrs["aten"] = sorted(set(attrs["aten"]) | set(_aten_ops(node)))
+        attrs["aten"] = sorted(set(attrs["aten"]) | set(scheduler_graph.aten_ops(node)))
         attrs["inductor_nodes"].append(node.get_name())
         if kind == "reduction":
             attrs["kind"] = "reduction"
         task_of_node.append(task)
 
-    # Dependencies between nodes, by buffer: read-after-write, write-after-read and -write.
-    predecessors: List[set] = []
-    accesses = Accesses()
-    for i, node in enumerate(record.nodes):
-        reads = {real(d.name) for d in node.read_writes.reads}
-        writes = {real(d.name) for d in node.read_writes.writes} | {real(n) for n in node.get_buffer_names()}
-        after = accesses.access(i, reads, writes)
-        # Views launch nothing: a reader of a view waits on what the view waits on.
-        predecessors.append({q for p in after for q in (predecessors[p] if task_of_node[p] is None else {p})})
     edges = set()
-    for i, task in enumerate(task_of_node):
+    for i, before in enumerate(scheduler_graph.dependencies(record.reading, nodes, kinds)):
+        task = task_of_node[i]
         if task is None:
             continue
-        for p in predecessors[i]:
-            if task_of_node[p] is not None and task_of_node[p] != task:
-                edges.add((task_of_node[p], task))
+        edges.update((task_of_node[p], task) for p in before if task_of_node[p] != task)
     return {"nodes": tasks, "edges": sorted([u, v] for u, v in edges)}
 
 
@@ -266,7 +232,7 @@ def kernel_graphs(model, *args, repeats: int = 20, **kwargs) -> List[dict]:
     compiled = torch.compile(model)
     with _recording(recorded):
         compiled(*args, **kwargs)
-    graphs = [_graph_of(r) for r in recorded if r.nodes]
+    graphs = [_graph_of(r) for r in recorded if r.reading.nodes]
     cuda = any(isinstance(a, torch.Tensor) and a.is_cuda for a in list(args) + list(kwargs.values()))
     if cuda and graphs:
         for _ in range(3):  # autotuning and lazy loading happen in the first calls
