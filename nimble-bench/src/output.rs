@@ -25,6 +25,11 @@ pub fn write_file(path: &Path, text: &str) -> Result<()> {
     nimble_graph::json::write_atomically(path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))
 }
 
+/// Writes `bytes` to `path` as `write_file` writes text.
+pub fn write_bytes(path: &Path, bytes: &[u8]) -> Result<()> {
+    nimble_graph::json::write_atomically(path, bytes).with_context(|| format!("writing {}", path.display()))
+}
+
 /// A progress bar on stderr for a run of `len` steps (drawn only on a terminal).
 #[cfg(feature = "torch")]
 pub fn progress(len: usize, what: &str) -> indicatif::ProgressBar {

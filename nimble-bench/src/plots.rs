@@ -30,9 +30,11 @@ fn register_font() -> Result<()> {
     ok.then_some(()).ok_or_else(|| anyhow!("the vendored font assets/DejaVuSans.ttf could not be read"))
 }
 
-/// Writes `drawing` to `svg` and, beside it, to the same name with `.png`; each through a
-/// temporary file and a rename, so an interrupted run leaves no partial figure. Returns the PNG's
-/// path.
+/// Writes `drawing` to `svg` and, beside it, to the same name with `.png`; each rendered in
+/// memory and written as every file the CLI writes (`nimble_graph::files::write_atomically`: a
+/// temporary file of this process renamed over the target, links followed, FIFOs and devices
+/// written directly, modes kept), so an interrupted run leaves no partial figure. Returns the
+/// PNG's path.
 pub fn save(drawing: &impl Drawing, svg: &Path) -> Result<PathBuf> {
     register_font()?;
     let mut text = String::new();
@@ -43,15 +45,17 @@ pub fn save(drawing: &impl Drawing, svg: &Path) -> Result<PathBuf> {
     }
     crate::output::write_file(svg, &text).with_context(|| format!("plotting {}", svg.display()))?;
     let png = svg.with_extension("png");
-    let name = png.file_name().and_then(|n| n.to_str()).unwrap_or("figure.png");
-    // The backend picks the encoder from the extension, so the temporary file keeps `.png`.
-    let temporary = png.with_file_name(format!(".{name}.partial.png"));
+    let (width, height) = drawing.size();
+    let mut pixels = vec![0u8; width as usize * height as usize * 3];
     {
-        let root = BitMapBackend::new(&temporary, drawing.size()).into_drawing_area();
+        let root = BitMapBackend::with_buffer(&mut pixels, (width, height)).into_drawing_area();
         drawing.draw(&root)?;
-        root.present().with_context(|| format!("writing {}", temporary.display()))?;
+        root.present().with_context(|| format!("drawing {}", png.display()))?;
     }
-    std::fs::rename(&temporary, &png).with_context(|| format!("writing {}", png.display()))?;
+    let mut encoded = Vec::new();
+    image::ImageEncoder::write_image(image::codecs::png::PngEncoder::new(&mut encoded), &pixels, width, height, image::ColorType::Rgb8)
+        .with_context(|| format!("encoding {}", png.display()))?;
+    crate::output::write_bytes(&png, &encoded)?;
     Ok(png)
 }
 
