@@ -454,6 +454,7 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
 
 fn main() -> ExitCode {
     sys::die_quietly_on_a_closed_pipe();
+    sys::clean_up_on_interrupt();
     // `figN` aliases live in one table (figures::FIGURES): map them to their command here.
     // As the OS gave them: an argument that is not UTF-8 (a file name, say) reaches clap, which
     // refuses it in one line where a String is expected, instead of std::env::args' panic.

@@ -434,3 +434,21 @@ fn a_negative_number_after_a_space_is_read_as_the_flags_value_and_refused_by_its
         assert!(stderr.contains(flag.trim_start_matches('-')) || stderr.contains(flag), "{flag} {value}: {stderr}");
     }
 }
+
+/// SIGINT and SIGTERM end a command with 128 plus the signal's number, having removed the
+/// temporary files of any write in progress (nimble_graph::files::remove_temporaries; its unit
+/// test plants one): the exit goes through the CLI's own signal thread, not the default action.
+#[test]
+fn interrupts_end_with_the_signals_status_through_the_cleanup() {
+    for (signal, status) in [("-TERM", 143), ("-INT", 130)] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_nimble-bench"))
+            .args(["compare", "--synthetic", "dnn:30000"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("the binary runs");
+        // (after libtorch has loaded: the signal thread starts in main)
+        std::thread::sleep(std::time::Duration::from_secs(4));
+        assert!(Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap().success());
+        assert_eq!(child.wait().unwrap().code(), Some(status), "{signal}");
+    }
+}

@@ -3,6 +3,7 @@
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use crate::error::{GraphError, Result};
 
@@ -35,6 +36,19 @@ pub fn read_text(path: &Path) -> Result<String> {
     })
 }
 
+/// The temporary files being written now (between their creation and their rename).
+static IN_FLIGHT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Removes every temporary file a write in progress holds: what a program interrupted by a
+/// signal calls before it exits (nimble-bench does, on SIGINT and SIGTERM), so that no
+/// `.NAME.PID.tmp` is left beside its target. Writes in progress then fail.
+pub fn remove_temporaries() {
+    let in_flight = IN_FLIGHT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    for temporary in in_flight.iter() {
+        let _ = std::fs::remove_file(temporary);
+    }
+}
+
 /// Writes `bytes` to the file the user named by `path`.
 ///
 /// * A regular file (or a name not yet taken) is replaced atomically: the bytes go to a
@@ -56,6 +70,7 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     let target = link_target(path).map_err(io)?;
     let file_name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let temporary = target.with_file_name(format!(".{file_name}.{}.tmp", std::process::id()));
+    IN_FLIGHT.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(temporary.clone());
     let written = (|| -> std::io::Result<()> {
         let mut file = std::fs::OpenOptions::new().write(true).create_new(true).open(&temporary)?;
         if let Ok(existing) = std::fs::metadata(&target) {
@@ -65,6 +80,7 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
         file.sync_all()?;
         std::fs::rename(&temporary, &target)
     })();
+    IN_FLIGHT.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).retain(|t| t != &temporary);
     if let Err(error) = written {
         let _ = std::fs::remove_file(&temporary);
         return Err(io(error));
@@ -155,6 +171,19 @@ mod tests {
         write_atomically(&fifo, b"through").unwrap();
         assert_eq!(reader.join().unwrap(), "through");
         assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    }
+
+    #[test]
+    fn temporaries_of_writes_in_progress_can_be_removed() {
+        let dir = scratch("in-flight");
+        let temporary = dir.join(".target.json.1.tmp");
+        std::fs::write(&temporary, "partial").unwrap();
+        IN_FLIGHT.lock().unwrap().push(temporary.clone());
+        remove_temporaries();
+        IN_FLIGHT.lock().unwrap().retain(|t| t != &temporary);
+        assert!(!temporary.exists());
+        write_atomically(&dir.join("target.json"), b"done").unwrap();
+        assert!(IN_FLIGHT.lock().unwrap().iter().all(|t| !t.starts_with(&dir)), "a finished write is no longer in flight");
     }
 
     #[test]
