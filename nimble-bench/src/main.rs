@@ -49,6 +49,12 @@ use scheduling::{Mode, PlanArgs, SimulatorArgs};
 
 /// The committed model task graphs `schedulers --simulate` reads by default.
 const DEFAULT_GRAPHS: &str = "paper-figs/results/model-graphs";
+// The committed records the figures re-render by default (another record draws elsewhere:
+// `records_figures_dir`).
+const COVERAGE_RECORD: &str = "paper-figs/results/coverage.json";
+const SCALING_RECORD: &str = "paper-figs/results/scaling-283e232.json";
+const SAME_PROCESS_RECORD: &str = "paper-figs/results/same-process-425f454.json";
+const TRAINING_BACKEND_RECORD: &str = "paper-figs/results/training-backend-93c4aa5-b32.json";
 
 #[derive(Parser, Debug)]
 #[command(name = "nimble-bench", version, about = "Nimble: ahead-of-time, multi-stream GPU task scheduling — scheduling, simulation and experiments")]
@@ -252,7 +258,7 @@ enum Command {
         #[arg(long, value_delimiter = ',', value_name = "FILES", conflicts_with = "dir")]
         merge: Vec<PathBuf>,
         /// The record to write (measuring, merging; rewritten after every model) or read
-        #[arg(long, default_value = "paper-figs/results/coverage.json")]
+        #[arg(long, default_value = COVERAGE_RECORD)]
         results: PathBuf,
         /// Where the figure goes (<out-dir>/coverage.svg and .png)
         #[arg(long, default_value = "paper-figs")]
@@ -263,7 +269,7 @@ enum Command {
     /// and experiments/python/ddp.py wrote on the GPU machine; no GPU needed
     Scaling {
         /// The scaling record (nimble-bench train --gpus --out)
-        #[arg(long, default_value = "paper-figs/results/scaling-283e232.json")]
+        #[arg(long, default_value = SCALING_RECORD)]
         results: PathBuf,
         /// The PyTorch DDP record of the same session (experiments/python/ddp.py --out)
         #[arg(long, value_name = "FILE", default_value = "paper-figs/results/pytorch-ddp-283e232.json")]
@@ -304,7 +310,7 @@ enum Command {
     /// experiments/python/same_process.py wrote on the GPU machine; no GPU needed
     SameProcess {
         /// The records (comma-separated), each a part measured in one process
-        #[arg(long, value_delimiter = ',', value_name = "FILES", default_value = "paper-figs/results/same-process-425f454.json")]
+        #[arg(long, value_delimiter = ',', value_name = "FILES", default_value = SAME_PROCESS_RECORD)]
         results: Vec<PathBuf>,
         /// Where the figure goes (<out-dir>/same-process.svg)
         #[arg(long, default_value = "paper-figs")]
@@ -315,7 +321,7 @@ enum Command {
     /// GPU machine; no GPU needed
     TrainingBackend {
         /// The records (comma-separated)
-        #[arg(long, value_delimiter = ',', value_name = "FILES", default_value = "paper-figs/results/training-backend-93c4aa5-b32.json")]
+        #[arg(long, value_delimiter = ',', value_name = "FILES", default_value = TRAINING_BACKEND_RECORD)]
         results: Vec<PathBuf>,
         /// Where the figure goes (<out-dir>/training-backend.svg)
         #[arg(long, default_value = "paper-figs")]
@@ -372,7 +378,10 @@ impl FigureArgs {
             iterations: self.iters,
             from_results: self.from_results,
             results: self.results.clone().unwrap_or_else(|| PathBuf::from(format!("paper-figs/results/{figure}.json"))),
-            out_dir: self.out_dir.clone(),
+            out_dir: match &self.results {
+                Some(results) => records_figures_dir(&self.out_dir, results, &format!("paper-figs/results/{figure}.json")),
+                None => self.out_dir.clone(),
+            },
         }
     }
 }
@@ -384,6 +393,26 @@ fn simulated_figures_dir(out_dir: &std::path::Path, graphs: &std::path::Path) ->
     match graphs.file_name() {
         Some(name) if out_dir == std::path::Path::new("paper-figs") && Some(name) != std::path::Path::new(DEFAULT_GRAPHS).file_name() => out_dir.join(name),
         _ => out_dir.to_path_buf(),
+    }
+}
+
+/// Where a figure re-rendered from `results` draws: the default `paper-figs` holds the figures
+/// of the committed records, so another record's go under `paper-figs/<its file stem>/` instead
+/// of over them; an `--out-dir` given is taken as it is.
+fn records_figures_dir(out_dir: &std::path::Path, results: &std::path::Path, default_results: &str) -> PathBuf {
+    match results.file_stem() {
+        Some(stem) if out_dir == std::path::Path::new("paper-figs") && results != std::path::Path::new(default_results) => out_dir.join(stem),
+        _ => out_dir.to_path_buf(),
+    }
+}
+
+/// `records_figures_dir` for a figure drawn from several records: named by the first, unless
+/// they are the default record alone.
+fn records_dir(out_dir: &std::path::Path, results: &[PathBuf], default_results: &str) -> PathBuf {
+    match results {
+        [one] => records_figures_dir(out_dir, one, default_results),
+        [first, ..] => records_figures_dir(out_dir, first, ""),
+        [] => out_dir.to_path_buf(),
     }
 }
 
@@ -438,16 +467,16 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
             iterations: iters,
             merge: &merge,
             results: &results,
-            out_dir: &out_dir,
+            out_dir: &records_figures_dir(&out_dir, &results, COVERAGE_RECORD),
         }),
         Command::Scaling { results, ddp, graphs, allreduce, algo, sim_gpus, backward_factor, collective_slowdown, optimizer_gbs, out_dir } => {
             let simulated = graphs
                 .as_deref()
                 .map(|graphs| scaling_figure::Simulated { graphs, allreduce: &allreduce, algorithm: &algo, gpus: &sim_gpus, backward_factor, collective_slowdown, optimizer_bytes_per_us: optimizer_gbs * 1e3 });
-            scaling_figure::scaling(&results, ddp.as_ref(), simulated.as_ref(), &out_dir)
+            scaling_figure::scaling(&results, ddp.as_ref(), simulated.as_ref(), &records_figures_dir(&out_dir, &results, SCALING_RECORD))
         }
-        Command::SameProcess { results, out_dir } => same_process::same_process(&results, &out_dir),
-        Command::TrainingBackend { results, out_dir } => training_backend::training_backend(&results, &out_dir),
+        Command::SameProcess { results, out_dir } => same_process::same_process(&results, &records_dir(&out_dir, &results, SAME_PROCESS_RECORD)),
+        Command::TrainingBackend { results, out_dir } => training_backend::training_backend(&results, &records_dir(&out_dir, &results, TRAINING_BACKEND_RECORD)),
         Command::Gen { synthetic, out } => scheduling::generate(&synthetic, out.as_ref()),
     }
 }

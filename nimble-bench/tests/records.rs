@@ -279,3 +279,20 @@ fn re_rendering_every_figure_with_its_defaults_changes_nothing_committed() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A record other than a figure's committed one, re-rendered with the default --out-dir, draws
+/// under `paper-figs/<its file stem>/`, never over the committed figure (run in a scratch
+/// directory laid out as the checkout, so that the test beside it sees the checkout unchanged).
+#[test]
+fn another_records_figure_goes_beside_the_committed_one() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let checkout = scratch("elsewhere-checkout");
+    let _ = std::fs::remove_dir_all(&checkout);
+    std::fs::create_dir_all(checkout.join("paper-figs")).unwrap();
+    let record = scratch("coverage-elsewhere.json");
+    std::fs::copy(root.join("paper-figs/results/coverage-timm.json"), &record).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_nimble-bench")).args(["coverage", "--results", record.to_str().unwrap()]).current_dir(&checkout).output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(checkout.join("paper-figs/coverage-elsewhere/coverage.svg").exists(), "{}", String::from_utf8_lossy(&output.stdout));
+    assert!(!checkout.join("paper-figs/coverage.svg").exists(), "drawn where the committed figure lies");
+}
