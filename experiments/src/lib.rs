@@ -10,7 +10,7 @@
 //!
 //! Everything that runs a model needs libtorch and sits behind the `torch` feature (on by
 //! default); without it the crate keeps the simulator validation, the coverage record's logic,
-//! the tolerances and the records' provenance, and builds with no libtorch.
+//! the tolerances, the records' provenance and the [zoo](zoo)'s names, and builds with no libtorch.
 
 pub mod coverage;
 #[cfg(feature = "torch")]
@@ -32,3 +32,4 @@ pub mod tolerance;
 pub mod torchscript;
 #[cfg(feature = "torch")]
 pub mod training;
+pub mod zoo;

@@ -164,9 +164,9 @@ enum Command {
     /// GPU, otherwise re-renders from the committed record
     Inference {
         /// Comma-separated model names, or `all`
-        #[arg(long, default_value = "all")]
+        #[arg(long, default_value = "all", value_parser = zoo_models)]
         models: String,
-        #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 1, value_parser = clap::value_parser!(i64).range(1..))]
         batch: i64,
         #[command(flatten)]
         figure: FigureArgs,
@@ -176,9 +176,9 @@ enum Command {
     /// committed record
     Training {
         /// Comma-separated training models, or `all`
-        #[arg(long, default_value = "all")]
+        #[arg(long, default_value = "all", value_parser = training_models)]
         models: String,
-        #[arg(long, value_delimiter = ',', default_value = "32,64,128")]
+        #[arg(long, value_delimiter = ',', allow_negative_numbers = true, default_value = "32,64,128", value_parser = clap::value_parser!(i64).range(1..))]
         batch: Vec<i64>,
         #[command(flatten)]
         figure: FigureArgs,
@@ -187,7 +187,7 @@ enum Command {
     /// the schedulers experiment; measures on a GPU, otherwise re-renders
     Overhead {
         /// Comma-separated model names, or `all`
-        #[arg(long, default_value = "all")]
+        #[arg(long, default_value = "all", value_parser = zoo_models)]
         models: String,
         #[command(flatten)]
         figure: FigureArgs,
@@ -196,7 +196,7 @@ enum Command {
     /// over one stream, measured and simulated; from the schedulers experiment
     Multistream {
         /// Comma-separated model names, or `all`
-        #[arg(long, default_value = "all")]
+        #[arg(long, default_value = "all", value_parser = zoo_models)]
         models: String,
         #[command(flatten)]
         figure: FigureArgs,
@@ -285,7 +285,7 @@ enum Command {
         #[arg(long, default_value = "nimble")]
         algo: String,
         /// GPU counts to project beside the measured ones (comma-separated)
-        #[arg(long, value_delimiter = ',', default_value = "4,8")]
+        #[arg(long, value_delimiter = ',', default_value = "4,8", value_parser = gpu_count)]
         sim_gpus: Vec<usize>,
         /// A backward op's time over its forward op's in the step graph
         #[arg(long, allow_hyphen_values = true, default_value_t = 2.0)]
@@ -349,6 +349,28 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
+}
+
+/// `--models` of the zoo's figures: `all` or zoo models, checked when parsed.
+fn zoo_models(list: &str) -> Result<String, String> {
+    experiments::zoo::selection(list, false).map(|_| list.to_string())
+}
+
+/// `--models` of the training figure: `all` or models the paper trains.
+fn training_models(list: &str) -> Result<String, String> {
+    experiments::zoo::selection(list, true).map(|_| list.to_string())
+}
+
+/// The most GPUs `scaling --sim-gpus` projects to: a data-parallel job of a few thousand GPUs,
+/// beyond which the simulator's ring model and its numbers mean nothing.
+const MAX_SIMULATED_GPUS: usize = 4096;
+
+/// One of `--sim-gpus`: 1 to `MAX_SIMULATED_GPUS`.
+fn gpu_count(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if (1..=MAX_SIMULATED_GPUS).contains(&n) => Ok(n),
+        _ => Err(format!("expected a GPU count from 1 to {MAX_SIMULATED_GPUS}")),
+    }
 }
 
 /// What every figure command takes besides its models and batch sizes.

@@ -435,6 +435,32 @@ fn a_negative_number_after_a_space_is_read_as_the_flags_value_and_refused_by_its
     }
 }
 
+/// The probes of the hardening issue that a re-render accepted: each is status 2, one `error:`
+/// line under 300 characters naming the valid range, no panic.
+#[test]
+fn bad_models_batches_and_gpu_counts_are_refused_with_the_valid_range() {
+    let table: [(&[&str], &str); 10] = [
+        (&["inference", "--models", "bogus"], "expected `all` or some of resnet50"),
+        (&["inference", "--models", ""], "expected `all`"),
+        (&["inference", "--models", ","], "expected `all`"),
+        (&["inference", "--models", "resnet50,bogus"], "`bogus` is not one of the models"),
+        (&["training", "--models", "darts"], "training models"),
+        (&["overhead", "--models", "bogus"], "expected `all`"),
+        (&["multistream", "--models", "bogus"], "expected `all`"),
+        (&["inference", "--batch", "0"], "1.."),
+        (&["training", "--batch", "32,0"], "1.."),
+        (&["scaling", "--sim-gpus", "18446744073709551615"], "from 1 to 4096"),
+    ];
+    for (arguments, expected) in table {
+        let output = nimble_bench(arguments);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{arguments:?}: {stderr}");
+        let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+        assert!(errors.len() == 1 && errors[0].len() < 300 && errors[0].contains(expected), "{arguments:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{arguments:?}: {stderr}");
+    }
+}
+
 /// SIGINT and SIGTERM end a command with 128 plus the signal's number, having removed the
 /// temporary files of any write in progress (nimble_graph::files::remove_temporaries; its unit
 /// test plants one): the exit goes through the CLI's own signal thread, not the default action.
