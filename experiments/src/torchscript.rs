@@ -149,14 +149,25 @@ pub struct TorchScriptModel {
     reference: Nimble,
 }
 
+/// Why `path` cannot be a TorchScript file, if it cannot: it does not exist, cannot be read, or
+/// is a directory, a device or a FIFO rather than a regular file.
+pub fn check_file(path: &Path) -> Result<(), String> {
+    let expected = "expected a TorchScript file (torch.jit.save)";
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(format!("--torchscript {}: no such file", path.display())),
+        Err(e) => Err(format!("--torchscript {}: {e}", path.display())),
+        Ok(m) if m.is_dir() => Err(format!("--torchscript {}: a directory; {expected}", path.display())),
+        Ok(m) if !m.is_file() => Err(format!("--torchscript {}: not a regular file (a device or a FIFO); {expected}", path.display())),
+        Ok(_) => Ok(()),
+    }
+}
+
 impl TorchScriptModel {
     /// Loads `path` onto `device` and checks `inputs` against its forward: their number
     /// against its arguments, their shapes and dtypes by running it once. With `dtype`, the
     /// module's floating-point parameters and buffers and the float inputs are converted to it.
     pub fn load(path: &Path, inputs: Vec<InputSpec>, device: Device, dtype: Option<Kind>) -> Result<TorchScriptModel, String> {
-        if !path.is_file() {
-            return Err(format!("--torchscript {}: no such file", path.display()));
-        }
+        check_file(path)?;
         let mut reference = Nimble::from_torchscript(path, device).map_err(|e| format!("loading {} as TorchScript: {e}", path.display()))?;
         if let Some(kind) = dtype {
             reference.to_kind(kind).map_err(|e| e.to_string())?;

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use nimble_graph::{Node, TaskGraph, TaskGraphBuilder};
 use nimble_sched::algorithms::{chain_decomposition, merge_chains, Nimble};
 use nimble_sched::{Analysis, StreamAssigner};
@@ -236,7 +236,7 @@ pub fn algorithm_example(graph: Option<TaskGraph>, out_dir: &Path) -> Result<()>
         bail!("the algorithm example draws graphs of 1 to {MAX_NODES} nodes legibly; this one has {}", graph.len());
     }
     let steps = Steps::new(graph);
-    std::fs::create_dir_all(out_dir)?;
+    std::fs::create_dir_all(out_dir).with_context(|| format!("creating the figure directory {}", out_dir.display()))?;
     let path = out_dir.join("algorithm-example.svg");
     save(&steps, &path)?;
     let name = |list: &[usize]| list.iter().map(|&v| steps.label(v)).collect::<Vec<_>>().join("→");

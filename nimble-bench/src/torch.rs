@@ -117,7 +117,7 @@ impl Models<'_> {
                 anyhow::ensure!(weights.is_none() || names.len() == 1, "--weights loads one model's weights: name exactly one model");
             }
             Models::TorchScript { path, inputs, .. } => {
-                anyhow::ensure!(path.is_file(), "--torchscript {}: no such file", path.display());
+                experiments::torchscript::check_file(path).map_err(anyhow::Error::msg)?;
                 anyhow::ensure!(!inputs.is_empty(), "--torchscript needs one --input SHAPE[:DTYPE[:LOW:HIGH]] per forward argument, e.g. --input 1x3x224x224");
             }
         }

@@ -435,11 +435,12 @@ fn a_negative_number_after_a_space_is_read_as_the_flags_value_and_refused_by_its
     }
 }
 
-/// The probes of the hardening issue that a re-render accepted: each is status 2, one `error:`
-/// line under 300 characters naming the valid range, no panic.
+/// The probes of the hardening issue that a re-render accepted, or refused without saying why:
+/// each is status 2, one `error:` line under 300 characters naming the valid range or the path,
+/// no panic.
 #[test]
 fn bad_models_batches_and_gpu_counts_are_refused_with_the_valid_range() {
-    let table: [(&[&str], &str); 10] = [
+    let table: [(&[&str], &str); 11] = [
         (&["inference", "--models", "bogus"], "expected `all` or some of resnet50"),
         (&["inference", "--models", ""], "expected `all`"),
         (&["inference", "--models", ","], "expected `all`"),
@@ -450,6 +451,8 @@ fn bad_models_batches_and_gpu_counts_are_refused_with_the_valid_range() {
         (&["inference", "--batch", "0"], "1.."),
         (&["training", "--batch", "32,0"], "1.."),
         (&["scaling", "--sim-gpus", "18446744073709551615"], "from 1 to 4096"),
+        // (a file where the figure's directory should be: the path named, not just "File exists")
+        (&["algorithm-example", "--out-dir", "Cargo.toml"], "creating the figure directory Cargo.toml"),
     ];
     for (arguments, expected) in table {
         let output = nimble_bench(arguments);

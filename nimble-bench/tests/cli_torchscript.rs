@@ -99,3 +99,16 @@ fn zoo_models_convert_to_bfloat16_and_export_their_task_graph() {
     let graph: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert!(graph["nodes"].as_array().unwrap().len() > 50, "{graph}");
 }
+
+/// What `--torchscript` names is checked for what it is: a missing file, a directory and a
+/// device each get their own reason (all three were "no such file").
+#[test]
+fn a_torchscript_path_that_is_no_file_says_what_it_is() {
+    for (path, reason) in [("/nonexistent/model.pt", "no such file"), ("/tmp", "a directory"), ("/dev/zero", "not a regular file")] {
+        let output = nimble_bench(&["export-graph", "--torchscript", path, "--input", "1x3"]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{path}: {stderr}");
+        let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+        assert!(errors.len() == 1 && errors[0].contains(reason) && errors[0].len() < 300, "{path}: {stderr}");
+    }
+}

@@ -72,10 +72,13 @@ impl FromStr for SyntheticSpec {
         // Refused before anything is allocated: `fan:1000000:1000` would be a billion nodes.
         let nodes = parsed.max_nodes();
         if nodes > MAX_NODES as u128 {
-            return Err(invalid(&format!(
-                "it has {} nodes, more than {MAX_NODES}, the most a graph may have (the analyses keep a bit per pair of tasks for each relation)",
-                thousands(nodes)
-            )));
+            // A NASNet-like graph's size is known only once its branches are drawn: its bound
+            // refuses it, and the message says so and how many cells the bound admits.
+            let size = match parsed {
+                SyntheticSpec::Nasnet { .. } => format!("it may have up to {} nodes (40 a cell; at most {} cells fit)", thousands(nodes), (MAX_NODES - 4) / 40),
+                _ => format!("it has {} nodes", thousands(nodes)),
+            };
+            return Err(invalid(&format!("{size}, more than {MAX_NODES}, the most a graph may have (the analyses keep a bit per pair of tasks for each relation)")));
         }
         Ok(parsed)
     }
