@@ -124,7 +124,8 @@ pub fn calibrate_simulator(results: &Path, out: Option<&PathBuf>) -> Result<()> 
         write_file(path, &text)?;
     }
     emit(&text)?;
-    emit(&format!(
+    // The summary on stderr: stdout is the config alone, so `> cal.json` reads back with --sim-config.
+    eprintln!(
         "median |error|: graph {:.1}% -> {:.1}%, eager {:.1}% -> {:.1}% over {} runs of {}",
         before.median_abs_error_graph * 100.0,
         after.median_abs_error_graph * 100.0,
@@ -132,7 +133,8 @@ pub fn calibrate_simulator(results: &Path, out: Option<&PathBuf>) -> Result<()> 
         after.median_abs_error_eager * 100.0,
         record.runs.len(),
         record.provenance.gpu
-    ))
+    );
+    Ok(())
 }
 
 fn read_record(path: &Path) -> Result<ValidationRecord> {
