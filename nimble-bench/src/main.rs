@@ -523,11 +523,54 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let cli = Cli::parse_from(args); // usage errors: clap prints them and exits with status 2
-    match run(cli, &invoked_as) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("error: {error:#}");
+    // A panic (libtorch's C++ errors reach us as tch's panics, their frames kilobytes long) is
+    // one error line too; NIMBLE_VERBOSE=1 prints the whole message.
+    let verbose = std::env::var_os("NIMBLE_VERBOSE").is_some_and(|v| v == "1");
+    std::panic::set_hook(Box::new(move |info| {
+        if verbose {
+            eprintln!("{info}");
+        }
+    }));
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cli, &invoked_as))) {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(error)) => {
+            let text = format!("{error:#}");
+            let short = without_frames(&text);
+            // (libtorch's own sentence can run to a paragraph: its first 200 characters)
+            let short = if short == text { short } else { truncated(&short) };
+            let more = if verbose || short == text { "" } else { " (NIMBLE_VERBOSE=1 prints libtorch's C++ frames)" };
+            eprintln!("error: {}{more}", if verbose { &text } else { &short });
+            ExitCode::from(2)
+        }
+        Err(payload) => {
+            let message = payload.downcast_ref::<String>().map(String::as_str).or_else(|| payload.downcast_ref::<&str>().copied()).unwrap_or("");
+            eprintln!("error: {}{}", one_line(message), if verbose { "" } else { " (NIMBLE_VERBOSE=1 prints the whole message)" });
             ExitCode::from(2)
         }
     }
+}
+
+/// An error's text without the C++ frames libtorch appends to its errors (from `Exception
+/// raised from` on), its lines joined into one.
+fn without_frames(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().take_while(|l| !l.starts_with("Exception raised from") && !l.starts_with("frame #")).map(str::trim).filter(|l| !l.is_empty()).collect();
+    lines.join(" ")
+}
+
+/// A panic's message as one line of at most 200 characters: its first line, without the
+/// `Result::unwrap()` wrapper tch's errors arrive in.
+fn one_line(message: &str) -> String {
+    // (tch's errors are Debug-formatted: their newlines are the two characters `\n`.)
+    let first = message.lines().find(|l| !l.trim().is_empty()).unwrap_or("an internal error");
+    let first = first.split("\\n").next().unwrap_or(first);
+    truncated(first.trim_start_matches("called `Result::unwrap()` on an `Err` value: ").trim_start_matches("Torch(\"").trim_end_matches("\")"))
+}
+
+/// `text`'s first 200 characters, `…` marking a cut.
+fn truncated(text: &str) -> String {
+    let mut line: String = text.chars().take(200).collect();
+    if text.chars().count() > 200 {
+        line.push('…');
+    }
+    line
 }

@@ -112,3 +112,28 @@ fn a_torchscript_path_that_is_no_file_says_what_it_is() {
         assert!(errors.len() == 1 && errors[0].contains(reason) && errors[0].len() < 300, "{path}: {stderr}");
     }
 }
+
+/// libtorch's errors are one line: an allocation larger than the machine (under a 4 GB
+/// address-space limit), a size that overflows, a weights file that is not one. Each was a
+/// panic with kilobytes of C++ frames; NIMBLE_VERBOSE=1 still prints them.
+#[test]
+fn libtorch_errors_are_one_line_without_their_frames() {
+    let binary = env!("CARGO_BIN_EXE_nimble-bench");
+    let weights = scratch("random-weights.ot");
+    std::fs::write(&weights, (0..5000u32).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8).collect::<Vec<u8>>()).unwrap();
+    let probes = [
+        format!("ulimit -v 4000000; exec {binary} export-graph --model resnet50 --batch 100000"),
+        format!("exec {binary} export-graph --model resnet50 --batch 9223372036854775807"),
+        format!("exec {binary} export-graph --model resnet50 --weights {}", weights.display()),
+    ];
+    for probe in &probes {
+        let output = Command::new("sh").args(["-c", probe]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{probe}: {stderr}");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert!(lines.len() == 1 && lines[0].starts_with("error:") && lines[0].chars().count() < 300, "{probe}: {stderr}");
+        assert!(!stderr.contains("panicked") && !stderr.contains("frame #"), "{probe}: {stderr}");
+    }
+    let verbose = Command::new("sh").args(["-c", &probes[2]]).env("NIMBLE_VERBOSE", "1").output().unwrap();
+    assert!(String::from_utf8_lossy(&verbose.stderr).contains("frame #"));
+}
