@@ -244,10 +244,11 @@ def train_beside_eager(eager, fast, fast_model, make_input, steps=3, state_rtol=
         assert torch.allclose(b.float(), a.float(), rtol=state_rtol, atol=1e-6)
 
 
-def inductor_programs(model, *inputs, train=False):
+def inductor_programs(model, *inputs, train=False, within=None):
     """Inductor's compiled graphs for ``model`` (through ``compile_fx``, as the backend gets
     them), each with its static input indices; with ``train``, a forward and a backward (of a
-    loss made from the output)."""
+    loss made from the output). ``within``: a context the compile runs in."""
+    import contextlib
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
     found = []
@@ -262,12 +263,13 @@ def inductor_programs(model, *inputs, train=False):
             return compile_fx(gm, example_inputs, inner_compile=inner)
 
     torch._dynamo.reset()
-    if train:
-        out = torch.compile(model, backend=backend)(*inputs)
-        out.square().mean().backward()
-        return found
-    with torch.no_grad():
-        torch.compile(model, backend=backend)(*inputs)
+    with within if within is not None else contextlib.nullcontext():
+        if train:
+            out = torch.compile(model, backend=backend)(*inputs)
+            out.square().mean().backward()
+            return found
+        with torch.no_grad():
+            torch.compile(model, backend=backend)(*inputs)
     return found
 
 

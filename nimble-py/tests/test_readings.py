@@ -8,11 +8,11 @@ dependency); an order only the text has must have a reason (``readings.compare``
 
 import pytest
 import torch
-from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
 from nimble_rs.dynamo import kernels_plan, readings, scheduler_graph
 from nimble_rs.dynamo.wrapper import WrapperProgram
 import models
+from models import inductor_programs
 
 # Every model of models.py, with an input (Repeats twice: its count from a shape and from data).
 CASES = {
@@ -37,24 +37,10 @@ CASES = {
 
 def both_readings(model, inputs):
     """(WrapperProgram, SchedulerReading) of every graph Inductor compiles for ``model``."""
-    compiled = []
-
-    def inner(gm, example_inputs, **kwargs):
-        result = compile_fx_inner(gm, example_inputs, **kwargs)
-        compiled.append((result, kwargs.get("static_input_idxs") or []))
-        return result
-
-    def backend(gm, example_inputs):
-        with torch._functorch.config.patch(enable_autograd_cache=False):
-            return compile_fx(gm, example_inputs, inner_compile=inner)
-
     found = []
+    compiled = inductor_programs(model, *inputs, within=scheduler_graph.reading(found))
     torch._dynamo.reset()
-    with torch.no_grad(), scheduler_graph.reading(found):
-        torch.compile(model, backend=backend)(*inputs)
-    torch._dynamo.reset()
-    programs = [WrapperProgram(kernels_plan.inductor_module(c), static) for c, static in compiled]
-    return programs, found
+    return [WrapperProgram(kernels_plan.inductor_module(c), static) for c, static in compiled], found
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
