@@ -177,7 +177,8 @@ def _kernel():
             ih = oh * SH - PH + i * DH
             for j in tl.static_range(KW):
                 iw = ow * SW - PW + j * DW
-                inside = ((iw >= 0) & (iw < W) & (ih >= 0) & (ih < H))[:, None] & c_ok[None, :]
+                # (the row's condition by tl.where: Triton 3.9's interpreter makes a scalar & a tensor int32)
+                inside = tl.where((ih >= 0) & (ih < H), ((iw >= 0) & (iw < W))[:, None] & c_ok[None, :], False)
                 offsets = ((n * H + ih) * W + iw)[:, None].to(tl.int64) * C + c[None, :]
                 xv = tl.load(x_ptr + offsets, mask=inside, other=0.0)
                 wv = tl.load(w_ptr + c * (KH * KW) + (i * KW + j), mask=c_ok, other=0.0)

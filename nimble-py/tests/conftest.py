@@ -46,10 +46,10 @@ def pytest_collection_modifyitems(config, items):
 
 
 def triton_of_the_engines_torch():
-    """A mark for tests that run our Triton kernels in Triton's interpreter or hook its compile
-    cache: checked with the Triton torch 2.11.0 ships (3.6). With a newer torch's Triton the
-    interpreter refuses the depthwise kernel's masked loads and the compile-ahead hook misses
-    its variants: not ported yet, so these skip there, saying so."""
+    """A mark for tests that hook Triton's compile cache (the depthwise kernels compiled ahead):
+    checked with the Triton torch 2.11.0 ships (3.6). With a newer torch's Triton (3.9 with
+    2.15) the launches' cache keys miss the variants compiled ahead: not ported yet, so these
+    skip there, saying so. (The kernels themselves run in either Triton's interpreter.)"""
     from nimble_rs._version import REQUIRED_TORCH, release
 
     found = torch.__version__

@@ -14,7 +14,6 @@ from nimble_rs.dynamo import depthwise, depthwise_kernel
 from nimble_rs.dynamo.fxnodes import value as _val
 from models import rewritten_through_inductor
 from triton_interpreter import interpreted
-from conftest import triton_of_the_engines_torch
 
 
 def fast(tile, us=1.0):
@@ -333,7 +332,6 @@ print(json.dumps(results))
 """
 
 
-@triton_of_the_engines_torch()
 @pytest.mark.parametrize("column_loop", [False, True], ids=["unrolled", "column-loop"])
 def test_the_kernel_computes_the_convolution_in_the_interpreter(column_loop):
     pytest.importorskip("triton")

@@ -7,7 +7,6 @@ imported."""
 
 import pytest
 from triton_interpreter import interpreted
-from conftest import triton_of_the_engines_torch
 
 pytest.importorskip("triton")
 
@@ -44,7 +43,6 @@ print(json.dumps(results))
 """
 
 
-@triton_of_the_engines_torch()
 def test_the_kernels_and_the_decomposition_compute_the_convolution():
     results = interpreted(SCRIPT, CASES)
     assert len(results) == len(CASES)

@@ -102,7 +102,9 @@ def kernel():
                     weights = weights + (tl.broadcast_to(tl.load(taps_ptr + (i * KW + j) * C + c, mask=c_ok, other=0.0).to(tl.float32)[None, :], shape),)
                 for r in tl.static_range((ROWS - 1) * SH + (KH - 1) * DH + 1):
                     ih = oh0 * SH - PH + r
-                    inside = column_ok & ((ih >= 0) & (ih < H))
+                    # (A row's condition joins by tl.where, not &: Triton 3.9's interpreter makes a scalar
+                    # & a tensor int32, which it refuses as a mask.)
+                    inside = tl.where((ih >= 0) & (ih < H), column_ok, False)
                     accs = added(read(x_image + ih * W * C + column, inside, sc, sh, HAS_SCALE, HAS_SHIFT, RELU_IN), weights, accs, r, 1, 0, SH, DH, KH, ROWS)
         else:
             # Every tap unrolled, rows outermost. Each tap's weights loaded once, where they are
@@ -127,7 +129,7 @@ def kernel():
                     if r % DH == 0 and r // DH < KH:
                         # input row r is kernel row r / DH of the first output row: that tap's weights
                         weights = weights + (tl.broadcast_to(tl.load(taps_ptr + (r // DH * KW + j) * C + c, mask=c_ok, other=0.0).to(tl.float32)[None, :], shape),)
-                    inside = columns_ok[j] & row_ok
+                    inside = tl.where(row_ok, columns_ok[j], False)
                     accs = added(read(row + columns[j], inside, sc, sh, HAS_SCALE, HAS_SHIFT, RELU_IN), weights, accs, r, KW, j, SH, DH, KH, ROWS)
         if HAS_BIAS:
             bv = tl.load(b_ptr + c, mask=c_ok, other=0.0).to(tl.float32)
@@ -137,7 +139,7 @@ def kernel():
             result = accs[o]
             if HAS_BIAS:
                 result = result + bv[None, :]
-            ok = ((oh < OH) & (ow < OW))[:, None] & c_ok[None, :]
+            ok = tl.where(oh < OH, (ow < OW)[:, None] & c_ok[None, :], False)
             tl.store(y_image + (oh * OW + ow)[:, None] * C + c[None, :], result.to(y_ptr.dtype.element_ty), mask=ok)
 
     _KERNEL.append(depthwise_rows)
