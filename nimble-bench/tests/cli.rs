@@ -473,14 +473,14 @@ fn bad_models_batches_and_gpu_counts_are_refused_with_the_valid_range() {
 #[test]
 fn interrupts_end_with_the_signals_status_through_the_cleanup() {
     for (signal, status) in [("-TERM", 143), ("-INT", 130)] {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_nimble-bench"))
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nimble-bench"))
             .args(["compare", "--synthetic", "dnn:30000"])
             .stdout(std::process::Stdio::null())
             .spawn()
             .expect("the binary runs");
         // (after libtorch has loaded: the signal thread starts in main)
         std::thread::sleep(std::time::Duration::from_secs(4));
-        assert!(Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap().success());
+        assert!(std::process::Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap().success());
         assert_eq!(child.wait().unwrap().code(), Some(status), "{signal}");
     }
 }
