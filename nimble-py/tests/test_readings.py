@@ -53,6 +53,10 @@ def test_the_scheduler_and_the_text_read_the_same_kernels_and_orders(case):
     for program, reading in zip(programs, found):
         comparison = readings.compare(program, reading)
         assert comparison.unpaired is None, comparison.unpaired
+        # The scheduler's task graph: one task per node that launches a kernel, each paired above.
+        graph = scheduler_graph.task_graph(reading)
+        assert len(graph["nodes"]) == len(comparison.pairs), (len(graph["nodes"]), len(comparison.pairs))
+        assert all(u < v for u, v in graph["edges"])
         assert not comparison.missing, comparison.differences()
         assert not comparison.unexplained, comparison.differences()
         for line in comparison.differences():
