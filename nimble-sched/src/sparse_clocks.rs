@@ -7,8 +7,14 @@
 //! many streams, one sink) costs a few entries per branch and one big merge at the sink, where
 //! dense clocks cost O(streams) per sync and bit rows V²/8 bytes.
 //!
+//! Where streams are many and every node hears of most of them (a greedy plan of a layered
+//! random graph: tens of thousands of streams), the snapshots grow as V·S; so the clocks take a
+//! budget of entries, and [`SparseClocks::issue`] gives up once it is spent: the checker then
+//! proves the plan with bit rows ([`crate::happens_before::RowClocks`], V²/8 bytes) instead.
+//!
 //! # Complexity
-//! O(V + E + Σ |clock of each merged predecessor|), memory O(V + Σ |snapshot|).
+//! O(V + E + Σ |clock of each merged predecessor|), memory O(V + Σ |snapshot|), at most the
+//! budget.
 
 use std::collections::HashMap;
 
@@ -63,18 +69,31 @@ pub(crate) struct SparseClocks {
     snapshots: HashMap<usize, Clock>,
     records: Vec<bool>,
     issued_node: Vec<bool>,
+    /// Clock entries still allowed (stream clocks and snapshots together).
+    budget: usize,
 }
 
 impl SparseClocks {
-    /// `records[u]`: whether some node waits on `u`'s event (its clock is kept).
-    pub(crate) fn new(streams: usize, records: Vec<bool>) -> Self {
+    /// `records[u]`: whether some node waits on `u`'s event (its clock is kept); `budget`: the
+    /// most clock entries to hold.
+    pub(crate) fn new(streams: usize, records: Vec<bool>, budget: usize) -> Self {
         let nodes = records.len();
-        SparseClocks { stream_of: vec![0; nodes], index: vec![0; nodes], issued: vec![0; streams], current: vec![Clock::new(); streams], snapshots: HashMap::new(), records, issued_node: vec![false; nodes] }
+        SparseClocks {
+            stream_of: vec![0; nodes],
+            index: vec![0; nodes],
+            issued: vec![0; streams],
+            current: vec![Clock::new(); streams],
+            snapshots: HashMap::new(),
+            records,
+            issued_node: vec![false; nodes],
+            budget,
+        }
     }
 
     /// Issues `v` on `stream` after waiting on the events of `sources` (issued earlier), and
-    /// returns which of those syncs the other predecessors already imply.
-    pub(crate) fn issue(&mut self, v: usize, stream: usize, sources: &[usize]) -> Vec<bool> {
+    /// returns which of those syncs the other predecessors already imply; `None` once the
+    /// budget of entries is spent (the clocks are then no longer usable).
+    pub(crate) fn issue(&mut self, v: usize, stream: usize, sources: &[usize]) -> Option<Vec<bool>> {
         let s = stream as u32;
         self.issued_node[v] = true;
         self.stream_of[v] = s;
@@ -94,17 +113,22 @@ impl SparseClocks {
                 redundant.push(su == s || merge.without(i, su) >= needed);
             }
             let clock = &mut self.current[stream];
+            let before = clock.len();
             for (&stream_of_best, &(count, _, _)) in &merge.best {
                 let entry = clock.entry(stream_of_best).or_insert(0);
                 *entry = (*entry).max(count);
             }
+            self.budget = self.budget.checked_sub(clock.len() - before)?;
         }
         // Successors on this stream and waiters on v's event know v has finished.
-        self.current[stream].insert(s, self.index[v] + 1);
+        if self.current[stream].insert(s, self.index[v] + 1).is_none() {
+            self.budget = self.budget.checked_sub(1)?;
+        }
         if self.records[v] {
+            self.budget = self.budget.checked_sub(self.current[stream].len())?;
             self.snapshots.insert(v, self.current[stream].clone());
         }
-        redundant
+        Some(redundant)
     }
 
     /// Whether `u` finishes before `v` starts, for `v` the node just issued on its stream (no
