@@ -211,9 +211,9 @@ enum Command {
         /// Simulate each algorithm on the committed model task graphs (*.graph.json in
         /// --graphs) instead of measuring: streams, syncs, assignment time, simulated latency,
         /// speedup over one stream and over the floor; draws <out-dir>/schedulers-simulated.svg
-        /// (another --graphs than the default with the default --out-dir: under
-        /// paper-figs/<DIR's name>/, never over the default graphs' figures) and, with --results FILE, writes the record there (the committed one is
-        /// paper-figs/results/schedulers-simulated.json; a re-render leaves it as it is)
+        /// (default target/figures; with --out-dir paper-figs and another --graphs than the
+        /// default, under paper-figs/<DIR's name>/) and, with --results FILE, writes the record
+        /// there (the committed one is paper-figs/results/schedulers-simulated.json)
         #[arg(long)]
         simulate: bool,
         /// With --simulate: comma-separated algorithms (default: every registered one)
@@ -388,12 +388,19 @@ struct FigureArgs {
     /// schedulers.json)
     #[arg(long, value_name = "FILE")]
     results: Option<PathBuf>,
-    /// Where the figure goes (<out-dir>/<figure>.svg)
-    #[arg(long, default_value = "paper-figs")]
-    out_dir: PathBuf,
+    /// Where the figure goes (<out-dir>/<figure>.svg); default paper-figs, where re-renders of
+    /// the committed records draw what is committed, except for `schedulers --simulate`, whose
+    /// figures depend on the registered algorithms: target/figures unless given
+    #[arg(long)]
+    out_dir: Option<PathBuf>,
 }
 
 impl FigureArgs {
+    /// `--out-dir`, or `paper-figs`.
+    fn committed_out_dir(&self) -> PathBuf {
+        self.out_dir.clone().unwrap_or_else(|| PathBuf::from("paper-figs"))
+    }
+
     fn rendering(&self, figure: &str) -> command_args::Rendering {
         command_args::Rendering {
             warmup: self.warmup,
@@ -401,16 +408,19 @@ impl FigureArgs {
             from_results: self.from_results,
             results: self.results.clone().unwrap_or_else(|| PathBuf::from(format!("paper-figs/results/{figure}.json"))),
             out_dir: match &self.results {
-                Some(results) => records_figures_dir(&self.out_dir, results, &format!("paper-figs/results/{figure}.json")),
-                None => self.out_dir.clone(),
+                Some(results) => records_figures_dir(&self.committed_out_dir(), results, &format!("paper-figs/results/{figure}.json")),
+                None => self.committed_out_dir(),
             },
         }
     }
 }
 
-/// Where `schedulers --simulate` draws: the default `paper-figs` holds the figures of the default
-/// graphs (committed), so another set's go under `paper-figs/<its directory's name>/` (as the
-/// coverage set's do) instead of over them.
+/// Where `schedulers --simulate` draws without `--out-dir`.
+const SIMULATED_FIGURES: &str = "target/figures";
+
+/// Where `schedulers --simulate --out-dir paper-figs` draws: `paper-figs` holds the figures of
+/// the default graphs (committed), so another set's go under `paper-figs/<its directory's
+/// name>/` (as the coverage set's do) instead of over them.
 fn simulated_figures_dir(out_dir: &std::path::Path, graphs: &std::path::Path) -> PathBuf {
     match graphs.file_name() {
         Some(name) if out_dir == std::path::Path::new("paper-figs") && Some(name) != std::path::Path::new(DEFAULT_GRAPHS).file_name() => out_dir.join(name),
@@ -459,7 +469,9 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
             // The record only where asked: its assignment times are this machine's, so a re-render
             // with the defaults must not rewrite the committed one.
             results: figure.results.as_deref(),
-            out_dir: &simulated_figures_dir(&figure.out_dir, &graphs),
+            // Never over the committed figures unless told: they hold the algorithms their record
+            // names, and a newly registered one would redraw them.
+            out_dir: &figure.out_dir.as_deref().map_or_else(|| PathBuf::from(SIMULATED_FIGURES), |dir| simulated_figures_dir(dir, &graphs)),
         }),
         Command::Schedulers { models, figure, kernel_graphs, .. } => {
             figures::from_schedulers_record(invoked_as, "schedulers", &models, kernel_graphs.as_deref(), &figure.rendering("schedulers"))

@@ -93,15 +93,21 @@ fn schedulers_simulate_covers_the_coverage_set_and_matches_its_measurements() {
 /// The research loop on compiled models: Inductor's fused kernels of the same-process models
 /// (torch.compile's kernels, each timed on an H100), committed with their provenance and
 /// planned by every registered algorithm here without a GPU.
-/// Another set of graphs with the default --out-dir draws under paper-figs/<its directory's name>/
-/// (as the coverage set's committed figures are), never over the default graphs' committed figures.
+/// Without --out-dir the simulated figures go to target/figures, never over a committed figure;
+/// with --out-dir paper-figs, another set of graphs draws under paper-figs/<its directory's name>/
+/// (as the coverage set's committed figures are), never over the default graphs' figures.
 #[test]
-fn schedulers_simulate_on_other_graphs_leaves_the_default_graphs_figures_alone() {
+fn schedulers_simulate_leaves_the_committed_figures_alone() {
     let cwd = scratch("other-graphs-cwd");
+    let _ = std::fs::remove_dir_all(&cwd);
     std::fs::create_dir_all(&cwd).unwrap();
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../paper-figs/results/fused-kernel-graphs");
     let arguments = ["schedulers", "--simulate", "--graphs", dir.to_str().unwrap(), "--models", "googlenet-float32", "--algos", "nimble,single", "--measured", "none"];
-    stdout(&Command::new(env!("CARGO_BIN_EXE_nimble-bench")).current_dir(&cwd).args(arguments).output().expect("the binary runs"));
+    let run = |extra: &[&str]| stdout(&Command::new(env!("CARGO_BIN_EXE_nimble-bench")).current_dir(&cwd).args(arguments).args(extra).output().expect("the binary runs"));
+    run(&[]);
+    assert!(cwd.join("target/figures/schedulers-simulated.svg").is_file());
+    assert!(!cwd.join("paper-figs").exists(), "the default drew into paper-figs");
+    run(&["--out-dir", "paper-figs"]);
     assert!(cwd.join("paper-figs/fused-kernel-graphs/schedulers-simulated.svg").is_file());
     assert!(!cwd.join("paper-figs/schedulers-simulated.svg").exists());
 }
@@ -232,8 +238,9 @@ fn snapshot(dir: &std::path::Path, into: &mut std::collections::BTreeMap<PathBuf
     }
 }
 
-/// Re-rendering every figure from its committed record, with the commands' defaults, rewrites
-/// nothing: the committed figures are what today's code draws, and no record is rewritten (a
+/// Re-rendering every figure from its committed record, with the commands' defaults (the
+/// simulated one with the algorithms its record names, so that registering one breaks nothing),
+/// rewrites nothing: the committed figures are what today's code draws, and no record is rewritten (a
 /// re-render of `schedulers --simulate` used to rewrite its record's machine-dependent
 /// assignment times, and the committed training figure was stale). A changed file is put back
 /// before the test fails, so the checkout stays clean.
@@ -243,13 +250,17 @@ fn re_rendering_every_figure_with_its_defaults_changes_nothing_committed() {
     let figures = root.join("paper-figs");
     let mut before = std::collections::BTreeMap::new();
     snapshot(&figures, &mut before);
+    // The simulated figure holds the algorithms its record names, whatever else is registered.
+    let record: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root.join("paper-figs/results/schedulers-simulated.json")).unwrap()).unwrap();
+    let named: Vec<&str> = record["models"][0]["rows"].as_array().unwrap().iter().map(|r| r["algorithm"].as_str().unwrap()).collect();
+    let simulated = ["schedulers", "--simulate", "--out-dir", "paper-figs", "--algos", &named.join(",")];
     let commands: [&[&str]; 10] = [
         &["inference", "--from-results"],
         &["training", "--from-results"],
         &["overhead", "--from-results"],
         &["multistream", "--from-results"],
         &["schedulers", "--from-results"],
-        &["schedulers", "--simulate"],
+        &simulated,
         &["coverage"],
         &["scaling"],
         &["same-process"],

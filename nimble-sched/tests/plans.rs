@@ -108,6 +108,34 @@ proptest! {
     }
 
     #[test]
+    fn literature_policies_keep_their_stream_bounds_and_rules((n, edges) in random_dag(), k in 1usize..6) {
+        let graph = build(n, &edges);
+        let analysis = Analysis::new(&graph);
+        for name in ["torchsched", "trt-llm", "heft"] {
+            let plan = algorithms::by_name(&format!("{name}:{k}")).unwrap().assign(&analysis);
+            prop_assert!(verify(&analysis, &plan).is_valid(), "{name}:{k}");
+            prop_assert!(plan.streams <= k, "{name}:{k} used {} streams", plan.streams);
+        }
+        // IOS: each stage's groups are independent of each other, and stages respect the graph.
+        let reach = analysis.reachability();
+        let stages = algorithms::ios_stages(&graph, k);
+        prop_assert_eq!(stages.iter().flatten().map(Vec::len).sum::<usize>(), n);
+        for stage in &stages {
+            for (i, a) in stage.iter().enumerate() {
+                for b in &stage[i + 1..] {
+                    prop_assert!(a.iter().all(|&u| b.iter().all(|&v| !reach.reaches(u, v) && !reach.reaches(v, u))));
+                }
+            }
+        }
+        // Opara: a stream passes from a task to one of its consumers, once, so each stream's
+        // tasks lie on one path of the graph.
+        let opara = algorithms::by_name("opara").unwrap().assign(&analysis);
+        for sequence in opara.stream_sequences() {
+            prop_assert!(sequence.windows(2).all(|pair| reach.reaches(pair[0], pair[1])));
+        }
+    }
+
+    #[test]
     fn hopcroft_karp_matches_petgraph((n, edges) in random_dag()) {
         // The bipartite graph of Algorithm 1: left copy u, right copy v for each edge u -> v.
         let adjacency: Vec<Vec<usize>> = (0..n)
@@ -298,4 +326,10 @@ fn nimble_critical_weighs_tasks_by_duration_and_else_counts_them() {
         assert!(expected.iter().all(|&v| plan.stream_of[v] == 0), "{heavy:?}: {:?}", plan.stream_of);
         assert_eq!(plan.streams, 2);
     }
+}
+
+/// IOS's stage barrier is the simulator's graph-launch dependency latency.
+#[test]
+fn ios_barrier_is_the_simulators_dependency_latency() {
+    assert_eq!(algorithms::IOS_STAGE_BARRIER_US, nimble_sched::SimulatorConfig::graph().graph_dependency_latency_us);
 }

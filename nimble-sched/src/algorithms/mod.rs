@@ -8,18 +8,29 @@
 mod bounded;
 mod critical;
 mod greedy;
+mod heft;
+mod ios;
 mod level;
 mod nimble;
+mod opara;
 mod round_robin;
 mod single;
+mod torchsched;
+mod trt_llm;
+mod weights;
 
 pub use bounded::NimbleBounded;
 pub use critical::{heaviest_meg_path, NimbleCritical};
 pub use greedy::Greedy;
+pub use heft::Heft;
+pub use ios::{stages as ios_stages, Ios, MAX_WINDOW as IOS_MAX_WINDOW, STAGE_BARRIER_US as IOS_STAGE_BARRIER_US};
 pub use level::Level;
 pub use nimble::{chain_decomposition, merge_chains, Chains, Nimble};
+pub use opara::{compute_bound, Opara};
 pub use round_robin::RoundRobin;
 pub use single::Single;
+pub use torchsched::Torchsched;
+pub use trt_llm::TrtLlm;
 
 use crate::error::{Result, SchedError};
 use crate::StreamAssigner;
@@ -86,7 +97,49 @@ pub const ALGORITHMS: &[AlgorithmInfo] = &[
         summary: "Nimble's plan folded onto at most K streams (K defaults to 8, CUDA's hardware queues), streams busy at different times sharing one",
         build: |argument| Ok(Box::new(NimbleBounded { streams: stream_count("nimble-bounded", argument, 8)? })),
     },
+    AlgorithmInfo {
+        name: "opara",
+        usage: "opara",
+        summary: "Opara (TPDS'24): first producer's stream not yet taken, else a new one; launches alternate compute- and memory-bound",
+        build: |argument| no_argument("opara", argument, Box::new(Opara)),
+    },
+    AlgorithmInfo {
+        name: "torchsched",
+        usage: "torchsched:K",
+        summary: "apex torchsched: the deepest path on the default stream, the rest round-robin over K-1 side streams (K defaults to 8)",
+        build: |argument| Ok(Box::new(Torchsched { streams: stream_count("torchsched", argument, 8)? })),
+    },
+    AlgorithmInfo {
+        name: "trt-llm",
+        usage: "trt-llm:K",
+        summary: "TensorRT-LLM auto multi-stream: farthest from the exit first, onto an idle or the earliest-free of K streams (K defaults to 3)",
+        build: |argument| Ok(Box::new(TrtLlm { streams: stream_count("trt-llm", argument, 3)? })),
+    },
+    AlgorithmInfo {
+        name: "heft",
+        usage: "heft:K",
+        summary: "HEFT (TPDS'02): upward rank, earliest finish with insertion into idle gaps, on K streams (K defaults to 4)",
+        build: |argument| Ok(Box::new(Heft { streams: stream_count("heft", argument, 4)? })),
+    },
+    AlgorithmInfo {
+        name: "ios",
+        usage: "ios:K",
+        summary: "IOS (MLSys'21): stages chosen by dynamic program over windows of K tasks (K defaults to 12, at most 16)",
+        build: |argument| Ok(Box::new(Ios { window: window_size(argument)? })),
+    },
 ];
+
+/// The window `ios` takes as its argument: 1 to [`IOS_MAX_WINDOW`] tasks, 12 without one.
+fn window_size(argument: Option<&str>) -> Result<usize> {
+    match argument {
+        None => Ok(12),
+        Some(text) => text.parse().ok().filter(|k: &usize| (1..=IOS_MAX_WINDOW).contains(k)).ok_or_else(|| SchedError::InvalidArgument {
+            algorithm: "ios".into(),
+            argument: text.into(),
+            expected: format!("a window of 1 to {IOS_MAX_WINDOW} tasks, as in ios:12"),
+        }),
+    }
+}
 
 /// The stream count an algorithm takes as its argument (`default` without one).
 fn stream_count(algorithm: &str, argument: Option<&str>, default: usize) -> Result<usize> {
