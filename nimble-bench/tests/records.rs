@@ -322,3 +322,53 @@ fn no_bytecode_is_committed() {
     let bytecode: Vec<String> = String::from_utf8_lossy(&listed.stdout).lines().filter(|f| f.ends_with(".pyc") || f.contains("__pycache__/")).map(String::from).collect();
     assert!(bytecode.is_empty(), "committed bytecode: {bytecode:?}");
 }
+
+/// docs/research.md's table of the literature's policies against `nimble` (geometric mean, best
+/// and worst graph, simulated) is what the simulator gives today on both committed graph sets,
+/// to the table's three decimals, and its records hold the same latencies.
+#[test]
+fn the_literature_policies_table_is_what_the_simulator_gives() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let docs = std::fs::read_to_string(root.join("docs/research.md")).unwrap();
+    let algorithms = "nimble,opara,torchsched,trt-llm,heft,ios,single";
+    for (set, graphs, column) in [("zoo", "paper-figs/results/model-graphs", 1), ("fused-kernel", "paper-figs/results/fused-kernel-graphs", 3)] {
+        let results = scratch(&format!("literature-{set}.json"));
+        let figures = scratch(&format!("literature-{set}-figures"));
+        let graphs = root.join(graphs);
+        stdout(&nimble_bench(&["schedulers", "--simulate", "--algos", algorithms, "--graphs", graphs.to_str().unwrap(), "--measured", "none", "--results", results.to_str().unwrap(), "--out-dir", figures.to_str().unwrap()]));
+        let fresh: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
+        let committed_path = root.join(format!("paper-figs/results/literature-policies/{set}-simulated.json"));
+        let committed: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(committed_path).unwrap()).unwrap();
+        let latencies = |record: &serde_json::Value| -> Vec<(String, String, f64)> {
+            let mut all = Vec::new();
+            for m in record["models"].as_array().unwrap() {
+                for r in m["rows"].as_array().unwrap() {
+                    all.push((m["model"].as_str().unwrap().to_string(), r["algorithm"].as_str().unwrap().to_string(), r["graph_makespan_us"].as_f64().unwrap()));
+                }
+            }
+            all
+        };
+        let (now, then) = (latencies(&fresh), latencies(&committed));
+        assert_eq!(now.len(), then.len(), "{set}");
+        for (a, b) in now.iter().zip(&then) {
+            assert!(a.0 == b.0 && a.1 == b.1 && (a.2 - b.2).abs() <= 1e-6 * b.2, "{set}: {a:?} against the record's {b:?}");
+        }
+        for policy in ["opara", "torchsched:8", "trt-llm:3", "heft:4", "ios:12"] {
+            let ratios: Vec<f64> = fresh["models"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| {
+                    let time = |name: &str| m["rows"].as_array().unwrap().iter().find(|r| r["algorithm"] == name).unwrap()["graph_makespan_us"].as_f64().unwrap();
+                    time(policy) / time("nimble")
+                })
+                .collect();
+            let mean = (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp();
+            let (best, worst) = ratios.iter().fold((f64::INFINITY, 0.0f64), |(b, w), &r| (b.min(r), w.max(r)));
+            let row = docs.lines().find(|l| l.starts_with(&format!("| `{policy}` |")) && l.contains('×')).unwrap_or_else(|| panic!("no row for {policy}"));
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            assert_eq!(cells[column + 1], format!("{mean:.3}×"), "{set} {policy}: {row}");
+            assert_eq!(cells[column + 2], format!("{best:.3}, {worst:.3}"), "{set} {policy}: {row}");
+        }
+    }
+}
