@@ -27,6 +27,22 @@ pub enum Violation {
     UnenforcedDependency { from: usize, to: usize },
 }
 
+impl Violation {
+    /// The violation with every node named by its id in `graph` (what the user's graph file
+    /// calls it) instead of its index.
+    pub fn describe(&self, graph: &TaskGraph) -> String {
+        let id = |v: usize| if v < graph.len() { format!("id {}", graph.id_of(v)) } else { format!("index {v}") };
+        match self {
+            Violation::Malformed(why) => format!("malformed plan: {why}"),
+            Violation::StreamOutOfRange { node, stream } => format!("node {} is on stream {stream}, beyond the plan's stream count", id(*node)),
+            Violation::OrderNotTopological { from, to } => format!("issue order puts node {} before its dependency {}", id(*to), id(*from)),
+            Violation::SyncOutOfRange { from, to } => format!("sync ({}, {}) names a node outside the graph", id(*from), id(*to)),
+            Violation::SyncBeforeRecord { from, to } => format!("sync ({}, {}) waits on an event recorded later in issue order", id(*from), id(*to)),
+            Violation::UnenforcedDependency { from, to } => format!("dependency {} -> {} is not enforced by stream order or syncs", id(*from), id(*to)),
+        }
+    }
+}
+
 impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -71,11 +87,12 @@ impl Verification {
 /// (the CLI, the Python package) does before using its plan.
 ///
 /// # Errors
-/// [`SchedError::InvalidPlan`] naming the algorithm and the first violation.
+/// [`SchedError::InvalidPlan`] naming the algorithm and the first violation, its nodes by their
+/// ids in the graph.
 pub fn verified(analysis: &Analysis<'_>, plan: &StreamPlan) -> Result<Verification> {
     let report = verify(analysis, plan);
     match report.violations.first() {
-        Some(violation) => Err(SchedError::InvalidPlan { algorithm: plan.algorithm.clone(), violation: violation.to_string() }),
+        Some(violation) => Err(SchedError::InvalidPlan { algorithm: plan.algorithm.clone(), violation: violation.describe(analysis.graph()) }),
         None => Ok(report),
     }
 }
@@ -232,6 +249,7 @@ fn shape_problem(n: usize, plan: &StreamPlan) -> Option<String> {
 mod tests {
     use super::*;
     use crate::algorithms;
+    use crate::plan::{plan_syncs, streams_follow_reachability};
     use nimble_graph::SyntheticSpec;
 
     /// Sparse clocks and bit rows find the same redundant syncs and unenforced dependencies, on
@@ -251,6 +269,9 @@ mod tests {
             let analysis = Analysis::new(&graph);
             for info in algorithms::ALGORITHMS {
                 let mut plan = algorithms::by_name(info.name).expect("registered").assign(&analysis);
+                if let Err(error) = verified(&analysis, &plan) {
+                    panic!("{spec}: {error}");
+                }
                 for round in 0..3 {
                     if round > 0 && !plan.syncs.is_empty() {
                         let i = random(plan.syncs.len());
@@ -291,5 +312,31 @@ mod tests {
         assert_eq!(walk(&graph, &plan, &waits, SparseClocks::new(plan.streams, records, 10)), None);
         let (redundant, unenforced) = happens_before_check(&graph, &plan, &waits);
         assert!(redundant.is_empty() && unenforced.is_empty(), "greedy's plan is valid and minimal");
+    }
+
+    /// The shortcut gives the syncs happens-before tracking gives, on every family and
+    /// algorithm (only some of which keep streams in reachability order).
+    #[test]
+    fn shortcut_syncs_are_the_tracked_ones() {
+        let mut shortcuts = 0;
+        for spec in ["dnn:600:3", "layered:600:5", "nasnet:20", "fan:12:9", "chain:50"] {
+            let graph = spec.parse::<SyntheticSpec>().expect("a valid spec").generate();
+            let analysis = Analysis::new(&graph);
+            for info in algorithms::ALGORITHMS {
+                let plan = algorithms::by_name(info.name).expect("registered").assign(&analysis);
+                // A broken algorithm fails here with the checker's message, before any diff.
+                if let Err(error) = verified(&analysis, &plan) {
+                    panic!("{spec}: {error}");
+                }
+                let mut position = vec![0; graph.len()];
+                for (p, &v) in plan.order.iter().enumerate() {
+                    position[v] = p;
+                }
+                let tracked = plan_syncs(&analysis, &plan.stream_of, plan.streams, &plan.order, &position, false);
+                assert_eq!(plan.syncs, tracked, "{spec} with {}", info.name);
+                shortcuts += usize::from(streams_follow_reachability(&analysis, &plan.stream_of, plan.streams, &plan.order));
+            }
+        }
+        assert!(shortcuts >= 6, "the shortcut was taken {shortcuts} times");
     }
 }

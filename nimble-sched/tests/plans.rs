@@ -7,6 +7,7 @@ use nimble_sched::algorithms::{self, chain_decomposition, ALGORITHMS};
 use nimble_sched::{verified, verify, Analysis, RegionPlan, SchedError, StreamPlan, Violation};
 use petgraph::graph::UnGraph;
 use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
 
 /// Every registered algorithm, with an argument where it takes one.
 fn all_algorithms() -> Vec<String> {
@@ -36,7 +37,13 @@ fn random_dag() -> impl Strategy<Value = (usize, Vec<(usize, usize)>)> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(200))]
+    // A failing case is shrunk and printed; it is kept under target/, never in the source tree
+    // (a failing run used to leave tests/plans.proptest-regressions untracked there).
+    #![proptest_config(ProptestConfig {
+        cases: 200,
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(concat!(env!("CARGO_MANIFEST_DIR"), "/../target/proptest-regressions/plans.txt")))),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn every_algorithm_produces_valid_plans((n, edges) in random_dag()) {
@@ -204,7 +211,7 @@ fn checker_catches_broken_plans() {
     assert!(verify(&analysis, &missing).violations.iter().any(|v| matches!(v, Violation::UnenforcedDependency { .. })));
     // As an error, naming the algorithm and the first violation; a valid plan passes.
     let message = verified(&analysis, &missing).unwrap_err().to_string();
-    assert!(message.starts_with("algorithm nimble produced an invalid plan: ") && message.contains(&verify(&analysis, &missing).violations[0].to_string()), "{message}");
+    assert!(message.starts_with("algorithm nimble produced an invalid plan: ") && message.contains(&verify(&analysis, &missing).violations[0].describe(&graph)), "{message}");
     assert!(verified(&analysis, &good).is_ok());
 
     let mut backwards = good.clone();
@@ -259,6 +266,11 @@ fn plan_json_uses_user_ids() {
     assert_eq!(json["streams"], 2);
     assert_eq!(json["stream_of"]["40"], json["stream_of"]["7"]);
     assert_eq!(json["sync_edges"], serde_json::json!([[40, 9]]));
+    // A broken plan's error names the graph's ids (40 and 9), not its indices (0 and 2).
+    let mut broken = plan.clone();
+    broken.syncs.clear();
+    let message = verified(&analysis, &broken).unwrap_err().to_string();
+    assert!(message.ends_with("dependency id 40 -> id 9 is not enforced by stream order or syncs"), "{message}");
 }
 
 #[test]
