@@ -9,13 +9,14 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use nimble_graph::TaskGraph;
-use nimble_sched::Analysis;
+use nimble_sched::algorithms::Single;
+use nimble_sched::{simulate, Analysis, StreamAssigner};
 use serde::Serialize;
 use serde_json::json;
 
 use crate::bars::{draw_grouped, Group, PALETTE};
 use crate::output::{emit, write_file};
-use crate::scheduling::{compare_rows, CompareRow, Mode, SimulatorArgs};
+use crate::scheduling::{compare_rows, failed_rows_error, split_rows, CompareRow, FailedRow, Mode, SimulatorArgs};
 
 /// What `schedulers --simulate` reads and writes.
 pub struct SimulateArgs<'a> {
@@ -63,6 +64,12 @@ struct ModelRows {
     /// The critical path by the graph's durations, µs: the latency no assignment beats.
     floor_us: f64,
     rows: Vec<CompareRow>,
+    /// The algorithms whose plans the checker rejected on this graph.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    failed: Vec<FailedRow>,
+    /// One stream's simulated latency, the `x single` baseline (a row of its own when listed).
+    #[serde(skip)]
+    single_us: f64,
     /// Per row, the measured median latency (µs) when the measured record has it.
     measured_us: Vec<Option<f64>>,
     /// Per row, the measured latency over the floor: the headroom a better assignment could
@@ -105,13 +112,20 @@ fn model_graphs(dir: &Path, models: &str) -> Result<Vec<(String, PathBuf)>> {
 pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
     let measured = args.measured.map(measured_latencies).transpose()?.unwrap_or_default();
     let mut models = Vec::new();
+    let mut failed = Vec::new();
     for (model, path) in model_graphs(args.graphs, args.models)? {
         let graph = TaskGraph::read_json(&path).with_context(|| format!("reading {}", path.display()))?;
         if graph.nodes().iter().all(|n| n.duration_us.is_none()) {
             bail!("{}: no node has a duration_us; export the graph with --device cuda so each op's GPU time is measured", path.display());
         }
         let analysis = Analysis::new(&graph);
-        let rows = compare_rows(&analysis, args.algorithms, args.simulator)?;
+        let (rows, failed_here) = split_rows(compare_rows(&analysis, args.algorithms, args.simulator).with_context(|| format!("model {model} ({})", path.display()))?);
+        failed.extend(failed_here.iter().map(|row| (format!("model {model}: "), row.clone())));
+        // One stream's latency, the baseline of `x single`, whether or not `single` is listed.
+        let single_us = match rows.iter().find(|r| r.algorithm == "single") {
+            Some(row) => row.graph_makespan_us,
+            None => simulate(&graph, &Single.assign(&analysis), &args.simulator.config_for(Mode::Graph, &graph)?).makespan_us,
+        };
         let simulator = args.simulator.config_for(Mode::Graph, &graph)?;
         let measured_us: Vec<Option<f64>> = rows.iter().map(|r| measured.get(&(model.clone(), base_name(&r.algorithm).to_string())).copied()).collect();
         let floor_us = graph.critical_path().length_us;
@@ -123,6 +137,8 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
             width: analysis.width(),
             floor_us,
             rows,
+            failed: failed_here,
+            single_us,
             measured_us,
             measured_over_floor,
             simulator,
@@ -161,17 +177,27 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
     if let Some(path) = args.results {
         write_file(path, &serde_json::to_string_pretty(&record)?)?;
     }
+    // Every algorithm that planned some graph, in the order asked; columns as wide as the names.
+    let mut algorithms: Vec<String> = Vec::new();
+    for m in &models {
+        for name in m.rows.iter().map(|r| &r.algorithm).chain(m.failed.iter().map(|f| &f.algorithm)) {
+            if !algorithms.contains(name) {
+                algorithms.push(name.clone());
+            }
+        }
+    }
+    let model_width = models.iter().map(|m| m.model.len()).max().unwrap_or(0).max(18);
+    let name_width = algorithms.iter().map(String::len).max().unwrap_or(0).max(14);
     let mut lines = vec![format!(
-        "{:<18} {:<14} {:>7} {:>6} {:>10} {:>11} {:>9} {:>8} {:>11} {:>7} {:>8}",
+        "{:<model_width$} {:<name_width$} {:>7} {:>6} {:>10} {:>11} {:>9} {:>8} {:>11} {:>7} {:>8}",
         "model", "algorithm", "streams", "syncs", "assign ms", "simulated", "x single", "x floor", "measured", "error", "x floor"
     )];
-    let algorithms: Vec<String> = models.first().map(|m| m.rows.iter().map(|r| r.algorithm.clone()).collect()).unwrap_or_default();
     let mut groups = Vec::new();
     for m in &models {
-        let single = m.rows.iter().find(|r| r.algorithm == "single").map(|r| r.graph_makespan_us);
+        let single = Some(m.single_us).filter(|&us| us > 0.0);
         for ((r, meas), over) in m.rows.iter().zip(&m.measured_us).zip(&m.measured_over_floor) {
             lines.push(format!(
-                "{:<18} {:<14} {:>7} {:>6} {:>10.3} {:>8.1} µs {:>9} {:>8} {:>11} {:>7} {:>8}",
+                "{:<model_width$} {:<name_width$} {:>7} {:>6} {:>10.3} {:>8.1} µs {:>9} {:>8} {:>11} {:>7} {:>8}",
                 m.model,
                 r.algorithm,
                 r.streams,
@@ -185,12 +211,16 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
                 over.map_or("-".to_string(), |f| format!("{f:.2}")),
             ));
         }
-        lines.push(format!("{:<18} floor (critical path) {:.1} µs, {} tasks, width {}", "", m.floor_us, m.nodes, m.width));
-        // Bars: each algorithm's simulated speedup over one stream (1 without `single`), and the
+        for f in &m.failed {
+            lines.push(format!("{:<model_width$} {:<name_width$} failed: {}", m.model, f.algorithm, f.error));
+        }
+        lines.push(format!("{:<model_width$} floor (critical path) {:.1} µs, {} tasks, width {}", "", m.floor_us, m.nodes, m.width));
+        // Bars: each algorithm's simulated speedup over one stream (simulated when `single` is not listed), and the
         // bound the floor sets on it.
         let base = single.unwrap_or(f64::NAN);
         let speedup = |us: f64| if base.is_finite() && us > 0.0 { base / us } else { 0.0 };
-        let mut values: Vec<f64> = m.rows.iter().map(|r| speedup(r.graph_makespan_us)).collect();
+        // A failed algorithm's bar is empty.
+        let mut values: Vec<f64> = algorithms.iter().map(|a| m.rows.iter().find(|r| &r.algorithm == a).map_or(0.0, |r| speedup(r.graph_makespan_us))).collect();
         values.push(speedup(m.floor_us));
         groups.push(Group { label: m.model.clone(), values });
     }
@@ -238,5 +268,6 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
     }
     let record_line = args.results.map_or("record: not written (give --results FILE to write it)".to_string(), |p| format!("record: {}", p.display()));
     lines.push(format!("{record_line}\nfigure: {}", svg.display()));
-    emit(&lines.join("\n"))
+    emit(&lines.join("\n"))?;
+    if failed.is_empty() { Ok(()) } else { Err(failed_rows_error(&failed)) }
 }

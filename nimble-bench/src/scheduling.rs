@@ -293,14 +293,16 @@ pub fn compare(source: &GraphSource, names: Option<&str>, simulator: &SimulatorA
     let analysis = Analysis::new(&graph);
     let critical_path_us = graph.critical_path().length_us;
     let width = analysis.width();
-    let rows = compare_rows(&analysis, names, simulator)?;
+    let (rows, failed) = split_rows(compare_rows(&analysis, names, simulator)?);
     let calibration = simulator.config_for(Mode::Graph, &graph)?.calibration();
     let summary = json!({
         "nodes": graph.len(), "edges": graph.edge_count(), "meg_edges": analysis.meg_edge_count(),
-        "width": width, "critical_path_us": critical_path_us, "calibration": calibration, "algorithms": rows,
+        "width": width, "critical_path_us": critical_path_us, "calibration": calibration, "algorithms": rows, "failed": failed,
     });
+    let failed: Vec<(String, FailedRow)> = failed.into_iter().map(|row| (String::new(), row)).collect();
     if as_json {
-        return emit_json(&summary);
+        emit_json(&summary)?;
+        return if failed.is_empty() { Ok(()) } else { Err(failed_rows_error(&failed)) };
     }
     emit(&format!(
         "{} nodes, {} edges ({} in the MEG), width {}, critical path {:.1} µs (the floor: no stream assignment runs faster); simulated with the {calibration} calibration; assign ms excludes the shared reachability/MEG analysis\n",
@@ -310,10 +312,11 @@ pub fn compare(source: &GraphSource, names: Option<&str>, simulator: &SimulatorA
         width,
         critical_path_us
     ))?;
-    emit(&format!("{:<16} {:>7} {:>7} {:>9} {:>12} {:>8} {:>12} {:>10}", "algorithm", "streams", "syncs", "max-conc", "graph µs", "x floor", "eager µs", "assign ms"))?;
+    let name_width = rows.iter().map(|r| r.algorithm.len()).chain(failed.iter().map(|(_, r)| r.algorithm.len())).max().unwrap_or(0).max(16);
+    emit(&format!("{:<name_width$} {:>7} {:>7} {:>9} {:>12} {:>8} {:>12} {:>10}", "algorithm", "streams", "syncs", "max-conc", "graph µs", "x floor", "eager µs", "assign ms"))?;
     for row in &rows {
         emit(&format!(
-            "{:<16} {:>7} {:>7} {:>9} {:>12.1} {:>8} {:>12.1} {:>10.3}",
+            "{:<name_width$} {:>7} {:>7} {:>9} {:>12.1} {:>8} {:>12.1} {:>10.3}",
             row.algorithm,
             row.streams,
             row.syncs,
@@ -324,7 +327,10 @@ pub fn compare(source: &GraphSource, names: Option<&str>, simulator: &SimulatorA
             row.assign_ms,
         ))?;
     }
-    Ok(())
+    for (_, row) in &failed {
+        emit(&format!("{:<name_width$} failed: {}", row.algorithm, row.error))?;
+    }
+    if failed.is_empty() { Ok(()) } else { Err(failed_rows_error(&failed)) }
 }
 
 /// The algorithms named in the comma-separated `names`, or every registered one.
@@ -336,8 +342,12 @@ pub fn algorithm_names(names: Option<&str>) -> Vec<String> {
 }
 
 /// Each algorithm of `names` (see `algorithm_names`) on the analysed graph: its plan, checked,
-/// timed and simulated in both launch modes.
-pub fn compare_rows(analysis: &Analysis<'_>, names: Option<&str>, simulator: &SimulatorArgs) -> Result<Vec<CompareRow>> {
+/// timed and simulated in both launch modes; an algorithm whose plan the checker rejects is a
+/// failed row (the others still run).
+///
+/// # Errors
+/// An unknown name or argument, an empty list, or a simulator parameter out of range.
+pub fn compare_rows(analysis: &Analysis<'_>, names: Option<&str>, simulator: &SimulatorArgs) -> Result<Vec<Result<CompareRow, FailedRow>>> {
     let graph = analysis.graph();
     let named = algorithm_names(names);
     anyhow::ensure!(!named.is_empty(), "--algos {:?} names no algorithm; expected a comma-separated list of registered names (see `nimble-bench algos`)", names.unwrap_or_default());
@@ -349,9 +359,15 @@ pub fn compare_rows(analysis: &Analysis<'_>, names: Option<&str>, simulator: &Si
         let started = Instant::now();
         let plan = assigner.assign(analysis);
         let assign_ms = started.elapsed().as_secs_f64() * 1e3;
-        let report = verified(analysis, &plan)?;
+        let report = match verified(analysis, &plan) {
+            Ok(report) => report,
+            Err(error) => {
+                rows.push(Err(FailedRow { algorithm: assigner.name(), error: error.to_string() }));
+                continue;
+            }
+        };
         let graph_makespan_us = simulate(graph, &plan, &graph_config).makespan_us;
-        rows.push(CompareRow {
+        rows.push(Ok(CompareRow {
             algorithm: plan.algorithm.clone(),
             streams: plan.streams,
             syncs: plan.syncs.len(),
@@ -360,9 +376,34 @@ pub fn compare_rows(analysis: &Analysis<'_>, names: Option<&str>, simulator: &Si
             eager_makespan_us: simulate(graph, &plan, &eager_config).makespan_us,
             assign_ms,
             graph_over_floor: (critical_path_us > 0.0).then(|| graph_makespan_us / critical_path_us),
-        });
+        }));
     }
     Ok(rows)
+}
+
+/// An algorithm whose plan the checker rejected, and why.
+#[derive(Clone, Debug, Serialize)]
+pub struct FailedRow {
+    pub algorithm: String,
+    pub error: String,
+}
+
+/// The rows that ran and the failed ones, apart.
+pub fn split_rows(rows: Vec<Result<CompareRow, FailedRow>>) -> (Vec<CompareRow>, Vec<FailedRow>) {
+    let (mut ok, mut failed) = (Vec::new(), Vec::new());
+    for row in rows {
+        match row {
+            Ok(row) => ok.push(row),
+            Err(row) => failed.push(row),
+        }
+    }
+    (ok, failed)
+}
+
+/// The error a command ends with when some algorithms' plans failed the checker.
+pub fn failed_rows_error(failed: &[(String, FailedRow)]) -> anyhow::Error {
+    let each: Vec<String> = failed.iter().map(|(place, row)| format!("{place}{}", row.error)).collect();
+    anyhow::anyhow!("{} plan(s) failed the checker (the other rows above are complete): {}", failed.len(), each.join("; "))
 }
 
 /// One algorithm's line of `compare`.

@@ -15,6 +15,8 @@ mod nimble;
 mod opara;
 mod round_robin;
 mod single;
+#[cfg(feature = "test-policies")]
+mod throwaway;
 mod torchsched;
 mod trt_llm;
 mod weights;
@@ -126,6 +128,20 @@ pub const ALGORITHMS: &[AlgorithmInfo] = &[
         usage: "ios:K",
         summary: "IOS (MLSys'21): stages chosen by dynamic program over windows of K tasks (K defaults to 12, at most 16)",
         build: |argument| Ok(Box::new(Ios { window: window_size(argument)? })),
+    },
+    #[cfg(feature = "test-policies")]
+    AlgorithmInfo {
+        name: "throwaway",
+        usage: "throwaway",
+        summary: "test build only: tasks alternate between two streams in topological order",
+        build: |argument| no_argument("throwaway", argument, Box::new(throwaway::Throwaway { broken: false })),
+    },
+    #[cfg(feature = "test-policies")]
+    AlgorithmInfo {
+        name: "throwaway-broken",
+        usage: "throwaway-broken",
+        summary: "test build only: `throwaway` with its last sync dropped (an invalid plan)",
+        build: |argument| no_argument("throwaway-broken", argument, Box::new(throwaway::Throwaway { broken: true })),
     },
 ];
 
