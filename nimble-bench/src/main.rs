@@ -23,6 +23,7 @@ mod gpu;
 mod libtorch;
 mod output;
 mod plots;
+mod records_index;
 mod research;
 mod same_process;
 mod training_backend;
@@ -340,6 +341,15 @@ enum Command {
         #[arg(long, default_value = "paper-figs")]
         out_dir: PathBuf,
     },
+    /// Index of the committed records: one row per file under --dir (path, experiment, models,
+    /// dtype, batch, GPU, commit, date, headline), read from each record; prints it, or writes it
+    /// with --out (the committed index is paper-figs/results/INDEX.md, which CI checks)
+    RecordsIndex {
+        #[arg(long, value_name = "DIR", default_value = "paper-figs/results")]
+        dir: PathBuf,
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
     /// Generate a synthetic task graph as JSON
     Gen {
         /// chain:N, fan:B[:D], nasnet:C[:SEED], layered:N[:SEED], dnn:N[:SEED]
@@ -489,6 +499,7 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
         Command::Compare { source, algos, simulator, json } => scheduling::compare(&source, algos.as_deref(), &simulator, json),
         Command::Synth { plan, mode, measure, json } => gpu::synth(&plan.source, &plan.algo, mode, &measure, json),
         Command::ValidateSimulator { out, suite, measure } => gpu::validate_simulator(&out, suite, &measure),
+        Command::RecordsIndex { dir, out } => records_index::records_index(&dir, out.as_ref()),
         Command::SimulatorReport { results, svg } => gpu::simulator_report(&results, svg.as_ref()),
         Command::CalibrateSimulator { results, out } => gpu::calibrate_simulator(&results, out.as_ref()),
         #[cfg(feature = "torch")]

@@ -248,3 +248,57 @@ fn the_record_check_finds_an_unlinked_measurement() {
     let page = "# A\nran 1.5 ms ([record](../paper-figs/results/x.json))\n## B\n1.2× faster\n## C\nin 2 seconds, 3 msgs\n```\n4 ms\n```\n";
     assert_eq!(unlinked_measurements(page), vec!["## B".to_string()]);
 }
+
+/// What makes a page hard to read at its front door: prose lines or table cells over 120
+/// characters (fenced code left out), and commit hashes outside a link's target (a record's
+/// link may name its commit; prose says what is true now, the log says when it changed).
+fn front_door_problems(text: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut fenced = false;
+    for (number, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        let cells: Vec<&str> = if line.starts_with('|') { line.trim_matches('|').split('|').collect() } else { vec![line] };
+        if let Some(cell) = cells.iter().find(|c| c.trim().chars().count() > 120) {
+            problems.push(format!("line {}: {} characters in `{}…`", number + 1, cell.trim().chars().count(), cell.trim().chars().take(40).collect::<String>()));
+        }
+        // Link targets out, then any 7–40 hex token with a digit and a letter is a commit.
+        let mut prose = String::new();
+        let mut rest = line;
+        while let Some(at) = rest.find("](") {
+            prose.push_str(&rest[..at]);
+            rest = rest[at + 2..].split_once(')').map_or("", |(_, after)| after);
+        }
+        prose.push_str(rest);
+        for token in prose.split(|c: char| !c.is_ascii_alphanumeric()) {
+            let hex = (7..=40).contains(&token.len()) && token.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase());
+            if hex && token.chars().any(|c| c.is_ascii_digit()) && token.chars().any(|c| c.is_ascii_alphabetic()) {
+                problems.push(format!("line {}: commit `{token}` outside a record link", number + 1));
+            }
+        }
+    }
+    problems
+}
+
+/// README.md is a front door: no prose line or table cell over 120 characters, no commit hash
+/// outside a link to a record (issue 84; the other pages follow as they are split by reader).
+#[test]
+fn the_readme_reads_as_a_front_door() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let problems = front_door_problems(&std::fs::read_to_string(root.join("README.md")).unwrap());
+    assert!(problems.is_empty(), "README.md:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn the_front_door_check_finds_long_cells_and_bare_commits() {
+    let long = "x".repeat(121);
+    let page = format!("ok line\n| a | {long} |\nsince `a2882ec` it is on ([record](r-a2882ec.json))\n```\n{long} 0123abc\n```\n");
+    let problems = front_door_problems(&page);
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(problems[0].starts_with("line 2: 121 characters") && problems[1] == "line 3: commit `a2882ec` outside a record link", "{problems:?}");
+}

@@ -319,3 +319,30 @@ fn the_literature_policies_table_is_what_the_simulator_gives() {
         }
     }
 }
+
+/// The committed records index lists every file under paper-figs/results/ as the records say
+/// today: adding, moving or removing a record without regenerating it fails here.
+#[test]
+fn the_records_index_is_in_step_with_the_files() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../paper-figs/results");
+    let generated = stdout(&nimble_bench(&["records-index", "--dir", dir.to_str().unwrap()]));
+    let committed = std::fs::read_to_string(dir.join("INDEX.md")).unwrap();
+    if generated.trim_end() != committed.trim_end() {
+        let differing = generated.lines().zip(committed.lines()).find(|(a, b)| a != b).map_or("(one is longer)".to_string(), |(a, b)| format!("generated: {a}\ncommitted: {b}"));
+        panic!("paper-figs/results/INDEX.md is out of step; run `nimble-bench records-index --out paper-figs/results/INDEX.md`\n{differing}");
+    }
+    // Every file is a row.
+    let mut files = 0;
+    let mut stack = vec![dir.clone()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.file_name().unwrap() != "INDEX.md" {
+                files += 1;
+            }
+        }
+    }
+    assert_eq!(committed.lines().filter(|l| l.starts_with("| [")).count(), files);
+}
