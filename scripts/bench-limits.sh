@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 scripts/setup-libtorch.sh >/dev/null && cargo build --release --locked -p nimble-bench >/dev/null 2>&1 || { echo "error: building nimble-bench failed" >&2; exit 2; }
 if [ $# -eq 0 ]; then
     set -- "assign --synthetic layered:100000" "assign --synthetic dnn:100000" "compare --synthetic dnn:100000" \
-        "compare --synthetic nasnet:2499" "assign --algo greedy --synthetic layered:100000" "assign --algo greedy --synthetic dnn:100000"
+        "compare --synthetic nasnet:2499" "compare --synthetic layered:100000" "assign --algo greedy --synthetic layered:100000" "assign --algo greedy --synthetic dnn:100000"
 fi
 printf '%-48s %8s %10s %8s\n' "command" "status" "peak MiB" "seconds"
 for spec in "$@"; do
