@@ -8,11 +8,11 @@ measured 2.5-3.3 us in one process and 7-16 us in another. Each count of --busy 
 0, then 15) is a run of its own with that many processes spinning on the CPU meanwhile, as the
 kernel's compile workers do while the baselines are timed. Each
 call's first run is its search; it is then timed as the backend times it
-(``runner.graph_us``: repeats in a CUDA graph, behind a wait of the GPU).
+(``timing.graph_us``: repeats in a CUDA graph, behind a wait of the GPU).
 
     python3 experiments/python/cudnn_key_probe.py [--processes 4] [--busy 0,15] [--dtype bfloat16]
 
-(with nimble_rs installed: its ``runner.graph_us`` times the calls).
+(with nimble_rs installed: its ``timing.graph_us`` times the calls).
 """
 
 import argparse
@@ -27,7 +27,7 @@ SHAPES = [(1, 42, 83, 83), (1, 84, 42, 42), (1, 168, 42, 42), (1, 336, 21, 21), 
 CHILD = """
 import json, sys
 import torch, torch.nn.functional as F
-from nimble_rs.dynamo.runner import graph_us
+from nimble_rs.dynamo.timing import graph_us
 torch.backends.cudnn.benchmark = True
 dtype = getattr(torch, sys.argv[1])
 found = []

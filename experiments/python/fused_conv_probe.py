@@ -6,7 +6,7 @@ each fused output's distance from the unfused one.
 
     python3 experiments/python/fused_conv_probe.py [--model inception_v4] [--batch 16] [--size 299]
 
-(with nimble_rs installed, whose ``runner.graph_us`` times each; on the device, ``install_nimble_rs``
+(with nimble_rs installed, whose ``timing.graph_us`` times each; on the device, ``install_nimble_rs``
 of scripts/device/setup.sh)
 
 A probe: every convolution is taken as followed by BatchNorm and ReLU (true of timm's Inception
@@ -18,7 +18,7 @@ import argparse
 
 import torch
 import torch.nn.functional as F
-from nimble_rs.dynamo.runner import graph_us
+from nimble_rs.dynamo.timing import graph_us
 
 
 def convolutions(model_name: str, batch: int, size: int, chosen=lambda m: isinstance(m, torch.nn.Conv2d)):

@@ -111,17 +111,25 @@ fn slug(heading: &str) -> String {
     heading.trim().to_lowercase().chars().filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_')).map(|c| if c == ' ' { '-' } else { c }).collect()
 }
 
+/// The lines of a Markdown page outside fenced code, with their 0-based numbers.
+fn unfenced(text: &str) -> Vec<(usize, &str)> {
+    let mut fenced = false;
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| {
+            if line.trim_start().starts_with("```") {
+                fenced = !fenced;
+                return false;
+            }
+            !fenced
+        })
+        .collect()
+}
+
 /// The headings' anchors and the relative links (target, line) of a markdown file, outside code.
 fn anchors_and_links(text: &str) -> (BTreeSet<String>, Vec<(String, usize)>) {
-    let (mut anchors, mut links, mut fenced) = (BTreeSet::new(), Vec::new(), false);
-    for (number, line) in text.lines().enumerate() {
-        if line.trim_start().starts_with("```") {
-            fenced = !fenced;
-            continue;
-        }
-        if fenced {
-            continue;
-        }
+    let (mut anchors, mut links) = (BTreeSet::new(), Vec::new());
+    for (number, line) in unfenced(text) {
         if let Some(heading) = line.strip_prefix('#') {
             anchors.insert(slug(heading.trim_start_matches('#')));
         }
@@ -186,15 +194,7 @@ fn the_link_check_knows_githubs_anchors() {
 /// section's first line.
 fn unlinked_measurements(text: &str) -> Vec<String> {
     let mut sections: Vec<Vec<&str>> = vec![Vec::new()];
-    let mut fenced = false;
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            fenced = !fenced;
-            continue;
-        }
-        if fenced {
-            continue;
-        }
+    for (_, line) in unfenced(text) {
         if line.starts_with('#') {
             sections.push(Vec::new());
         }
@@ -254,15 +254,7 @@ fn the_record_check_finds_an_unlinked_measurement() {
 /// link may name its commit; prose says what is true now, the log says when it changed).
 fn front_door_problems(text: &str) -> Vec<String> {
     let mut problems = Vec::new();
-    let mut fenced = false;
-    for (number, line) in text.lines().enumerate() {
-        if line.trim_start().starts_with("```") {
-            fenced = !fenced;
-            continue;
-        }
-        if fenced {
-            continue;
-        }
+    for (number, line) in unfenced(text) {
         let cells: Vec<&str> = if line.starts_with('|') { line.trim_matches('|').split('|').collect() } else { vec![line] };
         if let Some(cell) = cells.iter().find(|c| c.trim().chars().count() > 120) {
             problems.push(format!("line {}: {} characters in `{}…`", number + 1, cell.trim().chars().count(), cell.trim().chars().take(40).collect::<String>()));

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import nimble_rs
+from nimble_rs.dynamo import announce
 from nimble_rs.dynamo import compiled as compiled_graphs
 from conftest import require_cuda
 
@@ -23,7 +24,7 @@ def gpu():
     torch._dynamo.reset()
     # Each test on its own: warnings said once, and shapes counted (with the code Dynamo
     # compiled, which the reset above starts again; by the ops for graphs given by hand).
-    compiled_graphs._WARNED.clear()
+    announce._WARNED.clear()
     compiled_graphs._SHAPES.clear()
 
 

@@ -173,9 +173,9 @@ def test_a_small_join_is_counted_where_a_large_one_is_written_in_place(monkeypat
 
 
 def test_without_inductors_hooks_it_says_so_once_and_compiles_as_inductor_chooses(monkeypatch, any_size):
-    from nimble_rs.dynamo import compiled, concat
+    from nimble_rs.dynamo import announce, concat
 
-    compiled._WARNED.clear()
+    announce._WARNED.clear()
     monkeypatch.setattr(concat, "available", lambda: False)
     with pytest.warns(RuntimeWarning, match="option concat_in_place needs Inductor's cat lowering"):
         report = compiled_report(calibrated(Block()), torch.randn(2, 8, 10, 10), concat_in_place=True, inductor_config={"force_pointwise_cat": True})

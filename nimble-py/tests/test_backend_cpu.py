@@ -13,7 +13,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import nimble_rs
-from nimble_rs.dynamo import pipeline
+from nimble_rs.dynamo import capturable, pipeline
 from nimble_rs.dynamo.regions import partition
 from nimble_rs.dynamo.runner import Program
 from nimble_rs.dynamo.taskgraph import mutated_inputs, tasks_of
@@ -237,10 +237,10 @@ def test_uncapturable_graphs_are_announced_with_the_reason():
     graph.output(graph.call_function(torch.ops.aten._local_scalar_dense.default, (total,)))
     host_read = torch.fx.GraphModule({}, graph)
     with pytest.warns(RuntimeWarning, match="mixes CUDA with cpu tensors"):
-        assert "cpu" in pipeline.announce_uncapturable(to_host, [x])
+        assert "cpu" in capturable.announce_uncapturable(to_host, [x])
     with pytest.warns(RuntimeWarning, match="_local_scalar_dense synchronizes with the host"):
-        pipeline.announce_uncapturable(host_read, [x])
-    assert pipeline.announce_uncapturable(aten_graph(Branches().eval(), torch.randn(1, 3, 4, 4)), [torch.randn(1, 3, 4, 4)]) is None
+        capturable.announce_uncapturable(host_read, [x])
+    assert capturable.announce_uncapturable(aten_graph(Branches().eval(), torch.randn(1, 3, 4, 4)), [torch.randn(1, 3, 4, 4)]) is None
 
 
 def test_ops_on_weights_alone_join_their_reader():

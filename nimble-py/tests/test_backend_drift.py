@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import nimble_rs
+from nimble_rs.dynamo import announce
 from nimble_rs.dynamo import compiled as compiled_module
 from nimble_rs.dynamo import kernels_plan
 from nimble_rs.dynamo import wrapper as wrapper_module
@@ -36,7 +37,7 @@ def test_every_check_inductor_writes_is_read_as_a_check_and_no_kernel_is_one():
 @pytest.fixture
 def fresh_warnings(monkeypatch):
     """The backend's said-once warnings, as in a new process."""
-    monkeypatch.setattr(compiled_module, "_WARNED", set())
+    monkeypatch.setattr(announce, "_WARNED", set())
 
 
 def test_an_unknown_statement_yields_one_warning_and_inductors_own_program_with_eagers_outputs(monkeypatch, fresh_warnings):

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import nimble_rs
-from nimble_rs.dynamo import runner
+from nimble_rs.dynamo import runner, timing
 from gpu_backend import TOLERANCE, compiled, gpu, last_report  # noqa: F401 (gpu: the autouse fixture)
 from models import Attention, Counter, Inception, ScalesItsInput, inductor_programs, relative_error, train_beside_eager
 
@@ -244,7 +244,7 @@ def test_captures_leave_no_cublas_workspace_behind():
     torch._dynamo.reset()
     gc.collect()
     torch.cuda.synchronize()
-    runner.clear_cublas_workspaces()
+    timing.clear_cublas_workspaces()
     before = torch.cuda.memory_allocated()
     fast = compiled(model, choose="streams")
     with torch.no_grad():
@@ -256,7 +256,7 @@ def test_captures_leave_no_cublas_workspace_behind():
     torch._dynamo.reset()
     gc.collect()
     torch.cuda.synchronize()
-    runner.clear_cublas_workspaces()  # eager's own call above, on the current stream
+    timing.clear_cublas_workspaces()  # eager's own call above, on the current stream
     assert torch.cuda.memory_allocated() == before
 
 

@@ -192,16 +192,16 @@ def test_on_by_default_and_off_when_asked():
 def test_a_pause_of_this_process_before_the_replay_is_not_timed(monkeypatch):
     # The baselines are timed while the variants' workers compile (depthwise_ahead), where this
     # process can pause between recording the start event and replaying the graph: the GPU's
-    # wait before each (runner.GUARD_CYCLES) keeps the pause out of the time. Unguarded, a
+    # wait before each (timing.GUARD_CYCLES) keeps the pause out of the time. Unguarded, a
     # 200 us pause over 10 repeats would add 20 us to each.
     import time
 
-    from nimble_rs.dynamo import runner
+    from nimble_rs.dynamo import timing
 
     x = torch.randn(1 << 20, device="cuda")
-    alone = runner.graph_us(lambda: x.mul_(1.0))
+    alone = timing.graph_us(lambda: x.mul_(1.0))
     replay = torch.cuda.CUDAGraph.replay
     monkeypatch.setattr(torch.cuda.CUDAGraph, "replay", lambda self: (time.sleep(2e-4), replay(self))[1])
-    paused = runner.graph_us(lambda: x.mul_(1.0))
+    paused = timing.graph_us(lambda: x.mul_(1.0))
     print(f"4 MB multiplied in place: {alone:.2f} us, paused 200 us before each replay: {paused:.2f} us")
     assert paused < alone + 5, (alone, paused)

@@ -56,8 +56,8 @@ def test_on_by_default_and_off_when_asked():
 
 
 def test_measurements_keep_no_memory():
-    # Every measurement captures on one stream (runner.measuring_stream) and drops cuBLAS's
-    # workspaces after it (runner.graph_us): nothing is held after the first or the later ones.
+    # Every measurement captures on one stream (timing.measuring_stream) and drops cuBLAS's
+    # workspaces after it (timing.graph_us): nothing is held after the first or the later ones.
     products._MEASURED.clear()
 
     def measure(rows):

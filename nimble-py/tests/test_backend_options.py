@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import nimble_rs
-from nimble_rs.dynamo import accuracy
+from nimble_rs.dynamo import accuracy, announce, capturable
 from nimble_rs.dynamo import compiled as compiled_graphs
 from nimble_rs.dynamo import options as backend_options
 from nimble_rs.dynamo import pipeline
@@ -144,19 +144,19 @@ def test_inductor_settings_hold_for_every_region_of_a_training_step(monkeypatch)
 
 def test_programmatic_launch_is_found_where_inductor_turns_it_on(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *device: (9, 0))
-    assert pipeline._programmatic_launch(True) is None  # off by default
+    assert capturable.programmatic_launch(True) is None  # off by default
     with torch._inductor.config.patch({"triton.enable_pdl": True}):
-        assert "triton.enable_pdl" in pipeline._programmatic_launch(True)
-        assert pipeline._programmatic_launch(False) is None  # no CUDA graph: nothing to keep
+        assert "triton.enable_pdl" in capturable.programmatic_launch(True)
+        assert capturable.programmatic_launch(False) is None  # no CUDA graph: nothing to keep
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *device: (8, 0))
-        assert pipeline._programmatic_launch(True) is None  # Inductor launches so on Hopper and later only
+        assert capturable.programmatic_launch(True) is None  # Inductor launches so on Hopper and later only
 
 
 def test_with_programmatic_launch_inductors_program_runs_as_it_is_announced(monkeypatch):
     # (On the CPU no kernel is launched so; the GPU test runs it for real.)
     reason = "Inductor's programmatic dependent launch is on (triton.enable_pdl), as if on a GPU"
-    monkeypatch.setattr(pipeline, "_programmatic_launch", lambda on_cuda: reason)
-    compiled_graphs._WARNED.discard(("pdl",))
+    monkeypatch.setattr(capturable, "programmatic_launch", lambda on_cuda: reason)
+    announce._WARNED.discard(("pdl",))
     model, x = Inception(channels=8).eval(), torch.randn(2, 8, 12, 12)
     torch._dynamo.reset()
     before = len(pipeline.reports())

@@ -126,9 +126,9 @@ def rewritten_saying(monkeypatch, name, broken):
     ``broken``: its counts, ops and the messages said, its output checked against eager."""
     import warnings
 
-    from nimble_rs.dynamo import compiled
+    from nimble_rs.dynamo import announce
 
-    compiled._WARNED.clear()
+    announce._WARNED.clear()
     monkeypatch.setattr(products, name, broken)
     model = nn.Sequential(nn.Flatten(), nn.Linear(64, 100)).eval()
     x = torch.randn(2, 64)

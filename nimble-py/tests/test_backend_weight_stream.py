@@ -141,9 +141,9 @@ def test_buffers_that_cannot_be_separated_stay_shared_announced(monkeypatch):
     # Giving each weight's kernel a buffer of its own is a rewrite of Inductor's code: where it
     # fails, the program keeps Inductor's buffers (exact too), says so once, and the kernels
     # that would write into a reused buffer stay in the plan.
-    from nimble_rs.dynamo import compiled as compiled_graphs
+    from nimble_rs.dynamo import announce
 
-    compiled_graphs._WARNED.clear()
+    announce._WARNED.clear()
 
     def broken(program, hoisting):
         raise KeyError("buf3")

@@ -29,3 +29,10 @@ def simulate(graph: Graph, algorithm: str = "nimble", mode: str = "graph") -> Di
     (``mode="graph"``) or kernel by kernel (``"eager"``), with one stream's and the critical
     path's (the floor no assignment beats)."""
     return json.loads(_sched.simulate_json(json.dumps(graph), algorithm, mode))
+
+
+def regions(graph: Graph, algorithm: str = "nimble") -> Dict[str, Any]:
+    """The checked plan of ``algorithm`` for ``graph`` (``plan``, as ``assign`` gives it) and its
+    regions (``regions``: the plan cut into maximal one-stream runs with no sync inside, what the
+    backend compiles or captures as one program each)."""
+    return json.loads(_sched.regions_json(json.dumps(graph), algorithm))

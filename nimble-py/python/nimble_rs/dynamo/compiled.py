@@ -11,7 +11,10 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from .accuracy import ACCURACY_INPUTS, HOST_REFERENCES_BYTES, check_inputs, distance, float_outputs, heuristic_convolutions, median, within_accuracy
-from .runner import CapturedGraph, Program, forward_outputs, quartiles, seconds_since, shape_key, time_samples_ms
+from .announce import warn_once
+from .runner import CapturedGraph, Program, forward_outputs, shape_key
+from .timing import quartiles, seconds_since, time_samples_ms
+from .options import Options
 
 # When the first timings do not tell the programs apart but the streams' median is the lower,
 # both are timed this many times more, in turns, before one region is kept for want of proof.
@@ -19,7 +22,6 @@ RETIMINGS = 3
 # The input shapes seen so far per subgraph given to the backend without Dynamo (by its kind
 # and op sequence); under Dynamo they are kept with the code Dynamo compiled (``code_state``).
 _SHAPES: Dict[tuple, dict] = {}
-_WARNED: set = set()
 
 
 def code_state(code) -> Dict[str, Any]:
@@ -31,19 +33,13 @@ def code_state(code) -> Dict[str, Any]:
     return code_context.get_context(code).setdefault("nimble_rs", {"graphs": {}, "shapes": {}})
 
 
-def warn_once(key: Any, message: str, category: type = RuntimeWarning) -> None:
-    if key not in _WARNED:
-        _WARNED.add(key)
-        warnings.warn(message, category, stacklevel=3)
-
-
 @dataclass
 class NimbleCompiled:
     """What the backend returns for one ATen graph: the compiled programs and their captures."""
 
     streams_program: Optional[Program]
     single_program: Optional[Program]
-    options: Dict[str, Any]
+    options: Options
     static: List[bool]
     mutated: List[int]
     gm: torch.fx.GraphModule
@@ -103,7 +99,7 @@ class NimbleCompiled:
             # Same shapes, but a parameter or buffer is another tensor now, or its memory moved
             # (`p.data = other`): the old graph reads the old memory. Capture again in its place.
             warn_once(("moved", self.signature), "nimble backend: a parameter or buffer of a captured graph was replaced by another tensor or moved to other memory; capturing again")
-        elif not admit_shape(self.signature, key, self.options["max_shapes"]):
+        elif not admit_shape(self.signature, key, self.options.max_shapes):
             return self._uncaptured(args)
         self.last = self.captures[key] = None  # the old graph's memory goes before the new capture
         self.copying.pop(key, None)
@@ -176,7 +172,7 @@ class NimbleCompiled:
         graph.consumes = tuple(consumes)
         if self.kind != "inference":
             graph.track_outputs(forward=self.kind == "forward")
-        elif self.options["check_after_launch"] and not self.clobbered and graph.check_after_launch():
+        elif self.options.check_after_launch and not self.clobbered and graph.check_after_launch():
             # (A backward's inputs read in place are new tensors on every call, and its storages
             # are counted by outputs_released: training graphs check before the launch.)
             self.report["addresses_checked"] = "after the launch"
@@ -195,8 +191,8 @@ class NimbleCompiled:
     def _captured(self, program, args, static, lend: bool = True) -> CapturedGraph:
         """``program`` captured for ``args`` into ``_pool(lend)``, its stream 0 at high priority
         if the program asks (the critical-path plan) or option ``priority`` does."""
-        priority = getattr(program, "priority", self.options["priority"])
-        return CapturedGraph(program, args, static, self.options["warmups"], self.mutated, self._pool(lend), priority)
+        priority = getattr(program, "priority", self.options.priority)
+        return CapturedGraph(program, args, static, self.options.warmups, self.mutated, self._pool(lend), priority)
 
     def _pool(self, lend: bool = True):
         """The memory pool of a new capture: the shared one (None), or for a backward that lends
@@ -253,7 +249,7 @@ class NimbleCompiled:
         # No further from eager than the compiler's own program, within its noise, unless
         # accuracy="any".
         def accurate(name: str) -> bool:
-            return self.options["accuracy"] == "any" or within_accuracy(errors[name], errors["single"], self.report["measured_spread"])
+            return self.options.accuracy == "any" or within_accuracy(errors[name], errors["single"], self.report["measured_spread"])
 
         # The streams to hold against one region: the fastest accurate plan, by median (if none
         # is accurate, the fastest, which the check below then turns down).

@@ -38,7 +38,7 @@ from .depthwise_triton import kernel as _kernel
 # Threads loading (or compiling, where no worker did) the variants in this process.
 COMPILE_THREADS = 8
 # Worker processes at most, and one fewer than the cores at most (that core left to this
-# process, which times cuDNN's convolutions meanwhile: ``runner.graph_us``); below
+# process, which times cuDNN's convolutions meanwhile: ``timing.graph_us``); below
 # PROCESSES_FROM variants, or with fewer than PROCESSES_FROM_CORES cores, the threads alone (on
 # two cores here, NASNet-A large's 46 variants took 41 s in two workers, each importing torch
 # then, against 33 s on threads).

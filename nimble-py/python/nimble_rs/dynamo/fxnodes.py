@@ -7,6 +7,8 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 import torch.fx
 
+from .announce import warn_once
+
 
 def value(node) -> Optional[torch.Tensor]:
     """The fake tensor a node computes, if it computes one."""
@@ -60,8 +62,6 @@ def guarded(gm: torch.fx.GraphModule, option: str, what: str, rewrite: Callable[
     """``rewrite()`` (a pass of option ``option`` over ``gm``, its counts); where it raises, the
     nodes it left unused removed, the failure announced once and returned as ``{"failed": ...}``:
     ``what`` it had not reached are compiled by Inductor as they are."""
-    from .compiled import warn_once
-
     try:
         return rewrite()
     except Exception as error:  # noqa: BLE001 - Inductor compiles whatever the graph is now

@@ -10,7 +10,6 @@ Two programs come of one compile, with ``run(args)`` (on the current stream, or 
 in the plan's order, each kernel on its stream (on the CPU, in plan order on one stream).
 """
 
-import json
 import sys
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
@@ -140,7 +139,7 @@ def same_plan(a: dict, b: dict) -> bool:
 def plan(wrapper: WrapperProgram, algorithm: str):
     """``algorithm``'s plan for the kernels and its regions, from the Rust registry, with the
     kernels set aside (``WrapperProgram.set_aside``) on a stream of their own (``side_stream``)."""
-    answer = json.loads(scheduling._sched.regions_json(json.dumps(wrapper.task_graph()), algorithm))
+    answer = scheduling.regions(wrapper.task_graph(), algorithm)
     return side_stream(wrapper, answer["plan"], answer["regions"])
 
 

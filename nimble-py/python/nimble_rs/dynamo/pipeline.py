@@ -30,18 +30,18 @@ import torch.fx
 
 from .._version import NEWEST_TESTED_TORCH, REQUIRED_TORCH, warn_if_newer
 from ..errors import InductorDriftWarning, NimbleInputError
-from . import concat, depthwise, fold, hoist, kernels_plan, merge, products
+from . import capturable, concat, depthwise, fold, hoist, kernels_plan, merge, products
 from . import regions as regions_module
-from .compiled import NimbleCompiled, admit_shape, code_state, warn_once
+from .announce import warn_once
+from .compiled import NimbleCompiled, admit_shape, code_state
 from .fxnodes import guarded
+from .options import Options
 from .options import checked as _options
 from .options import inductor_settings as _inductor_settings
-from .runner import Program, seconds_since, shape_key
+from .runner import Program, shape_key
+from .timing import seconds_since
 from .taskgraph import Tasks, mutated_inputs, op_name, tasks_of
 from .wrapper import DriftError, WrapperError, WrapperProgram
-
-# Ops that make the host wait for the device: a CUDA graph cannot contain them.
-HOST_SYNC_OPS = {"aten::_local_scalar_dense", "aten::nonzero", "aten::item", "aten::masked_select", "aten::unique", "aten::_unique2", "aten::repeat_interleave", "aten::_assert_async"}
 
 _REPORTS: List[dict] = []
 
@@ -50,46 +50,6 @@ def reports() -> List[dict]:
     """One report per graph the backend compiled, oldest first: algorithm, streams, syncs,
     regions, the choice made and why, compile seconds, captured shapes and their memory."""
     return _REPORTS
-
-
-def _static_indices() -> set:
-    """The graph inputs that are parameters and buffers (their addresses are fixed): read in
-    place, never copied."""
-    context = torch._guards.TracingContext.try_get()
-    metadata = getattr(context, "fw_metadata", None) if context is not None else None
-    indices = getattr(metadata, "static_input_indices", None)
-    return set(indices) if indices is not None else set()
-
-
-def _why_uncapturable(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Optional[str]:
-    """Why the graph cannot be one CUDA graph, if it cannot: an op that syncs with the host, a
-    CPU tensor among CUDA ones, or no CUDA tensor at all."""
-    devices = set()
-    for x in example_inputs:
-        if isinstance(x, torch.Tensor):
-            devices.add(x.device.type)
-    for node in gm.graph.nodes:
-        if node.op == "call_function":
-            name = op_name(node)
-            if name in HOST_SYNC_OPS:
-                return f"{name} synchronizes with the host"
-            value = node.meta.get("val")
-            if isinstance(value, torch.Tensor):
-                devices.add(value.device.type)
-    if "cuda" not in devices:
-        return None
-    if devices - {"cuda"}:
-        return f"it mixes CUDA with {', '.join(sorted(devices - {'cuda'}))} tensors"
-    return None
-
-
-def announce_uncapturable(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Optional[str]:
-    """Why the graph cannot be captured (``_why_uncapturable``), warned once per graph (it is
-    compiled once): such a graph still runs, as its compiled regions without a CUDA graph."""
-    reason = _why_uncapturable(gm, example_inputs)
-    if reason is not None:
-        warnings.warn(f"nimble backend: a graph runs as compiled regions without a CUDA graph: {reason}", RuntimeWarning, stacklevel=3)
-    return reason
 
 
 def _compile_regions(gm: torch.fx.GraphModule, tasks: Tasks, algorithm: str) -> Program:
@@ -142,13 +102,13 @@ def _static_shape_key(example_inputs: Sequence[Any]) -> Optional[tuple]:
     return shape_key(example_inputs)
 
 
-def _graph_report(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Dict[str, Any], kind: str, on_cuda: bool):
+def _graph_report(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Options, kind: str, on_cuda: bool):
     """The report's start and why the graph cannot be captured, if it cannot (announced)."""
-    report: Dict[str, Any] = {"graph": kind, "granularity": options["granularity"], "algorithm": options["algorithm"]}
-    uncapturable = announce_uncapturable(gm, example_inputs)
+    report: Dict[str, Any] = {"graph": kind, "granularity": options.granularity, "algorithm": options.algorithm}
+    uncapturable = capturable.announce_uncapturable(gm, example_inputs)
     if uncapturable is not None:
         report["uncapturable"] = uncapturable
-    if kind != "inference" and on_cuda and uncapturable is None and not options["capture_training"]:
+    if kind != "inference" and on_cuda and uncapturable is None and not options.capture_training:
         uncapturable = "training graphs are captured only with option capture_training=True; they run as compiled without a CUDA graph"
         warn_once(("training",), f"nimble backend: {uncapturable}")
         report["uncapturable"] = uncapturable
@@ -169,39 +129,39 @@ def _assemble(streams_program, single_program, gm, example_inputs, static_indice
         report=report,
         uncapturable=uncapturable,
     )
-    if options["choose"] == "single":
+    if options.choose == "single":
         compiled.chosen = "single"
         report["choice"], report["reason"] = "single", "option choose=\"single\""
     _REPORTS.append(report)
     return compiled
 
 
-def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Dict[str, Any], kind: str) -> NimbleCompiled:
+def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Options, kind: str) -> NimbleCompiled:
     """Granularity "regions": plans, partitions and compiles one ATen graph (``kind``: forward,
     backward or inference)."""
     started = time.perf_counter()
     # AOTAutograd's static inputs are the forward's (parameters and buffers); a backward's
     # inputs are the forward's saved values and the gradients, found when it is captured.
-    static_indices = _static_indices() if kind != "backward" else set()
+    static_indices = capturable.static_indices() if kind != "backward" else set()
     tasks = tasks_of(gm, sorted(static_indices))
     signature = _signature(gm, kind)
     on_cuda = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs)
     key = _static_shape_key(example_inputs)
-    if not on_cuda and key is not None and not admit_shape(signature, key, options["max_shapes"]):
+    if not on_cuda and key is not None and not admit_shape(signature, key, options.max_shapes):
         return gm.forward
     report, uncapturable = _graph_report(gm, example_inputs, options, kind, on_cuda)
     report["ops"] = len(tasks.nodes)
 
     streams_program = single_program = None
-    if options["choose"] != "single" and tasks.nodes:
-        streams_program = _compile_regions(gm, tasks, options["algorithm"])
+    if options.choose != "single" and tasks.nodes:
+        streams_program = _compile_regions(gm, tasks, options.algorithm)
         partition = streams_program.partition
         report.update(streams=partition.streams, syncs=partition.syncs, regions=len(partition.regions))
         if partition.streams == 1:
             # Already the whole graph as one region.
             single_program, streams_program = streams_program, None
-            report["reason"] = f"{options['algorithm']} plans one stream: the whole graph is one region"
-    need_single = single_program is None and (options["choose"] == "single" or (options["choose"] == "auto" and on_cuda and uncapturable is None))
+            report["reason"] = f"{options.algorithm} plans one stream: the whole graph is one region"
+    need_single = single_program is None and (options.choose == "single" or (options.choose == "auto" and on_cuda and uncapturable is None))
     if need_single or (streams_program is None and single_program is None):
         single_program = _compile_regions(gm, tasks, "single")
         report.setdefault("streams", 1)
@@ -216,7 +176,7 @@ def _copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return torch.fx.GraphModule(gm, graph)
 
 
-def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Dict[str, Any], inner_kwargs: Dict[str, Any]):
+def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Options, inner_kwargs: Dict[str, Any]):
     """Granularity "kernels", Inductor's inner compile step: Inductor compiles the graph once;
     its kernels are planned; the compiled graph is returned with its call replaced by Nimble's
     (``NimbleCompiled``), which runs the plan's program or Inductor's own."""
@@ -233,13 +193,13 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
     signature = _signature(gm, kind)  # before Inductor's passes rewrite gm
     report, uncapturable = _graph_report(gm, example_inputs, options, kind, on_cuda)
     seen = _seen_outputs(gm, kind, report)  # as Inductor marked them, before its passes
-    if options["merge_convolutions"] and kind == "inference":
+    if options.merge_convolutions and kind == "inference":
         report["merged_convolutions"] = merge.merge_sibling_convolutions(gm)
-    if options["fuse_convolutions"] and kind == "inference" and on_cuda:
-        report["fused_convolutions"] = _fused(gm, "epilogue" if options["fuse_convolutions"] == "epilogue" else "folded")
-    if options["depthwise_kernels"] and kind == "inference" and on_cuda:
-        report["depthwise_kernels"] = depthwise.rewrite(gm, "by-size" if options["depthwise_kernels"] is True else options["depthwise_kernels"])
-    if options["transpose_products"] and kind == "inference" and on_cuda:
+    if options.fuse_convolutions and kind == "inference" and on_cuda:
+        report["fused_convolutions"] = _fused(gm, "epilogue" if options.fuse_convolutions == "epilogue" else "folded")
+    if options.depthwise_kernels and kind == "inference" and on_cuda:
+        report["depthwise_kernels"] = depthwise.rewrite(gm, "by-size" if options.depthwise_kernels is True else options.depthwise_kernels)
+    if options.transpose_products and kind == "inference" and on_cuda:
         report["transposed_products"] = products.rewrite(gm)
     joined: Dict[str, int] = {}
     inductor_started = time.perf_counter()
@@ -251,23 +211,23 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
         report["concat_in_place"] = joined
     mutated = sorted(set(mutated) | set(getattr(compiled, "mutated_input_idxs", None) or ()))
     try:
-        wrapper = WrapperProgram(kernels_plan.inductor_module(compiled), sorted(static_indices), disjoint_slices=options["disjoint_slices"])
-        if options["separate_weight_buffers"] or (options["weight_stream"] and not options["hoist_weight_kernels"]):
+        wrapper = WrapperProgram(kernels_plan.inductor_module(compiled), sorted(static_indices), disjoint_slices=options.disjoint_slices)
+        if options.separate_weight_buffers or (options.weight_stream and not options.hoist_weight_kernels):
             # (A stream of their own needs buffers of their own: a reused one's readers first.)
             wrapper = _separated(wrapper, mutated, report)
     except (WrapperError, LookupError, SyntaxError, OSError) as error:
         wrapper = _unplanned(report, kind, error)
     kernels = len(wrapper.tasks) if wrapper is not None else 0
     key = _static_shape_key(example_inputs)
-    if not on_cuda and key is not None and not admit_shape(signature, key, options["max_shapes"]):
+    if not on_cuda and key is not None and not admit_shape(signature, key, options.max_shapes):
         return compiled
     report["kernels"] = kernels
-    if options["graphs"] is not None and wrapper is not None:
-        report["graph_file"] = _write_graph(wrapper.task_graph(), options["graphs"], kind)
+    if options.graphs is not None and wrapper is not None:
+        report["graph_file"] = _write_graph(wrapper.task_graph(), options.graphs, kind)
     single_program = kernels_plan.InductorProgram(compiled, kernels)
     streams_program = prologue = None
-    planned = options["choose"] != "single" and wrapper is not None and bool(wrapper.tasks)
-    in_order_only = _programmatic_launch(on_cuda) if planned else None
+    planned = options.choose != "single" and wrapper is not None and bool(wrapper.tasks)
+    in_order_only = capturable.programmatic_launch(on_cuda) if planned else None
     if in_order_only is not None:
         warn_once(("pdl",), f"nimble backend: {in_order_only}")
         report["reason"] = in_order_only
@@ -276,23 +236,23 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
             # Before planning: what the hoisted kernels ordered among the others is gone.
             prologue = _prologue(wrapper, mutated, options, kind, report)
             _set_aside(wrapper, mutated, options, kind, report)
-            plan, cut = kernels_plan.plan(wrapper, options["algorithm"])
+            plan, cut = kernels_plan.plan(wrapper, options.algorithm)
             report.update(streams=plan["streams"], syncs=plan["syncs"], regions=len(cut["regions"]))
             if plan["streams"] == 1 and prologue is None:
-                report["reason"] = f"{options['algorithm']} plans one stream: Inductor's program as it is"
+                report["reason"] = f"{options.algorithm} plans one stream: Inductor's program as it is"
             else:
                 # (On one stream too where kernels are hoisted: that program is not Inductor's.)
-                streams_program = kernels_plan.PlannedProgram(compiled, wrapper, plan, cut, options["priority"], prologue)
+                streams_program = kernels_plan.PlannedProgram(compiled, wrapper, plan, cut, options.priority, prologue)
                 report.update(streams_program.memory_report())
         except Exception as error:  # noqa: BLE001 - Inductor's own program is always there to run
             # A plan the checker refuses, or code that does not compile: Inductor's program runs,
             # announced with the reason.
             _unplanned(report, kind, error)
     critical = None
-    if streams_program is not None and options["choose"] == "auto" and options["time_critical_path"] and on_cuda and uncapturable is None:
+    if streams_program is not None and options.choose == "auto" and options.time_critical_path and on_cuda and uncapturable is None:
         critical = _critical_path_program(compiled, wrapper, plan, report, prologue)
     report.setdefault("streams", 1)
-    if streams_program is not None and options["choose"] == "streams":
+    if streams_program is not None and options.choose == "streams":
         single_program = None
     nimble = _assemble(streams_program, single_program, reference, example_inputs, static_indices, mutated, kind, signature, report, uncapturable, options, started)
     nimble.checked_outputs = seen
@@ -349,15 +309,15 @@ def _fused(gm: torch.fx.GraphModule, mode: str) -> Dict[str, Any]:
     return guarded(gm, "fuse_convolutions", "convolutions", lambda: fold.fuse_convolutions(gm, pays, mode=mode))
 
 
-def _concatenations(options: Dict[str, Any], gm, counts: Dict[str, int], on_cuda: bool, kind: str):
+def _concatenations(options: Options, gm, counts: Dict[str, int], on_cuda: bool, kind: str):
     """Option ``concat_in_place`` for one Inductor compile of ``gm`` (``concat``), where ``gm``
     has a concatenation it can change and Inductor would lower one pointwise (an inference graph
     on a GPU, the only kind measured, or where its ``force_pointwise_cat`` is set); announced once
     where this torch's Inductor lacks what it needs."""
     # (Read with a default: a later torch may drop the setting, and the backend is not tied to 2.11.)
-    forced = (options["inductor_config"] or {}).get("force_pointwise_cat", getattr(torch._inductor.config, "force_pointwise_cat", False))
+    forced = (options.inductor_config or {}).get("force_pointwise_cat", getattr(torch._inductor.config, "force_pointwise_cat", False))
     pointwise = on_cuda or bool(forced)
-    if not options["concat_in_place"] or kind != "inference" or not pointwise or not concat.joins_for_users(gm):
+    if not options.concat_in_place or kind != "inference" or not pointwise or not concat.joins_for_users(gm):
         return contextlib.nullcontext()
     if not concat.available():
         warn_once(("concat",), "nimble backend: option concat_in_place needs Inductor's cat lowering as in torch 2.11 (lowering.pointwise_cat, ir.ConcatKernel); concatenations are compiled as Inductor chooses")
@@ -383,10 +343,10 @@ def _separated(wrapper, mutated, report: Dict[str, Any]):
     return separated
 
 
-def _prologue(wrapper, mutated, options: Dict[str, Any], kind: str, report: Dict[str, Any]):
+def _prologue(wrapper, mutated, options: Options, kind: str, report: Dict[str, Any]):
     """The kernels on weights alone hoisted out of an inference graph's plan (option
     ``hoist_weight_kernels``), or None; the report counts them."""
-    if not options["hoist_weight_kernels"] or kind != "inference":
+    if not options.hoist_weight_kernels or kind != "inference":
         return None
     hoisting = hoist.find(wrapper, mutated)
     report["hoisted_kernels"] = len(hoisting.written)
@@ -399,11 +359,11 @@ def _prologue(wrapper, mutated, options: Dict[str, Any], kind: str, report: Dict
     return hoist.Prologue(wrapper, hoisting)
 
 
-def _set_aside(wrapper, mutated, options: Dict[str, Any], kind: str, report: Dict[str, Any]) -> None:
+def _set_aside(wrapper, mutated, options: Options, kind: str, report: Dict[str, Any]) -> None:
     """The kernels on weights alone left in the program set aside for a stream of their own
     (option ``weight_stream``; a backward reads no parameters alone); the report counts them
     and those that follow another kernel (a reused buffer's readers) and stay in the plan."""
-    if not options["weight_stream"] or kind == "backward":
+    if not options.weight_stream or kind == "backward":
         return
     kernels = [i for i in hoist.on_weights_alone(wrapper, mutated) if i not in wrapper.skipped]
     side = wrapper.set_aside(kernels)
@@ -441,24 +401,6 @@ def _seen_outputs(gm: torch.fx.GraphModule, kind: str, report: Dict[str, Any]) -
     return max(seen) + 1
 
 
-def _programmatic_launch(on_cuda: bool) -> Optional[str]:
-    """Why Inductor's kernels must run in Inductor's order, or None. With Inductor's
-    programmatic dependent launch (``triton.enable_pdl``, on Hopper and later GPUs, as Inductor
-    decides it) a kernel starts before the kernel launched before it on its stream ends, and it
-    waits for that one before its first load only if it reads what the kernel before it in
-    Inductor's order writes. On a stream of a plan (or with kernels set aside) the kernel before
-    it may be another one, whose output it reads before it is written. (Granularity "regions"
-    is not affected: a region's first kernel always waits.)"""
-    from torch._inductor import config as inductor_config
-
-    if not (on_cuda and inductor_config.triton.enable_pdl and torch.cuda.get_device_capability()[0] >= 9):
-        return None
-    return (
-        "Inductor's programmatic dependent launch is on (triton.enable_pdl): its kernels may read before the kernel before them "
-        "in its own order ends, which only that order makes safe, so Inductor's program runs as it is, on one stream"
-    )
-
-
 def _unplanned(report: Dict[str, Any], kind: str, error: Exception) -> None:
     """Announces that Inductor's program runs as it is, and why: a statement this torch's
     Inductor wrote that the reader does not know once per kind of statement
@@ -484,7 +426,7 @@ def nimble_backend(gm: torch.fx.GraphModule, example_inputs: List[Any], options:
         raise NimbleInputError(f"unexpected arguments for backend=\"nimble\": {', '.join(extra)}; pass options={{...}}")
     chosen = _options(options)
     warn_if_newer(torch.__version__)
-    if chosen["granularity"] == "kernels":
+    if chosen.granularity == "kernels":
         import functools
 
         from torch._inductor.compile_fx import compile_fx
@@ -508,7 +450,7 @@ def nimble_backend(gm: torch.fx.GraphModule, example_inputs: List[Any], options:
     return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"), inference_compiler=compiler("inference"))(gm, example_inputs)
 
 
-def _inner(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Dict[str, Any], **inner_kwargs):
+def _inner(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Options, **inner_kwargs):
     # (Again here: compile_fx compiles a backward at its first call, outside nimble_backend.)
     with _inductor_settings(options):
         return compile_kernels(gm, example_inputs, options, inner_kwargs)

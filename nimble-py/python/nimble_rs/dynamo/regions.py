@@ -8,7 +8,6 @@ order); its outputs are its values that a later region or the graph's output rea
 (``get_attr``) are copied into every region that uses them.
 """
 
-import json
 from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
 
@@ -47,7 +46,7 @@ class Partition:
 
 def plan_regions(tasks: Tasks, algorithm: str) -> Tuple[dict, dict]:
     """The plan of ``algorithm`` for the task graph and its regions, from the Rust registry."""
-    answer = json.loads(scheduling._sched.regions_json(json.dumps(tasks.graph), algorithm))
+    answer = scheduling.regions(tasks.graph, algorithm)
     return answer["plan"], answer["regions"]
 
 
