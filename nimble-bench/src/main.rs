@@ -19,6 +19,7 @@ mod example;
 mod figure_inference;
 mod figure_training;
 mod figures;
+mod fused_report;
 mod gpu;
 mod libtorch;
 mod output;
@@ -139,13 +140,23 @@ enum Command {
         #[command(flatten)]
         measure: gpu::MeasureArgs,
     },
-    /// Re-simulate a committed simulator-validation record with today's model (no GPU needed)
+    /// Re-simulate a committed simulator-validation record with today's model (no GPU needed);
+    /// with --graphs, the fused-kernel graphs of DIR against the backend's in-graph timings
     SimulatorReport {
-        #[arg(long, default_value = "paper-figs/results/simulator-validation.json")]
+        #[arg(long, default_value = "paper-figs/results/simulator-validation.json", conflicts_with = "graphs")]
         results: PathBuf,
         /// Also draw simulated against measured as SVG
-        #[arg(long, value_name = "FILE")]
+        #[arg(long, value_name = "FILE", conflicts_with = "graphs")]
         svg: Option<PathBuf>,
+        /// A fused-kernel graph directory whose provenance.json has the backend's in-graph
+        /// timings (e.g. paper-figs/results/fused-kernel-graphs-launches): simulated on one
+        /// stream and under nimble's plan, against them
+        #[arg(long, value_name = "DIR")]
+        graphs: Option<PathBuf>,
+        /// With --graphs: same-process records with the backend's whole-call latency, for the
+        /// per-call host term (fitted leave-one-model-out)
+        #[arg(long, value_name = "FILE", requires = "graphs")]
+        whole_call: Vec<PathBuf>,
     },
     /// Fit the simulator's parameters to a simulator-validation record (no GPU needed); prints
     /// them as JSON for --sim-config
@@ -500,7 +511,8 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
         Command::Synth { plan, mode, measure, json } => gpu::synth(&plan.source, &plan.algo, mode, &measure, json),
         Command::ValidateSimulator { out, suite, measure } => gpu::validate_simulator(&out, suite, &measure),
         Command::RecordsIndex { dir, out } => records_index::records_index(&dir, out.as_ref()),
-        Command::SimulatorReport { results, svg } => gpu::simulator_report(&results, svg.as_ref()),
+        Command::SimulatorReport { graphs: Some(dir), whole_call, .. } => fused_report::fused_report(&dir, &whole_call),
+        Command::SimulatorReport { results, svg, .. } => gpu::simulator_report(&results, svg.as_ref()),
         Command::CalibrateSimulator { results, out } => gpu::calibrate_simulator(&results, out.as_ref()),
         #[cfg(feature = "torch")]
         Command::Torch(command) => torch_cli::run(command),

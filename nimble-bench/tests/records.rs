@@ -346,3 +346,30 @@ fn the_records_index_is_in_step_with_the_files() {
     }
     assert_eq!(committed.lines().filter(|l| l.starts_with("| [")).count(), files);
 }
+
+/// docs/research.md's table of the simulator against the backend's in-graph and whole-call
+/// timings on the fused-kernel graphs with launch data is what `simulator-report --graphs`
+/// prints today.
+#[test]
+fn the_fused_kernel_report_gives_the_published_errors() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let graphs = root.join("paper-figs/results/fused-kernel-graphs-launches");
+    let whole = root.join("paper-figs/results/same-process-backend-becbeab-float32-b16-googlenet-inception-v3-merge-variants.json");
+    let text = stdout(&nimble_bench(&["simulator-report", "--graphs", graphs.to_str().unwrap(), "--whole-call", whole.to_str().unwrap()]));
+    for line in [
+        "one stream, in-graph, 2 graphs with launch data: median |error| 4.0%, worst -5.0%",
+        "nimble's plan, in-graph, 2 graphs with launch data: median |error| 6.0%, worst -10.5%",
+        "speedup, in-graph, 2 graphs with launch data: median |error| 3.8%, worst +6.1%",
+        "whole call with the host term, leave-one-model-out, 2 models: median |error| 12.0%, worst +15.2%",
+    ] {
+        assert!(text.contains(line), "{line}\n{text}");
+    }
+    assert!(text.contains("simulated with the kernel-timed-h200 calibration, its own GPU's"), "{text}");
+    // Graphs without in-graph timings are named, not compared; another GPU's records refused.
+    let occupancy = stdout(&nimble_bench(&["simulator-report", "--graphs", root.join("paper-figs/results/fused-kernel-graphs-occupancy").to_str().unwrap()]));
+    assert!(occupancy.contains("nothing to compare: inception-v3-float32-b16"), "{occupancy}");
+    let h100 = root.join("paper-figs/results/same-process-backend-771d13a-float32-b1-inception-v3.json");
+    let refused = nimble_bench(&["simulator-report", "--graphs", graphs.to_str().unwrap(), "--whole-call", h100.to_str().unwrap()]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("expected records of the same GPU"));
+}
