@@ -26,6 +26,8 @@ struct GroupedBars<'a> {
     groups: &'a [Group],
     series: &'a [(&'a str, RGBColor)],
     notes: &'a [String],
+    /// Per group and series, a band (low, high) drawn as an error bar over the bar.
+    bands: Option<&'a [Vec<(f64, f64)>]>,
 }
 
 impl Drawing for GroupedBars<'_> {
@@ -41,7 +43,8 @@ impl Drawing for GroupedBars<'_> {
     {
         let groups = self.groups;
         // Headroom above the bars for the legend.
-        let top = groups.iter().flat_map(|g| g.values.iter().copied()).fold(1.0, f64::max) * (1.25 + 0.07 * self.series.len() as f64);
+        let highest = groups.iter().flat_map(|g| g.values.iter().copied()).chain(self.bands.into_iter().flatten().flatten().map(|b| b.1));
+        let top = highest.fold(1.0, f64::max) * (1.25 + 0.07 * self.series.len() as f64);
         let n = groups.len() as f64;
         let width = 0.8 / self.series.len() as f64;
         root.fill(&WHITE)?;
@@ -70,6 +73,14 @@ impl Drawing for GroupedBars<'_> {
             let offset = 0.1 + k as f64 * width;
             let rects = groups.iter().enumerate().map(|(i, g)| Rectangle::new([(i as f64 + offset, 0.0), (i as f64 + offset + width * 0.9, g.values[k])], color.filled()));
             chart.draw_series(rects)?.label(label).legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+            if let Some(bands) = self.bands {
+                for (i, (low, high)) in bands.iter().enumerate().filter_map(|(i, b)| b.get(k).map(|&band| (i, band))) {
+                    let x = i as f64 + offset + width * 0.45;
+                    let cap = width * 0.2;
+                    let lines = [vec![(x, low), (x, high)], vec![(x - cap, low), (x + cap, low)], vec![(x - cap, high), (x + cap, high)]];
+                    chart.draw_series(lines.into_iter().map(|points| PathElement::new(points, BLACK.stroke_width(1))))?;
+                }
+            }
         }
         chart.configure_series_labels().background_style(WHITE.mix(0.9)).border_style(BLACK).position(SeriesLabelPosition::UpperLeft).draw()?;
         let style = ("sans-serif", 13).into_font().color(&BLACK.mix(0.8));
@@ -82,6 +93,12 @@ impl Drawing for GroupedBars<'_> {
 
 /// Draws a grouped bar chart as SVG and PNG.
 pub fn draw_grouped(path: &Path, (title, y_desc): (&str, &str), groups: &[Group], series: &[(&str, RGBColor)], notes: &[String]) -> Result<()> {
-    save(&GroupedBars { title, y_desc, groups, series, notes }, path)?;
+    save(&GroupedBars { title, y_desc, groups, series, notes, bands: None }, path)?;
+    Ok(())
+}
+
+/// The same with a band per group and series (an error bar from `low` to `high`).
+pub fn draw_grouped_with_bands(path: &Path, (title, y_desc): (&str, &str), groups: &[Group], series: &[(&str, RGBColor)], notes: &[String], bands: &[Vec<(f64, f64)>]) -> Result<()> {
+    save(&GroupedBars { title, y_desc, groups, series, notes, bands: Some(bands) }, path)?;
     Ok(())
 }

@@ -44,8 +44,15 @@ impl Compared {
     }
 }
 
-/// Runs the report over `dir`, with the whole-call records `whole_call`.
-pub fn fused_report(dir: &Path, whole_call: &[PathBuf]) -> Result<()> {
+/// The plan's in-graph errors (%) on the graphs of `dir` with launch data and in-graph timings:
+/// the simulator's validated error on fused kernels, which `study` draws as its band.
+pub fn plan_errors(dir: &Path) -> Result<Vec<f64>> {
+    Ok(compare(dir)?.1.iter().filter(|c| c.launch_data).map(Compared::plan_error).collect())
+}
+
+/// The GPU `dir`'s graphs were timed on, the graphs compared, the ones without in-graph timings,
+/// and the calibration used.
+fn compare(dir: &Path) -> Result<(String, Vec<Compared>, Vec<String>, &'static str)> {
     let provenance_path = dir.join("provenance.json");
     let provenance: Value = serde_json::from_str(&std::fs::read_to_string(&provenance_path).with_context(|| format!("reading {}", provenance_path.display()))?)
         .with_context(|| format!("{} is not JSON", provenance_path.display()))?;
@@ -77,6 +84,12 @@ pub fn fused_report(dir: &Path, whole_call: &[PathBuf]) -> Result<()> {
             model,
         });
     }
+    Ok((gpu, compared, unmeasured, calibration))
+}
+
+/// Runs the report over `dir`, with the whole-call records `whole_call`.
+pub fn fused_report(dir: &Path, whole_call: &[PathBuf]) -> Result<()> {
+    let (gpu, compared, unmeasured, calibration) = compare(dir)?;
     if compared.is_empty() {
         emit(&format!(
             "{}: timed on {gpu}; no graph has the backend's in-graph timings (graphs[].backend.measured_ms in its provenance.json), nothing to compare: {}",

@@ -30,6 +30,7 @@ mod same_process;
 mod training_backend;
 mod scaling_figure;
 mod scheduling;
+mod study;
 mod sys;
 #[cfg(feature = "torch")]
 mod torch;
@@ -352,6 +353,19 @@ enum Command {
         #[arg(long, default_value = "paper-figs")]
         out_dir: PathBuf,
     },
+    /// Policies x graph sets (the zoo's, the coverage set's and Inductor's fused-kernel graphs),
+    /// simulated: a table, a figure with the simulator's validated error as bands, and a record
+    /// with its provenance, written into --out-dir (study.json, study.svg, study.png); no GPU
+    Study {
+        /// Comma-separated algorithms (default: every registered one)
+        #[arg(long)]
+        algos: Option<String>,
+        /// The directory to write into (created if missing)
+        #[arg(long, value_name = "DIR")]
+        out_dir: PathBuf,
+        #[command(flatten)]
+        simulator: scheduling::SimulatorArgs,
+    },
     /// Index of the committed records: one row per file under --dir (path, experiment, models,
     /// dtype, batch, GPU, commit, date, headline), read from each record; prints it, or writes it
     /// with --out (the committed index is paper-figs/results/INDEX.md, which CI checks)
@@ -510,6 +524,10 @@ fn run(cli: Cli, invoked_as: &str) -> anyhow::Result<()> {
         Command::Compare { source, algos, simulator, json } => scheduling::compare(&source, algos.as_deref(), &simulator, json),
         Command::Synth { plan, mode, measure, json } => gpu::synth(&plan.source, &plan.algo, mode, &measure, json),
         Command::ValidateSimulator { out, suite, measure } => gpu::validate_simulator(&out, suite, &measure),
+        Command::Study { algos, out_dir, simulator } => {
+            let all = nimble_sched::algorithms::ALGORITHMS.iter().map(|a| a.name).collect::<Vec<_>>().join(",");
+            study::study(std::path::Path::new("."), algos.as_deref().unwrap_or(&all), &out_dir, &simulator)
+        }
         Command::RecordsIndex { dir, out } => records_index::records_index(&dir, out.as_ref()),
         Command::SimulatorReport { graphs: Some(dir), whole_call, .. } => fused_report::fused_report(&dir, &whole_call),
         Command::SimulatorReport { results, svg, .. } => gpu::simulator_report(&results, svg.as_ref()),

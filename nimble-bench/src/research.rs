@@ -34,7 +34,7 @@ pub struct SimulateArgs<'a> {
 }
 
 /// Measured median latency per (model, algorithm name without arguments), µs.
-fn measured_latencies(path: &Path) -> Result<std::collections::BTreeMap<(String, String), f64>> {
+pub(crate) fn measured_latencies(path: &Path) -> Result<std::collections::BTreeMap<(String, String), f64>> {
     let text = nimble_graph::json::read_text(path).with_context(|| format!("reading {}", path.display()))?;
     let record: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
     let mut out = std::collections::BTreeMap::new();
@@ -50,7 +50,7 @@ fn measured_latencies(path: &Path) -> Result<std::collections::BTreeMap<(String,
 }
 
 /// `algorithm` without its arguments (`round-robin:4` -> `round-robin`).
-fn base_name(algorithm: &str) -> &str {
+pub(crate) fn base_name(algorithm: &str) -> &str {
     algorithm.split(':').next().unwrap_or(algorithm)
 }
 
@@ -80,7 +80,7 @@ struct ModelRows {
 }
 
 /// The model task graphs of `dir` (sorted by file name), with their model names.
-fn model_graphs(dir: &Path, models: &str) -> Result<Vec<(String, PathBuf)>> {
+pub(crate) fn model_graphs(dir: &Path, models: &str) -> Result<Vec<(String, PathBuf)>> {
     let entries = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))

@@ -373,3 +373,35 @@ fn the_fused_kernel_report_gives_the_published_errors() {
     assert_eq!(refused.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("expected records of the same GPU"));
 }
+
+/// `study` runs every policy over the three committed graph sets in one command and writes its
+/// table's record, figure and provenance only into the directory it is given.
+#[test]
+fn the_study_writes_its_table_figure_and_record_where_told() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut before = std::collections::BTreeMap::new();
+    common::snapshot(&root.join("paper-figs"), &mut before);
+    let out = scratch("study-out");
+    let _ = std::fs::remove_dir_all(&out);
+    let output = Command::new(env!("CARGO_BIN_EXE_nimble-bench")).current_dir(&root).args(["study", "--algos", "nimble,heft,single", "--out-dir", out.to_str().unwrap()]).output().unwrap();
+    let text = stdout(&output);
+    for set in ["zoo", "coverage", "fused-kernel"] {
+        for policy in ["nimble", "heft:4", "single"] {
+            assert!(text.lines().any(|l| l.starts_with(set) && l.split_whitespace().nth(1) == Some(policy)), "{set} {policy}\n{text}");
+        }
+    }
+    for file in ["study.json", "study.svg", "study.png"] {
+        assert!(out.join(file).is_file(), "{file}");
+    }
+    let record: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("study.json")).unwrap()).unwrap();
+    assert!(record["provenance"]["commit"].is_string() && record["sets"].as_array().unwrap().len() == 3);
+    // The bands: the zoo's and the coverage set's medians against their measured records, the
+    // fused kernels' the plan's in-graph error docs/research.md publishes (6.0%).
+    let bands: Vec<f64> = record["sets"].as_array().unwrap().iter().map(|s| s["band_pct"].as_f64().unwrap()).collect();
+    assert!((bands[2] - 6.0).abs() < 0.05 && bands[0] > 0.0 && bands[1] > 0.0, "{bands:?}");
+    let mut after = std::collections::BTreeMap::new();
+    common::snapshot(&root.join("paper-figs"), &mut after);
+    assert!(before == after, "the study wrote under paper-figs/");
+    let refused = nimble_bench(&["study", "--out-dir", root.join("README.md").to_str().unwrap()]);
+    assert_eq!(refused.status.code(), Some(2));
+}
