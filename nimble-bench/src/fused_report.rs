@@ -136,7 +136,7 @@ pub fn fused_report(dir: &Path, whole_call: &[PathBuf]) -> Result<()> {
 }
 
 /// The median |error| and the error of largest magnitude, or none for no errors.
-fn median_and_worst(errors: &[f64]) -> Option<(f64, f64)> {
+pub fn median_and_worst(errors: &[f64]) -> Option<(f64, f64)> {
     let mut magnitudes: Vec<f64> = errors.iter().map(|e| e.abs()).collect();
     magnitudes.sort_by(f64::total_cmp);
     let median = match magnitudes.len() {

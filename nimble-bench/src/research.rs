@@ -122,11 +122,11 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
         let (rows, failed_here) = split_rows(compare_rows(&analysis, args.algorithms, args.simulator).with_context(|| format!("model {model} ({})", path.display()))?);
         failed.extend(failed_here.iter().map(|row| (format!("model {model}: "), row.clone())));
         // One stream's latency, the baseline of `x single`, whether or not `single` is listed.
+        let simulator = args.simulator.config_for(Mode::Graph, &graph)?;
         let single_us = match rows.iter().find(|r| r.algorithm == "single") {
             Some(row) => row.graph_makespan_us,
-            None => simulate(&graph, &Single.assign(&analysis), &args.simulator.config_for(Mode::Graph, &graph)?).makespan_us,
+            None => simulate(&graph, &Single.assign(&analysis), &simulator).makespan_us,
         };
-        let simulator = args.simulator.config_for(Mode::Graph, &graph)?;
         let measured_us: Vec<Option<f64>> = rows.iter().map(|r| measured.get(&(model.clone(), base_name(&r.algorithm).to_string())).copied()).collect();
         let floor_us = graph.critical_path().length_us;
         let measured_over_floor = measured_us.iter().map(|m| m.filter(|_| floor_us > 0.0).map(|t| t / floor_us)).collect();

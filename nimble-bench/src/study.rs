@@ -16,7 +16,7 @@ use nimble_sched::{simulate, Analysis, StreamAssigner};
 use serde_json::json;
 
 use crate::bars::{draw_grouped_with_bands, Group, PALETTE};
-use crate::fused_report::plan_errors;
+use crate::fused_report::{median_and_worst, plan_errors};
 use crate::output::{emit, write_file};
 use crate::research::{base_name, measured_latencies, model_graphs};
 use crate::scheduling::{compare_rows, failed_rows_error, split_rows, FailedRow, Mode, SimulatorArgs};
@@ -50,15 +50,6 @@ struct Summary {
 
 fn geomean(values: &[f64]) -> f64 {
     (values.iter().map(|v| v.ln()).sum::<f64>() / values.len() as f64).exp()
-}
-
-fn median(mut values: Vec<f64>) -> Option<f64> {
-    values.sort_by(f64::total_cmp);
-    match values.len() {
-        0 => None,
-        n if n % 2 == 1 => Some(values[n / 2]),
-        n => Some((values[n / 2 - 1] + values[n / 2]) / 2.0),
-    }
 }
 
 /// Runs the study of `algorithms` (comma-separated) from the checkout at `root`, writing
@@ -95,14 +86,14 @@ pub fn study(root: &Path, algorithms: &str, out_dir: &Path, simulator: &Simulato
         let (band, validated_on) = match set.validation {
             Validation::Measured(record) => {
                 let measured = measured_latencies(&root.join(record))?;
-                let errors: Vec<f64> = simulated.iter().filter_map(|(key, us)| measured.get(key).map(|m| ((us - m) / m * 100.0).abs())).collect();
+                let errors: Vec<f64> = simulated.iter().filter_map(|(key, us)| measured.get(key).map(|m| (us - m) / m * 100.0)).collect();
                 let runs = errors.len();
-                (median(errors), format!("{runs} measured runs in {record}"))
+                (median_and_worst(&errors).map(|(median, _)| median), format!("{runs} measured runs in {record}"))
             }
             Validation::InGraph(dir) => {
-                let errors: Vec<f64> = plan_errors(&root.join(dir))?.into_iter().map(f64::abs).collect();
+                let errors = plan_errors(&root.join(dir))?;
                 let graphs = errors.len();
-                (median(errors), format!("the plan's in-graph timings of {graphs} graphs with launch data in {dir}"))
+                (median_and_worst(&errors).map(|(median, _)| median), format!("the plan's in-graph timings of {graphs} graphs with launch data in {dir}"))
             }
         };
         for s in &summaries {

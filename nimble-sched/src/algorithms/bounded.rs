@@ -1,6 +1,7 @@
 //! `nimble-bounded:K`: Nimble's plan folded onto at most K streams.
 
 use super::nimble::Nimble;
+use super::weights::weight;
 use crate::{Analysis, StreamAssigner, StreamPlan};
 
 /// Nimble's plan ([`Nimble`] with its merge step), its streams then folded onto at most `K`:
@@ -39,7 +40,7 @@ impl StreamAssigner for NimbleBounded {
         let mut finish = vec![0.0f64; graph.len()];
         for &v in graph.topological_order() {
             start[v] = graph.predecessors(v).iter().map(|&u| finish[u]).fold(0.0, f64::max);
-            finish[v] = start[v] + graph.node(v).duration_us.map_or(1.0, |d| d.max(0.0));
+            finish[v] = start[v] + weight(graph, v);
         }
         let mut span = vec![(f64::INFINITY, 0.0f64); plan.streams];
         let mut class = vec![0u32; plan.streams];

@@ -3,6 +3,7 @@
 use nimble_graph::matching::{hopcroft_karp, Matching};
 
 use super::nimble::{follow, merge_chains, stream_of_merged, Chains};
+use super::weights::weight;
 use crate::{Analysis, StreamAssigner, StreamPlan};
 
 /// The heaviest path along MEG edges, each node weighing its `duration_us` (1 when unknown:
@@ -28,7 +29,7 @@ pub fn heaviest_meg_path(analysis: &Analysis<'_>) -> Vec<usize> {
                 best[v] = Some(u);
             }
         }
-        finish[v] = start + graph.node(v).duration_us.map_or(1.0, |d| d.max(0.0));
+        finish[v] = start + weight(graph, v);
     }
     let Some(end) = (0..n).max_by(|&a, &b| finish[a].total_cmp(&finish[b]).then(b.cmp(&a))) else {
         return Vec::new();

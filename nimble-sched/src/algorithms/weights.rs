@@ -1,4 +1,4 @@
-//! What the list schedulers weigh: a task's cost and its distance to the graph's exit.
+//! What the algorithms weigh: a task's cost (one rule for all of them) and its distance to the exit.
 
 use nimble_graph::TaskGraph;
 
