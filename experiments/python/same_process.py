@@ -1,6 +1,7 @@
 """The same-process comparison: in one Python process, on the same module object, PyTorch eager,
 `torch.cuda.graph` (the whole forward captured on one stream), `torch.compile(mode=
-"reduce-overhead")`, Nimble through the `nimble_rs` package and `torch.compile(backend="nimble")`
+"reduce-overhead")`, `torch.compile(mode="max-autotune")` (Inductor's autotuned kernels, also captured as
+CUDA graphs: each compiler's row counts the captures Inductor skipped, ``cudagraph_skips``), Nimble through the `nimble_rs` package and `torch.compile(backend="nimble")`
 (Inductor's kernels on Nimble's streams), each measured the paper's way
 (cuDNN benchmark on, 50 warm-ups, 100 timed calls on fresh random inputs, CUDA events around
 each call on the current stream, median; every system prepared first and then timed in rounds,
@@ -18,18 +19,22 @@ after every model, so a run cut short keeps what it measured; `nimble-bench same
 renders its figure.
 
     python3 experiments/python/same_process.py --models-json MODELS.json --out OUT.json \
-        [--models a,b|all] [--systems eager,cuda-graph,compile,nimble,backend] [--warmup 50] [--iters 100] \
-        [--rounds 3] [--dtype float32|bfloat16|float16] [--batch 1] [--checks 5] [--save-torchscript NAME=FILE] [--commit SHA]
+        [--models a,b|all] [--systems eager,cuda-graph,compile,max-autotune,nimble,backend] [--warmup 50] \
+        [--iters 100] [--compile-seconds 0] [--rounds 3] [--dtype float32|bfloat16|float16] [--batch 1] [--checks 5] [--save-torchscript NAME=FILE] [--commit SHA]
 
 `--save-torchscript inception-v3=FILE` also writes the module Nimble traced as a TorchScript
 file, for the Rust CLI to measure the very same model (`nimble-bench infer --torchscript`).
+`--compile-seconds N` bounds each compiler's preparation of a model (max-autotune's autotuning can take minutes): one
+past it is that model's failed row ("did not compile within N s"), the other systems are kept.
 """
 
 import argparse
 import gc
 import json
+import signal
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -39,7 +44,7 @@ from baselines import build, first_output, load_reference_module, round_ratios, 
 
 COVERAGE_MODELS = ["googlenet", "inception-v4", "bert-base"]
 DECODERS = ["llama", "qwen2", "mistral"]
-SYSTEMS = ["eager", "cuda-graph", "compile", "nimble", "backend"]
+SYSTEMS = ["eager", "cuda-graph", "compile", "max-autotune", "nimble", "backend"]
 # Float32 with TF32 convolutions (PyTorch's default) and reassociations: every system must land
 # within the inference tolerance of the CLI's check. bfloat16 keeps 8 bits of mantissa: fused
 # kernels that round once where eager rounds after every op drift by a few of its ulps; float16
@@ -239,6 +244,8 @@ def warm_up_compilers(systems, dtype, variants=None):
     for system in systems:
         if system == "compile" or system.startswith("compile-"):
             run = torch.compile(small, mode="reduce-overhead")
+        elif system == "max-autotune":
+            run = torch.compile(small, mode="max-autotune")
         elif system == "backend" or (system in (variants or {})):
             run = torch.compile(small, backend="nimble")
         else:
@@ -250,7 +257,47 @@ def warm_up_compilers(systems, dtype, variants=None):
     return time.time() - started
 
 
-def prepared(system, model, make_input, save_to, variants=None):
+def cudagraph_skips():
+    """How many times Inductor has declined to capture a compiled graph as a CUDA graph in this
+    process (its own counter): a compiler whose count grows ran those graphs kernel by kernel."""
+    from torch._dynamo.utils import counters
+
+    return sum(counters["inductor"].get(key, 0) for key in ("cudagraph_skips",))
+
+
+@contextmanager
+def time_limit(seconds, what):
+    """Raises TimeoutError in this (the main) thread once ``seconds`` have passed (0: no limit)."""
+    if not seconds:
+        yield
+        return
+
+    def expired(signum, frame):
+        raise TimeoutError(f"{what} did not compile within {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def compiled_by_inductor(model, example, mode, notes, options=None, seconds=0):
+    """torch.compile in ``mode`` (or with ``options``), from empty caches (neither compiler's
+    compile time counts kernels another compiled), compiled and captured by three calls (not in
+    the warm-ups' count); the captures Inductor skipped are kept in ``notes``."""
+    skipped = cudagraph_skips()
+    with fresh_cache(delete=False), time_limit(seconds, mode or "torch.compile"):
+        run = torch.compile(model, mode=mode) if options is None else torch.compile(model, options=options)
+        for _ in range(3):
+            run(example)
+    notes["cudagraph_skips"] = cudagraph_skips() - skipped
+    return run
+
+
+def prepared(system, model, make_input, save_to, variants=None, compile_seconds=0):
     """A function of the input for `system`, the seconds it took to make it, and notes (its
     peak memory among them)."""
     # What an earlier model's systems left for the collector goes before the base is read:
@@ -266,25 +313,19 @@ def prepared(system, model, make_input, save_to, variants=None):
         run = model
     elif system == "cuda-graph":
         run = cuda_graph_system(model, example)
-    elif system == "compile":
-        # Each compiler starts from empty caches (Inductor's, AOTAutograd's, Triton's kernels):
-        # neither's compile time counts kernels the other compiled.
-        with fresh_cache(delete=False):
-            run = torch.compile(model, mode="reduce-overhead")
-            for _ in range(3):  # compiling and capturing happen here, not in the warm-ups' count
-                run(example)
+    elif system in ("compile", "max-autotune"):
+        mode = "reduce-overhead" if system == "compile" else system
+        run = compiled_by_inductor(model, example, mode, notes, seconds=compile_seconds)
     elif system == "nimble":
         run, notes = nimble_system(model, example, save_to)
     elif system == "backend":
-        with fresh_cache(delete=False):
+        with fresh_cache(delete=False), time_limit(compile_seconds, "the backend"):
             run, notes = backend_system(model, example)
     elif system in (variants or {}) and system.startswith("compile-"):
         # reduce-overhead with Inductor settings of its own (``--compile-variant``): the mode's
         # options, which torch.compile(mode="reduce-overhead") applies, and these beside them.
-        with fresh_cache(delete=False):
-            run = torch.compile(model, options={**torch._inductor.list_mode_options("reduce-overhead"), **variants[system]})
-            for _ in range(3):
-                run(example)
+        options = {**torch._inductor.list_mode_options("reduce-overhead"), **variants[system]}
+        run = compiled_by_inductor(model, example, None, notes, options=options, seconds=compile_seconds)
         notes["compile_options"] = variants[system]
     elif system in (variants or {}):
         with fresh_cache(delete=False):
@@ -331,6 +372,7 @@ def main():
     parser.add_argument("--iters", type=int, default=100)
     parser.add_argument("--dtype", choices=sorted(TOLERANCE), default="float32")
     parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--compile-seconds", type=int, default=0, help="each compiler's limit on preparing a model (0: none)")
     parser.add_argument("--checks", type=int, default=5, help="fresh inputs each system's output is checked on")
     parser.add_argument("--rounds", type=int, default=3, help="timing rounds, every system timed in each (the spread of their medians is the run's noise)")
     parser.add_argument("--save-torchscript", action="append", default=[], metavar="NAME=FILE")
@@ -401,7 +443,7 @@ def main():
 
             for system in systems:
                 try:
-                    run, seconds, notes = prepared(system, model, make_input, save.get(name), variants)
+                    run, seconds, notes = prepared(system, model, make_input, save.get(name), variants, args.compile_seconds)
                     errors, rms = [], []
                     for x, expected in checks:
                         got = run(x)
@@ -456,6 +498,11 @@ def main():
         ]
         by_round = round_ratios(by_system["backend"]["latency"], by_system["compile"]["latency"]) if {"backend", "compile"} <= set(by_system) else "-"
         print(f"{name:<16} " + " ".join(cells) + f"   {ratios[0]:>24} {ratios[1]:>24}   backend/compile by round: {by_round}")
+        if {"backend", "max-autotune"} <= set(by_system):
+            autotuned = by_system["max-autotune"]
+            print(f"{'':<16} backend/max-autotune {by_system['backend']['latency']['median_us'] / autotuned['latency']['median_us']:.2f}x, "
+                  f"by round: {round_ratios(by_system['backend']['latency'], autotuned['latency'])}; max-autotune prepared in "
+                  f"{autotuned['prepare_seconds']:.0f} s, {autotuned.get('cudagraph_skips', 0)} captures skipped")
         for variant in variants:
             if {variant, "compile"} <= set(by_system):
                 print(f"{'':<16} {variant}/compile {ratio(variant, lambda r: r['latency']['median_us'])}, error {ratio(variant, lambda r: r['relative_error'])}, by round: {round_ratios(by_system[variant]['latency'], by_system['compile']['latency'])}")

@@ -16,7 +16,8 @@
 #   (training-backend-MODEL.json), each within TRAINING_SECONDS (default 400; measured on an H100:
 #   ResNet-50 at three batches about 450 s, MobileNetV2 at batch 32 alone about 250 s).
 #   ROUNDS=5 times each comparison in 5 rounds (default 3).
-#   SYSTEMS=eager,compile,backend picks the systems (default eager,compile,nimble,backend); BACKEND_VARIANTS="crit={\"algorithm\":\"nimble-critical\"} ..."
+#   SYSTEMS=eager,compile,max-autotune,backend picks the systems (default eager,compile,nimble,backend);
+#   COMPILE_SECONDS=120 bounds each compiler's preparation of a model (a model past it is that system's failed row); BACKEND_VARIANTS="crit={\"algorithm\":\"nimble-critical\"} ..."
 #   adds a system backend-NAME per NAME=JSON (torch.compile(backend="nimble", options=JSON)), timed beside the others;
 #   COMPILE_VARIANTS="pdl={\"triton.enable_pdl\":true}" a system compile-NAME: reduce-overhead with those Inductor settings.
 #   PROBES="experiments/python/concat_source_probe.py ..." first runs those scripts (python3, with their default arguments, within PROBES_SECONDS each, default 200) into probes.txt.
@@ -82,7 +83,7 @@ for cell in "$@"; do
     for variant in ${BACKEND_VARIANTS:-}; do variants+=(--backend-variant "$variant"); done
     for variant in ${COMPILE_VARIANTS:-}; do variants+=(--compile-variant "$variant"); done
     timeout "$budget" python3 experiments/python/same_process.py --models-json "$out/models.json" --out "$out/$name.json" \
-        --models "$models" --systems "${SYSTEMS:-eager,compile,nimble,backend}" ${variants[@]+"${variants[@]}"} --dtype "$dtype" --batch "$batch" --rounds "${ROUNDS:-3}" \
+        --models "$models" --systems "${SYSTEMS:-eager,compile,nimble,backend}" ${variants[@]+"${variants[@]}"} --dtype "$dtype" --batch "$batch" --rounds "${ROUNDS:-3}" --compile-seconds "${COMPILE_SECONDS:-0}" \
         --commit "$(cat .gpu/COMMIT 2>/dev/null || echo unknown)" > "$out/$name.table" 2> "$out/$name.log"
     cell_status=$?
     [ "$cell_status" = 0 ] || status=$cell_status
