@@ -1,7 +1,7 @@
 //! The committed fused-kernel graphs with each kernel's share of the GPU
 //! (`paper-figs/results/fused-kernel-graphs-occupancy/`, Inductor's kernels at batch 16 on an
 //! H100): planned by every registered algorithm and simulated without a GPU, the SMs shared
-//! among concurrent kernels, and the numbers docs/python.md publishes from them.
+//! among concurrent kernels, and the numbers docs/log.md publishes from them.
 
 mod common;
 
@@ -24,7 +24,7 @@ fn the_occupancy_graphs_simulate_with_shared_sms_under_every_algorithm() {
     let models = record["models"].as_array().unwrap();
     assert_eq!(models.len(), provenance["graphs"].as_array().unwrap().len());
     assert_eq!(models.len(), 4);
-    // docs/python.md: Nimble's plan simulated at these speedups over one stream, the SMs shared
+    // docs/log.md: Nimble's plan simulated at these speedups over one stream, the SMs shared
     // (the kernel-timed calibration: every task has `kernels`); the simulation is deterministic.
     let published = [("inception-v3", 1.19), ("googlenet", 1.30), ("inception-v4", 1.23), ("nasnet-a-large", 1.04)];
     for (model, speedup) in published {
@@ -45,7 +45,7 @@ fn the_occupancy_graphs_simulate_with_shared_sms_under_every_algorithm() {
 
 #[test]
 fn the_published_occupancy_is_what_the_graphs_hold() {
-    // docs/python.md: each kernel's time by its share of the GPU's block slots, summed, is 0.70
+    // docs/log.md: each kernel's time by its share of the GPU's block slots, summed, is 0.70
     // (Inception-v3), 0.49 (GoogLeNet) and 0.64 (Inception-v4) of reduce-overhead's latency in
     // the same process, and NASNet-A large's is 0.97 of its kernels' summed time.
     let provenance = read(&format!("{DIR}/provenance.json"));

@@ -1,4 +1,4 @@
-//! The half-precision records as docs/python.md publishes them ("Half precision over the
+//! The half-precision records as docs/log.md publishes them ("Half precision over the
 //! families" and "Half precision in nimble_rs.Nimble"): Nimble's distance from eager against
 //! torch.compile's, model by model.
 
@@ -164,7 +164,7 @@ fn folded_in_float32_the_batchnorm_cnns_are_faster_and_further_from_eager_than_t
 
 #[test]
 fn half_precision_records_hold_nimble_at_most_the_compilers_distance_as_published() {
-    // docs/python.md, "Half precision in nimble_rs.Nimble" (e570ab3, BatchNorm no longer folded
+    // docs/log.md, "Half precision in nimble_rs.Nimble" (e570ab3, BatchNorm no longer folded
     // into half-precision weights): relative max-abs distance from eager, Nimble / reduce-overhead.
     let published = [
         ("same-process-e570ab3-bfloat16-b1-bn-cnns.json", "googlenet", "0", "0.016"),
@@ -193,7 +193,7 @@ fn cells_of(files: &[&str], commit: &str) -> BTreeMap<(String, String, String), 
 
 #[test]
 fn after_the_layout_and_mask_fixes_every_transformer_of_the_families_is_exactly_eagers() {
-    // docs/python.md, "Where the last drifts came from": at 3669183 (SigLIP at 244ed52, whose
+    // docs/log.md, "Where the last drifts came from": at 3669183 (SigLIP at 244ed52, whose
     // string-padded convolution the first fix missed), 11 inputs each, H100.
     let mut cells = cells_of(&["half-precision-3669183-tf1.json", "half-precision-3669183-tf2.json", "half-precision-3669183-tf3.json", "half-precision-3669183-tf4.json", "half-precision-3669183-tf5.json"], "3669183");
     assert!(cells[&("siglip-vision".into(), "bfloat16".into(), "nimble".into())] > 0.0, "3669183 still drifted on SigLIP");
@@ -228,7 +228,7 @@ fn after_the_layout_and_mask_fixes_every_transformer_of_the_families_is_exactly_
 
 #[test]
 fn on_the_same_process_models_in_half_precision_nimble_is_at_most_the_compilers_distance_as_published() {
-    // docs/python.md, "Half precision on the same-process models": the cells measured at
+    // docs/log.md, "Half precision on the same-process models": the cells measured at
     // 53f9b5d and 244ed52 (the e570ab3 ones are guarded above). Nimble / reduce-overhead.
     let published = [
         ("same-process-244ed52-bfloat16-b1-resnet101-efficientnet-b0-efficientnet-b5.json", "resnet101", "0.093", "0.184"),
@@ -255,7 +255,7 @@ fn on_the_same_process_models_in_half_precision_nimble_is_at_most_the_compilers_
 
 #[test]
 fn at_8b40095_the_torchvision_families_and_mvit_v1_b_are_at_most_the_compilers_distance_as_published() {
-    // docs/python.md, "The torchvision families again, and MViT-v1-B" (H100): 28 cells, Nimble
+    // docs/log.md, "The torchvision families again, and MViT-v1-B" (H100): 28 cells, Nimble
     // at most the compiler's distance in all and exactly eager's in 20.
     let cells = cells_of(&["half-precision-8b40095-tv1.json", "half-precision-8b40095-tv2.json", "half-precision-8b40095-tv3.json", "half-precision-8b40095-tv4.json", "half-precision-8b40095-mvit-v1.json"], "8b40095");
     let nimble: Vec<_> = cells.iter().filter(|((_, _, system), _)| system == "nimble").collect();

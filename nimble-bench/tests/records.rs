@@ -142,7 +142,7 @@ fn schedulers_simulate_plans_the_committed_fused_kernel_graphs_with_every_algori
     let time = |name: &str| rows.iter().find(|r| r["algorithm"] == name).unwrap()["graph_makespan_us"].as_f64().unwrap();
     let speedup = time("single") / time("nimble");
     assert!((1.98..=2.02).contains(&speedup), "{speedup} {inception}");
-    // docs/python.md: at batch 16 the critical path (the simulator's floor here; the record's,
+    // docs/log.md: at batch 16 the critical path (the simulator's floor here; the record's,
     // written when the graphs were, must be the same) is 0.56, 0.46, 0.51 and 0.35 of
     // reduce-overhead's latency in the same process, the kernels' summed time 0.88, 0.70, 0.85, 0.88.
     let published = [("inception-v3", "0.56", "0.88"), ("googlenet", "0.46", "0.70"), ("inception-v4", "0.51", "0.85"), ("nasnet-a-large", "0.35", "0.88")];

@@ -1,5 +1,5 @@
 //! The backend's records re-rendered without a GPU: the same-process comparison and the training
-//! comparison, each published ratio and its rounds guarded as README and docs/python.md quote them.
+//! comparison, each published ratio and its rounds guarded as README and docs/results.md and docs/log.md quote them.
 
 // Rendering needs no libtorch, so these run once, in the README's test command's build without
 // default features: built with libtorch, each of the CLI's hundreds of renders loads it, and the
@@ -176,7 +176,7 @@ type RecordCase = (&'static str, &'static [(&'static str, &'static str, &'static
 
 #[test]
 fn same_process_guards_the_backends_published_ratios_round_by_round() {
-    // The ratios and round ranges README and docs/python.md publish for the records timed in
+    // The ratios and round ranges README and docs/results.md and docs/log.md publish for the records timed in
     // rounds, and eager's own TF32 drift judging Inception-v4's float32 errors.
     let figures = scratch("same-process-rounds");
     // "MODEL/backend-NAME": the backend with other options, on its line after the model's.
@@ -358,7 +358,7 @@ fn same_process_guards_the_backends_published_ratios_round_by_round() {
 
 #[test]
 fn same_process_guards_the_backends_whole_record_of_52_cells() {
-    // The table docs/python.md publishes: the ten models and three decoders, float32 and
+    // The table docs/results.md and docs/log.md publishes: the ten models and three decoders, float32 and
     // bfloat16, batch 1 and 16, from the records that measured them; the backend at most 1.0x
     // reduce-overhead's latency in every cell but Qwen2 bfloat16 batch 16's first run (its rerun
     // 0.95x), every round below 1.0 in 47 of the 53 runs, the branchy float32 models at most 0.8x
@@ -402,7 +402,7 @@ fn same_process_guards_the_backends_whole_record_of_52_cells() {
 
 #[test]
 fn the_fused_convolution_probe_totals_are_as_published() {
-    // docs/python.md: cuDNN's fused convolution+bias+ReLU 0.76 of convolution and Inductor's
+    // docs/results.md and docs/log.md: cuDNN's fused convolution+bias+ReLU 0.76 of convolution and Inductor's
     // BatchNorm-ReLU kernel over Inception-v4's and Inception-v3's convolutions at batch 16.
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../paper-figs/results");
     let text = std::fs::read_to_string(dir.join("fused-conv-probe-e2bdbbc.h100.txt")).unwrap();
