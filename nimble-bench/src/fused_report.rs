@@ -98,8 +98,7 @@ pub fn fused_report(dir: &Path, whole_call: &[PathBuf]) -> Result<()> {
         ))?;
         return Ok(());
     }
-    let calibrated_for = if gpu.contains("H200") { "its own GPU's".to_string() } else { format!("an H200's, not {gpu}'s (none is fitted for it)") };
-    emit(&format!("{}: timed on {gpu}; simulated with the {calibration} calibration, {calibrated_for}", dir.display()))?;
+    emit(&format!("{}: timed on {gpu}; {}", dir.display(), crate::scheduling::calibration_note(&[calibration], Some(&gpu))))?;
     emit(&format!("{:<28} {:>10} {:>10} {:>7}   {:>10} {:>10} {:>7}   {:>9} {:>9}", "graph", "single µs", "measured", "error", "plan µs", "measured", "error", "speedup", "measured"))?;
     for c in &compared {
         emit(&format!(

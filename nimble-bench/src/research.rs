@@ -162,6 +162,9 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
             "worst": worst.1,
         })
     });
+    let gpu = crate::scheduling::timed_on(args.graphs);
+    let calibrations: Vec<&str> = models.iter().map(|m| m.simulator.calibration()).collect();
+    let calibration = crate::scheduling::calibration_note(&calibrations, gpu.as_deref());
     let record = json!({
         "experiment": "schedulers-simulated",
         "provenance": {
@@ -171,6 +174,8 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
         },
         "method": "each committed model task graph (per-op GPU times as exported) assigned by each algorithm, the plan checked, and its CUDA-graph launch simulated; no GPU",
         "graphs_dir": args.graphs.display().to_string(),
+        "timed_on": gpu,
+        "calibration": calibration,
         "validation": validation,
         "models": models,
     });
@@ -188,7 +193,7 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
     }
     let model_width = models.iter().map(|m| m.model.len()).max().unwrap_or(0).max(18);
     let name_width = algorithms.iter().map(String::len).max().unwrap_or(0).max(14);
-    let mut lines = vec![format!(
+    let mut lines = vec![format!("{}: {calibration}", args.graphs.display()), format!(
         "{:<model_width$} {:<name_width$} {:>7} {:>6} {:>10} {:>11} {:>9} {:>8} {:>11} {:>7} {:>8}",
         "model", "algorithm", "streams", "syncs", "assign ms", "simulated", "x single", "x floor", "measured", "error", "x floor"
     )];
@@ -229,7 +234,7 @@ pub fn simulate_schedulers(args: &SimulateArgs<'_>) -> Result<()> {
     std::fs::create_dir_all(args.out_dir).with_context(|| format!("creating {}", args.out_dir.display()))?;
     let svg = args.out_dir.join("schedulers-simulated.svg");
     let notes = [
-        format!("Simulated (nimble-sched's simulator, graph launch, calibrated H200 parameters) on the task graphs in {}; no GPU.", args.graphs.display()),
+        format!("Simulated (nimble-sched's simulator, graph launch) on the task graphs in {}; no GPU; {calibration}.", args.graphs.display()),
         "Per-op times as exported: kernel-timed graphs carry each op's own kernel time (see docs/research.md, the simulator).".to_string(),
         "floor (bound): one stream's simulated latency over the critical path, which no assignment beats.".to_string(),
     ];

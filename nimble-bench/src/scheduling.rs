@@ -420,6 +420,33 @@ pub struct CompareRow {
     pub graph_over_floor: Option<f64>,
 }
 
+/// The GPU a directory of task graphs was timed on, from its `provenance.json` (as
+/// `experiments/python/kernel_graphs.py` and `export-graph` write it), if it says.
+pub fn timed_on(dir: &std::path::Path) -> Option<String> {
+    let text = std::fs::read_to_string(dir.join("provenance.json")).ok()?;
+    let provenance: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let gpu = provenance["provenance"]["gpu"].as_str().or_else(|| provenance["gpu"].as_str())?;
+    Some(gpu.to_string())
+}
+
+/// What a simulation's calibration is against the GPU its graphs were timed on: every output
+/// that simulates timed graphs names both, and says so when the calibration is not that GPU's
+/// (only H200s have fitted calibrations).
+pub fn calibration_note(calibrations: &[&str], gpu: Option<&str>) -> String {
+    let mut names: Vec<&str> = calibrations.to_vec();
+    names.sort_unstable();
+    names.dedup();
+    let fitted = names.iter().filter(|c| **c != "custom").count();
+    let named = if names.is_empty() { "no".to_string() } else { names.join(" and ") };
+    let whose = match gpu {
+        _ if fitted == 0 => "your parameters (--sim-config or flags), fitted on no GPU this tool knows".to_string(),
+        Some(gpu) if gpu.contains("H200") => format!("an H200's, the GPU the graphs were timed on ({gpu})"),
+        Some(gpu) => format!("an H200's, not {gpu}'s, on which the graphs were timed (none is fitted for it)"),
+        None => "an H200's; the graphs' GPU is not recorded (no provenance.json naming it)".to_string(),
+    };
+    format!("simulated with the {named} calibration: {whose}")
+}
+
 fn yes_no(value: bool) -> &'static str {
     if value { "yes" } else { "no" }
 }

@@ -385,6 +385,26 @@ fn every_command_gives_one_simulated_answer_per_graph() {
     assert_eq!(checked, 20);
 }
 
+/// `schedulers --simulate` names the calibration beside the GPU the graphs were timed on, and
+/// says when it is not that GPU's: the fused-kernel graphs were timed on an H100, and only
+/// H200s have fitted calibrations; the zoo's graphs were timed on an H200.
+#[test]
+fn schedulers_simulate_says_whose_calibration_it_used() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    for (set, expected) in [
+        ("fused-kernel-graphs", "calibration: an H200's, not NVIDIA H100 80GB HBM3's, on which the graphs were timed (none is fitted for it)"),
+        ("model-graphs", "simulated with the kernel-timed-h200 calibration: an H200's, the GPU the graphs were timed on (NVIDIA H200)"),
+    ] {
+        let results = scratch(&format!("whose-calibration-{set}.json"));
+        let figures = scratch(&format!("whose-calibration-{set}"));
+        let graphs = root.join("paper-figs/results").join(set);
+        let text = stdout(&nimble_bench(&["schedulers", "--simulate", "--graphs", graphs.to_str().unwrap(), "--algos", "nimble", "--measured", "none", "--results", results.to_str().unwrap(), "--out-dir", figures.to_str().unwrap()]));
+        assert!(text.lines().next().unwrap().contains(expected), "{set}: {text}");
+        let record: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
+        assert!(record["calibration"].as_str().unwrap().contains(expected), "{set}: {record}");
+    }
+}
+
 #[test]
 fn a_reader_that_stops_early_ends_the_output_quietly() {
     // `nimble-bench ... | head`: once the reader closes the pipe the CLI ends as Unix tools do

@@ -365,7 +365,7 @@ fn the_fused_kernel_report_gives_the_published_errors() {
     ] {
         assert!(text.contains(line), "{line}\n{text}");
     }
-    assert!(text.contains("simulated with the kernel-timed-h200 calibration, its own GPU's"), "{text}");
+    assert!(text.contains("simulated with the kernel-timed-h200 calibration: an H200's, the GPU the graphs were timed on"), "{text}");
     // Graphs without in-graph timings are named, not compared; another GPU's records refused.
     let occupancy = stdout(&nimble_bench(&["simulator-report", "--graphs", root.join("paper-figs/results/fused-kernel-graphs-occupancy").to_str().unwrap()]));
     assert!(occupancy.contains("nothing to compare: inception-v3-float32-b16"), "{occupancy}");
