@@ -1,4 +1,4 @@
-"""The depthwise convolutions of ``experiments/python/depthwise_kernels.py`` (the
+"""The depthwise convolutions of ``experiments/python/probes/depthwise_kernels.py`` (the
 probe's candidates against cuDNN: three Triton kernels, run on the CPU in Triton's interpreter, and
 the decomposition into shifted windows): every output against
 ``F.conv2d`` in float64, for strides, padding, dilation, kernel sizes and sizes that do not fill

@@ -1,4 +1,4 @@
-"""The separable convolution of ``experiments/python/separable_kernels.py`` (a depthwise
+"""The separable convolution of ``experiments/python/probes/separable_kernels.py`` (a depthwise
 convolution, a 1x1 convolution and a folded BatchNorm as one Triton kernel, which
 ``separable_probe.py`` times against Inductor's kernels), run on the CPU in Triton's interpreter:
 every output against the same computation in float64, for strides, symmetric and asymmetric

@@ -1,7 +1,7 @@
 """Runs a script of Triton kernels on the CPU, in Triton's interpreter, for the kernel tests
 (``test_depthwise_kernels.py``, ``test_separable_kernels.py``, ``test_backend_depthwise.py``): in a process of its own, since
-the interpreter is chosen before Triton is first imported, with ``experiments/python`` (where
-the probes' kernels live) on its path."""
+the interpreter is chosen before Triton is first imported, with ``experiments/python/probes``
+(where the probes' kernels live) on its path."""
 
 import json
 import os
@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments" / "python"
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments" / "python" / "probes"
 
 
 def interpreted(script: str, cases, path: str = str(EXPERIMENTS)) -> list:

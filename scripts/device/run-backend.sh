@@ -20,7 +20,7 @@
 #   COMPILE_SECONDS=120 bounds each compiler's preparation of a model (a model past it is that system's failed row); BACKEND_VARIANTS="crit={\"algorithm\":\"nimble-critical\"} ..."
 #   adds a system backend-NAME per NAME=JSON (torch.compile(backend="nimble", options=JSON)), timed beside the others;
 #   COMPILE_VARIANTS="pdl={\"triton.enable_pdl\":true}" a system compile-NAME: reduce-overhead with those Inductor settings.
-#   PROBES="experiments/python/concat_source_probe.py ..." first runs those scripts (python3, with their default arguments, within PROBES_SECONDS each, default 200) into probes.txt.
+#   PROBES="experiments/python/probes/concat_source_probe.py ..." first runs those scripts (python3, with their default arguments, within PROBES_SECONDS each, default 200) into probes.txt.
 #   TRAINING_OVERHEAD=resnet50:32 first profiles a training step's host time against reduce-overhead
 #   (experiments/python/training_overhead.py, within TRAINING_OVERHEAD_SECONDS, default 240).
 set -uo pipefail

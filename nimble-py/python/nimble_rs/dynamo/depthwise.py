@@ -4,7 +4,7 @@
 Inductor calls cuDNN for every convolution. On a depthwise one (one filter per channel) cuDNN's
 kernels run far from the GPU's memory bandwidth: NASNet-A large's 5x5 over [16, 168, 42, 42],
 38 MB read and written, takes it 37 us on an H100, about a third of the bandwidth
-(`experiments/python/depthwise_probe.py`). Our kernel (``depthwise_kernel``) computes several
+(`experiments/python/probes/depthwise_probe.py`). Our kernel (``depthwise_kernel``) computes several
 output rows per program, loading each input row once per column tap. It reads the weights tap by
 tap, [kh * kw, C], each tap's weights one coalesced load: as the model holds them ([C, 1, kh,
 kw]) each thread's load of a tap touches a cache line per channel, which measured the kernel a

@@ -6,7 +6,7 @@ Unlike the folded fusion (``torch.cudnn_convolution_relu`` over weights scaled b
 BatchNorm), the weights are the model's own: the convolution rounds them to TF32 as eager's does,
 and the scale and bias are applied in float32 to its float32 result, so the output is eager's
 convolution + BatchNorm + ReLU but for the order of float32 sums (measured about 1e-7 of the
-output's largest magnitude, `experiments/python/cudnn_graph_probe.py`). cuDNN offers several
+output's largest magnitude, `experiments/python/probes/cudnn_graph_probe.py`). cuDNN offers several
 plans (engines) per shape; the first is often slower than the convolution and Inductor's
 BatchNorm-ReLU kernel, so every shape's plans are built and timed once (``tune``), the fastest
 kept, and the shape is fused only where that plan is faster than the convolution and a

@@ -5,7 +5,7 @@ BatchNorm's per-channel factor and its shift as the bias.
 
 Inductor runs such a chain as cuDNN's convolution and then a Triton kernel that reads the
 convolution's output back to apply the BatchNorm and the ReLU; fused, the output is written once,
-and cuDNN's fused kernel takes about the convolution's own time (`experiments/python/fused_conv_probe.py`).
+and cuDNN's fused kernel takes about the convolution's own time (`experiments/python/probes/fused_conv_probe.py`).
 The scaled weights and the bias are computed in the graph on every call from the parameters and
 buffers as they are then (kernels on weights alone, which the backend runs on its weight stream):
 a weight changed after compiling is the weight used. Inference graphs, float32, 2-D

@@ -5,7 +5,7 @@ layout back to row-major in one pointwise kernel Inductor fuses.
 
 A classifier at batch 16 in float32 is such a product: cuBLAS takes 61-88 us for Inception-v4's,
 Inception-v3's and NASNet-A large's (16 rows by 1536-4032 columns into 1000) and 13-23 us for
-the same product transposed (`experiments/python/conv_layout_probe.py`), at the end of the call
+the same product transposed (`experiments/python/probes/conv_layout_probe.py`), at the end of the call
 where nothing runs beside it. The same arithmetic in the same precision, summed in another order
 (about 3e-7 of the largest output apart). Each shape is measured once on the GPU, both ways in a
 CUDA graph of repeats, and rewritten where the transposed one takes at most ``MARGIN`` of the

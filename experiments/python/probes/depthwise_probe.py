@@ -14,7 +14,7 @@ depthwise kernels. A probe, for a timm model in inference at a batch, float32:
   seconds, latency (cuDNN benchmark on, 50 warm-ups, median of 100 CUDA-event timings of one
   call, fresh inputs) and the largest difference from eager.
 
-    python3 experiments/python/depthwise_probe.py --model nasnetalarge --size 331 [--batch 16] [--kernels row,tiled,rows] [--decomposed] [--whole]
+    python3 experiments/python/probes/depthwise_probe.py --model nasnetalarge --size 331 [--batch 16] [--kernels row,tiled,rows] [--decomposed] [--whole]
 
 (with nimble_rs installed, for its CUDA-graph timer).
 """

@@ -17,7 +17,7 @@ as 20 calls in one CUDA graph (median of 30 replays):
 Each output's largest difference from the same computation in float64, relative to its largest
 magnitude; the totals count each convolution as often as the model runs it.
 
-    python3 experiments/python/separable_probe.py [--model nasnetalarge] [--size 331] [--batch 16] [--precision tf32]
+    python3 experiments/python/probes/separable_probe.py [--model nasnetalarge] [--size 331] [--batch 16] [--precision tf32]
 
 (with nimble_rs installed, for its CUDA-graph timer).
 """

@@ -10,7 +10,7 @@ kernel's compile workers do while the baselines are timed. Each
 call's first run is its search; it is then timed as the backend times it
 (``timing.graph_us``: repeats in a CUDA graph, behind a wait of the GPU).
 
-    python3 experiments/python/cudnn_key_probe.py [--processes 4] [--busy 0,15] [--dtype bfloat16]
+    python3 experiments/python/probes/cudnn_key_probe.py [--processes 4] [--busy 0,15] [--dtype bfloat16]
 
 (with nimble_rs installed: its ``timing.graph_us`` times the calls).
 """

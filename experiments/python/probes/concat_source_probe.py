@@ -6,7 +6,7 @@ as independent writes of disjoint slices: whether each part's kernel is handed a
 slice (``reinterpret_tensor(join, sizes, strides, offset)``) or the whole join with its offset
 inside the kernel. On the CPU, Inductor's C++ backend writes every part in one kernel.
 
-    python3 experiments/python/concat_source_probe.py [--batch 16] [--size 35] [--device cpu]
+    python3 experiments/python/probes/concat_source_probe.py [--batch 16] [--size 35] [--device cpu]
 
 (with nimble_rs installed; on the CPU Inductor is told to lower the join pointwise, as on a GPU,
 so that the option's hook is reached).

@@ -1,6 +1,6 @@
 """Where the backend's preparation peak goes on training_backend.py's encoder (a probe, on a GPU).
 
-    python3 experiments/python/choice_memory_probe.py [eager] [compile] [backend]
+    python3 experiments/python/probes/choice_memory_probe.py [eager] [compile] [backend]
 
 Four SGD steps of the BERT-style encoder at batch 32 per system. For the backend, each graph's
 compile (pipeline.compile_kernels), each capture (NimbleCompiled._capture: the choice and the
@@ -13,7 +13,7 @@ step rows, so every row's peak includes what happened inside it."""
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the shared modules, one folder up
 
 import torch  # noqa: E402
 

@@ -14,7 +14,7 @@ model in inference, channels-last, each timed alone in a CUDA graph of repeats:
   that and the unfused pair (what a per-shape choice would run);
 - the seconds cuDNN took to build each graph's plans.
 
-    python3 experiments/python/cudnn_graph_probe.py [--model inception_v4] [--batch 16] [--size 299] [--limit N]
+    python3 experiments/python/probes/cudnn_graph_probe.py [--model inception_v4] [--batch 16] [--size 299] [--limit N]
 
 (with nimble_rs and nvidia-cudnn-frontend installed).
 """

@@ -11,7 +11,7 @@ host work is what it measures); the totals count each convolution as often as th
 it. Also times the classifier's fp32 matrix product at that batch (aten::addmm, as
 Inductor calls it, against the same product transposed).
 
-    python3 experiments/python/conv_layout_probe.py --models-json MODELS.json --models googlenet,inception-v3 \
+    python3 experiments/python/probes/conv_layout_probe.py --models-json MODELS.json --models googlenet,inception-v3 \
         [--batch 16] [--dtype float32] [--top 8] [--timing graph|eager]
 """
 
@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared modules, one folder up
 from baselines import load_reference_module
 from same_process import model_and_inputs, probe_parser
 

@@ -4,7 +4,7 @@ plan's streams), with torch.cuda.memory_allocated after each. A probe of why the
 memory on the decoders (7 streams, matrix products on each) is about 150 MiB above
 reduce-overhead's (one stream).
 
-    python3 experiments/python/cublas_workspace_probe.py
+    python3 experiments/python/probes/cublas_workspace_probe.py
 """
 
 import os

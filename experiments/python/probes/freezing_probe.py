@@ -8,7 +8,7 @@ for the backend's next step, not a record of the backend: one round, the paper's
 device, fresh random inputs), and each system's relative max-abs distance from eager on one
 fresh input.
 
-    python3 experiments/python/freezing_probe.py --models-json MODELS.json --models googlenet,inception-v3 \
+    python3 experiments/python/probes/freezing_probe.py --models-json MODELS.json --models googlenet,inception-v3 \
         [--batch 16] [--dtype float32]
 """
 
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared modules, one folder up
 from baselines import load_reference_module, measure
 from same_process import model_and_inputs, probe_parser
 

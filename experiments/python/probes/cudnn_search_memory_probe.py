@@ -13,7 +13,7 @@ search time. The model's inputs are channels-last, as Inductor lays them out; ti
 padding (Conv2dSame: ``pad_same`` then a convolution without padding) is split as the backend
 splits it.
 
-    python3 experiments/python/cudnn_search_memory_probe.py --models-json MODELS.json \
+    python3 experiments/python/probes/cudnn_search_memory_probe.py --models-json MODELS.json \
         --models nasnet-a-large [--batch 16] [--dtype float32] [--order graph-first|padded-first]
 """
 
@@ -25,6 +25,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+import sys  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared modules, one folder up
 from baselines import load_reference_module
 from same_process import model_and_inputs, probe_parser
 

@@ -4,7 +4,7 @@ in inference (cuDNN's convolution, then a Triton kernel for BatchNorm and ReLU),
 each timed alone in a CUDA graph of repeats: the sum over the model's convolutions of each, and
 each fused output's distance from the unfused one.
 
-    python3 experiments/python/fused_conv_probe.py [--model inception_v4] [--batch 16] [--size 299]
+    python3 experiments/python/probes/fused_conv_probe.py [--model inception_v4] [--batch 16] [--size 299]
 
 (with nimble_rs installed, whose ``timing.graph_us`` times each; on the device, ``install_nimble_rs``
 of scripts/device/setup.sh)
