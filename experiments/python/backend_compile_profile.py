@@ -98,7 +98,13 @@ def main():
     import torch._inductor.compile_fx
 
     import nimble_rs
-    from nimble_rs.dynamo import compiled, depthwise, kernels_plan, pipeline
+    from nimble_rs.dynamo.runtime import compiled
+
+    from nimble_rs.dynamo.passes import depthwise
+
+    from nimble_rs.dynamo.program import kernels_plan
+
+    from nimble_rs.dynamo import pipeline
 
     torch.backends.cudnn.benchmark = True
     model, x, dtype = built(args)

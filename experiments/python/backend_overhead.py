@@ -46,7 +46,7 @@ def model_and_input(name, batch):
 
 def median_ms(call, calls):
     """The backend's own timing method: each call from an idle device, CUDA events, median."""
-    from nimble_rs.dynamo.timing import time_quartiles_ms
+    from nimble_rs.dynamo.common.timing import time_quartiles_ms
 
     return time_quartiles_ms(call, calls)[1]
 
@@ -58,7 +58,7 @@ def timeline(label, call, calls):
     clock at the same points. No profiler: CUPTI's tracing slows graph launches many times over."""
     import time
 
-    from nimble_rs.dynamo.timing import quartiles
+    from nimble_rs.dynamo.common.timing import quartiles
 
     original = torch.cuda.CUDAGraph.replay
     points = []

@@ -31,10 +31,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "nimble-py" / "python"))
 
-from nimble_rs.dynamo.depthwise import FORMULATIONS, loops_columns, tiles  # noqa: E402
-from nimble_rs.dynamo.depthwise_ahead import compile_cost, kernel_constants, shared_out  # noqa: E402
-from nimble_rs.dynamo.depthwise_kernel import vector_width  # noqa: E402
-from nimble_rs.dynamo.depthwise_triton import kernel  # noqa: E402
+from nimble_rs.dynamo.passes.depthwise import FORMULATIONS, loops_columns, tiles  # noqa: E402
+from nimble_rs.dynamo.passes.depthwise_ahead import compile_cost, kernel_constants, shared_out  # noqa: E402
+from nimble_rs.dynamo.passes.depthwise_kernel import vector_width  # noqa: E402
+from nimble_rs.dynamo.passes.depthwise_triton import kernel  # noqa: E402
 
 TRITON_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 

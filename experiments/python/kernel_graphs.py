@@ -117,7 +117,7 @@ def main():
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("error: no CUDA device: kernel durations are measured on a GPU")
-    from nimble_rs.dynamo.kernels import kernel_graphs, write_kernel_graphs
+    from nimble_rs.dynamo.research.kernels import kernel_graphs, write_kernel_graphs
 
     torch.backends.cudnn.benchmark = True
     dtype = getattr(torch, args.dtype)

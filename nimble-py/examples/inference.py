@@ -49,7 +49,7 @@ def main(device: str = "cuda" if torch.cuda.is_available() else "cpu") -> dict:
         # The scheduler on the backend's own task graph of the model.
         from torch.fx.experimental.proxy_tensor import make_fx
 
-        from nimble_rs.dynamo.taskgraph import tasks_of
+        from nimble_rs.dynamo.program.taskgraph import tasks_of
 
         graph = tasks_of(make_fx(model)(x)).graph
         for node in graph["nodes"]:

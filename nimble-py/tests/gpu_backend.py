@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import nimble_rs
-from nimble_rs.dynamo import announce
-from nimble_rs.dynamo import compiled as compiled_graphs
+from nimble_rs.dynamo.common import announce
+from nimble_rs.dynamo.runtime import compiled as compiled_graphs
 from conftest import require_cuda
 
 # TF32 off for eager and for Inductor's kernels: the graph must then compute what eager does

@@ -52,7 +52,7 @@ def calibrated(model):
 @pytest.fixture
 def any_size(monkeypatch):
     # The tests' joins are small (concat.MIN_BYTES keeps those as Inductor lowers them).
-    from nimble_rs.dynamo import concat
+    from nimble_rs.dynamo.passes import concat
 
     monkeypatch.setattr(concat, "MIN_BYTES", 0)
 
@@ -68,7 +68,7 @@ def test_a_join_is_written_in_place_by_default_and_as_inductor_lowers_it_when_of
 def entered(monkeypatch, model, x, **options):
     """How many compiles of ``model`` the option's lowering was entered for (Inductor's FX graph
     cache is off for those), and the report."""
-    from nimble_rs.dynamo import concat
+    from nimble_rs.dynamo.passes import concat
 
     seen = []
     original = concat.in_place
@@ -109,7 +109,7 @@ def test_on_the_cpu_a_join_leaves_the_compile_as_it_is(any_size, monkeypatch):
 
 def test_a_training_graph_leaves_the_compile_as_it_is(any_size, monkeypatch):
     # Measured in inference only: a training forward and backward compile as Inductor chooses.
-    from nimble_rs.dynamo import concat
+    from nimble_rs.dynamo.passes import concat
 
     seen = []
     original = concat.in_place
@@ -142,7 +142,7 @@ def test_a_small_join_leaves_the_compile_as_it_is():
 def test_which_graphs_have_a_join_the_option_changes(model, shape, expected):
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from nimble_rs.dynamo import concat
+    from nimble_rs.dynamo.passes import concat
 
     with torch.no_grad():
         gm = make_fx(model, pre_dispatch=False)(torch.randn(*shape))
@@ -151,7 +151,7 @@ def test_which_graphs_have_a_join_the_option_changes(model, shape, expected):
 
 def test_a_small_join_is_counted_where_a_large_one_is_written_in_place(monkeypatch):
     # Both joins reach Inductor's lowering (a graph with one large join); the small one keeps it.
-    from nimble_rs.dynamo import concat
+    from nimble_rs.dynamo.passes import concat
 
     class Two(nn.Module):
         def __init__(self):
@@ -173,7 +173,9 @@ def test_a_small_join_is_counted_where_a_large_one_is_written_in_place(monkeypat
 
 
 def test_without_inductors_hooks_it_says_so_once_and_compiles_as_inductor_chooses(monkeypatch, any_size):
-    from nimble_rs.dynamo import announce, concat
+    from nimble_rs.dynamo.common import announce
+
+    from nimble_rs.dynamo.passes import concat
 
     announce._WARNED.clear()
     monkeypatch.setattr(concat, "available", lambda: False)
@@ -190,7 +192,10 @@ def allocations(model, x, **settings):
 
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
-    from nimble_rs.dynamo import concat, kernels_plan
+    from nimble_rs.dynamo.passes import concat
+
+
+    from nimble_rs.dynamo.program import kernels_plan
 
     sources = []
 

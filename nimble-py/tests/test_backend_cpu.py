@@ -13,10 +13,11 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import nimble_rs
-from nimble_rs.dynamo import capturable, pipeline
+from nimble_rs.dynamo.runtime import capturable
+from nimble_rs.dynamo import pipeline
 from nimble_rs.dynamo.regions import partition
-from nimble_rs.dynamo.runner import Program
-from nimble_rs.dynamo.taskgraph import mutated_inputs, tasks_of
+from nimble_rs.dynamo.runtime.runner import Program
+from nimble_rs.dynamo.program.taskgraph import mutated_inputs, tasks_of
 from models import Attention, Branches, Branchy, Counter, Inception, ScalesItsInput, relative_error, train_beside_eager
 
 torch.manual_seed(0)
@@ -323,7 +324,7 @@ def test_with_another_torch_the_backend_works_and_nimble_takes_its_path_announce
 def test_a_graphs_outputs_count_as_held_while_autograd_or_the_user_holds_them():
     # What training capture rests on (runner.CapturedGraph.outputs_released): a storage's use
     # count sees autograd's saved tensors and any alias, and falls back once they are gone.
-    from nimble_rs.dynamo.runner import CapturedGraph
+    from nimble_rs.dynamo.runtime.runner import CapturedGraph
 
     graph = object.__new__(CapturedGraph)
     graph.outputs = (torch.randn(4, 4), [torch.randn(3)])
@@ -346,7 +347,7 @@ def test_gradients_a_graph_lends_are_taken_over_by_autograd_and_count_as_held():
     # a gradient over as .grad instead of copying it, and the graph sees it held until the
     # .grad is gone (zero_grad), so that its next replay never writes a live .grad. Gradients
     # the graph keeps for itself are copied.
-    from nimble_rs.dynamo.runner import CapturedGraph
+    from nimble_rs.dynamo.runtime.runner import CapturedGraph
 
     graph = object.__new__(CapturedGraph)
     graph.outputs = [torch.randn(4, 4), None]
@@ -377,7 +378,7 @@ def test_gradients_a_graph_lends_are_taken_over_by_autograd_and_count_as_held():
 
 
 def test_static_inputs_match_tensors_at_the_captured_addresses():
-    from nimble_rs.dynamo.runner import StaticInputs
+    from nimble_rs.dynamo.runtime.runner import StaticInputs
 
     weights = [torch.randn(4, 3), torch.randn(3), torch.tensor(2.0), torch.randn(0), torch.randn(5)]
     user = torch.randn(2, 4)
@@ -408,7 +409,7 @@ def test_static_inputs_match_tensors_at_the_captured_addresses():
 def test_a_captured_parameter_whose_memory_moved_no_longer_matches():
     # `p.data = other` keeps the Parameter object but moves its memory (Dynamo does not compile
     # again for it): a graph captured on the old address must not replay.
-    from nimble_rs.dynamo.runner import StaticInputs
+    from nimble_rs.dynamo.runtime.runner import StaticInputs
 
     weight, bias, user = torch.nn.Parameter(torch.randn(4, 3)), torch.nn.Parameter(torch.randn(3)), torch.randn(2, 4)
     args = [weight, bias, user]

@@ -1,4 +1,4 @@
-"""Option ``depthwise_kernels`` (``nimble_rs.dynamo.depthwise``) on the CPU: which convolutions
+"""Option ``depthwise_kernels`` (``nimble_rs.dynamo.passes.depthwise``) on the CPU: which convolutions
 the rewrite takes (depthwise ones of a multiple of four channels; not grouped, full or other
 depthwise ones), the graph through Inductor against eager, and our Triton kernel itself against
 float64 in Triton's interpreter (bias, stride, dilation, sizes that do not fill its tiles, and
@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from nimble_rs.dynamo import depthwise, depthwise_kernel
-from nimble_rs.dynamo.fxnodes import value as _val
+from nimble_rs.dynamo.passes import depthwise, depthwise_kernel
+from nimble_rs.dynamo.passes.fxnodes import value as _val
 from models import rewritten_through_inductor
 from triton_interpreter import interpreted
 
@@ -292,8 +292,8 @@ KERNEL_CASES = [
 KERNEL_SCRIPT = """
 import json, sys
 import torch, torch.nn.functional as F
-from nimble_rs.dynamo.depthwise import tiles
-from nimble_rs.dynamo.depthwise_kernel import taps_of, triton_depthwise
+from nimble_rs.dynamo.passes.depthwise import tiles
+from nimble_rs.dynamo.passes.depthwise_kernel import taps_of, triton_depthwise
 given = json.loads(sys.argv[1])
 # (with column_loop, every tile's kernel columns a loop)
 loop = [1] if given["column_loop"] else []

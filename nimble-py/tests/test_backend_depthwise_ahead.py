@@ -1,4 +1,4 @@
-"""Option ``depthwise_kernels``' compiles ahead (``nimble_rs.dynamo.depthwise_ahead``) on the
+"""Option ``depthwise_kernels``' compiles ahead (``nimble_rs.dynamo.passes.depthwise_ahead``) on the
 CPU: Triton compiles the kernel's variants for an sm_90 GPU here (its own ptxas), in worker
 processes keyed as the backend's process keys them, or on threads; workers that fail compile
 nothing; the variants shared out by their compile cost; and the experiment that compiles a
@@ -10,7 +10,7 @@ import os
 import pytest
 import torch
 
-from nimble_rs.dynamo import depthwise_ahead
+from nimble_rs.dynamo.passes import depthwise_ahead
 from conftest import triton_of_the_engines_torch
 
 AHEAD_SCRIPT = """
@@ -30,7 +30,7 @@ class Hopper:
 
 driver.set_active(Hopper())
 torch.cuda.device = lambda device: contextlib.nullcontext()
-from nimble_rs.dynamo import depthwise, depthwise_ahead, depthwise_kernel, depthwise_triton
+from nimble_rs.dynamo.passes import depthwise, depthwise_ahead, depthwise_kernel, depthwise_triton
 from triton.backends.nvidia.compiler import CUDABackend
 cuda = torch.device("cuda", 0)
 depthwise_ahead.PROCESSES, depthwise_ahead.PROCESSES_FROM, depthwise_ahead.PROCESSES_FROM_CORES = int(sys.argv[2]), 2, 1

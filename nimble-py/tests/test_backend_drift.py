@@ -10,11 +10,11 @@ import pytest
 import torch
 
 import nimble_rs
-from nimble_rs.dynamo import announce
-from nimble_rs.dynamo import compiled as compiled_module
-from nimble_rs.dynamo import kernels_plan
-from nimble_rs.dynamo import wrapper as wrapper_module
-from nimble_rs.dynamo.wrapper import CHECKS, DriftError, WrapperProgram
+from nimble_rs.dynamo.common import announce
+from nimble_rs.dynamo.runtime import compiled as compiled_module
+from nimble_rs.dynamo.program import kernels_plan
+from nimble_rs.dynamo.program import wrapper as wrapper_module
+from nimble_rs.dynamo.program.wrapper import CHECKS, DriftError, WrapperProgram
 from nimble_rs.errors import InductorDriftWarning
 from models import Inception, inductor_programs, relative_error
 

@@ -1,5 +1,5 @@
 """How option ``fuse_convolutions="epilogue"`` picks cuDNN's plan for a shape
-(``nimble_rs.dynamo.epilogue.tune``), on the CPU: cuDNN's graph stood in for by plans of given
+(``nimble_rs.dynamo.passes.epilogue.tune``), on the CPU: cuDNN's graph stood in for by plans of given
 times and errors (the op's GPU runs are test_backend_gpu_fold.py's). The fastest plan whose output
 is exact is kept where it beats the convolution and a pointwise pass; plans are built in cuDNN's
 order until one is as fast as the convolution alone."""
@@ -7,7 +7,7 @@ order until one is as fast as the convolution alone."""
 import pytest
 import torch
 
-from nimble_rs.dynamo import epilogue
+from nimble_rs.dynamo.passes import epilogue
 
 
 class Plans:

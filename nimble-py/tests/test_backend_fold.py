@@ -1,4 +1,4 @@
-"""Option ``fuse_convolutions``'s rewrite (``nimble_rs.dynamo.fold``) on the CPU: which chains of
+"""Option ``fuse_convolutions``'s rewrite (``nimble_rs.dynamo.passes.fold``) on the CPU: which chains of
 convolution, per-channel affine ops and ReLU become the fused op, the folded arithmetic against
 eager, and what is left to Inductor. The op's CPU body computes what cuDNN's fused kernel does;
 the backend applies the rewrite on a GPU only (test_backend_gpu_fold.py runs it there)."""
@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from nimble_rs.dynamo import fold
+from nimble_rs.dynamo.passes import fold
 from models import relative_error, rewritten_through_inductor
 
 
@@ -100,7 +100,7 @@ def test_a_tuned_epilogue_graph_is_found_whatever_the_strides_of_dimensions_of_s
     # A 1x1 weight tuned channels-last at compile time, (C, 1, C, C), comes contiguous at run
     # time, (C, 1, 1, 1): the same memory, so the same graph (the strides of size-1 dimensions
     # are no part of the key); a 3x3 weight's layouts are two graphs.
-    from nimble_rs.dynamo.epilogue import _key
+    from nimble_rs.dynamo.passes.epilogue import _key
 
     geometry = ((1, 1), (0, 0), (1, 1))
     x = ((4, 16, 24, 24), (9216, 1, 384, 16))

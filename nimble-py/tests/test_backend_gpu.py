@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import nimble_rs
-from nimble_rs.dynamo import runner, timing
+from nimble_rs.dynamo.runtime import runner
+from nimble_rs.dynamo.common import timing
 from gpu_backend import TOLERANCE, compiled, gpu, last_report  # noqa: F401 (gpu: the autouse fixture)
 from models import Attention, Counter, Inception, ScalesItsInput, inductor_programs, relative_error, train_beside_eager
 
@@ -56,9 +57,9 @@ def test_the_heaviest_path_is_captured_at_high_priority_and_matches_eager(monkey
 def test_inductors_cuda_program_is_read_kernel_by_kernel():
     # Triton kernels' parameters read from their source (inputs named in_ptr*), extern kernels'
     # outputs from out=: a kernel read as writing everything would serialize every reader.
-    from nimble_rs.dynamo import kernels_plan
-    from nimble_rs.dynamo.emit import Schedule
-    from nimble_rs.dynamo.wrapper import WrapperProgram
+    from nimble_rs.dynamo.program import kernels_plan
+    from nimble_rs.dynamo.program.emit import Schedule
+    from nimble_rs.dynamo.program.wrapper import WrapperProgram
 
     model = Inception(channels=16).cuda().eval()
     (program, static), = inductor_programs(model, torch.randn(2, 16, 24, 24, device="cuda"))
@@ -155,13 +156,13 @@ def test_weight_layout_copies_on_a_stream_of_their_own_are_captured_and_see_ever
 def test_hoisted_values_are_kept_only_while_a_plan_that_reads_them_is(streams_faster, monkeypatch):
     # The choice times the plans with the weights' kernels hoisted against Inductor's own
     # program. Kept, the plan reads the hoisted values; not kept, they are freed.
-    from nimble_rs.dynamo import compiled as choice
+    from nimble_rs.dynamo.runtime import compiled as choice
 
     timings = iter([[1.0] * 30, [0.5 if streams_faster else 2.0] * 30, [0.6 if streams_faster else 2.0] * 30])
     monkeypatch.setattr(choice, "time_samples_ms", lambda run, repeats=30: next(timings))
     kept = []
-    original = nimble_rs.dynamo.hoist.Prologue.release
-    monkeypatch.setattr(nimble_rs.dynamo.hoist.Prologue, "release", lambda self: kept.append(self) or original(self))
+    original = nimble_rs.dynamo.program.hoist.Prologue.release
+    monkeypatch.setattr(nimble_rs.dynamo.program.hoist.Prologue, "release", lambda self: kept.append(self) or original(self))
     model = Inception(channels=16).cuda().eval()
     fast = compiled(model, hoist_weight_kernels=True)
     with torch.no_grad():

@@ -6,7 +6,7 @@ noise). Skipped without CUDA; with NIMBLE_REQUIRE_GPU=1 a missing GPU fails inst
 import pytest
 import torch
 
-from nimble_rs.dynamo import runner
+from nimble_rs.dynamo.runtime import runner
 from gpu_backend import TOLERANCE, compiled, gpu, last_report  # noqa: F401 (gpu: the autouse fixture)
 from models import Inception, relative_error, train_beside_eager
 
@@ -32,7 +32,7 @@ def test_the_critical_path_plan_is_kept_where_it_is_the_fastest(critical_faster,
     # Three programs timed (one region, the primary plan, the heaviest path first): the fastest
     # beyond noise is kept, the critical-path plan captured with its stream 0 at the highest
     # priority, and its outputs match eager.
-    from nimble_rs.dynamo import compiled as choice
+    from nimble_rs.dynamo.runtime import compiled as choice
 
     captures, replays = [], []
     capture, replay, checked = runner.CapturedGraph.__init__, runner.CapturedGraph.__call__, runner.CapturedGraph.replay_checked
@@ -74,7 +74,7 @@ def test_streams_further_from_eager_than_one_region_beyond_its_spread_are_not_ke
     # they are further from eager (one region's first: on each of its five inputs its distance,
     # then how far it is from itself run again; then the streams' distances). accuracy="compiler" keeps
     # one region, unless the streams are within its own spread; "any" keeps the streams.
-    from nimble_rs.dynamo import compiled as choice
+    from nimble_rs.dynamo.runtime import compiled as choice
 
     timings = iter([[1.0] * 30, [0.5] * 30])
     distances = iter([0.1, spread] * choice.ACCURACY_INPUTS + [0.2] * choice.ACCURACY_INPUTS)
@@ -126,7 +126,7 @@ def test_the_compilers_own_spread_is_measured_where_its_sums_are_atomic():
 def test_timings_that_do_not_tell_the_programs_apart_are_taken_again(clear, monkeypatch):
     # The first timings overlap, the streams' median the lower: both are timed three times more,
     # in turns (one region captured again), and the pooled samples decide.
-    from nimble_rs.dynamo import compiled as choice
+    from nimble_rs.dynamo.runtime import compiled as choice
 
     first = [[0.9] * 10 + [1.0] * 10 + [1.1] * 10, [0.8] * 10 + [0.95] * 10 + [1.2] * 10]
     again = [[1.0] * 30, [0.5] * 30] if clear else [[0.9] * 15 + [1.1] * 15, [0.8] * 15 + [1.2] * 15]
@@ -151,7 +151,7 @@ def test_references_above_the_bound_wait_in_host_memory_and_measure_the_same(mon
     import copy
 
     import nimble_rs
-    from nimble_rs.dynamo import compiled as choice
+    from nimble_rs.dynamo.runtime import compiled as choice
 
     model = Inception(channels=16).cuda().eval()
     x = torch.randn(1, 16, 24, 24, device="cuda")

@@ -20,7 +20,7 @@ def follows_eager(fast, model, make, calls=5):
 
 @pytest.mark.parametrize("choose", ["streams", "single"])
 def test_a_join_written_in_place_is_one_kernel_per_branch_and_matches_eager(choose, monkeypatch):
-    from nimble_rs.dynamo import concat
+    from nimble_rs.dynamo.passes import concat
 
     monkeypatch.setattr(concat, "MIN_BYTES", 0)  # the block's join: 4x28x24x24 floats, 258 kB
     model = calibrated(Block()).cuda()
@@ -44,7 +44,7 @@ def test_a_join_written_in_place_is_one_kernel_per_branch_and_matches_eager(choo
 
 
 def test_a_join_whose_branches_follow_a_stem_is_allocated_after_it_not_before_the_fork(monkeypatch):
-    from nimble_rs.dynamo import concat
+    from nimble_rs.dynamo.passes import concat
 
     monkeypatch.setattr(concat, "MIN_BYTES", 0)
     model = calibrated(torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1), Block())).cuda()
@@ -57,7 +57,7 @@ def test_a_join_whose_branches_follow_a_stem_is_allocated_after_it_not_before_th
 
 def test_a_join_read_pointwise_stays_fused(monkeypatch):
     # Inductor's choice, and its compile left as it is (concat.joins_for_users).
-    from nimble_rs.dynamo import concat
+    from nimble_rs.dynamo.passes import concat
 
     monkeypatch.setattr(concat, "MIN_BYTES", 0)
     model = Rotary().cuda().eval()

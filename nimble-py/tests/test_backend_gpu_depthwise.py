@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nimble_rs.dynamo import depthwise, depthwise_kernel
+from nimble_rs.dynamo.passes import depthwise, depthwise_kernel
 from gpu_backend import TOLERANCE, compiled, gpu, last_report  # noqa: F401 (gpu: the autouse fixture)
 from models import relative_error
 
@@ -196,7 +196,7 @@ def test_a_pause_of_this_process_before_the_replay_is_not_timed(monkeypatch):
     # 200 us pause over 10 repeats would add 20 us to each.
     import time
 
-    from nimble_rs.dynamo import timing
+    from nimble_rs.dynamo.common import timing
 
     x = torch.randn(1 << 20, device="cuda")
     alone = timing.graph_us(lambda: x.mul_(1.0))

@@ -41,7 +41,7 @@ def test_fused_convolutions_are_captured_and_fold_the_weights_of_every_call(choo
     # Option fuse_convolutions: each chain is cuDNN's fused convolution+bias+ReLU over weights
     # scaled in the graph (TF32 off: what eager computes, up to reassociation); where the fused
     # kernel would be measured slower, the test says it pays, so that all four chains are fused.
-    from nimble_rs.dynamo import fold
+    from nimble_rs.dynamo.passes import fold
 
     monkeypatch.setattr(fold, "pays_on_gpu", lambda *shape: True)
     _all_chains_fused_and_following_every_call(choose, TOLERANCE, fuse_convolutions=True)
@@ -70,7 +70,7 @@ def _all_chains_fused_and_following_every_call(choose, tolerance, **options):
 def test_a_shape_without_a_fused_engine_stays_inductors_with_a_warning(monkeypatch):
     # Where cuDNN has no fused kernel for a shape, the timing at compile time finds it (its
     # warm-up raises): that convolution is not fused, announced once, and the model runs.
-    from nimble_rs.dynamo import fold
+    from nimble_rs.dynamo.passes import fold
 
     def no_engine(*args):
         raise RuntimeError("cuDNN error: CUDNN_STATUS_NOT_SUPPORTED (test)")
@@ -104,7 +104,7 @@ TF32_TOLERANCE = 2e-3
 
 
 def _require_cudnn_frontend():
-    from nimble_rs.dynamo import epilogue
+    from nimble_rs.dynamo.passes import epilogue
 
     missing = epilogue.available()
     if missing is not None:
@@ -123,7 +123,7 @@ def test_convolutions_fused_in_the_epilogue_are_captured_and_match_eager(choose,
     # Where the fastest plan would be measured slower than the convolution and a pointwise pass,
     # or not exact (at these 16 channels one plan rounded to TF32 otherwise: 1.1e-3), the test
     # keeps it anyway, so that all four are fused; the exactness rule has its own test below.
-    from nimble_rs.dynamo import epilogue, fold
+    from nimble_rs.dynamo.passes import epilogue, fold
 
     _require_cudnn_frontend()
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
@@ -143,7 +143,7 @@ def test_convolutions_fused_in_the_epilogue_are_captured_and_match_eager(choose,
 
 
 def test_a_shape_not_exact_in_the_epilogue_stays_inductors_with_a_warning(monkeypatch):
-    from nimble_rs.dynamo import epilogue
+    from nimble_rs.dynamo.passes import epilogue
 
     _require_cudnn_frontend()
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
@@ -157,7 +157,7 @@ def test_a_shape_not_exact_in_the_epilogue_stays_inductors_with_a_warning(monkey
 def test_with_tf32_off_the_epilogue_fuses_only_plans_without_it_and_stays_exact():
     # Eager's convolutions are full float32 then: plans that would use TF32 are not candidates.
     # Whichever shapes are fused, the model computes what eager does.
-    from nimble_rs.dynamo import epilogue
+    from nimble_rs.dynamo.passes import epilogue
 
     _require_cudnn_frontend()
     epilogue._TUNED.clear()
@@ -174,7 +174,7 @@ def test_with_tf32_off_the_epilogue_fuses_only_plans_without_it_and_stays_exact(
 
 
 def test_the_epilogue_option_without_cudnn_frontend_leaves_the_convolutions_with_a_warning(monkeypatch):
-    from nimble_rs.dynamo import epilogue
+    from nimble_rs.dynamo.passes import epilogue
 
     monkeypatch.setattr(epilogue, "available", lambda: "nvidia-cudnn-frontend is not importable (test)")
     model = BranchyConvBN().cuda().eval()
@@ -188,7 +188,7 @@ def test_the_epilogue_option_without_cudnn_frontend_leaves_the_convolutions_with
 
 
 def test_the_fused_kernel_is_measured_once_per_shape():
-    from nimble_rs.dynamo import fold
+    from nimble_rs.dynamo.passes import fold
 
     x = torch.empty(4, 16, 24, 24, device="cuda")
     w = torch.empty(16, 16, 3, 3, device="cuda")

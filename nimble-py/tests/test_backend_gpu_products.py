@@ -6,7 +6,7 @@ GPU fails instead."""
 import torch
 from torch import nn
 
-from nimble_rs.dynamo import products
+from nimble_rs.dynamo.passes import products
 from gpu_backend import TOLERANCE, compiled, gpu, last_report  # noqa: F401 (gpu: the autouse fixture)
 from models import relative_error
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import nimble_rs
-from nimble_rs.dynamo import hoist, kernels_plan
-from nimble_rs.dynamo.wrapper import WrapperProgram
+from nimble_rs.dynamo.program import hoist, kernels_plan
+from nimble_rs.dynamo.program.wrapper import WrapperProgram
 from models import Decaying, Inception, WeightNormed, inductor_programs, relative_error
 
 

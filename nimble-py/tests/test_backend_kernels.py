@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import nimble_rs
-from nimble_rs.dynamo import kernels_plan
-from nimble_rs.dynamo.emit import Schedule
-from nimble_rs.dynamo.wrapper import WrapperError, WrapperProgram
+from nimble_rs.dynamo.program import kernels_plan
+from nimble_rs.dynamo.program.emit import Schedule
+from nimble_rs.dynamo.program.wrapper import WrapperError, WrapperProgram
 from models import Attention, Counter, Inception, inductor_programs, relative_error
 
 torch.manual_seed(0)
@@ -82,7 +82,7 @@ def test_every_algorithm_plans_inductors_kernels_and_the_plan_order_matches_eage
 def test_the_programs_on_streams_leave_inductors_statements_as_they_are(inception):
     # Both programs of a plan are compiled from Inductor's statements without copying them: the
     # one on streams reads each launch's raw stream as its plan stream's handle in new nodes.
-    from nimble_rs.dynamo.emit import _on_raw_stream
+    from nimble_rs.dynamo.program.emit import _on_raw_stream
 
     launch = ast.parse("triton_poi_0.run(buf0, arg1_1, 16, stream=stream0)\nbuf1 = empty((4,), stream0)").body
     before = [ast.dump(n) for n in launch]
@@ -130,7 +130,7 @@ def test_triton_kernels_write_what_their_parameters_do_not_name_as_inputs():
     # On a GPU Inductor's kernels are Triton's: read from each kernel's own source, its pointers
     # named in_ptr* are only read, out_ptr* only written, in_out_ptr* both; constexpr parameters
     # are not arguments of the launch.
-    from nimble_rs.dynamo.signatures import KernelSignatures
+    from nimble_rs.dynamo.program.signatures import KernelSignatures
 
     signatures = KernelSignatures(ast.parse(TRITON_MODULE))
     kernel = "triton_poi_fused_add_relu_0"

@@ -10,8 +10,9 @@ import torch
 from torch import nn
 
 import nimble_rs
-from nimble_rs.dynamo import accuracy, announce, capturable
-from nimble_rs.dynamo import compiled as compiled_graphs
+from nimble_rs.dynamo.runtime import accuracy, capturable
+from nimble_rs.dynamo.common import announce
+from nimble_rs.dynamo.runtime import compiled as compiled_graphs
 from nimble_rs.dynamo import options as backend_options
 from nimble_rs.dynamo import pipeline
 from models import Inception, relative_error

@@ -1,4 +1,4 @@
-"""Option ``transpose_products``'s rewrite (``nimble_rs.dynamo.products``) on the CPU: which
+"""Option ``transpose_products``'s rewrite (``nimble_rs.dynamo.passes.products``) on the CPU: which
 matrix products become the transposed product, its arithmetic against eager, and what is left
 as it was. The backend measures and applies it on a GPU only (test_backend_gpu_products.py runs
 it there)."""
@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from nimble_rs.dynamo import products
+from nimble_rs.dynamo.passes import products
 from models import relative_error, rewritten_through_inductor
 
 aten = torch.ops.aten
@@ -126,7 +126,7 @@ def rewritten_saying(monkeypatch, name, broken):
     ``broken``: its counts, ops and the messages said, its output checked against eager."""
     import warnings
 
-    from nimble_rs.dynamo import announce
+    from nimble_rs.dynamo.common import announce
 
     announce._WARNED.clear()
     monkeypatch.setattr(products, name, broken)

@@ -10,9 +10,9 @@ import importlib.util
 import pytest
 import torch
 
-from nimble_rs.dynamo import slices
-from nimble_rs.dynamo.emit import Schedule
-from nimble_rs.dynamo.wrapper import WrapperError, WrapperProgram
+from nimble_rs.dynamo.program import slices
+from nimble_rs.dynamo.program.emit import Schedule
+from nimble_rs.dynamo.program.wrapper import WrapperError, WrapperProgram
 
 CHANNELS_LAST = ((2, 5, 4, 4), (80, 1, 20, 5))
 

@@ -7,8 +7,8 @@ branches were planned on one stream."""
 import pytest
 import torch
 
-from nimble_rs.dynamo import hoist, kernels_plan
-from nimble_rs.dynamo.wrapper import WrapperProgram
+from nimble_rs.dynamo.program import hoist, kernels_plan
+from nimble_rs.dynamo.program.wrapper import WrapperProgram
 from models import Ghost, TwoBranches, inductor_programs
 
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import nimble_rs
-from nimble_rs.dynamo import hoist, kernels_plan
-from nimble_rs.dynamo.emit import Schedule
-from nimble_rs.dynamo.wrapper import WrapperProgram
+from nimble_rs.dynamo.program import hoist, kernels_plan
+from nimble_rs.dynamo.program.emit import Schedule
+from nimble_rs.dynamo.program.wrapper import WrapperProgram
 from models import Inception, WeightNormed, inductor_programs, relative_error
 
 
@@ -141,7 +141,7 @@ def test_buffers_that_cannot_be_separated_stay_shared_announced(monkeypatch):
     # Giving each weight's kernel a buffer of its own is a rewrite of Inductor's code: where it
     # fails, the program keeps Inductor's buffers (exact too), says so once, and the kernels
     # that would write into a reused buffer stay in the plan.
-    from nimble_rs.dynamo import announce
+    from nimble_rs.dynamo.common import announce
 
     announce._WARNED.clear()
 

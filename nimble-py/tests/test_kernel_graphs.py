@@ -1,4 +1,4 @@
-"""Fused-kernel task graphs (nimble_rs.dynamo.kernels): one task per kernel Inductor generates,
+"""Fused-kernel task graphs (nimble_rs.dynamo.research.kernels): one task per kernel Inductor generates,
 dependencies from the buffers kernels read and write, planned by every registered algorithm;
 on a GPU, every task timed."""
 
@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import nimble_rs
-from nimble_rs.dynamo.kernels import kernel_graphs, write_kernel_graphs
-from nimble_rs.dynamo.occupancy import SmLimits, blocks_per_sm, launch_configuration, set_occupancy, sm_share
+from nimble_rs.dynamo.research.kernels import kernel_graphs, write_kernel_graphs
+from nimble_rs.dynamo.research.occupancy import SmLimits, blocks_per_sm, launch_configuration, set_occupancy, sm_share
 from nimble_rs.errors import NimbleInputError
 from conftest import require_cuda
 from models import Branches, Inception

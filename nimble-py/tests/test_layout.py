@@ -1,5 +1,8 @@
-"""The backend's layout keeps its promises (issue 84): the graph rewrites never import the
-runtime that runs them, no module passes about 500 lines, and only ``nimble_rs.scheduling``
+"""The backend's layout keeps its promises (issue 84): it is layered in subpackages of
+``nimble_rs.dynamo`` (``common`` below everything; ``passes`` rewriting the graph; ``program``
+reading and planning Inductor's program; ``runtime`` capturing, choosing and running; ``research``
+for the kernel graphs), each layer imports only layers below it, the graph rewrites never import
+the runtime that runs them, no module passes about 500 lines, and only ``nimble_rs.scheduling``
 reaches the Rust extension. Imports inside functions count as imports."""
 
 import ast
@@ -9,54 +12,91 @@ import nimble_rs
 
 PACKAGE = pathlib.Path(nimble_rs.__file__).parent
 DYNAMO = PACKAGE / "dynamo"
-# The rewrites of AOTAutograd's graph before Inductor compiles it, and what they share.
-PASSES = {"fold", "products", "depthwise", "depthwise_kernel", "depthwise_ahead", "depthwise_triton", "depthwise_worker", "epilogue", "concat", "merge", "fxnodes"}
-# What captures, chooses and runs the compiled programs, and the entry that drives it all.
-RUNTIME = {"runner", "compiled", "pipeline"}
 MAX_LINES = 500
+# Each layer and the layers it may import (besides itself, the options and nimble_rs outside the
+# backend). The entry (pipeline, the package's __init__) may import every layer.
+BELOW = {
+    "common": set(),
+    "passes": {"common"},
+    "program": {"common"},
+    "regions": {"common", "program"},
+    "research": {"common", "program"},
+    "runtime": {"common", "program", "regions"},
+}
 
 
-def imported_modules(path: pathlib.Path):
-    """The sibling modules ``path`` imports (``from . import x``, ``from .x import y``), anywhere
-    in the file, and every dotted name it imports."""
-    siblings, names = set(), set()
+def module_name(path: pathlib.Path) -> str:
+    """``nimble_rs.dynamo.passes.fold`` for ``.../nimble_rs/dynamo/passes/fold.py``."""
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported(path: pathlib.Path):
+    """Every module ``path`` imports, anywhere in the file, as absolute dotted names (relative
+    imports resolved; ``from . import x`` names ``package.x``)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    names = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
-            if node.level == 1 and node.module:
-                siblings.add(node.module.split(".")[0])
-            elif node.level == 1:
-                siblings.update(alias.name for alias in node.names)
-            names.add(node.module or "")
-            names.update(alias.name for alias in node.names)
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{base}.{node.module}" if node.module else base
+            else:
+                base = node.module or ""
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
-    return siblings, names
+    return names
+
+
+def layer(name: str):
+    """The backend layer a dotted module name belongs to (None: outside the backend's layers)."""
+    parts = name.split(".")
+    if parts[:2] != ["nimble_rs", "dynamo"] or len(parts) < 3:
+        return None
+    return parts[2] if parts[2] in BELOW else None
+
+
+def test_every_layer_imports_only_the_layers_below_it():
+    assert {p.name for p in DYNAMO.iterdir() if p.is_dir() and (p / "__init__.py").exists()} | {"regions"} == set(BELOW)
+    offenders = []
+    for path in sorted(DYNAMO.rglob("*.py")):
+        own = layer(module_name(path))
+        if own is None:
+            continue  # the entry: pipeline, options, the package's __init__
+        for name in sorted(imported(path)):
+            other = layer(name)
+            if other is not None and other != own and other not in BELOW[own]:
+                offenders.append(f"{module_name(path)} ({own}) imports {name} ({other})")
+            if name.startswith("nimble_rs.dynamo.pipeline"):
+                offenders.append(f"{module_name(path)} imports the entry")
+    assert not offenders, offenders
 
 
 def test_the_passes_never_import_the_runtime():
-    assert PASSES <= {p.stem for p in DYNAMO.glob("*.py")}, "a pass named here was renamed or removed"
-    offenders = []
-    for name in sorted(PASSES):
-        siblings, _ = imported_modules(DYNAMO / f"{name}.py")
-        offenders += [f"{name} imports {runtime}" for runtime in sorted(siblings & RUNTIME)]
+    passes = sorted((DYNAMO / "passes").glob("*.py"))
+    assert len(passes) > 5, "the passes moved: this test would prove nothing"
+    offenders = [f"{module_name(p)} imports {n}" for p in passes for n in sorted(imported(p)) if layer(n) == "runtime"]
     assert not offenders, offenders
 
 
 def test_no_module_of_the_backend_passes_500_lines():
-    long = {p.name: n for p in DYNAMO.glob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long = {str(p.relative_to(DYNAMO)): n for p in DYNAMO.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"split these by concern: {long}"
 
 
 def test_only_the_scheduling_module_reaches_the_extension():
     reaching = []
     for path in PACKAGE.rglob("*.py"):
-        _, names = imported_modules(path)
-        if "_sched" in names or "_sched." in path.read_text():
+        if any(n.endswith("._sched") or n == "_sched" for n in imported(path)) or "_sched." in path.read_text():
             reaching.append(str(path.relative_to(PACKAGE)))
     assert reaching == ["scheduling.py"], reaching
 
 
-def test_the_check_sees_imports_inside_functions(tmp_path):
-    module = tmp_path / "m.py"
-    module.write_text("def f():\n    from .runner import graph_us\n    from . import compiled\n")
-    assert imported_modules(module)[0] == {"runner", "compiled"}
+def test_the_check_sees_imports_inside_functions_and_resolves_them():
+    path = DYNAMO / "passes" / "fold.py"
+    names = imported(path)
+    assert "nimble_rs.dynamo.common.announce" in names and "nimble_rs.dynamo.passes.epilogue" in names, sorted(names)
+    assert layer("nimble_rs.dynamo.runtime.runner.CapturedGraph") == "runtime" and layer("nimble_rs.errors") is None

@@ -9,8 +9,8 @@ dependency); an order only the text has must have a reason (``readings.compare``
 import pytest
 import torch
 
-from nimble_rs.dynamo import kernels_plan, readings, scheduler_graph
-from nimble_rs.dynamo.wrapper import WrapperProgram
+from nimble_rs.dynamo.program import kernels_plan, readings, scheduler_graph
+from nimble_rs.dynamo.program.wrapper import WrapperProgram
 import models
 from models import inductor_programs
 

@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import torch  # noqa: E402
 
 import nimble_rs  # noqa: E402
-from nimble_rs.dynamo import compiled as C  # noqa: E402
+from nimble_rs.dynamo.runtime import compiled as C  # noqa: E402
 from nimble_rs.dynamo import pipeline as P  # noqa: E402
 from training_backend import build, no_dropout, stepper  # noqa: E402
 

@@ -1,6 +1,6 @@
 """How Inductor's program writes a join that option ``concat_in_place`` lowers in place, on a
 GPU: the lines of Inductor's ``call`` that allocate the join, view it and run the kernels
-writing it, and what ``nimble_rs.dynamo.wrapper.WrapperProgram`` reads from each (the storages
+writing it, and what ``nimble_rs.dynamo.program.wrapper.WrapperProgram`` reads from each (the storages
 read and written, the statements each must follow). A probe for planning the parts of a join
 as independent writes of disjoint slices: whether each part's kernel is handed a view of its
 slice (``reinterpret_tensor(join, sizes, strides, offset)``) or the whole join with its offset
@@ -40,8 +40,10 @@ def main() -> None:
     args = parser.parse_args()
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
-    from nimble_rs.dynamo import concat, kernels_plan
-    from nimble_rs.dynamo.wrapper import WrapperProgram
+    from nimble_rs.dynamo.passes import concat
+
+    from nimble_rs.dynamo.program import kernels_plan
+    from nimble_rs.dynamo.program.wrapper import WrapperProgram
 
     model = Block().to(args.device).eval()
     for m in model.modules():

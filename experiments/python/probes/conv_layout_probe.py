@@ -52,7 +52,7 @@ def kernel_us(call, repeats=20, timings=10):
     """The median microseconds of one call, timed as ``repeats`` calls, captured in one CUDA
     graph (``TIMING`` "graph") or back-to-back (``TIMING`` "eager")."""
     if TIMING[0] == "graph":
-        from nimble_rs.dynamo.timing import graph_us
+        from nimble_rs.dynamo.common.timing import graph_us
 
         return graph_us(call, repeats=repeats, samples=timings)
     for _ in range(5):

@@ -24,7 +24,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-from nimble_rs.dynamo.timing import graph_us
+from nimble_rs.dynamo.common.timing import graph_us
 
 
 class GraphConv:

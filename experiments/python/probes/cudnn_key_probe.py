@@ -27,7 +27,7 @@ SHAPES = [(1, 42, 83, 83), (1, 84, 42, 42), (1, 168, 42, 42), (1, 336, 21, 21), 
 CHILD = """
 import json, sys
 import torch, torch.nn.functional as F
-from nimble_rs.dynamo.timing import graph_us
+from nimble_rs.dynamo.common.timing import graph_us
 torch.backends.cudnn.benchmark = True
 dtype = getattr(torch, sys.argv[1])
 found = []

@@ -108,11 +108,11 @@ def triton_depthwise_tiled(x: torch.Tensor, taps: torch.Tensor, kernel_size: Lis
 
 def triton_depthwise_rows(x: torch.Tensor, taps: torch.Tensor, kernel_size: List[int], stride: List[int], padding: List[int], dilation: List[int], rows: int = 4, block_w: int = 8, block_c: int = 64, num_warps: int = 4) -> torch.Tensor:
     """The depthwise convolution of channels-last ``x`` by ``taps`` (``depthwise_taps`` of the
-    weight, of ``kernel_size``) with the backend's kernel (``nimble_rs.dynamo.depthwise_kernel``, option
+    weight, of ``kernel_size``) with the backend's kernel (``nimble_rs.dynamo.passes.depthwise_kernel``, option
     ``depthwise_kernels``): each program ``rows`` output rows of a ``block_w``-column by
     ``block_c``-channel tile, each input row loaded once per column tap and added into every output
     row it reaches."""
-    from nimble_rs.dynamo.depthwise_kernel import triton_depthwise as backend_kernel
+    from nimble_rs.dynamo.passes.depthwise_kernel import triton_depthwise as backend_kernel
 
     return backend_kernel(x, taps, None, list(kernel_size), list(_pair(stride)), list(_pair(padding)), list(_pair(dilation)), rows, block_w, block_c, num_warps)
 

@@ -27,7 +27,7 @@ import time
 import torch
 import torch.nn.functional as F
 from depthwise_kernels import decompose, depthwise_taps, triton_depthwise, triton_depthwise_rows, triton_depthwise_tiled
-from nimble_rs.dynamo.timing import graph_us
+from nimble_rs.dynamo.common.timing import graph_us
 
 
 def relative(a, b):

@@ -18,7 +18,7 @@ import argparse
 
 import torch
 import torch.nn.functional as F
-from nimble_rs.dynamo.timing import graph_us
+from nimble_rs.dynamo.common.timing import graph_us
 
 
 def convolutions(model_name: str, batch: int, size: int, chosen=lambda m: isinstance(m, torch.nn.Conv2d)):

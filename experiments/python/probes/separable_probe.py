@@ -28,7 +28,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-from nimble_rs.dynamo.timing import graph_us
+from nimble_rs.dynamo.common.timing import graph_us
 from depthwise_kernels import depthwise_taps
 from separable_kernels import fold, same_padding, triton_separable
 

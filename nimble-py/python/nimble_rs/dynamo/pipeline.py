@@ -30,18 +30,20 @@ import torch.fx
 
 from .._version import NEWEST_TESTED_TORCH, REQUIRED_TORCH, warn_if_newer
 from ..errors import InductorDriftWarning, NimbleInputError
-from . import capturable, concat, depthwise, fold, hoist, kernels_plan, merge, products
+from .runtime import capturable
+from .passes import concat, depthwise, fold, merge, products
+from .program import hoist, kernels_plan
 from . import regions as regions_module
-from .announce import warn_once
-from .compiled import NimbleCompiled, admit_shape, code_state
-from .fxnodes import guarded
+from .common.announce import warn_once
+from .runtime.compiled import NimbleCompiled, admit_shape, code_state
+from .passes.fxnodes import guarded
 from .options import Options
 from .options import checked as _options
 from .options import inductor_settings as _inductor_settings
-from .runner import Program, shape_key
-from .timing import seconds_since
-from .taskgraph import Tasks, mutated_inputs, op_name, tasks_of
-from .wrapper import DriftError, WrapperError, WrapperProgram
+from .runtime.runner import Program, shape_key
+from .common.timing import seconds_since
+from .program.taskgraph import Tasks, mutated_inputs, op_name, tasks_of
+from .program.wrapper import DriftError, WrapperError, WrapperProgram
 
 _REPORTS: List[dict] = []
 
@@ -299,7 +301,7 @@ def _fused(gm: torch.fx.GraphModule, mode: str) -> Dict[str, Any]:
     counts, or, where the pass fails or cannot run, the reason, announced once (the chains it
     had not reached stay Inductor's)."""
     if mode == "epilogue":
-        from . import epilogue
+        from .passes import epilogue
 
         missing = epilogue.available()
         if missing is not None:

@@ -15,7 +15,7 @@ import torch
 import torch.fx
 
 from .. import scheduling
-from .taskgraph import Tasks, arguments
+from .program.taskgraph import Tasks, arguments
 
 
 @dataclass

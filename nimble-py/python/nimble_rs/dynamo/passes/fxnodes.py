@@ -7,7 +7,7 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 import torch.fx
 
-from .announce import warn_once
+from ..common.announce import warn_once
 
 
 def value(node) -> Optional[torch.Tensor]:

@@ -11,10 +11,10 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from .accuracy import ACCURACY_INPUTS, HOST_REFERENCES_BYTES, check_inputs, distance, float_outputs, heuristic_convolutions, median, within_accuracy
-from .announce import warn_once
+from ..common.announce import warn_once
 from .runner import CapturedGraph, Program, forward_outputs, shape_key
-from .timing import quartiles, seconds_since, time_samples_ms
-from .options import Options
+from ..common.timing import quartiles, seconds_since, time_samples_ms
+from ..options import Options
 
 # When the first timings do not tell the programs apart but the streams' median is the lower,
 # both are timed this many times more, in turns, before one region is kept for want of proof.

@@ -16,10 +16,10 @@ from typing import Any, Callable, Dict, Optional
 import torch
 import torch.fx
 
-from .announce import warn_once
+from ..common.announce import warn_once
 from .fxnodes import Builder, cuda_device, guarded, recompile_if, substitute
 from .fxnodes import value as _val
-from .timing import graph_us
+from ..common.timing import graph_us
 
 aten = torch.ops.aten
 

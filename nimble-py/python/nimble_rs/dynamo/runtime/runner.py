@@ -20,8 +20,8 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple
 import torch
 import torch.fx
 
-from .regions import Partition
-from .timing import clear_cublas_workspaces
+from ..regions import Partition
+from ..common.timing import clear_cublas_workspaces
 
 # Every CUDA graph the backend captures allocates from this one pool, whatever the model or the
 # shape (graphs are replayed one at a time, in the order the program calls them), except a

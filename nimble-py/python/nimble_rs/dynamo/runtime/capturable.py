@@ -8,7 +8,7 @@ from typing import Any, Optional, Sequence
 import torch
 import torch.fx
 
-from .taskgraph import op_name
+from ..program.taskgraph import op_name
 
 # Ops that make the host wait for the device: a CUDA graph cannot contain them.
 HOST_SYNC_OPS = {"aten::_local_scalar_dense", "aten::nonzero", "aten::item", "aten::masked_select", "aten::unique", "aten::_unique2", "aten::repeat_interleave", "aten::_assert_async"}

@@ -21,10 +21,10 @@ import torch.fx
 import torch.nn.functional as F
 
 from . import epilogue  # (also defines nimble::conv_scale_bias_relu)
-from .announce import warn_once
+from ..common.announce import warn_once
 from .fxnodes import Builder, cuda_device
 from .fxnodes import value as _val
-from .timing import graph_us
+from ..common.timing import graph_us
 
 aten = torch.ops.aten
 AFFINE = {aten.sub.Tensor, aten.add.Tensor, aten.mul.Tensor, aten.div.Tensor}

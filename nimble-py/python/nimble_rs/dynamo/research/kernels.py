@@ -30,9 +30,9 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from ..errors import NimbleInputError
-from . import scheduler_graph
-from .taskgraph import target_name
+from ...errors import NimbleInputError
+from ..program import scheduler_graph
+from ..program.taskgraph import target_name
 
 
 @dataclass

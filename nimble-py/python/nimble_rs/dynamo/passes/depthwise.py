@@ -52,13 +52,13 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from .announce import warn_once
+from ..common.announce import warn_once
 from .depthwise_ahead import start as start_ahead
 from .depthwise_kernel import op, pads, prologue, taps_of, triton_depthwise, vector_width
 from .fold import AFFINE, AffineBuilder, per_channel
 from .fxnodes import cuda_device, guarded, recompile_if, substitute
 from .fxnodes import value as _val
-from .timing import graph_us
+from ..common.timing import graph_us
 
 aten = torch.ops.aten
 

@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 
-from .timing import graph_us
+from ..common.timing import graph_us
 
 # The largest difference a fused shape may show from the unfused arithmetic (ATen's convolution,
 # then the scale, the bias and the ReLU), relative to the output's largest magnitude: float32

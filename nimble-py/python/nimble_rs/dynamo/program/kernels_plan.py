@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
-from .. import scheduling
+from ... import scheduling
 from . import hoist
 from .emit import Schedule
 from .wrapper import WrapperProgram

@@ -1,0 +1,1 @@
+"""Fused-kernel task graphs of compiled models for the research loop (`kernel_graphs`), with each kernel's launch data."""

@@ -1,0 +1,1 @@
+"""Capturing the planned programs, choosing between them, checking their accuracy and running them."""
