@@ -157,16 +157,32 @@ def prepared(system, model, shape, device):
 CIFAR_MODELS = {"resnet50": "resnet50", "mobilenet-v2": "mobilenet_v2", "efficientnet-b0": "efficientnet_b0"}
 
 
-def training_step(system, model, batch, device, lr=0.01, momentum=0.9, weight_decay=5e-4):
+def sgd(parameters, lr=0.01):
+    """The optimizer of every training comparison, as the Rust side's training step has it:
+    SGD with momentum 0.9 and weight decay 5e-4 (learning rate 0.01 unless given)."""
+    return torch.optim.SGD(parameters, lr=lr, momentum=0.9, weight_decay=5e-4)
+
+
+def sgd_step(forward, optimizer, x, y):
+    """One training step of every comparison: gradients set to None, cross-entropy of
+    ``forward(x)`` against ``y``, backward, the optimizer's step. Returns the loss (not synced)."""
+    import torch.nn.functional as F
+
+    optimizer.zero_grad(set_to_none=True)
+    loss = F.cross_entropy(forward(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+def training_step(system, model, batch, device):
     """A function (x, y) -> None taking one SGD step of `model`, eagerly or as one CUDA graph."""
     import torch.nn.functional as F
 
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
+    optimizer = sgd(model.parameters())
 
     def eager(x, y):
-        optimizer.zero_grad(set_to_none=True)
-        F.cross_entropy(model(x), y).backward()
-        optimizer.step()
+        sgd_step(model, optimizer, x, y)
 
     if system == "train-eager":
         return eager

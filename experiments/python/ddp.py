@@ -62,12 +62,10 @@ def ddp_step(system, model, batch, rank):
         torch.cuda.current_stream().wait_stream(side)
     else:
         ddp = DDP(model, device_ids=[rank])
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+    optimizer = baselines.sgd(ddp.parameters())
 
     def eager(x, y):
-        optimizer.zero_grad(set_to_none=True)
-        F.cross_entropy(ddp(x), y).backward()
-        optimizer.step()
+        baselines.sgd_step(ddp, optimizer, x, y)
 
     if system == "ddp-eager":
         return eager

@@ -28,10 +28,9 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 from torch._inductor.utils import fresh_cache
 
-from baselines import CIFAR_MODELS, round_ratios, summary, timed_rounds, write_record
+from baselines import CIFAR_MODELS, round_ratios, sgd, sgd_step, summary, timed_rounds, write_record
 
 SYSTEMS = ["eager", "compile", "backend"]
 MODELS = ["resnet50", "mobilenet-v2", "encoder"]
@@ -73,12 +72,11 @@ def no_dropout(model):
 
 
 def stepper(run, model):
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+    """One SGD step of ``model`` through ``run`` (baselines.sgd_step), its optimizer made here."""
+    optimizer = sgd(model.parameters())
 
     def step(x, y):
-        optimizer.zero_grad(set_to_none=True)
-        F.cross_entropy(run(x), y).backward()
-        optimizer.step()
+        sgd_step(run, optimizer, x, y)
 
     return step
 

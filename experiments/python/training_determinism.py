@@ -14,17 +14,15 @@ import nimble_rs
 import torch
 import torchvision
 
+from baselines import sgd, sgd_step
+
 
 def train(forward, model, batches, steps=20):
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.002, momentum=0.9, weight_decay=5e-4)
+    optimizer = sgd(model.parameters(), lr=0.002)
     losses = []
     for step in range(steps):
         x, y = batches[step % len(batches)]
-        optimizer.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(forward(x), y)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+        losses.append(sgd_step(forward, optimizer, x, y).item())
     return losses
 
 

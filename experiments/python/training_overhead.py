@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch._inductor.utils import fresh_cache
 
-from training_backend import build, no_dropout
+from training_backend import build, no_dropout, stepper
 
 
 def phases(run, optimizer, make_batch, batch, steps):
@@ -73,12 +73,7 @@ def main():
             import nimble_rs  # noqa: F401 - registers the backend
 
             run = torch.compile(model, backend="nimble")
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
-
-        def step(x, y):
-            optimizer.zero_grad(set_to_none=True)
-            F.cross_entropy(run(x), y).backward()
-            optimizer.step()
+        step = stepper(run, model)
 
         with fresh_cache(delete=False):
             for _ in range(3):
