@@ -34,7 +34,7 @@ import torch
 from torch._inductor.utils import fresh_cache
 
 from backend_overhead import model_and_input
-from same_process import warm_up_compilers
+from workloads import warm_up_compilers
 
 PHASES = defaultdict(lambda: [0, 0.0])
 
@@ -72,7 +72,8 @@ def built(args):
     if args.models_json is None:
         model, x = model_and_input(args.model, args.batch)
         return model, x, next(model.parameters()).dtype
-    from same_process import load_reference_module, record_model
+    from baselines import load_reference_module
+    from workloads import record_model
 
     zoo = {m["name"]: m for m in json.loads(Path(args.models_json).read_text())}
     dtype, skipped = getattr(torch, args.dtype), []

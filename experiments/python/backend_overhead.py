@@ -20,7 +20,7 @@ import torch
 
 def model_and_input(name, batch):
     if name in ("llama", "qwen2", "mistral"):
-        from same_process import decoder
+        from workloads import decoder
 
         model, make_input = decoder(name, batch)
         return model.cuda().eval().to(torch.bfloat16), make_input()
@@ -30,7 +30,7 @@ def model_and_input(name, batch):
         model = torchvision.models.googlenet(weights=None, aux_logits=False, init_weights=False)
         return model.cuda().eval(), torch.randn(batch, 3, 224, 224, device="cuda")
     if name in ("bert-base", "inception-v4"):
-        from same_process import batched, coverage_model
+        from workloads import batched, coverage_model
 
         model, one = coverage_model(name)
         return model.cuda().eval(), batched(one(), batch, torch.float32)

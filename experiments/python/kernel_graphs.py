@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from baselines import build, driver_version, load_reference_module, measure
-from same_process import COVERAGE_MODELS, DECODERS, batched, coverage_model, decoder
+from workloads import COVERAGE_MODELS, DECODERS, batched, coverage_model, decoder
 
 METHOD = (
     "the model in eval mode under no_grad, cast to the dtype, batch as given; compiled by torch.compile (Inductor, "

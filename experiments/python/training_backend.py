@@ -72,12 +72,14 @@ def no_dropout(model):
 
 
 def stepper(run, model):
-    """One SGD step of ``model`` through ``run`` (baselines.sgd_step), its optimizer made here."""
+    """One SGD step of ``model`` through ``run`` (baselines.sgd_step), its optimizer made here and kept
+    as ``step.optimizer``."""
     optimizer = sgd(model.parameters())
 
     def step(x, y):
         sgd_step(run, optimizer, x, y)
 
+    step.optimizer = optimizer
     return step
 
 

@@ -74,6 +74,7 @@ def main():
 
             run = torch.compile(model, backend="nimble")
         step = stepper(run, model)
+        optimizer = step.optimizer
 
         with fresh_cache(delete=False):
             for _ in range(3):

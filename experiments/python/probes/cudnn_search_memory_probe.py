@@ -28,7 +28,7 @@ import torch.nn.functional as F
 import sys  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared modules, one folder up
 from baselines import load_reference_module
-from same_process import model_and_inputs, probe_parser
+from workloads import model_and_inputs, probe_parser
 
 
 def same_padding(size, kernel, stride, dilation):

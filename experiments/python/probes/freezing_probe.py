@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared modules, one folder up
 from baselines import load_reference_module, measure
-from same_process import model_and_inputs, probe_parser
+from workloads import model_and_inputs, probe_parser
 
 SYSTEMS = ["compile", "compile-frozen", "backend", "backend-frozen", "nimble"]
 
