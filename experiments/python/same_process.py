@@ -1,7 +1,8 @@
 """The same-process comparison: in one Python process, on the same module object, PyTorch eager,
 `torch.cuda.graph` (the whole forward captured on one stream), `torch.compile(mode=
-"reduce-overhead")`, `torch.compile(mode="max-autotune")` (Inductor's autotuned kernels, also captured as
-CUDA graphs: each compiler's row counts the captures Inductor skipped, ``cudagraph_skips``), Nimble through the `nimble_rs` package and `torch.compile(backend="nimble")`
+"reduce-overhead")`, `torch.compile(mode="max-autotune")` (Inductor's autotuned kernels, also captured
+as CUDA graphs: each compiler's row counts the captures Inductor skipped, ``cudagraph_skips``), Nimble
+through the `nimble_rs` package and `torch.compile(backend="nimble")`
 (Inductor's kernels on Nimble's streams), each measured the paper's way
 (cuDNN benchmark on, 50 warm-ups, 100 timed calls on fresh random inputs, CUDA events around
 each call on the current stream, median; every system prepared first and then timed in rounds,
@@ -20,7 +21,8 @@ renders its figure.
 
     python3 experiments/python/same_process.py --models-json MODELS.json --out OUT.json \
         [--models a,b|all] [--systems eager,cuda-graph,compile,max-autotune,nimble,backend] [--warmup 50] \
-        [--iters 100] [--compile-seconds 0] [--rounds 3] [--dtype float32|bfloat16|float16] [--batch 1] [--checks 5] [--save-torchscript NAME=FILE] [--commit SHA]
+        [--iters 100] [--compile-seconds 0] [--rounds 3] [--dtype float32|bfloat16|float16] [--batch 1] \
+        [--checks 5] [--save-torchscript NAME=FILE] [--commit SHA]
 
 `--save-torchscript inception-v3=FILE` also writes the module Nimble traced as a TorchScript
 file, for the Rust CLI to measure the very same model (`nimble-bench infer --torchscript`).
@@ -126,7 +128,7 @@ def cudagraph_skips():
     process (its own counter): a compiler whose count grows ran those graphs kernel by kernel."""
     from torch._dynamo.utils import counters
 
-    return sum(counters["inductor"].get(key, 0) for key in ("cudagraph_skips",))
+    return counters["inductor"]["cudagraph_skips"]
 
 
 @contextmanager
@@ -215,10 +217,12 @@ def rms_error(got, expected):
 
 
 METHOD = (
-    "one Python process, the same module object for every system; BatchNorm running statistics measured on random inputs (experiments/python/same_process.py: calibrated) instead of the initial zeros and ones, under which some models' outputs do not depend on the input; output_spread: how much eager's outputs on the checked inputs differ (max-abs difference from the first over its max-abs value); eager_tf32_drift (float32): eager's own relative max-abs difference with TF32 off against PyTorch's defaults, the median over the checked inputs; the record's batch and dtype for every system "
+    "one Python process, the same module object for every system; BatchNorm running statistics measured on random inputs (experiments/python/workloads.py: calibrated) instead of the initial zeros and ones, under which some models' outputs do not depend on the input; output_spread: how much eager's outputs on the checked inputs differ (max-abs difference from the first over its max-abs value); eager_tf32_drift (float32): eager's own relative max-abs difference with TF32 off against PyTorch's defaults, the median over the checked inputs; the record's batch and dtype for every system "
     "(float32 with PyTorch's defaults, TF32 for cuDNN convolutions; or the module and float inputs cast to bfloat16 or float16), cuDNN benchmark on, fresh random inputs, CUDA events around each "
     "call on the current stream, from an idle device; every system prepared and kept, then timed in --rounds rounds, each round every system in turn (50 warm-ups, 100 timed calls; the order rotated by one each round): latency over all rounds' samples, median, and round_medians_us each round's median (their spread is the run's noise); relative_error: max-abs difference from eager's output over eager's max-abs value, the median over --checks fresh inputs (all in relative_errors; matches: the largest within the dtype's tolerance); rms_error: root-mean-square difference over eager's root-mean-square value, the median over the same inputs (all in rms_errors); cuda-graph: torch.cuda.graph of the whole forward after three warm-ups on a "
-    "side stream; compile: torch.compile(mode='reduce-overhead'); nimble: nimble_rs.Nimble(model).prepare(x) "
+    "side stream; compile: torch.compile(mode='reduce-overhead'); max-autotune: torch.compile(mode='max-autotune') "
+    "(each Inductor system's cudagraph_skips: the captures Inductor declined; --compile-seconds: a preparation past it is "
+    "that system's failed row); nimble: nimble_rs.Nimble(model).prepare(x) "
     "(algorithm nimble, the inference rewrites on, layout chosen by measuring); backend: torch.compile(model, "
     "backend='nimble') with its defaults (granularity kernels: Inductor compiles the graph once and its kernels are planned; algorithm nimble; streams or Inductor's own program chosen by measuring); torch.compile and the backend each compile from empty caches (torch._inductor.utils.fresh_cache), "
     "after each compiled a small model once, before the first model (warm_up_compilers: the process's one-time costs charged to neither; records before it charged them to the first model's compile); peak_bytes: "
