@@ -118,6 +118,14 @@ mod tests {
     use super::*;
     use std::os::unix::fs::FileTypeExt;
 
+    /// Held by every test that writes: `remove_temporaries` removes the temporaries of every write
+    /// in the process, so a test calling it must not run beside a write in another test's thread.
+    static WRITES: Mutex<()> = Mutex::new(());
+
+    fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+        WRITES.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     fn scratch(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("nimble-files-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -131,6 +139,7 @@ mod tests {
 
     #[test]
     fn a_regular_file_is_replaced_and_keeps_its_permissions() {
+        let _serial = one_at_a_time();
         use std::os::unix::fs::PermissionsExt;
         let dir = scratch("regular");
         let path = dir.join("out.json");
@@ -144,6 +153,7 @@ mod tests {
 
     #[test]
     fn a_symbolic_link_is_followed_and_stays_a_link() {
+        let _serial = one_at_a_time();
         let dir = scratch("link");
         let target = dir.join("target.json");
         std::fs::write(&target, "old").unwrap();
@@ -162,6 +172,7 @@ mod tests {
 
     #[test]
     fn devices_and_fifos_are_written_directly() {
+        let _serial = one_at_a_time();
         write_atomically(Path::new("/dev/null"), b"gone").unwrap();
         assert!(std::fs::metadata("/dev/null").unwrap().file_type().is_char_device());
         let dir = scratch("fifo");
@@ -175,6 +186,7 @@ mod tests {
 
     #[test]
     fn temporaries_of_writes_in_progress_can_be_removed() {
+        let _serial = one_at_a_time();
         let dir = scratch("in-flight");
         let temporary = dir.join(".target.json.1.tmp");
         std::fs::write(&temporary, "partial").unwrap();
@@ -188,6 +200,7 @@ mod tests {
 
     #[test]
     fn a_failed_write_leaves_no_temporary_file() {
+        let _serial = one_at_a_time();
         let dir = scratch("failed");
         // A directory where the file should be: the rename fails after the temporary is written.
         std::fs::create_dir(dir.join("taken")).unwrap();
