@@ -9,6 +9,13 @@
 //! (same-process, the backend's latency per call), a per-call host term (the call's time beyond
 //! its graph: guards, input copies, the launch) is added, fitted leave-one-model-out: each
 //! model's from the other models' records only.
+//!
+//! The kernel-timed calibration was fitted on ATen-op graphs. Beside it the report fits the two
+//! parameters that decide a fused-kernel graph's time, leave-one-model-out (a model's graphs at
+//! every batch held out together): the latency of a dependency in the graph (each kernel's
+//! launch and drain behind the one before it, from the one-stream timings) and the least share
+//! of the GPU a running kernel takes (how far small kernels overlap, from the plans' timings);
+//! see [`fit`].
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,17 +23,33 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use nimble_graph::TaskGraph;
 use nimble_sched::algorithms::{Nimble, Single};
-use nimble_sched::{simulate, Analysis, LaunchMode, SimulatorConfig, StreamAssigner};
+use nimble_sched::{simulate, Analysis, LaunchMode, SimulatorConfig, StreamAssigner, StreamPlan};
 use serde_json::Value;
 
 use crate::output::emit;
 
-/// One graph's comparison.
+/// One graph's comparison: (simulated, measured) µs on one stream and under the plan.
 struct Compared {
     model: String,
     launch_data: bool,
     single: (f64, f64),
     plan: (f64, f64),
+    /// The graph and its two plans, for re-simulating with fitted parameters.
+    simulated: Simulated,
+}
+
+/// A graph with its one-stream plan and nimble's.
+struct Simulated {
+    graph: TaskGraph,
+    single: StreamPlan,
+    plan: StreamPlan,
+}
+
+impl Simulated {
+    /// The makespans (one stream, plan), µs, under `config`.
+    fn makespans(&self, config: &SimulatorConfig) -> (f64, f64) {
+        (simulate(&self.graph, &self.single, config).makespan_us, simulate(&self.graph, &self.plan, config).makespan_us)
+    }
 }
 
 impl Compared {
@@ -47,12 +70,25 @@ impl Compared {
 /// The plan's in-graph errors (%) on the graphs of `dir` with launch data and in-graph timings:
 /// the simulator's validated error on fused kernels, which `study` draws as its band.
 pub fn plan_errors(dir: &Path) -> Result<Vec<f64>> {
-    Ok(compare(dir)?.1.iter().filter(|c| c.launch_data).map(Compared::plan_error).collect())
+    Ok(compare(dir)?.compared.iter().filter(|c| c.launch_data).map(Compared::plan_error).collect())
 }
 
-/// The GPU `dir`'s graphs were timed on, the graphs compared, the ones without in-graph timings,
-/// and the calibration used.
-fn compare(dir: &Path) -> Result<(String, Vec<Compared>, Vec<String>, &'static str)> {
+/// What `dir` holds for the comparison.
+struct Directory {
+    /// The GPU its graphs were timed on.
+    gpu: String,
+    compared: Vec<Compared>,
+    /// The graphs without in-graph timings.
+    unmeasured: Vec<String>,
+    /// The calibration simulated with.
+    calibration: &'static str,
+    /// Whether some run timed the backend after the profiler ran in its process (every run of
+    /// `kernel_graphs.py` before it said `backend_timed`), which reads the timings high.
+    timed_after_profiler: bool,
+}
+
+/// The comparison of the graphs in `dir` with their in-graph timings.
+fn compare(dir: &Path) -> Result<Directory> {
     let provenance_path = dir.join("provenance.json");
     let provenance: Value = serde_json::from_str(&std::fs::read_to_string(&provenance_path).with_context(|| format!("reading {}", provenance_path.display()))?)
         .with_context(|| format!("{} is not JSON", provenance_path.display()))?;
@@ -76,20 +112,25 @@ fn compare(dir: &Path) -> Result<(String, Vec<Compared>, Vec<String>, &'static s
         let config = SimulatorConfig::for_graph(LaunchMode::Graph, &graph);
         calibration = config.calibration();
         let analysis = Analysis::new(&graph);
-        let simulated = |plan| simulate(&graph, &plan, &config).makespan_us;
+        let (single, plan) = (Single.assign(&analysis), Nimble { merge_chains: true }.assign(&analysis));
+        let simulated = Simulated { graph, single, plan };
+        let (single_us, plan_us) = simulated.makespans(&config);
         compared.push(Compared {
-            launch_data: graph.nodes().iter().all(|n| n.attrs.contains_key("launches")),
-            single: (simulated(Single.assign(&analysis)), single_ms * 1e3),
-            plan: (simulated(Nimble { merge_chains: true }.assign(&analysis)), streams_ms * 1e3),
+            launch_data: simulated.graph.nodes().iter().all(|n| n.attrs.contains_key("launches")),
+            single: (single_us, single_ms * 1e3),
+            plan: (plan_us, streams_ms * 1e3),
             model,
+            simulated,
         });
     }
-    Ok((gpu, compared, unmeasured, calibration))
+    let runs = provenance["runs"].as_array().cloned().unwrap_or_else(|| vec![provenance["provenance"].clone()]);
+    let timed_after_profiler = runs.iter().any(|run| run.get("backend_timed").is_none());
+    Ok(Directory { gpu, compared, unmeasured, calibration, timed_after_profiler })
 }
 
 /// Runs the report over `dir`, with the whole-call records `whole_call`.
 pub fn fused_report(dir: &Path, whole_call: &[PathBuf]) -> Result<()> {
-    let (gpu, compared, unmeasured, calibration) = compare(dir)?;
+    let Directory { gpu, compared, unmeasured, calibration, timed_after_profiler } = compare(dir)?;
     if compared.is_empty() {
         emit(&format!(
             "{}: timed on {gpu}; no graph has the backend's in-graph timings (graphs[].backend.measured_ms in its provenance.json), nothing to compare: {}",
@@ -128,9 +169,112 @@ pub fn fused_report(dir: &Path, whole_call: &[PathBuf]) -> Result<()> {
     if !unmeasured.is_empty() {
         emit(&format!("without the backend's in-graph timings (not compared): {}", unmeasured.join(", ")))?;
     }
+    if timed_after_profiler {
+        emit("in-graph timings taken after the profiler ran in the same process (a run before kernel_graphs.py timed the backend first): they read high, on streams most")?;
+    }
+    fitted_report(&averaged)?;
     if !whole_call.is_empty() {
         whole_call_report(&averaged, whole_call, &gpu)?;
     }
+    Ok(())
+}
+
+/// The model a graph is of: its name without the dtype and batch (`googlenet-float32-b16` is
+/// `googlenet`), so that leave-one-model-out holds out every batch of it.
+fn model_of(graph: &str) -> &str {
+    ["-float32", "-bfloat16", "-float16"].iter().find_map(|dtype| graph.find(dtype).map(|at| &graph[..at])).unwrap_or(graph)
+}
+
+/// The cell a graph is of, as the same-process records key it: `googlenet-float32-b16`, and a
+/// graph named without its batch (batch 1) `googlenet-float32-b1`.
+fn cell_of(graph: &str) -> String {
+    let batched = graph.rsplit_once("-b").is_some_and(|(_, batch)| !batch.is_empty() && batch.bytes().all(|b| b.is_ascii_digit()));
+    if batched {
+        graph.to_string()
+    } else {
+        format!("{graph}-b1")
+    }
+}
+
+/// The dependency latencies tried, µs (0 to 2 by 0.1), and the least SM shares (0.2 to 1 by 0.05).
+const DEPENDENCY_GRID: std::ops::RangeInclusive<u32> = 0..=20;
+const SHARE_GRID: std::ops::RangeInclusive<u32> = 4..=20;
+
+/// The kernel-timed calibration with a dependency latency of `dependency_us` (a dependency
+/// between streams `sync_extra_us` more, as calibrated) and a least SM share of `share`.
+fn with(dependency_us: f64, share: f64) -> SimulatorConfig {
+    let calibrated = SimulatorConfig::kernel_timed();
+    let sync_extra_us = calibrated.graph_sync_latency_us.unwrap_or(calibrated.graph_dependency_latency_us) - calibrated.graph_dependency_latency_us;
+    SimulatorConfig { graph_dependency_latency_us: dependency_us, graph_sync_latency_us: Some(dependency_us + sync_extra_us), min_sm_share: share, ..calibrated }
+}
+
+/// The (median |error|, largest |error|) of `errors`, for ordering fits: the median first.
+fn score(errors: &[f64]) -> (f64, f64) {
+    median_and_worst(errors).map_or((f64::INFINITY, f64::INFINITY), |(median, worst)| (median, worst.abs()))
+}
+
+/// The parameters fitted on `graphs`: the dependency latency that brings the one-stream
+/// makespans nearest the one-stream timings (median |error|, then the worst), then with it the
+/// least SM share that brings the plans' nearest theirs. One stream has no concurrency, so the
+/// share does not change it; the two are fitted one after the other.
+fn fit(graphs: &[&Compared]) -> (f64, f64) {
+    let best = |candidates: Vec<(f64, (f64, f64))>| candidates.into_iter().min_by(|a, b| a.1.partial_cmp(&b.1).unwrap_or(std::cmp::Ordering::Equal)).map_or(0.0, |(value, _)| value);
+    let dependency_us = best(
+        DEPENDENCY_GRID
+            .map(|i| {
+                let d = f64::from(i) / 10.0;
+                let config = with(d, SimulatorConfig::kernel_timed().min_sm_share);
+                (d, score(&graphs.iter().map(|c| error(simulate(&c.simulated.graph, &c.simulated.single, &config).makespan_us, c.single.1)).collect::<Vec<_>>()))
+            })
+            .collect(),
+    );
+    let share = best(
+        SHARE_GRID
+            .map(|i| {
+                let m = f64::from(i) / 20.0;
+                let config = with(dependency_us, m);
+                (m, score(&graphs.iter().map(|c| error(simulate(&c.simulated.graph, &c.simulated.plan, &config).makespan_us, c.plan.1)).collect::<Vec<_>>()))
+            })
+            .collect(),
+    );
+    (dependency_us, share)
+}
+
+/// The error of `predicted` against `measured`, %.
+fn error(predicted: f64, measured: f64) -> f64 {
+    (predicted - measured) / measured * 100.0
+}
+
+/// The comparison again with the two parameters fitted leave-one-model-out ([`fit`]): each
+/// graph simulated with the parameters fitted on the other models' graphs, then the parameters
+/// fitted on every graph, as the calibration they would give.
+fn fitted_report(averaged: &[&Compared]) -> Result<()> {
+    let models: std::collections::BTreeSet<&str> = averaged.iter().map(|c| model_of(&c.model)).collect();
+    if models.len() < 2 {
+        emit(&format!("fitted leave-one-model-out: {} model(s) with launch data and in-graph timings; it needs two", models.len()))?;
+        return Ok(());
+    }
+    emit(&format!("{:<28} {:>8} {:>6}   {:>10} {:>10} {:>7}   {:>10} {:>10} {:>7}", "fitted, model held out", "dep. µs", "share", "single µs", "measured", "error", "plan µs", "measured", "error"))?;
+    let (mut singles, mut plans, mut speedups) = (Vec::new(), Vec::new(), Vec::new());
+    for c in averaged {
+        let others: Vec<&Compared> = averaged.iter().copied().filter(|o| model_of(&o.model) != model_of(&c.model)).collect();
+        let (dependency_us, share) = fit(&others);
+        let (single, plan) = c.simulated.makespans(&with(dependency_us, share));
+        singles.push(error(single, c.single.1));
+        plans.push(error(plan, c.plan.1));
+        speedups.push(error(single / plan, c.single.1 / c.plan.1));
+        emit(&format!(
+            "{:<28} {:>8.1} {:>6.2}   {:>10.1} {:>10.1} {:>+6.1}%   {:>10.1} {:>10.1} {:>+6.1}%",
+            c.model, dependency_us, share, single, c.single.1, singles[singles.len() - 1], plan, c.plan.1, plans[plans.len() - 1]
+        ))?;
+    }
+    for (what, errors) in [("one stream", &singles), ("nimble's plan", &plans), ("speedup", &speedups)] {
+        if let Some((median, worst)) = median_and_worst(errors) {
+            emit(&format!("{what}, in-graph, fitted leave-one-model-out, {} graphs of {} models: median |error| {median:.1}%, worst {worst:+.1}%", errors.len(), models.len()))?;
+        }
+    }
+    let (dependency_us, share) = fit(averaged);
+    emit(&format!("fitted on every graph: dependency latency {dependency_us:.1} µs (calibrated {:.1}), least SM share {share:.2} (calibrated {:.2})", SimulatorConfig::kernel_timed().graph_dependency_latency_us, SimulatorConfig::kernel_timed().min_sm_share))?;
     Ok(())
 }
 
@@ -173,25 +317,46 @@ fn whole_call_latencies(records: &[PathBuf], gpu: &str) -> Result<BTreeMap<Strin
 /// models (the median of their measured whole call minus their measured in-graph time).
 fn whole_call_report(averaged: &[&Compared], records: &[PathBuf], gpu: &str) -> Result<()> {
     let latencies = whole_call_latencies(records, gpu)?;
-    let host: Vec<(&Compared, f64)> = averaged.iter().filter_map(|c| latencies.get(&c.model).map(|(us, _)| (*c, us - c.plan.1))).collect();
-    if host.len() < 2 {
-        emit(&format!("whole call: {} of the graphs have a whole-call record; leave-one-model-out needs two", host.len()))?;
+    let host: Vec<(&Compared, f64)> = averaged.iter().filter_map(|c| latencies.get(&cell_of(&c.model)).map(|(us, _)| (*c, us - c.plan.1))).collect();
+    let models: std::collections::BTreeSet<&str> = host.iter().map(|(c, _)| model_of(&c.model)).collect();
+    if models.len() < 2 {
+        emit(&format!("whole call: {} model(s) of the graphs have a whole-call record; leave-one-model-out needs two", models.len()))?;
         return Ok(());
     }
     emit(&format!("{:<28} {:>10} {:>10} {:>10} {:>7}", "whole call (plan)", "host µs", "predicted", "measured", "error"))?;
     let mut errors = Vec::new();
     for (c, _) in &host {
-        let mut others: Vec<f64> = host.iter().filter(|(o, _)| o.model != c.model).map(|(_, h)| *h).collect();
+        let mut others: Vec<f64> = host.iter().filter(|(o, _)| model_of(&o.model) != model_of(&c.model)).map(|(_, h)| *h).collect();
+        if others.is_empty() {
+            emit(&format!("{:<28} no other model has a whole-call record: not predicted", c.model))?;
+            continue;
+        }
         others.sort_by(f64::total_cmp);
         let fitted = others[others.len() / 2];
-        let measured = latencies[&c.model].0;
+        let measured = latencies[&cell_of(&c.model)].0;
         let predicted = c.plan.0 + fitted;
         let error = (predicted - measured) / measured * 100.0;
         errors.push(error);
         emit(&format!("{:<28} {:>10.1} {:>10.1} {:>10.1} {:>+6.1}%", c.model, fitted, predicted, measured, error))?;
     }
     if let Some((median, worst)) = median_and_worst(&errors) {
-        emit(&format!("whole call with the host term, leave-one-model-out, {} models: median |error| {median:.1}%, worst {worst:+.1}%", errors.len()))?;
+        emit(&format!("whole call with the host term, leave-one-model-out, {} graphs of {} models: median |error| {median:.1}%, worst {worst:+.1}%", errors.len(), models.len()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn graphs_are_held_out_by_model_and_keyed_by_cell() {
+        assert_eq!(model_of("googlenet-float32-b16"), "googlenet");
+        assert_eq!(model_of("inception-v3-float32"), "inception-v3");
+        assert_eq!(model_of("llama-bfloat16"), "llama");
+        assert_eq!(model_of("unnamed"), "unnamed");
+        assert_eq!(cell_of("googlenet-float32-b16"), "googlenet-float32-b16");
+        assert_eq!(cell_of("googlenet-float32"), "googlenet-float32-b1");
+        assert_eq!(cell_of("efficientnet-b0-float32"), "efficientnet-b0-float32-b1");
+    }
 }

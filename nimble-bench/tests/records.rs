@@ -361,7 +361,13 @@ fn the_fused_kernel_report_gives_the_published_errors() {
         "one stream, in-graph, 7 graphs with launch data: median |error| 9.8%, worst -21.3%",
         "nimble's plan, in-graph, 7 graphs with launch data: median |error| 27.2%, worst -40.2%",
         "speedup, in-graph, 7 graphs with launch data: median |error| 23.2%, worst +32.9%",
-        "whole call with the host term, leave-one-model-out, 2 models: median |error| 12.0%, worst +15.2%",
+        "whole call with the host term, leave-one-model-out, 2 graphs of 2 models: median |error| 12.0%, worst +15.2%",
+        // The dependency latency and the least SM share fitted on the other models' graphs.
+        "one stream, in-graph, fitted leave-one-model-out, 7 graphs of 5 models: median |error| 2.8%, worst -14.1%",
+        "nimble's plan, in-graph, fitted leave-one-model-out, 7 graphs of 5 models: median |error| 19.9%, worst +24.2%",
+        "speedup, in-graph, fitted leave-one-model-out, 7 graphs of 5 models: median |error| 15.6%, worst +32.8%",
+        "fitted on every graph: dependency latency 0.8 µs (calibrated 0.4), least SM share 0.75 (calibrated 0.35)",
+        "in-graph timings taken after the profiler ran in the same process",
     ] {
         assert!(text.contains(line), "{line}\n{text}");
     }
