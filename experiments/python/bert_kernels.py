@@ -2,7 +2,7 @@
 eager, its TorchScript trace and torch.compile (default mode, so that the profile sees inductor's
 kernels); then scaled_dot_product_attention with the mask forms transformers makes, and the four
 linear layers' shapes through F.linear against a plain torch.mm. What led to nimble::linear and
-nimble::attention_mask (record: paper-figs/results/bert-kernels-diagnosis-b7bb8b3.json).
+nimble::attention_mask (record: paper-figs/results/probes/bert-kernels-diagnosis-b7bb8b3.json).
 
 usage (on the GPU machine): TORCH_LOGS=output_code python3 experiments/python/bert_kernels.py
 writes $OUT/bert-kernels.json and $OUT/bert-traced-graph.txt

@@ -16,7 +16,7 @@ read from the compile's standard error): the pass that grows fastest with the ke
 operations.
 
     python3 experiments/python/depthwise_compile_costs.py \\
-        --record paper-figs/results/same-process-backend-e5208f2-bfloat16-b1-nasnet-a-large-depthwise-default.json \\
+        --record paper-figs/results/same-process-backend/e5208f2/same-process-backend-e5208f2-bfloat16-b1-nasnet-a-large-depthwise-default.json \\
         --model nasnet-a-large [--workers 15] [--arch 90] [--passes] [--formulation by-size]
 """
 

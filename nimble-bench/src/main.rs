@@ -55,9 +55,9 @@ const DEFAULT_GRAPHS: &str = "paper-figs/results/model-graphs";
 // The committed records the figures re-render by default (another record draws elsewhere:
 // `records_figures_dir`).
 const COVERAGE_RECORD: &str = "paper-figs/results/coverage.json";
-const SCALING_RECORD: &str = "paper-figs/results/scaling-283e232.json";
-const SAME_PROCESS_RECORD: &str = "paper-figs/results/same-process-425f454.json";
-const TRAINING_BACKEND_RECORD: &str = "paper-figs/results/training-backend-93c4aa5-b32.json";
+const SCALING_RECORD: &str = "paper-figs/results/scaling/scaling-283e232.json";
+const SAME_PROCESS_RECORD: &str = "paper-figs/results/same-process/same-process-425f454.json";
+const TRAINING_BACKEND_RECORD: &str = "paper-figs/results/training-backend/training-backend-93c4aa5-b32.json";
 
 #[derive(Parser, Debug)]
 #[command(name = "nimble-bench", version, about = "Nimble: ahead-of-time, multi-stream GPU task scheduling — scheduling, simulation and experiments")]
@@ -285,14 +285,14 @@ enum Command {
         #[arg(long, default_value = SCALING_RECORD)]
         results: PathBuf,
         /// The PyTorch DDP record of the same session (experiments/python/ddp.py --out)
-        #[arg(long, value_name = "FILE", default_value = "paper-figs/results/pytorch-ddp-283e232.json")]
+        #[arg(long, value_name = "FILE", default_value = "paper-figs/results/scaling/pytorch-ddp-283e232.json")]
         ddp: Option<PathBuf>,
         /// The forward graphs of the one-GPU measurement (train --gpus --graphs DIR): with them,
         /// the simulator projects the step to --sim-gpus and predicts the measured GPU counts
         #[arg(long, value_name = "DIR", default_value = "paper-figs/results/scaling-graphs-283e232")]
         graphs: Option<PathBuf>,
         /// The all-reduce record whose ring model prices the collectives (allreduce --out)
-        #[arg(long, value_name = "FILE", default_value = "paper-figs/results/allreduce-283e232.json")]
+        #[arg(long, value_name = "FILE", default_value = "paper-figs/results/scaling/allreduce-283e232.json")]
         allreduce: PathBuf,
         /// The stream assignment the projection plans the step with
         #[arg(long, default_value = "nimble")]

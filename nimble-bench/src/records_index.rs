@@ -15,6 +15,23 @@ use crate::output::{emit, write_file};
 /// The index's own file name, left out of the index.
 pub const INDEX_NAME: &str = "INDEX.md";
 
+/// The directories records are grouped in by experiment, and what each holds. The top level
+/// holds the index and the records the figure commands read by default; any other directory
+/// is one run's output (a graph set, a probe's files) as it was written.
+pub const GROUPS: &[(&str, &str)] = &[
+    ("coverage", "the coverage runs (`coverage`), their parts and logs"),
+    ("half-precision", "the half-precision checks (float16, bfloat16) of the coverage models"),
+    ("inference", "inference variants beside the figure's record: dtypes, stages, TorchScript, profiles"),
+    ("probes", "one-off questions asked on a GPU (`experiments/python/probes/`), and host-time splits"),
+    ("same-process", "eager, CUDA graphs, torch.compile and Nimble in one process (`same_process.py`)"),
+    ("same-process-backend", "the same with `backend=\"nimble\"`, one directory per commit"),
+    ("scaling", "data parallel on several GPUs: scaling, all-reduce, PyTorch DDP"),
+    ("simulator", "the simulator's calibration grid, scheduler runs and studies"),
+    ("test-logs", "the logs of test suites run on a GPU (and CPU checks run once)"),
+    ("training", "training variants beside the figure's record"),
+    ("training-backend", "training steps through the backend against reduce-overhead"),
+];
+
 /// One file's row.
 struct Row {
     path: String,
@@ -52,9 +69,16 @@ pub fn index_text(dir: &Path) -> Result<String> {
         "Headline: the backend's latency over reduce-overhead's, for the first model a same-process".to_string(),
         "record times both on.".to_string(),
         String::new(),
+        "Records are grouped by experiment; the top level holds this index and the records the figure".to_string(),
+        "commands read by default, and any directory not listed here is one run's output as written:".to_string(),
+        String::new(),
+    ];
+    lines.extend(GROUPS.iter().map(|(dir, what)| format!("- `{dir}/`: {what}")));
+    lines.extend([
+        String::new(),
         "| path | experiment | models | dtype | batch | GPU | commit | date | headline |".to_string(),
         "|---|---|---|---|---|---|---|---|---|".to_string(),
-    ];
+    ]);
     for relative in &files {
         let mut row = row(dir, relative)?;
         // A log or table beside its record (same name up to the first dot) is described by it.
@@ -155,12 +179,16 @@ fn is_commit(token: &str) -> bool {
         && token.chars().any(|c| c.is_ascii_alphabetic())
 }
 
-/// The experiment a file's name says: its directory, else the words before a commit or a GPU.
+/// The experiment a file's name says: a run's directory, else (at the top or in a group) the
+/// words of its name before a commit or a GPU.
 fn experiment_of_name(relative: &str) -> String {
     if let Some((top, _)) = relative.split_once('/') {
-        return top.to_string();
+        if !GROUPS.iter().any(|(group, _)| *group == top) {
+            return top.to_string();
+        }
     }
-    let stem = relative.split('.').next().unwrap_or(relative);
+    let name = relative.rsplit('/').next().unwrap_or(relative);
+    let stem = name.split('.').next().unwrap_or(name);
     let words: Vec<&str> = stem.split('-').take_while(|w| !is_commit(w)).collect();
     if words.is_empty() { stem.to_string() } else { words.join("-") }
 }
@@ -196,6 +224,8 @@ mod tests {
     #[test]
     fn names_give_experiment_commit_and_gpu() {
         assert_eq!(experiment_of_name("backend-overhead-inception-v3-googlenet-b16-0776ddf.h100.txt"), "backend-overhead-inception-v3-googlenet-b16");
+        assert_eq!(experiment_of_name("probes/backend-overhead-inception-v3-googlenet-b16-0776ddf.h100.txt"), "backend-overhead-inception-v3-googlenet-b16");
+        assert_eq!(experiment_of_name("same-process-backend/0776ddf/same-process-backend-0776ddf-float32-b1.json"), "same-process-backend");
         assert_eq!(experiment_of_name("fused-kernel-graphs/googlenet.graph.json.gz"), "fused-kernel-graphs");
         assert!(is_commit("0776ddf") && !is_commit("b16") && !is_commit("deadbeefcafe") && !is_commit("1234567"));
         assert_eq!(gpu_of("NVIDIA H100 80GB HBM3").as_deref(), Some("H100"));

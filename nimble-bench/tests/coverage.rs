@@ -154,13 +154,13 @@ fn the_families_record_merges_from_its_committed_parts_with_its_published_number
     // drop; prepare median 0.55 s, slowest DeepLabV3-ResNet101 2.31 s.
     let results = Path::new(env!("CARGO_MANIFEST_DIR")).join("../paper-figs/results");
     let parts = ["5e5e9c1-tf1", "5e5e9c1-tf2", "5e5e9c1-tv1", "5e5e9c1-tv2", "e570ab3-tf3", "e570ab3-tv3", "e570ab3-tv4", "cca67aa-tv6", "72a88ee-mvit", "a7d87d7-mvit-v1", "8b40095-detection"]
-        .map(|p| results.join(format!("coverage-families-{p}.json")).display().to_string())
+        .map(|p| results.join(format!("coverage/coverage-families-{p}.json")).display().to_string())
         .join(",");
     let merged = scratch("families.json");
     let output = nimble_bench(&["coverage", "--merge", &parts, "--results", merged.to_str().unwrap(), "--out-dir", scratch("families-figures").to_str().unwrap()]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let read = |path: &Path| -> CoverageRecord { serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap() };
-    let (record, committed) = (read(&merged), read(&results.join("coverage-families.json")));
+    let (record, committed) = (read(&merged), read(&results.join("coverage/coverage-families.json")));
     assert_eq!(record.models, committed.models, "the committed merge is not that of its parts");
     let s = &record.summary;
     assert_eq!((s.population, s.ok), (44, 32));
@@ -178,8 +178,8 @@ fn the_families_record_merges_from_its_committed_parts_with_its_published_number
     }
     // The 8b40095 part is the run's two Mask R-CNN rows; the run also exported and prepared
     // MViT-v1-B again (the exporter's count check by the tracer's record), already measured once.
-    let full = read(&results.join("coverage-families-8b40095-detection-full.json"));
-    let part = read(&results.join("coverage-families-8b40095-detection.json"));
+    let full = read(&results.join("coverage/coverage-families-8b40095-detection-full.json"));
+    let part = read(&results.join("coverage/coverage-families-8b40095-detection.json"));
     assert_eq!(serde_json::to_value(&part.parts).unwrap(), serde_json::to_value(&full.parts).unwrap());
     assert_eq!(part.models, full.models.iter().filter(|m| m.name.starts_with("maskrcnn")).cloned().collect::<Vec<_>>());
     assert_eq!(full.models.iter().map(|m| (m.name.as_str(), m.status)).collect::<Vec<_>>(), [("mvit_v1_b", Status::Ok), ("maskrcnn_resnet50_fpn", Status::HostSync), ("maskrcnn_resnet50_fpn_v2", Status::HostSync)]);

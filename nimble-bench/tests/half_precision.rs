@@ -61,7 +61,7 @@ fn over_the_families_nimble_is_at_most_the_compilers_distance_in_55_of_58_cells_
         "t5-11-checks",
         "siglip-11-checks",
     ];
-    let files: Vec<String> = parts.iter().map(|part| format!("half-precision-53f9b5d-{part}.json")).collect();
+    let files: Vec<String> = parts.iter().map(|part| format!("half-precision/half-precision-53f9b5d-{part}.json")).collect();
     let cells = cells_of(&files.iter().map(String::as_str).collect::<Vec<_>>(), "53f9b5d");
     let mut skipped: Vec<(String, String)> = files
         .iter()
@@ -130,7 +130,7 @@ fn over_the_families_nimble_is_at_most_the_compilers_distance_in_55_of_58_cells_
 fn folded_in_float32_the_batchnorm_cnns_are_faster_and_further_from_eager_than_the_compiler() {
     // 72a88ee (BatchNorm folded into half-precision weights in float32, now
     // `fold_half_precision`): distance and latency ms, Nimble / reduce-overhead, bfloat16.
-    let r = record("same-process-72a88ee-bfloat16-b1-bn-cnns-folded-in-float32.json");
+    let r = record("same-process/same-process-72a88ee-bfloat16-b1-bn-cnns-folded-in-float32.json");
     let published = [
         ("resnet50", "0.127", "0.084", "0.392", "0.625"),
         ("mobilenet-v2", "0.116", "0.050", "0.415", "0.505"),
@@ -167,12 +167,12 @@ fn half_precision_records_hold_nimble_at_most_the_compilers_distance_as_publishe
     // docs/log.md, "Half precision in nimble_rs.Nimble" (e570ab3, BatchNorm no longer folded
     // into half-precision weights): relative max-abs distance from eager, Nimble / reduce-overhead.
     let published = [
-        ("same-process-e570ab3-bfloat16-b1-bn-cnns.json", "googlenet", "0", "0.016"),
-        ("same-process-e570ab3-bfloat16-b1-bn-cnns.json", "inception-v3", "0.099", "0.111"),
-        ("same-process-e570ab3-bfloat16-b1-bn-cnns.json", "resnet50", "0.018", "0.084"),
-        ("same-process-e570ab3-bfloat16-b1-bn-cnns.json", "mobilenet-v2", "0", "0.049"),
-        ("same-process-e570ab3-float16-b1-resnet50-googlenet.json", "resnet50", "0.0083", "0.012"),
-        ("same-process-e570ab3-float16-b1-resnet50-googlenet.json", "googlenet", "0", "0.0057"),
+        ("same-process/same-process-e570ab3-bfloat16-b1-bn-cnns.json", "googlenet", "0", "0.016"),
+        ("same-process/same-process-e570ab3-bfloat16-b1-bn-cnns.json", "inception-v3", "0.099", "0.111"),
+        ("same-process/same-process-e570ab3-bfloat16-b1-bn-cnns.json", "resnet50", "0.018", "0.084"),
+        ("same-process/same-process-e570ab3-bfloat16-b1-bn-cnns.json", "mobilenet-v2", "0", "0.049"),
+        ("same-process/same-process-e570ab3-float16-b1-resnet50-googlenet.json", "resnet50", "0.0083", "0.012"),
+        ("same-process/same-process-e570ab3-float16-b1-resnet50-googlenet.json", "googlenet", "0", "0.0057"),
     ];
     assert_at_most_the_compilers(&published);
 }
@@ -195,9 +195,9 @@ fn cells_of(files: &[&str], commit: &str) -> BTreeMap<(String, String, String), 
 fn after_the_layout_and_mask_fixes_every_transformer_of_the_families_is_exactly_eagers() {
     // docs/log.md, "Where the last drifts came from": at 3669183 (SigLIP at 244ed52, whose
     // string-padded convolution the first fix missed), 11 inputs each, H100.
-    let mut cells = cells_of(&["half-precision-3669183-tf1.json", "half-precision-3669183-tf2.json", "half-precision-3669183-tf3.json", "half-precision-3669183-tf4.json", "half-precision-3669183-tf5.json"], "3669183");
+    let mut cells = cells_of(&["half-precision/half-precision-3669183-tf1.json", "half-precision/half-precision-3669183-tf2.json", "half-precision/half-precision-3669183-tf3.json", "half-precision/half-precision-3669183-tf4.json", "half-precision/half-precision-3669183-tf5.json"], "3669183");
     assert!(cells[&("siglip-vision".into(), "bfloat16".into(), "nimble".into())] > 0.0, "3669183 still drifted on SigLIP");
-    cells.extend(cells_of(&["half-precision-244ed52-siglip-11-checks.json"], "244ed52"));
+    cells.extend(cells_of(&["half-precision/half-precision-244ed52-siglip-11-checks.json"], "244ed52"));
     let nimble: Vec<_> = cells.iter().filter(|((_, _, system), _)| system == "nimble").collect();
     assert_eq!(nimble.len(), 30, "15 transformers in two dtypes");
     for ((model, dtype, _), distance) in nimble {
@@ -211,7 +211,7 @@ fn after_the_layout_and_mask_fixes_every_transformer_of_the_families_is_exactly_
     }
     // The stages one at a time at 53f9b5d: NCHW forced made the vision towers eager's; T5 was
     // eager's only without the rewrites, and merged linears changed nothing.
-    let diagnosis = cells_of(&["half-precision-53f9b5d-diagnosis-siglip-t5.json", "half-precision-53f9b5d-diagnosis-clip-dinov2.json"], "53f9b5d");
+    let diagnosis = cells_of(&["half-precision/half-precision-53f9b5d-diagnosis-siglip-t5.json", "half-precision/half-precision-53f9b5d-diagnosis-clip-dinov2.json"], "53f9b5d");
     let at = |model: &str, dtype: &str, system: &str| diagnosis[&(model.to_string(), dtype.to_string(), system.to_string())];
     for model in ["siglip-vision", "clip-vision", "dinov2"] {
         for dtype in ["bfloat16", "float16"] {
@@ -231,24 +231,24 @@ fn on_the_same_process_models_in_half_precision_nimble_is_at_most_the_compilers_
     // docs/log.md, "Half precision on the same-process models": the cells measured at
     // 53f9b5d and 244ed52 (the e570ab3 ones are guarded above). Nimble / reduce-overhead.
     let published = [
-        ("same-process-244ed52-bfloat16-b1-resnet101-efficientnet-b0-efficientnet-b5.json", "resnet101", "0.093", "0.184"),
-        ("same-process-244ed52-bfloat16-b1-resnet101-efficientnet-b0-efficientnet-b5.json", "efficientnet-b0", "0", "0.046"),
-        ("same-process-244ed52-bfloat16-b1-resnet101-efficientnet-b0-efficientnet-b5.json", "efficientnet-b5", "0.0062", "0.0093"),
-        ("same-process-244ed52-bfloat16-b1-inception-v4-nasnet-a-large.json", "inception-v4", "0.271", "0.278"),
-        ("same-process-244ed52-bfloat16-b1-inception-v4-nasnet-a-large.json", "nasnet-a-large", "0.111", "0.155"),
-        ("same-process-244ed52-bfloat16-b1-inception-v4-11-checks.json", "inception-v4", "0.2555", "0.2555"),
-        ("same-process-244ed52-float16-b1-inception-v4-nasnet-a-large.json", "nasnet-a-large", "0.038", "0.042"),
-        ("same-process-244ed52-float16-b1-inception-v4-11-checks.json", "inception-v4", "0.200", "0.205"),
-        ("same-process-244ed52-float16-b1-efficientnet-b0-efficientnet-b5-bert-base.json", "efficientnet-b0", "0", "0.0043"),
-        ("same-process-244ed52-float16-b1-efficientnet-b0-efficientnet-b5-bert-base.json", "efficientnet-b5", "0.00078", "0.0012"),
-        ("same-process-244ed52-float16-b1-efficientnet-b0-efficientnet-b5-bert-base.json", "bert-base", "0", "0.0026"),
-        ("same-process-53f9b5d-float16-b1-inception-v3-mobilenet-v2-resnet101.json", "inception-v3", "0.019", "0.021"),
-        ("same-process-53f9b5d-float16-b1-inception-v3-mobilenet-v2-resnet101.json", "mobilenet-v2", "0", "0.0073"),
-        ("same-process-53f9b5d-float16-b1-inception-v3-mobilenet-v2-resnet101.json", "resnet101", "0.040", "0.059"),
+        ("same-process/same-process-244ed52-bfloat16-b1-resnet101-efficientnet-b0-efficientnet-b5.json", "resnet101", "0.093", "0.184"),
+        ("same-process/same-process-244ed52-bfloat16-b1-resnet101-efficientnet-b0-efficientnet-b5.json", "efficientnet-b0", "0", "0.046"),
+        ("same-process/same-process-244ed52-bfloat16-b1-resnet101-efficientnet-b0-efficientnet-b5.json", "efficientnet-b5", "0.0062", "0.0093"),
+        ("same-process/same-process-244ed52-bfloat16-b1-inception-v4-nasnet-a-large.json", "inception-v4", "0.271", "0.278"),
+        ("same-process/same-process-244ed52-bfloat16-b1-inception-v4-nasnet-a-large.json", "nasnet-a-large", "0.111", "0.155"),
+        ("same-process/same-process-244ed52-bfloat16-b1-inception-v4-11-checks.json", "inception-v4", "0.2555", "0.2555"),
+        ("same-process/same-process-244ed52-float16-b1-inception-v4-nasnet-a-large.json", "nasnet-a-large", "0.038", "0.042"),
+        ("same-process/same-process-244ed52-float16-b1-inception-v4-11-checks.json", "inception-v4", "0.200", "0.205"),
+        ("same-process/same-process-244ed52-float16-b1-efficientnet-b0-efficientnet-b5-bert-base.json", "efficientnet-b0", "0", "0.0043"),
+        ("same-process/same-process-244ed52-float16-b1-efficientnet-b0-efficientnet-b5-bert-base.json", "efficientnet-b5", "0.00078", "0.0012"),
+        ("same-process/same-process-244ed52-float16-b1-efficientnet-b0-efficientnet-b5-bert-base.json", "bert-base", "0", "0.0026"),
+        ("same-process/same-process-53f9b5d-float16-b1-inception-v3-mobilenet-v2-resnet101.json", "inception-v3", "0.019", "0.021"),
+        ("same-process/same-process-53f9b5d-float16-b1-inception-v3-mobilenet-v2-resnet101.json", "mobilenet-v2", "0", "0.0073"),
+        ("same-process/same-process-53f9b5d-float16-b1-inception-v3-mobilenet-v2-resnet101.json", "resnet101", "0.040", "0.059"),
     ];
     assert_at_most_the_compilers(&published);
     // The close cell, as published: Inception-v4 in float16 over 5 inputs, 1.03 times.
-    let r = record("same-process-244ed52-float16-b1-inception-v4-nasnet-a-large.json");
+    let r = record("same-process/same-process-244ed52-float16-b1-inception-v4-nasnet-a-large.json");
     let (n, c) = (distance(&r, "inception-v4", "nimble"), distance(&r, "inception-v4", "compile"));
     assert!(rounds_to(n, "0.220") && rounds_to(c, "0.213"), "{n} / {c}");
 }
@@ -257,7 +257,7 @@ fn on_the_same_process_models_in_half_precision_nimble_is_at_most_the_compilers_
 fn at_8b40095_the_torchvision_families_and_mvit_v1_b_are_at_most_the_compilers_distance_as_published() {
     // docs/log.md, "The torchvision families again, and MViT-v1-B" (H100): 28 cells, Nimble
     // at most the compiler's distance in all and exactly eager's in 20.
-    let cells = cells_of(&["half-precision-8b40095-tv1.json", "half-precision-8b40095-tv2.json", "half-precision-8b40095-tv3.json", "half-precision-8b40095-tv4.json", "half-precision-8b40095-mvit-v1.json"], "8b40095");
+    let cells = cells_of(&["half-precision/half-precision-8b40095-tv1.json", "half-precision/half-precision-8b40095-tv2.json", "half-precision/half-precision-8b40095-tv3.json", "half-precision/half-precision-8b40095-tv4.json", "half-precision/half-precision-8b40095-mvit-v1.json"], "8b40095");
     let nimble: Vec<_> = cells.iter().filter(|((_, _, system), _)| system == "nimble").collect();
     assert_eq!(nimble.len(), 28);
     for ((model, dtype, _), distance) in &nimble {
@@ -285,7 +285,7 @@ fn at_8b40095_the_torchvision_families_and_mvit_v1_b_are_at_most_the_compilers_d
     // Swin3D-B was cut by the call's limit: not in the record (its bfloat16 cells are in the log).
     assert!(!cells.keys().any(|(model, _, _)| model == "swin3d_b"));
     // BERT-base in bfloat16 after the mask change, 11 inputs: eager's numbers, the compiler 0.023.
-    let bert = record("same-process-8b40095-bfloat16-b1-bert-base.json");
+    let bert = record("same-process/same-process-8b40095-bfloat16-b1-bert-base.json");
     assert_eq!(rows(&bert).iter().find(|r| r["system"] == "nimble").unwrap()["relative_errors"].as_array().unwrap().len(), 11);
-    assert_at_most_the_compilers(&[("same-process-8b40095-bfloat16-b1-bert-base.json", "bert-base", "0", "0.023")]);
+    assert_at_most_the_compilers(&[("same-process/same-process-8b40095-bfloat16-b1-bert-base.json", "bert-base", "0", "0.023")]);
 }

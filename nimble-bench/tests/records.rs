@@ -183,10 +183,10 @@ fn schedulers_simulate_says_what_is_missing() {
 #[test]
 fn scaling_renders_the_committed_records_with_the_simulators_projection_and_names_a_bad_one() {
     let figures = scratch("scaling-figures");
-    let results = "../paper-figs/results/scaling-283e232.json";
-    let ddp = "../paper-figs/results/pytorch-ddp-283e232.json";
+    let results = "../paper-figs/results/scaling/scaling-283e232.json";
+    let ddp = "../paper-figs/results/scaling/pytorch-ddp-283e232.json";
     let graphs = "../paper-figs/results/scaling-graphs-283e232";
-    let allreduce = "../paper-figs/results/allreduce-283e232.json";
+    let allreduce = "../paper-figs/results/scaling/allreduce-283e232.json";
     let args = |graphs: &'static str| vec!["scaling", "--results", results, "--ddp", ddp, "--graphs", graphs, "--allreduce", allreduce, "--out-dir", figures.to_str().unwrap()];
     let output = nimble_bench(&args(graphs));
     let text = stdout(&output);
@@ -248,7 +248,7 @@ fn another_records_figure_goes_beside_the_committed_one() {
     let _ = std::fs::remove_dir_all(&checkout);
     std::fs::create_dir_all(checkout.join("paper-figs")).unwrap();
     let record = scratch("coverage-elsewhere.json");
-    std::fs::copy(root.join("paper-figs/results/coverage-timm.json"), &record).unwrap();
+    std::fs::copy(root.join("paper-figs/results/coverage/coverage-timm.json"), &record).unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_nimble-bench")).args(["coverage", "--results", record.to_str().unwrap()]).current_dir(&checkout).output().unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(checkout.join("paper-figs/coverage-elsewhere/coverage.svg").exists(), "{}", String::from_utf8_lossy(&output.stdout));
@@ -321,6 +321,22 @@ fn the_literature_policies_table_is_what_the_simulator_gives() {
     }
 }
 
+/// Records are grouped by experiment (the index lists the groups): at the top of
+/// paper-figs/results/ lie only the index and the records the figure commands read by default.
+#[test]
+fn no_record_lies_loose_at_the_top_of_the_results() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../paper-figs/results");
+    let figures = ["inference", "training", "coverage", "schedulers", "schedulers-simulated", "simulator-validation", "simulator-holdout", "pytorch-baselines", "pytorch-compile", "pytorch-training"];
+    let loose: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .filter(|name| name != "INDEX.md" && !figures.contains(&name.split('.').next().unwrap_or_default()))
+        .collect();
+    assert!(loose.is_empty(), "records at the top of paper-figs/results/: {loose:?}; expected them in their experiment's directory (INDEX.md lists the groups)");
+}
+
 /// The committed records index lists every file under paper-figs/results/ as the records say
 /// today: adding, moving or removing a record without regenerating it fails here.
 #[test]
@@ -355,7 +371,7 @@ fn the_records_index_is_in_step_with_the_files() {
 fn the_fused_kernel_report_gives_the_published_errors() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let graphs = root.join("paper-figs/results/fused-kernel-graphs-launches");
-    let whole = root.join("paper-figs/results/same-process-backend-becbeab-float32-b16-googlenet-inception-v3-merge-variants.json");
+    let whole = root.join("paper-figs/results/same-process-backend/becbeab/same-process-backend-becbeab-float32-b16-googlenet-inception-v3-merge-variants.json");
     let text = stdout(&nimble_bench(&["simulator-report", "--graphs", graphs.to_str().unwrap(), "--whole-call", whole.to_str().unwrap()]));
     for line in [
         "one stream, in-graph, 7 graphs with launch data: median |error| 9.8%, worst -21.3%",
@@ -375,7 +391,7 @@ fn the_fused_kernel_report_gives_the_published_errors() {
     // Graphs without in-graph timings are named, not compared; another GPU's records refused.
     let occupancy = stdout(&nimble_bench(&["simulator-report", "--graphs", root.join("paper-figs/results/fused-kernel-graphs-occupancy").to_str().unwrap()]));
     assert!(occupancy.contains("nothing to compare: inception-v3-float32-b16"), "{occupancy}");
-    let h100 = root.join("paper-figs/results/same-process-backend-771d13a-float32-b1-inception-v3.json");
+    let h100 = root.join("paper-figs/results/same-process-backend/771d13a/same-process-backend-771d13a-float32-b1-inception-v3.json");
     let refused = nimble_bench(&["simulator-report", "--graphs", graphs.to_str().unwrap(), "--whole-call", h100.to_str().unwrap()]);
     assert_eq!(refused.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("expected records of the same GPU"));

@@ -129,7 +129,7 @@ impl SimulatorConfig {
     /// small (each takes at least 0.35 of the GPU). Fitted on half of the models, the other
     /// half's median error was 2.6–3.2%. On graphs timed by their kernels' union instead, no
     /// other point of a grid did better on both the zoo and the coverage set
-    /// (`paper-figs/results/kernel-timed-calibration-grid-894d118.txt`).
+    /// (`paper-figs/results/simulator/kernel-timed-calibration-grid-894d118.txt`).
     pub fn kernel_timed() -> Self {
         SimulatorConfig { graph_dependency_latency_us: 0.4, graph_sync_latency_us: Some(0.8), min_sm_share: 0.35, ..Self::graph() }
     }

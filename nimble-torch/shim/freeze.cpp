@@ -3,7 +3,7 @@
 // PyTorch's freezing pools equal constants by comparing tensors with at::equal, and on a GPU
 // each comparison is a kernel and a synchronization with the host: timm's NASNet-A large froze
 // in 6.8 s on an H200 and in 1.45 s on the CPU, HRNet-W18 in 5.9 s and 1.4 s
-// (paper-figs/results/freeze-on-gpu-vs-cpu-48ddd6f.h200.log). So a module on a GPU with many
+// (paper-figs/results/probes/freeze-on-gpu-vs-cpu-48ddd6f.h200.log). So a module on a GPU with many
 // constants of one shape (host_copy_pays) is frozen and folded on a CPU copy of itself, and
 // the constants go back afterwards:
 //   - a constant that came from the GPU (a parameter, a buffer, a constant of its graphs) goes

@@ -290,7 +290,7 @@ int ns_jit_optimize(void* module, int on_host, int fold_half, int fuse, int kern
     // embedding) stays NCHW, untried: NHWC ran that convolution through other cuDNN kernels, whose
     // rounding moved SigLIP's and DINOv2's outputs further from eager than the compiler's
     // (bfloat16 0.0175 against 0.0161; NCHW: eager's kernels, distance 0), for one layout
-    // transform's worth of speed (paper-figs/results/half-precision-53f9b5d-diagnosis-*.json).
+    // transform's worth of speed (paper-figs/results/half-precision/half-precision-53f9b5d-diagnosis-*.json).
     const bool stem_only = half && convs == 1;
     if (channels_last == 2) channels_last = grouped || stem_only ? 0 : 1;
     if (kernels) nimble::fuse_squeeze_excite(graph);

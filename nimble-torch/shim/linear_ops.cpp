@@ -7,7 +7,7 @@
 //     each for the residual and the activation, or the product alone through cuBLAS's plain GEMM
 //     followed by one kernel for bias, residual and activation. On the H200 in float32, BERT-base's
 //     128×768 by 768×768 layer took 31 µs through F.linear's bias epilogue (split-K, four
-//     kernels) and 17 µs as a plain torch.mm (paper-figs/results/bert-kernels-diagnosis-b7bb8b3.json).
+//     kernels) and 17 µs as a plain torch.mm (paper-figs/results/probes/bert-kernels-diagnosis-b7bb8b3.json).
 //   nimble::attention_mask(mask, query) = the mask as scaled_dot_product_attention's fused
 //     kernels take it: a boolean mask as the additive one attention makes of it before them (0
 //     where true, -inf where false, in the query's dtype), in two kernels where attention takes

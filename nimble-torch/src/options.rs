@@ -15,7 +15,7 @@ pub enum BackwardStreams {
     /// Each backward op on its forward op's planned stream, as libtorch's autograd engine does by
     /// itself, with the engine's syncs between them. The default: on the H200 it made
     /// ResNet-50's whole training step 1.4–3.5% faster than one stream (batch 32–128,
-    /// `paper-figs/results/training-resnet50-backward-streams.txt`), and it is the same plan on
+    /// `paper-figs/results/training/training-resnet50-backward-streams.txt`), and it is the same plan on
     /// models whose forward has one stream.
     Forward,
 }

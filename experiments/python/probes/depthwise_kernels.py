@@ -15,7 +15,7 @@ for `depthwise_probe.py`:
   timed its first form, the image sizes and channels compile-time constants.)
 
 The row and tiled kernels are not in the backend: they measured slower than cuDNN
-(paper-figs/results/depthwise-probe-*).
+(paper-figs/results/probes/depthwise-probe-*).
 """
 
 from typing import List, Optional

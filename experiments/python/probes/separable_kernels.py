@@ -22,7 +22,7 @@ runs in float32 by default (``torch.backends.cudnn.allow_tf32``), ``"ieee"`` for
 
 Not in the backend: on NASNet-A large at batch 16 it took 1.55x Inductor's kernels in all,
 winning only where the channels are few and the pixels many
-(paper-figs/results/separable-probe-*).
+(paper-figs/results/probes/separable-probe-*).
 """
 
 import math

@@ -73,7 +73,7 @@ MAX_TAPS = 49
 # The kernel's tiles, (output rows, columns, channels, warps) per program, for kernels of at
 # most 25 taps and for larger ones: of the four measured for each at `7fd1499` (H200), the two
 # fastest on 13 of the 14 shapes of NASNet-A large's depthwise convolutions it took at batch 16
-# (paper-figs/results/same-process-backend-7fd1499-*), none spilling registers (ptxas, sm_90,
+# (paper-figs/results/same-process-backend/7fd1499/same-process-backend-7fd1499-*), none spilling registers (ptxas, sm_90,
 # each variant of NASNet-A large's convolutions: a 7x7's 49 weights per channel held in registers
 # leave room for fewer rows). Each tile is a compile of its own, which is most of the option's
 # preparation.
@@ -87,7 +87,7 @@ COLUMN_LOOP_LARGE_CONFIGS = [tile + (1,) for tile in LARGE_CONFIGS]
 # How the kernel is written, by option value: "unrolled" (every tap), "columns" (its columns a
 # loop), or, by default (True, "by-size"), a kernel of more than ``LOOP_ABOVE_TAPS`` taps with its
 # columns a loop and a smaller one unrolled. Measured side by side in one process (H200,
-# `fb141f8`, each site in both; paper-figs/results/same-process-backend-fb141f8-*-columns.json):
+# `fb141f8`, each site in both; paper-figs/results/same-process-backend/fb141f8/same-process-backend-fb141f8-*-columns.json):
 # on NASNet-A large's 3x3s the unrolled kernel took 3.8-4.2 us at bfloat16 batch 1 against
 # 4.3-5.0 looped, and as long at float32 batch 16; on its 5x5s and 7x7s the loop was within
 # 0.3-2 us of it at batch 1 and up to 36% faster on the 7x7s at stride 2 at batch 16 (32.8

@@ -106,7 +106,7 @@ def compile_cost(spec: tuple) -> int:
     Compiled one by one on two cores here, NASNet-A large's 40 bfloat16 variants took 0.27 to
     3.01 s, 63.4 s in all; shared out to 15 workers by this cost, the longest share takes 4.92 s,
     by their taps alone (each tile alike) 6.46 s, by the seconds measured 4.33
-    (paper-figs/results/depthwise-compile-costs-d102c8d-nasnet-a-large-bfloat16.txt)."""
+    (paper-figs/results/probes/depthwise-compile-costs-d102c8d-nasnet-a-large-bfloat16.txt)."""
     k = kernel_constants(spec)
     # (a tile whose kernel columns are a loop unrolls one column's)
     unrolled = 1 if k["COLUMN_LOOP"] else k["KW"]
