@@ -31,12 +31,11 @@ import torch.fx
 from .._version import NEWEST_TESTED_TORCH, REQUIRED_TORCH, warn_if_newer
 from ..errors import InductorDriftWarning, NimbleInputError
 from .runtime import capturable
-from .passes import concat, depthwise, fold, merge, products
+from .passes import concat, order
 from .program import hoist, kernels_plan
 from . import regions as regions_module
 from .common.announce import warn_once
 from .runtime.compiled import NimbleCompiled, admit_shape, code_state
-from .passes.fxnodes import guarded
 from .options import Options
 from .options import checked as _options
 from .options import inductor_settings as _inductor_settings
@@ -195,14 +194,7 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
     signature = _signature(gm, kind)  # before Inductor's passes rewrite gm
     report, uncapturable = _graph_report(gm, example_inputs, options, kind, on_cuda)
     seen = _seen_outputs(gm, kind, report)  # as Inductor marked them, before its passes
-    if options.merge_convolutions and kind == "inference":
-        report["merged_convolutions"] = merge.merge_sibling_convolutions(gm)
-    if options.fuse_convolutions and kind == "inference" and on_cuda:
-        report["fused_convolutions"] = _fused(gm, "epilogue" if options.fuse_convolutions == "epilogue" else "folded")
-    if options.depthwise_kernels and kind == "inference" and on_cuda:
-        report["depthwise_kernels"] = depthwise.rewrite(gm, "by-size" if options.depthwise_kernels is True else options.depthwise_kernels)
-    if options.transpose_products and kind == "inference" and on_cuda:
-        report["transposed_products"] = products.rewrite(gm)
+    report.update(order.rewrite(gm, options, kind, on_cuda))
     joined: Dict[str, int] = {}
     inductor_started = time.perf_counter()
     with _concatenations(options, gm, joined, on_cuda, kind):
@@ -294,21 +286,6 @@ def _critical_path_program(compiled, wrapper, primary: dict, report: Dict[str, A
         return None
     report["critical_path"] = {"streams": plan["streams"], "syncs": plan["syncs"], "regions": len(cut["regions"])}
     return program
-
-
-def _fused(gm: torch.fx.GraphModule, mode: str) -> Dict[str, Any]:
-    """Option ``fuse_convolutions`` on ``gm`` (``fold``, ``mode`` "folded" or "epilogue"): its
-    counts, or, where the pass fails or cannot run, the reason, announced once (the chains it
-    had not reached stay Inductor's)."""
-    if mode == "epilogue":
-        from .passes import epilogue
-
-        missing = epilogue.available()
-        if missing is not None:
-            warn_once(("epilogue",), f"nimble backend: option fuse_convolutions=\"epilogue\" needs cuDNN's graph API: {missing}; the convolutions run as Inductor compiles them")
-            return {"failed": missing}
-    pays = fold.pays_in_epilogue if mode == "epilogue" else fold.pays_on_gpu
-    return guarded(gm, "fuse_convolutions", "convolutions", lambda: fold.fuse_convolutions(gm, pays, mode=mode))
 
 
 def _concatenations(options: Options, gm, counts: Dict[str, int], on_cuda: bool, kind: str):
