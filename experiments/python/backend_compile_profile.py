@@ -36,22 +36,40 @@ from torch._inductor.utils import fresh_cache
 from backend_overhead import model_and_input
 from workloads import warm_up_compilers
 
+# The backend's phases timed (nimble_rs.dynamo.PHASES names them), as this script labels them.
+LABELS = {
+    "compile": "the backend's inner compile (compile_kernels)",
+    "inductor": "Inductor's compile (compile_fx_inner)",
+    "read": "reading Inductor's program",
+    "separate": "weight copies' buffers apart",
+    "plan": "the plan (Rust registry, checker)",
+    "program": "the plan's program",
+    "critical path": "the critical-path plan and program",
+    "captured": "captures (warm-ups, torch.cuda.graph)",
+    "timing": "the choice's timings",
+    "choice": "the whole choice",
+    "depthwise ahead": "depthwise variants' workers started",
+    "depthwise baseline": "depthwise cuDNN and writes measured",
+    "depthwise timing": "depthwise sites measured",
+}
 PHASES = defaultdict(lambda: [0, 0.0])
 
 
-def timed(owner, name, label):
-    """Replaces ``owner.name`` by a wrapper that adds its calls and seconds to PHASES[label]."""
-    original = getattr(owner, name)
+def phase_timer():
+    """A watcher of the backend's phases (nimble_rs.dynamo.watch) adding each labelled phase's
+    calls and seconds to PHASES (phases nest: each is timed whole)."""
+    started = []
 
-    def wrapper(*args, **kwargs):
-        started = time.perf_counter()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            PHASES[label][0] += 1
-            PHASES[label][1] += time.perf_counter() - started
+    def watcher(name, moment, _detail):
+        if moment == "start":
+            started.append(time.perf_counter())
+            return
+        seconds = time.perf_counter() - started.pop()
+        if name in LABELS:
+            PHASES[LABELS[name]][0] += 1
+            PHASES[LABELS[name]][1] += seconds
 
-    setattr(owner, name, wrapper)
+    return watcher
 
 
 def first_calls(run, x):
@@ -99,13 +117,7 @@ def main():
     import torch._inductor.compile_fx
 
     import nimble_rs
-    from nimble_rs.dynamo.runtime import compiled
-
     from nimble_rs.dynamo.passes import depthwise
-
-    from nimble_rs.dynamo.program import kernels_plan
-
-    from nimble_rs.dynamo import pipeline
 
     torch.backends.cudnn.benchmark = True
     model, x, dtype = built(args)
@@ -113,25 +125,15 @@ def main():
     with torch.no_grad():
         print(f"compilers warmed up on a small model     {warm_up_compilers(['compile', 'backend'], dtype):7.1f} s")
         print(f"reduce-overhead first 3 calls            {first_calls(torch.compile(model, mode='reduce-overhead'), x):7.1f} s", flush=True)
-        # Looked up by name at each compile (compile_kernels imports it when called).
-        timed(pipeline, "compile_kernels", "the backend's inner compile (compile_kernels)")
-        timed(torch._inductor.compile_fx, "compile_fx_inner", "Inductor's compile (compile_fx_inner)")
-        timed(pipeline, "WrapperProgram", "reading Inductor's program")
-        timed(pipeline, "_separated", "weight copies' buffers apart")
-        timed(kernels_plan, "plan", "the plan (Rust registry, checker)")
-        timed(kernels_plan, "PlannedProgram", "the plan's program")
-        timed(pipeline, "_critical_path_program", "the critical-path plan and program")
-        timed(compiled, "CapturedGraph", "captures (warm-ups, torch.cuda.graph)")
-        timed(compiled, "time_samples_ms", "the choice's timings")
-        timed(compiled.NimbleCompiled, "_choose", "the whole choice")
-        timed(depthwise, "start_ahead", "depthwise variants' workers started")
-        timed(depthwise, "baseline", "depthwise cuDNN and writes measured")
-        timed(depthwise, "timing", "depthwise sites measured")
+        stop_watching = nimble_rs.dynamo.watch(phase_timer())
         before = len(nimble_rs.dynamo.reports())
         seconds = first_calls(torch.compile(model, backend="nimble", options=args.options), x)
+        stop_watching()
         print(f"backend first 3 calls                    {seconds:7.1f} s")
-        for label, (calls, total) in PHASES.items():
-            print(f"  {label:<44} {calls:4d} calls {total:7.2f} s")
+        for label in LABELS.values():
+            if label in PHASES:
+                calls, total = PHASES[label]
+                print(f"  {label:<44} {calls:4d} calls {total:7.2f} s")
         for report in nimble_rs.dynamo.reports()[before:]:
             print("  report:", {k: report.get(k) for k in ("kernels", "streams", "regions", "choice", "compile_seconds", "inductor_seconds", "capture_seconds", "measured_ms", "timed_again")})
             if isinstance(report.get("depthwise_kernels"), dict):

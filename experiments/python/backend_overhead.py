@@ -112,18 +112,15 @@ def main():
     parser.add_argument("--timeline", type=int, default=0, help="split this many more calls of each system at their graph launch (0: none)")
     args = parser.parse_args()
     import nimble_rs
-    from nimble_rs.dynamo import pipeline
-
     torch.backends.cudnn.benchmark = True
     model, x = model_and_input(args.model, args.batch)
     print(f"== {args.model}, batch {args.batch}", flush=True)
     captured = []
-    original = pipeline.NimbleCompiled.__call__
 
-    def spy(self, *a):
+    def first_call(compiled, flat):
+        """The backend's callable and its flat arguments at its first call (nimble_rs.dynamo.watch_calls)."""
         if not captured:
-            captured.append((self, a))
-        return original(self, *a)
+            captured.append((compiled, flat))
 
     with torch.no_grad():
         compiled = torch.compile(model, mode="reduce-overhead")
@@ -131,11 +128,11 @@ def main():
         if args.timeline:
             timeline("reduce-overhead", lambda: compiled(x), args.timeline)
         torch._dynamo.reset()
-        pipeline.NimbleCompiled.__call__ = spy
+        stop_watching = nimble_rs.dynamo.watch_calls(first_call)
         fast = torch.compile(model, backend="nimble")
         for _ in range(3):
             fast(x)
-        pipeline.NimbleCompiled.__call__ = original
+        stop_watching()
         print(f"backend call              {median_ms(lambda: fast(x), args.calls):.3f} ms")
         entry, flat = captured[0]
         print(f"backend entry (flat args) {median_ms(lambda: entry(*flat), args.calls):.3f} ms  ({len(flat)} args)")

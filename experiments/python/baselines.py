@@ -79,20 +79,41 @@ def summary(samples_us):
     }
 
 
-def timed(device, call):
-    """The microseconds `call` takes: CUDA events on the current stream, or the host clock."""
+def timed(device, call, repeats=1):
+    """The microseconds one `call` takes from an idle device: CUDA events on the current stream
+    around `repeats` calls back to back, their mean (one call: the paper's method), or the host
+    clock on the CPU. The experiments' one CUDA-event timer (the backend times its own choice
+    with ``nimble_rs.dynamo.common.timing``); ``timed_in_a_queue`` times calls issued without
+    waiting."""
     if device == "cpu":
         started = time.perf_counter()
-        call()
-        return (time.perf_counter() - started) * 1e6
+        for _ in range(repeats):
+            call()
+        return (time.perf_counter() - started) * 1e6 / repeats
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
     start.record()
-    call()
+    for _ in range(repeats):
+        call()
     end.record()
     end.synchronize()
-    return start.elapsed_time(end) * 1000.0
+    return start.elapsed_time(end) * 1000.0 / repeats
+
+
+def timed_in_a_queue(calls):
+    """The microseconds each of ``calls`` takes when they are issued back to back without waiting
+    for the device, each between CUDA events of its own on the current stream, one wait at the
+    end: a step's time within a run of steps, as a training loop issues them."""
+    events = []
+    for call in calls:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        call()
+        end.record()
+        events.append((start, end))
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) * 1000.0 for start, end in events]
 
 
 def measure(run, make_inputs, warmup, iterations, device):

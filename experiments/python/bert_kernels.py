@@ -7,10 +7,12 @@ nimble::attention_mask (record: paper-figs/results/probes/bert-kernels-diagnosis
 usage (on the GPU machine): TORCH_LOGS=output_code python3 experiments/python/bert_kernels.py
 writes $OUT/bert-kernels.json and $OUT/bert-traced-graph.txt
 """
-import collections, json, os, sys, time
+import collections, json, os, time
 import torch
 import torch.nn.functional as F
 from torch.profiler import profile, ProfilerActivity
+
+from baselines import timed
 
 out = os.environ.get("OUT", "/tmp")
 torch.backends.cudnn.benchmark = True
@@ -51,11 +53,7 @@ def graph_time(fn, arg, iters=100):
             fn(*arg)
         for _ in range(30):
             g.replay()
-        times = []
-        for _ in range(iters):
-            a = torch.cuda.Event(enable_timing=True); b = torch.cuda.Event(enable_timing=True)
-            a.record(); g.replay(); b.record(); b.synchronize()
-            times.append(a.elapsed_time(b) * 1000)
+        times = [timed("cuda", g.replay) for _ in range(iters)]
     times.sort()
     return round(times[len(times) // 2], 1)
 

@@ -33,6 +33,8 @@ import time
 
 import torch
 import torch.distributed as dist
+
+from baselines import timed_in_a_queue
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
@@ -80,15 +82,7 @@ def pipelined(step, batch, rank, warmup, iterations):
     for x, y in data[:warmup]:
         step(x, y)
     torch.cuda.synchronize()
-    events = []
-    for x, y in data[warmup:]:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        step(x, y)
-        end.record()
-        events.append((start, end))
-    torch.cuda.synchronize()
-    return [start.elapsed_time(end) * 1000.0 for start, end in events]
+    return timed_in_a_queue([lambda x=x, y=y: step(x, y) for x, y in data[warmup:]])
 
 
 def worker(rank, world, port, args, scratch):

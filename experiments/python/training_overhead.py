@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch._inductor.utils import fresh_cache
 
+from baselines import timed
 from training_backend import build, no_dropout, stepper
 
 
@@ -45,12 +46,7 @@ def step_median_ms(step, make_batch, batch, steps):
     samples = []
     for _ in range(steps):
         x, y = make_batch(batch)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        step(x, y)
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end))
+        samples.append(timed("cuda", lambda: step(x, y)) / 1000.0)
     samples.sort()
     return samples[len(samples) // 2], samples[len(samples) // 4], samples[(3 * len(samples)) // 4]
 

@@ -3,8 +3,8 @@
     python3 experiments/python/probes/choice_memory_probe.py [eager] [compile] [backend]
 
 Four SGD steps of the BERT-style encoder at batch 32 per system. For the backend, each graph's
-compile (pipeline.compile_kernels), each capture (NimbleCompiled._capture: the choice and the
-graph kept) and each choice within it (NimbleCompiled._choose) is bracketed: memory allocated
+compile, each capture (the choice and the graph kept) and each choice within it is bracketed
+(the backend's phases "compile", "capture" and "choice", watched: nimble_rs.dynamo.watch): memory allocated
 before it, its peak, allocated after (absolute MiB). Step rows: the peak since the system
 started and what stays allocated, above the base. Brackets nest: each resets PyTorch's peak
 statistics where it starts and ends, and hands its peak on to the bracket around it and to the
@@ -18,8 +18,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import torch  # noqa: E402
 
 import nimble_rs  # noqa: E402
-from nimble_rs.dynamo.runtime import compiled as C  # noqa: E402
-from nimble_rs.dynamo import pipeline as P  # noqa: E402
 from training_backend import build, no_dropout, stepper  # noqa: E402
 
 torch.backends.cudnn.benchmark = True
@@ -30,29 +28,31 @@ log = []
 open_peaks = [0]
 
 
-def bracketed(what, label):
-    """``what`` wrapped: a row (label(args), "when", before, peak, after) per call."""
+# The phases bracketed, as the rows name them; and the memory allocated when each open one began.
+BRACKETED = {"compile": "compile", "capture": "capture", "choice": "choose"}
+began = []
 
-    def call(*args, **kwargs):
-        torch.cuda.synchronize()
-        before = torch.cuda.memory_allocated()
+
+def bracket(name, moment, kind):
+    """A watcher of the backend's phases: a row (the graph's kind, the phase, before, peak, after)
+    per bracketed phase."""
+    if name not in BRACKETED:
+        return
+    torch.cuda.synchronize()
+    if moment == "start":
+        began.append(torch.cuda.memory_allocated())
         open_peaks[-1] = max(open_peaks[-1], torch.cuda.max_memory_allocated())
         torch.cuda.reset_peak_memory_stats()
         open_peaks.append(0)
-        out = what(*args, **kwargs)
-        torch.cuda.synchronize()
-        peak = max(open_peaks.pop(), torch.cuda.max_memory_allocated())
-        open_peaks[-1] = max(open_peaks[-1], peak)
-        log.append((*label(*args, **kwargs), before / MiB, peak / MiB, torch.cuda.memory_allocated() / MiB))
-        torch.cuda.reset_peak_memory_stats()
-        return out
-
-    return call
+        return
+    before = began.pop()
+    peak = max(open_peaks.pop(), torch.cuda.max_memory_allocated())
+    open_peaks[-1] = max(open_peaks[-1], peak)
+    log.append((kind or "graph", BRACKETED[name], before / MiB, peak / MiB, torch.cuda.memory_allocated() / MiB))
+    torch.cuda.reset_peak_memory_stats()
 
 
-C.NimbleCompiled._choose = bracketed(C.NimbleCompiled._choose, lambda self, *a, **k: (self.kind, "choose"))
-C.NimbleCompiled._capture = bracketed(C.NimbleCompiled._capture, lambda self, *a, **k: (self.kind, "capture"))
-P.compile_kernels = bracketed(P.compile_kernels, lambda gm, ex, options, inner: ("backward" if inner.get("is_backward") else "graph", "compile"))
+nimble_rs.dynamo.watch(bracket)
 
 
 def run(system):

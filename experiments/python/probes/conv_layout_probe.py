@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared modules, one folder up
-from baselines import load_reference_module
+from baselines import load_reference_module, timed
 from workloads import model_and_inputs, probe_parser
 
 
@@ -57,15 +57,7 @@ def kernel_us(call, repeats=20, timings=10):
         return graph_us(call, repeats=repeats, samples=timings)
     for _ in range(5):
         call()
-    samples = []
-    for _ in range(timings):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(repeats):
-            call()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1000.0 / repeats)
+    samples = [timed("cuda", call, repeats) for _ in range(timings)]
     return sorted(samples)[len(samples) // 2]
 
 

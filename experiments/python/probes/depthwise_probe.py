@@ -22,10 +22,14 @@ depthwise kernels. A probe, for a timm model in inference at a batch, float32:
 import argparse
 import functools
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared modules, one folder up
+from baselines import timed as cuda_us  # noqa: E402 - after the path
 from depthwise_kernels import decompose, depthwise_taps, triton_depthwise, triton_depthwise_rows, triton_depthwise_tiled
 from nimble_rs.dynamo.common.timing import graph_us
 
@@ -98,12 +102,7 @@ def latency_ms(call, inputs, warmups=50, timed=100):
     samples = []
     for i in range(timed):
         x = inputs[i % len(inputs)]
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        call(x)
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end))
+        samples.append(cuda_us("cuda", lambda: call(x)) / 1000.0)
     samples.sort()
     return statistics.median(samples), samples[len(samples) // 4], samples[3 * len(samples) // 4]
 

@@ -5,9 +5,12 @@
 
 ``backend`` is the Dynamo backend (also ``nimble_rs.backend``); called with options alone it
 returns the backend configured with them, checked at once. ``reports()`` lists what it did for
-each graph it compiled.
+each graph it compiled. ``watch(watcher)`` and ``watch_calls(watcher)`` let a tool see its
+phases (``PHASES``: the compile, Inductor's, the plans, captures, the choice, its timings) and
+its calls as they happen, without patching it.
 """
 
+from .common.phases import PHASES, watch, watch_calls
 from .options import DEFAULTS
 from .options import checked as _checked
 from .pipeline import nimble_backend as _nimble_backend
@@ -37,4 +40,4 @@ def backend(*graph_and_inputs, **options):
     return configured
 
 
-__all__ = ["backend", "reports", "DEFAULTS"]
+__all__ = ["backend", "reports", "DEFAULTS", "PHASES", "watch", "watch_calls"]

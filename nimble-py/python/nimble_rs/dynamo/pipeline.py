@@ -35,6 +35,7 @@ from .passes import concat, order
 from .program import hoist, kernels_plan
 from . import regions as regions_module
 from .common.announce import warn_once
+from .common.phases import in_phase, phase
 from .runtime.compiled import NimbleCompiled, admit_shape, code_state
 from .options import Options
 from .options import checked as _options
@@ -177,6 +178,12 @@ def _copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return torch.fx.GraphModule(gm, graph)
 
 
+def _kind(inner_kwargs: Dict[str, Any]) -> str:
+    """The graph's kind from Inductor's inner compile arguments."""
+    return "backward" if inner_kwargs.get("is_backward") else "inference" if inner_kwargs.get("is_inference") else "forward"
+
+
+@in_phase("compile", lambda gm, example_inputs, options, inner_kwargs: _kind(inner_kwargs))
 def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Options, inner_kwargs: Dict[str, Any]):
     """Granularity "kernels", Inductor's inner compile step: Inductor compiles the graph once;
     its kernels are planned; the compiled graph is returned with its call replaced by Nimble's
@@ -184,7 +191,7 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
     from torch._inductor.compile_fx import compile_fx_inner
 
     started = time.perf_counter()
-    kind = "backward" if inner_kwargs.get("is_backward") else "inference" if inner_kwargs.get("is_inference") else "forward"
+    kind = _kind(inner_kwargs)
     on_cuda = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs)
     # The forward's static inputs are its parameters and buffers; a backward's saved values are
     # found when it is captured (the captured forward's outputs).
@@ -197,7 +204,7 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
     report.update(order.rewrite(gm, options, kind, on_cuda))
     joined: Dict[str, int] = {}
     inductor_started = time.perf_counter()
-    with _concatenations(options, gm, joined, on_cuda, kind):
+    with _concatenations(options, gm, joined, on_cuda, kind), phase("inductor", kind):
         compiled = compile_fx_inner(gm, example_inputs, **inner_kwargs)
     # (of compile_seconds: Inductor's own compile, its kernels' first compiles included)
     report["inductor_seconds"] = seconds_since(inductor_started)
@@ -205,7 +212,8 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
         report["concat_in_place"] = joined
     mutated = sorted(set(mutated) | set(getattr(compiled, "mutated_input_idxs", None) or ()))
     try:
-        wrapper = WrapperProgram(kernels_plan.inductor_module(compiled), sorted(static_indices), disjoint_slices=options.disjoint_slices)
+        with phase("read", kind):
+            wrapper = WrapperProgram(kernels_plan.inductor_module(compiled), sorted(static_indices), disjoint_slices=options.disjoint_slices)
         if options.separate_weight_buffers or (options.weight_stream and not options.hoist_weight_kernels):
             # (A stream of their own needs buffers of their own: a reused one's readers first.)
             wrapper = _separated(wrapper, mutated, report)
@@ -268,6 +276,7 @@ def compile_kernels(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
 CRITICAL_PATH = "nimble-critical"
 
 
+@in_phase("critical path")
 def _critical_path_program(compiled, wrapper, primary: dict, report: Dict[str, Any], prologue=None):
     """The plan with the heaviest path first (``CRITICAL_PATH``, its stream 0 captured at the
     highest priority), timed at the choice beside the primary plan (option
@@ -304,6 +313,7 @@ def _concatenations(options: Options, gm, counts: Dict[str, int], on_cuda: bool,
     return concat.in_place(counts)
 
 
+@in_phase("separate")
 def _separated(wrapper, mutated, report: Dict[str, Any]):
     """``wrapper`` read again with each kernel on weights alone writing a buffer of its own
     (option ``separate_weight_buffers``, ``hoist.separate``); the report counts the buffers.

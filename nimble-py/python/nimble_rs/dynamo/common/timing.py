@@ -9,6 +9,8 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import torch
 
+from .phases import in_phase
+
 
 def clear_cublas_workspaces() -> None:
     """Drops cuBLAS's cached workspaces (one per handle and stream, 32 MiB each on Hopper,
@@ -31,6 +33,7 @@ def quartiles(samples: Sequence[float]) -> Tuple[float, float, float]:
     return times[len(times) // 4], times[len(times) // 2], times[(3 * len(times)) // 4]
 
 
+@in_phase("timing")
 def time_samples_ms(run: Callable[[], Any], repeats: int = 30) -> List[float]:
     """``repeats`` CUDA-event timings of ``run`` after three untimed calls, each from an idle
     device (synchronized first), so that the host's cost of launching (which grows with a

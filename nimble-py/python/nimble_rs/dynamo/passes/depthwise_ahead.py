@@ -33,6 +33,7 @@ from typing import Any, Callable, Dict, List, Tuple, Union
 
 import torch
 
+from ..common.phases import in_phase
 from .depthwise_triton import kernel as _kernel
 
 # Threads loading (or compiling, where no worker did) the variants in this process.
@@ -54,6 +55,7 @@ def compile_ahead(specs: List[tuple]) -> Dict[str, Any]:
     return start(specs).finish()
 
 
+@in_phase("depthwise ahead")
 def start(specs: List[tuple]) -> "Ahead":
     """Each variant of ``specs`` (``depthwise.variants``) compiled by Triton without a launch, so
     that the measurements one by one find them compiled: where there are at least

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from ... import scheduling
 from . import hoist
+from ..common.phases import in_phase
 from .emit import Schedule
 from .wrapper import WrapperProgram
 
@@ -75,6 +76,7 @@ class InductorProgram:
 class PlannedProgram:
     """Inductor's kernels on the plan's streams."""
 
+    @in_phase("program")
     def __init__(self, compiled, wrapper: WrapperProgram, plan: dict, cut: dict, priority: bool = False, prologue: Optional[hoist.Prologue] = None):
         # Whether its capture puts the plan's stream 0 at the device's highest priority.
         self.priority = priority
@@ -136,6 +138,7 @@ def same_plan(a: dict, b: dict) -> bool:
     return streams(a) == streams(b) and sorted(map(tuple, a["sync_edges"])) == sorted(map(tuple, b["sync_edges"]))
 
 
+@in_phase("plan")
 def plan(wrapper: WrapperProgram, algorithm: str):
     """``algorithm``'s plan for the kernels and its regions, from the Rust registry, with the
     kernels set aside (``WrapperProgram.set_aside``) on a stream of their own (``side_stream``)."""

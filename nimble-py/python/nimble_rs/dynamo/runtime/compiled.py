@@ -12,6 +12,8 @@ import torch
 
 from .accuracy import ACCURACY_INPUTS, HOST_REFERENCES_BYTES, check_inputs, distance, float_outputs, heuristic_convolutions, median, within_accuracy
 from ..common.announce import warn_once
+from ..common import phases
+from ..common.phases import in_phase
 from .runner import CapturedGraph, Program, forward_outputs, shape_key
 from ..common.timing import quartiles, seconds_since, time_samples_ms
 from ..options import Options
@@ -72,6 +74,8 @@ class NimbleCompiled:
         return self.streams_program
 
     def __call__(self, *args):
+        if phases._CALL_WATCHERS:
+            phases.called(self, args)
         # The common case first, with as little Python as possible: the last graph replayed.
         last = self.last
         if last is not None and last.checks_after_launch and last.accepts_user_inputs(args):
@@ -143,6 +147,7 @@ class NimbleCompiled:
         self.report["uncaptured_calls"] = self.report.get("uncaptured_calls", 0) + 1
         return self._program().run(args)
 
+    @in_phase("capture", lambda self, *args, **kwargs: self.kind)
     def _capture(self, args, lend: bool = True) -> CapturedGraph:
         """A new CUDA graph for ``args``' shapes (choosing the program first, on the first
         capture); a backward's lends its gradients unless ``lend`` is False."""
@@ -188,6 +193,7 @@ class NimbleCompiled:
         self.report["capture_seconds"] = self.report.get("capture_seconds", 0.0) + seconds_since(started)
         return graph
 
+    @in_phase("captured", lambda self, *args, **kwargs: self.kind)
     def _captured(self, program, args, static, lend: bool = True) -> CapturedGraph:
         """``program`` captured for ``args`` into ``_pool(lend)``, its stream 0 at high priority
         if the program asks (the critical-path plan) or option ``priority`` does."""
@@ -199,6 +205,7 @@ class NimbleCompiled:
         its gradients one of its own (see ``runner.shared_pool``)."""
         return torch.cuda.graph_pool_handle() if self.kind == "backward" and lend else None
 
+    @in_phase("choice", lambda self, *args, **kwargs: self.kind)
     def _choose(self, args, saved, static):
         """The program to keep (``streams`` or ``single``), why, and its captured graph when the
         choice captured it last (else None: captured again, so that only one graph's memory is
