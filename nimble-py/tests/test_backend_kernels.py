@@ -167,7 +167,7 @@ def test_nimble_critical_puts_the_longest_chain_of_kernels_on_stream_zero(incept
 def test_the_critical_path_plan_is_made_to_be_timed_beside_the_primary_one(inception):
     # Option time_critical_path: at the choice (a GPU) the plan with the heaviest path first is
     # timed too, at high priority; none is made where it is the primary plan already.
-    from nimble_rs.dynamo import pipeline
+    from nimble_rs.dynamo import kernels as granularity
 
     model, x, compiled, static = inception
     wrapper = WrapperProgram(kernels_plan.inductor_module(compiled), static)
@@ -175,13 +175,13 @@ def test_the_critical_path_plan_is_made_to_be_timed_beside_the_primary_one(incep
     critical, _ = kernels_plan.plan(wrapper, "nimble-critical")
     assert kernels_plan.same_plan(primary, primary) and kernels_plan.same_plan(critical, critical)
     report = {}
-    program = pipeline._critical_path_program(compiled, wrapper, primary, report)
+    program = granularity._critical_path_program(compiled, wrapper, primary, report)
     if kernels_plan.same_plan(primary, critical):
         assert program is None and report["critical_path"] == "the same plan as the primary", report
     else:
         assert program.priority and program.partition.algorithm == "nimble-critical", report
         assert report["critical_path"]["streams"] == critical["streams"] > 1, report
-    assert pipeline._critical_path_program(compiled, wrapper, critical, {}) is None
+    assert granularity._critical_path_program(compiled, wrapper, critical, {}) is None
     # Stream numbers aside: the same plan with its streams renumbered is the same plan.
     renumbered = dict(critical, stream_of={t: (s + 1) % critical["streams"] for t, s in critical["stream_of"].items()})
     assert kernels_plan.same_plan(renumbered, critical)
@@ -190,7 +190,7 @@ def test_the_critical_path_plan_is_made_to_be_timed_beside_the_primary_one(incep
 
 
 def test_a_critical_path_plan_that_cannot_be_made_is_announced(inception, monkeypatch):
-    from nimble_rs.dynamo import pipeline
+    from nimble_rs.dynamo import kernels as granularity
 
     model, x, compiled, static = inception
     wrapper = WrapperProgram(kernels_plan.inductor_module(compiled), static)
@@ -202,7 +202,7 @@ def test_a_critical_path_plan_that_cannot_be_made_is_announced(inception, monkey
     monkeypatch.setattr(kernels_plan, "plan", refused)
     report = {}
     with pytest.warns(RuntimeWarning, match="critical-path plan could not be made .the checker refused it.; the choice times the primary plan"):
-        assert pipeline._critical_path_program(compiled, wrapper, primary, report) is None
+        assert granularity._critical_path_program(compiled, wrapper, primary, report) is None
     assert report["critical_path"] == "not planned: the checker refused it"
 
 

@@ -397,7 +397,7 @@ def _restore(saved) -> None:
 
 
 def admit_shape(signature: tuple, key: tuple, bound: int) -> bool:
-    """Counts ``key`` among the shapes of the subgraph ``signature`` (``pipeline._signature``:
+    """Counts ``key`` among the shapes of the subgraph ``signature`` (``graphs.signature``:
     its kind, ATen ops and, under Dynamo, the code it came from, by which it is counted then);
     False (with one warning) when it would be one more than ``bound``."""
     kind, ops, code = signature
