@@ -55,22 +55,18 @@ def timeline(label, call, calls):
     """Where one call's time goes, medians over `calls` calls each from an idle device: CUDA
     events at the call's start, just before and just after its graph launch (torch.cuda.CUDAGraph.replay,
     which reduce-overhead's graph trees and the backend both call) and at its end, and the host's
-    clock at the same points. No profiler: CUPTI's tracing slows graph launches many times over."""
-    import time
-
+    clock at the same points, read just after each event is recorded (``baselines.stamp``). No
+    profiler: CUPTI's tracing slows graph launches many times over."""
+    from baselines import between_us, stamp
     from nimble_rs.dynamo.common.timing import quartiles
 
     original = torch.cuda.CUDAGraph.replay
     points = []
 
     def replay(graph):
-        before = torch.cuda.Event(enable_timing=True)
-        after = torch.cuda.Event(enable_timing=True)
-        host = time.perf_counter()
-        before.record()
+        before = stamp()
         original(graph)
-        after.record()
-        points.append((host, time.perf_counter(), before, after))
+        points.append((before, stamp()))
 
     torch.cuda.CUDAGraph.replay = replay
     try:
@@ -79,23 +75,21 @@ def timeline(label, call, calls):
         rows = {"host: call to launch": [], "host: launch call": [], "device: start to launch": [], "device: graph": [], "device: after graph": [], "device: whole call": []}
         for _ in range(calls):
             points.clear()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             torch.cuda.synchronize()
-            host = time.perf_counter()
-            start.record()
+            start = stamp()
             call()
-            end.record()
-            end.synchronize()
+            end = stamp()
+            whole = between_us(start, end)
             if len(points) != 1:
                 print(f"   ({label}: {len(points)} graph launches in one call; not split)")
                 return
-            entered, left, before, after = points[0]
-            rows["host: call to launch"].append((entered - host) * 1e6)
-            rows["host: launch call"].append((left - entered) * 1e6)
-            rows["device: start to launch"].append(start.elapsed_time(before) * 1e3)
-            rows["device: graph"].append(before.elapsed_time(after) * 1e3)
-            rows["device: after graph"].append(after.elapsed_time(end) * 1e3)
-            rows["device: whole call"].append(start.elapsed_time(end) * 1e3)
+            before, after = points[0]
+            rows["host: call to launch"].append((before[1] - start[1]) * 1e6)
+            rows["host: launch call"].append((after[1] - before[1]) * 1e6)
+            rows["device: start to launch"].append(between_us(start, before))
+            rows["device: graph"].append(between_us(before, after))
+            rows["device: after graph"].append(between_us(after, end))
+            rows["device: whole call"].append(whole)
     finally:
         torch.cuda.CUDAGraph.replay = original
     print(f"-- where a call of {label} goes: medians of {calls} calls (us)")

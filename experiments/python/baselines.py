@@ -90,30 +90,39 @@ def timed(device, call, repeats=1):
         for _ in range(repeats):
             call()
         return (time.perf_counter() - started) * 1e6 / repeats
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
-    start.record()
+    start = stamp()
     for _ in range(repeats):
         call()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1000.0 / repeats
+    return between_us(start, stamp()) / repeats
+
+
+def stamp():
+    """A point in time on both clocks: a CUDA event recorded on the current stream, and the
+    host's clock (``time.perf_counter``, seconds) read just after; what every timing here is
+    made of."""
+    event = torch.cuda.Event(enable_timing=True)
+    event.record()
+    return event, time.perf_counter()
+
+
+def between_us(first, last):
+    """The device's microseconds from stamp ``first`` to stamp ``last`` (waited for)."""
+    last[0].synchronize()
+    return first[0].elapsed_time(last[0]) * 1000.0
 
 
 def timed_in_a_queue(calls):
     """The microseconds each of ``calls`` takes when they are issued back to back without waiting
     for the device, each between CUDA events of its own on the current stream, one wait at the
     end: a step's time within a run of steps, as a training loop issues them."""
-    events = []
+    stamps = []
     for call in calls:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+        start = stamp()
         call()
-        end.record()
-        events.append((start, end))
+        stamps.append((start, stamp()))
     torch.cuda.synchronize()
-    return [start.elapsed_time(end) * 1000.0 for start, end in events]
+    return [between_us(start, end) for start, end in stamps]
 
 
 def measure(run, make_inputs, warmup, iterations, device):

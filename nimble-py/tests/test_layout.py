@@ -106,3 +106,13 @@ def test_the_entry_stays_an_entry():
     # pipeline.py: the backend's entry and the regions granularity; the kernels granularity's
     # compile step lives in kernels.py, what both share in graphs.py.
     assert len((DYNAMO / "pipeline.py").read_text().splitlines()) <= 150
+
+
+def test_the_experiments_time_with_one_cuda_event_timer():
+    # experiments/python times every CUDA call through baselines.stamp (timed, timed_in_a_queue,
+    # between_us): no script records CUDA events of its own.
+    experiments = pathlib.Path(__file__).resolve().parents[2] / "experiments" / "python"
+    scripts = sorted(experiments.rglob("*.py"))
+    assert len(scripts) > 20, "the experiments moved: this test would prove nothing"
+    own = [str(p.relative_to(experiments)) for p in scripts if p.name != "baselines.py" and "torch.cuda.Event(" in p.read_text()]
+    assert not own, f"CUDA events recorded outside baselines.py: {own}"
