@@ -140,6 +140,44 @@ def test_triton_kernels_write_what_their_parameters_do_not_name_as_inputs():
     assert signatures.writes("not_a_kernel") is None and signatures.pure_writes("not_a_kernel") is None
 
 
+# A scan (a cumulative sum, as Llama's position ids take) as Inductor writes it: the combine
+# function, itself @triton.jit, defined before the kernel.
+SCAN_MODULE = '''
+triton_per_fused_add_arange_cat_cumsum_0 = async_compile.triton('triton_per_fused_add_arange_cat_cumsum_0', """
+import triton
+import triton.language as tl
+
+@triton.jit
+def _triton_helper_fn_add0(arg0_0, arg1_0):
+    tmp0 = arg0_0 + arg1_0
+    return tmp0
+
+@triton_heuristics.persistent_reduction(size_hints={'x': 1, 'r0_': 128}, filename=__file__)
+@triton.jit
+def triton_per_fused_add_arange_cat_cumsum_0(in_out_ptr0, xnumel, r0_numel, XBLOCK : tl.constexpr):
+    tmp = tl.associative_scan(tl.load(in_out_ptr0), 1, _triton_helper_fn_add0)
+""", device_str='cuda')
+'''
+
+
+def test_a_scans_combine_function_is_not_taken_for_its_kernel():
+    # On an H200 the backend read Llama's cumulative-sum launch `...cumsum_0.run(buf8, 1, 128,
+    # stream=stream0)` as drift: the reader took the helper defined first (two parameters) for
+    # the kernel (three), and the launch matched neither a kernel nor any known call.
+    from nimble_rs.dynamo.program.signatures import KernelSignatures
+
+    signatures = KernelSignatures(ast.parse(SCAN_MODULE))
+    kernel = "triton_per_fused_add_arange_cat_cumsum_0"
+    assert signatures.names[kernel] == ["in_out_ptr0", "xnumel", "r0_numel"]
+    assert signatures.writes(kernel) == [True, True, True]
+    # Named otherwise than its variable, the kernel is the one the launch heuristics decorate.
+    renamed = KernelSignatures(ast.parse(SCAN_MODULE.replace("def triton_per_fused_add_arange_cat_cumsum_0(", "def kernel(")))
+    assert renamed.names[kernel] == ["in_out_ptr0", "xnumel", "r0_numel"]
+    # Two undecorated functions and none of the name: which is launched is not known, not guessed.
+    ambiguous = KernelSignatures(ast.parse(SCAN_MODULE.replace("def triton_per_fused_add_arange_cat_cumsum_0(", "def kernel(").replace("@triton_heuristics.persistent_reduction(size_hints={'x': 1, 'r0_': 128}, filename=__file__)\n", "")))
+    assert ambiguous.writes(kernel) is None
+
+
 def test_nimble_critical_puts_the_longest_chain_of_kernels_on_stream_zero(inception):
     model, x, compiled, static = inception
     wrapper = WrapperProgram(kernels_plan.inductor_module(compiled), static)

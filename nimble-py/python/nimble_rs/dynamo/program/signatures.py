@@ -56,14 +56,23 @@ class KernelSignatures:
             tree = ast.parse(source.value)
         except SyntaxError:
             return
-        for node in tree.body:  # the kernel, after its imports (its decorators are its own)
-            if isinstance(node, ast.FunctionDef):
-                params = [a for a in node.args.args if "constexpr" not in ast.unparse(a.annotation or ast.Constant(""))]
-                # Only pointers named as inputs are read alone; outputs, in-place and workspace
-                # pointers, and names a template chose, are taken as written.
-                self.by_kernel[name] = [not a.arg.startswith("in_ptr") for a in params]
-                self.names[name] = [a.arg for a in params]
-                return
+        # The kernel is the function of its own name (Inductor names it as the variable). Before
+        # it the source may define helpers, themselves @triton.jit: a scan's combine function
+        # (``_triton_helper_fn_add0(arg0_0, arg1_0)`` for a cumulative sum), which is not the
+        # kernel launched. Without a function of the name, the one Inductor's launch heuristics
+        # decorate, or the only function; else none is taken, and a launch of it is drift.
+        functions = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
+        kernel = next((f for f in functions if f.name == name), None)
+        if kernel is None:
+            launched = [f for f in functions if any(dotted(getattr(d, "func", d)).startswith("triton_heuristics.") for d in f.decorator_list)]
+            kernel = launched[0] if len(launched) == 1 else functions[0] if len(functions) == 1 else None
+        if kernel is None:
+            return
+        params = [a for a in kernel.args.args if "constexpr" not in ast.unparse(a.annotation or ast.Constant(""))]
+        # Only pointers named as inputs are read alone; outputs, in-place and workspace pointers,
+        # and names a template chose, are taken as written.
+        self.by_kernel[name] = [not a.arg.startswith("in_ptr") for a in params]
+        self.names[name] = [a.arg for a in params]
 
     def writes(self, kernel: str) -> Optional[List[bool]]:
         return self.by_kernel.get(kernel)
