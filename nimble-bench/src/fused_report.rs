@@ -291,39 +291,92 @@ pub fn median_and_worst(errors: &[f64]) -> Option<(f64, f64)> {
     Some((median, worst))
 }
 
-/// The backend's whole-call latency per model from the same-process records (the newest record
-/// naming the model wins; records are read in the order given), on `gpu`.
-fn whole_call_latencies(records: &[PathBuf], gpu: &str) -> Result<BTreeMap<String, (f64, String)>> {
-    let mut latencies = BTreeMap::new();
-    for path in records {
-        let record: Value = serde_json::from_str(&std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?)
-            .with_context(|| format!("{} is not JSON", path.display()))?;
+/// One cell's whole call through the backend, from a same-process record.
+struct WholeCall {
+    /// The median latency of a call, µs.
+    us: f64,
+    /// When it was measured (the record's date), and the record.
+    date: String,
+    record: PathBuf,
+    /// The program the backend ran: its choice, `streams` (or `critical`) or `single`.
+    streams: bool,
+}
+
+/// Every JSON file under `paths` (a file as it is, a directory walked), sorted.
+fn json_files(paths: &[PathBuf]) -> Result<Vec<(PathBuf, bool)>> {
+    let mut found = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let mut stack = vec![path.clone()];
+            while let Some(dir) = stack.pop() {
+                for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+                    let entry = entry?.path();
+                    if entry.is_dir() {
+                        stack.push(entry);
+                    } else if entry.extension().is_some_and(|e| e == "json") {
+                        found.push((entry, true));
+                    }
+                }
+            }
+        } else {
+            found.push((path.clone(), false));
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// The backend's whole call per cell (`model-dtype-bB`) from the same-process records under
+/// `paths` (files, or directories walked for them) measured on `gpu`: the newest record of a
+/// cell wins. A file named alone must be of that GPU; in a directory, records of other GPUs and
+/// other JSON files are passed over. Only cells the backend compiled as one graph count (its
+/// choice is that graph's).
+fn whole_calls(paths: &[PathBuf], gpu: &str) -> Result<BTreeMap<String, WholeCall>> {
+    let mut calls: BTreeMap<String, WholeCall> = BTreeMap::new();
+    for (path, walked) in json_files(paths)? {
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let record: Value = match serde_json::from_str(&text) {
+            Ok(record) => record,
+            Err(_) if walked => continue,
+            Err(e) => return Err(e).with_context(|| format!("{} is not JSON", path.display())),
+        };
         if record["provenance"]["gpu"].as_str() != Some(gpu) {
+            if walked {
+                continue;
+            }
             bail!("{}: measured on {}, the graphs on {gpu}; expected records of the same GPU", path.display(), record["provenance"]["gpu"]);
         }
         let date = record["provenance"]["date_utc"].as_str().unwrap_or_default().to_string();
         for row in record["rows"].as_array().into_iter().flatten().filter(|r| r["system"] == "backend") {
             let (Some(model), Some(us)) = (row["model"].as_str(), row["latency"]["median_us"].as_f64()) else { continue };
+            let graphs = row["backend_graphs"].as_array();
+            let streams = match graphs.map(Vec::as_slice) {
+                Some([graph]) => graph["choice"].as_str().is_some_and(|c| c != "single"),
+                Some(_) => continue,
+                None => true, // records before the reports were kept: the plan, as then measured
+            };
             let key = format!("{model}-{}-b{}", row["dtype"].as_str().unwrap_or("?"), row["batch"]);
-            if latencies.get(&key).is_none_or(|(_, seen): &(f64, String)| *seen < date) {
-                latencies.insert(key, (us, date.clone()));
+            if calls.get(&key).is_none_or(|seen| seen.date < date) {
+                calls.insert(key, WholeCall { us, date: date.clone(), record: path.clone(), streams });
             }
         }
     }
-    Ok(latencies)
+    Ok(calls)
 }
 
-/// The plan's whole-call latency predicted as simulated + a host term fitted on the other
-/// models (the median of their measured whole call minus their measured in-graph time).
+/// The whole call predicted as the simulated program the backend ran (its plan, or one stream
+/// where it chose Inductor's) + a host term fitted on the other models (the median of their
+/// measured whole call minus their measured in-graph time of the same program).
 fn whole_call_report(averaged: &[&Compared], records: &[PathBuf], gpu: &str) -> Result<()> {
-    let latencies = whole_call_latencies(records, gpu)?;
-    let host: Vec<(&Compared, f64)> = averaged.iter().filter_map(|c| latencies.get(&cell_of(&c.model)).map(|(us, _)| (*c, us - c.plan.1))).collect();
+    let calls = whole_calls(records, gpu)?;
+    let ran = |c: &Compared, call: &WholeCall| if call.streams { c.plan } else { c.single };
+    let host: Vec<(&Compared, f64)> = averaged.iter().filter_map(|c| calls.get(&cell_of(&c.model)).map(|call| (*c, call.us - ran(c, call).1))).collect();
     let models: std::collections::BTreeSet<&str> = host.iter().map(|(c, _)| model_of(&c.model)).collect();
     if models.len() < 2 {
         emit(&format!("whole call: {} model(s) of the graphs have a whole-call record; leave-one-model-out needs two", models.len()))?;
         return Ok(());
     }
-    emit(&format!("{:<28} {:>10} {:>10} {:>10} {:>7}", "whole call (plan)", "host µs", "predicted", "measured", "error"))?;
+    emit(&format!("{:<28} {:>8} {:>10} {:>10} {:>10} {:>7}   {}", "whole call", "program", "host µs", "predicted", "measured", "error", "record"))?;
     let mut errors = Vec::new();
     for (c, _) in &host {
         let mut others: Vec<f64> = host.iter().filter(|(o, _)| model_of(&o.model) != model_of(&c.model)).map(|(_, h)| *h).collect();
@@ -333,11 +386,20 @@ fn whole_call_report(averaged: &[&Compared], records: &[PathBuf], gpu: &str) -> 
         }
         others.sort_by(f64::total_cmp);
         let fitted = others[others.len() / 2];
-        let measured = latencies[&cell_of(&c.model)].0;
-        let predicted = c.plan.0 + fitted;
-        let error = (predicted - measured) / measured * 100.0;
+        let call = &calls[&cell_of(&c.model)];
+        let predicted = ran(c, call).0 + fitted;
+        let error = (predicted - call.us) / call.us * 100.0;
         errors.push(error);
-        emit(&format!("{:<28} {:>10.1} {:>10.1} {:>10.1} {:>+6.1}%", c.model, fitted, predicted, measured, error))?;
+        let record = call.record.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
+        emit(&format!(
+            "{:<28} {:>8} {:>10.1} {:>10.1} {:>10.1} {:>+6.1}%   {record}",
+            c.model,
+            if call.streams { "plan" } else { "one" },
+            fitted,
+            predicted,
+            call.us,
+            error
+        ))?;
     }
     if let Some((median, worst)) = median_and_worst(&errors) {
         emit(&format!("whole call with the host term, leave-one-model-out, {} graphs of {} models: median |error| {median:.1}%, worst {worst:+.1}%", errors.len(), models.len()))?;

@@ -155,8 +155,9 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         graphs: Option<PathBuf>,
         /// With --graphs: same-process records with the backend's whole-call latency, for the
-        /// per-call host term (fitted leave-one-model-out)
-        #[arg(long, value_name = "FILE", requires = "graphs")]
+        /// per-call host term (fitted leave-one-model-out); a directory: every record under it
+        /// measured on the graphs' GPU, the newest of each cell
+        #[arg(long, value_name = "FILE|DIR", requires = "graphs")]
         whole_call: Vec<PathBuf>,
     },
     /// Fit the simulator's parameters to a simulator-validation record (no GPU needed); prints

@@ -371,13 +371,14 @@ fn the_records_index_is_in_step_with_the_files() {
 fn the_fused_kernel_report_gives_the_published_errors() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let graphs = root.join("paper-figs/results/fused-kernel-graphs-launches");
-    let whole = root.join("paper-figs/results/same-process-backend/becbeab/same-process-backend-becbeab-float32-b16-googlenet-inception-v3-merge-variants.json");
+    let whole = root.join("paper-figs/results/same-process-backend");
     let text = stdout(&nimble_bench(&["simulator-report", "--graphs", graphs.to_str().unwrap(), "--whole-call", whole.to_str().unwrap()]));
     for line in [
         "one stream, in-graph, 7 graphs with launch data: median |error| 9.8%, worst -21.3%",
         "nimble's plan, in-graph, 7 graphs with launch data: median |error| 27.2%, worst -40.2%",
         "speedup, in-graph, 7 graphs with launch data: median |error| 23.2%, worst +32.9%",
-        "whole call with the host term, leave-one-model-out, 2 graphs of 2 models: median |error| 12.0%, worst +15.2%",
+        // Every H200 same-process record of the directory, the newest of each cell.
+        "whole call with the host term, leave-one-model-out, 7 graphs of 5 models: median |error| 8.8%, worst -27.3%",
         // The dependency latency and the least SM share fitted on the other models' graphs.
         "one stream, in-graph, fitted leave-one-model-out, 7 graphs of 5 models: median |error| 2.8%, worst -14.1%",
         "nimble's plan, in-graph, fitted leave-one-model-out, 7 graphs of 5 models: median |error| 19.9%, worst +24.2%",
@@ -388,6 +389,8 @@ fn the_fused_kernel_report_gives_the_published_errors() {
         assert!(text.contains(line), "{line}\n{text}");
     }
     assert!(text.contains("simulated with the kernel-timed-h200 calibration: an H200's, the GPU the graphs were timed on"), "{text}");
+    // Each whole call names its record: GoogLeNet b1's the newest H200 one (H100 records passed over).
+    assert!(text.lines().any(|l| l.starts_with("googlenet-float32 ") && l.ends_with("same-process-backend-3821af1-float32-b1-googlenet-max-autotune.json")), "{text}");
     // Graphs without in-graph timings are named, not compared; another GPU's records refused.
     let occupancy = stdout(&nimble_bench(&["simulator-report", "--graphs", root.join("paper-figs/results/fused-kernel-graphs-occupancy").to_str().unwrap()]));
     assert!(occupancy.contains("nothing to compare: inception-v3-float32-b16"), "{occupancy}");
