@@ -205,7 +205,9 @@ const SHARE_GRID: std::ops::RangeInclusive<u32> = 4..=20;
 fn with(dependency_us: f64, share: f64) -> SimulatorConfig {
     let calibrated = SimulatorConfig::kernel_timed();
     let sync_extra_us = calibrated.graph_sync_latency_us.unwrap_or(calibrated.graph_dependency_latency_us) - calibrated.graph_dependency_latency_us;
-    SimulatorConfig { graph_dependency_latency_us: dependency_us, graph_sync_latency_us: Some(dependency_us + sync_extra_us), min_sm_share: share, ..calibrated }
+    // (Rounded to the nanosecond: 0.8 + 0.4 reads 1.2, not 1.2000000000000002.)
+    let sync_us = ((dependency_us + sync_extra_us) * 1e3).round() / 1e3;
+    SimulatorConfig { graph_dependency_latency_us: dependency_us, graph_sync_latency_us: Some(sync_us), min_sm_share: share, ..calibrated }
 }
 
 /// The (median |error|, largest |error|) of `errors`, for ordering fits: the median first.
@@ -275,6 +277,13 @@ fn fitted_report(averaged: &[&Compared]) -> Result<()> {
     }
     let (dependency_us, share) = fit(averaged);
     emit(&format!("fitted on every graph: dependency latency {dependency_us:.1} µs (calibrated {:.1}), least SM share {share:.2} (calibrated {:.2})", SimulatorConfig::kernel_timed().graph_dependency_latency_us, SimulatorConfig::kernel_timed().min_sm_share))?;
+    let fitted = with(dependency_us, share);
+    let overrides = serde_json::json!({
+        "graph_dependency_latency_us": fitted.graph_dependency_latency_us,
+        "graph_sync_latency_us": fitted.graph_sync_latency_us,
+        "min_sm_share": fitted.min_sm_share,
+    });
+    emit(&format!("as --sim-config (schedulers --simulate, study): {overrides}"))?;
     Ok(())
 }
 

@@ -384,6 +384,7 @@ fn the_fused_kernel_report_gives_the_published_errors() {
         "nimble's plan, in-graph, fitted leave-one-model-out, 7 graphs of 5 models: median |error| 19.9%, worst +24.2%",
         "speedup, in-graph, fitted leave-one-model-out, 7 graphs of 5 models: median |error| 15.6%, worst +32.8%",
         "fitted on every graph: dependency latency 0.8 µs (calibrated 0.4), least SM share 0.75 (calibrated 0.35)",
+        r#"as --sim-config (schedulers --simulate, study): {"graph_dependency_latency_us":0.8,"graph_sync_latency_us":1.2,"min_sm_share":0.75}"#,
         "in-graph timings taken after the profiler ran in the same process",
     ] {
         assert!(text.contains(line), "{line}\n{text}");
