@@ -316,17 +316,7 @@ fn json_files(paths: &[PathBuf]) -> Result<Vec<(PathBuf, bool)>> {
     let mut found = Vec::new();
     for path in paths {
         if path.is_dir() {
-            let mut stack = vec![path.clone()];
-            while let Some(dir) = stack.pop() {
-                for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
-                    let entry = entry?.path();
-                    if entry.is_dir() {
-                        stack.push(entry);
-                    } else if entry.extension().is_some_and(|e| e == "json") {
-                        found.push((entry, true));
-                    }
-                }
-            }
+            found.extend(crate::records_index::files_under(path)?.into_iter().filter(|f| f.extension().is_some_and(|e| e == "json")).map(|f| (f, true)));
         } else {
             found.push((path.clone(), false));
         }

@@ -56,9 +56,12 @@ pub fn records_index(dir: &Path, out: Option<&PathBuf>) -> Result<()> {
 
 /// The index as Markdown.
 pub fn index_text(dir: &Path) -> Result<String> {
-    let mut files = Vec::new();
-    collect(dir, dir, &mut files)?;
-    files.sort();
+    let mut files: Vec<String> = files_under(dir)?
+        .iter()
+        .filter(|path| path.file_name().is_some_and(|n| n != INDEX_NAME))
+        .map(|path| path.strip_prefix(dir).unwrap_or(path).to_string_lossy().replace('\\', "/"))
+        .collect();
+    files.sort(); // as text: the index's order
     let mut lines = vec![
         "# Records index".to_string(),
         String::new(),
@@ -96,17 +99,23 @@ pub fn index_text(dir: &Path) -> Result<String> {
     Ok(lines.join("\n") + "\n")
 }
 
-fn collect(root: &Path, dir: &Path, into: &mut Vec<String>) -> Result<()> {
-    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
-        let path = entry?.path();
-        if path.is_dir() {
-            collect(root, &path, into)?;
-        } else if path.file_name().is_some_and(|n| n != INDEX_NAME) {
-            let relative = path.strip_prefix(root).unwrap_or(&path);
-            into.push(relative.to_string_lossy().replace('\\', "/"));
+/// Every file under `dir`, its subdirectories walked, sorted: the committed records, for the
+/// index and for the commands that read records by the directory.
+pub fn files_under(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    let mut directories = vec![dir.to_path_buf()];
+    while let Some(directory) = directories.pop() {
+        for entry in std::fs::read_dir(&directory).with_context(|| format!("reading {}", directory.display()))? {
+            let path = entry?.path();
+            if path.is_dir() {
+                directories.push(path);
+            } else {
+                files.push(path);
+            }
         }
     }
-    Ok(())
+    files.sort();
+    Ok(files)
 }
 
 fn row(dir: &Path, relative: &str) -> Result<Row> {

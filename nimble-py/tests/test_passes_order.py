@@ -23,25 +23,21 @@ def test_every_pass_is_an_option_with_a_report_key_of_its_own():
     assert options.index("merge_convolutions") < options.index("fuse_convolutions") < options.index("depthwise_kernels")
 
 
-def test_the_list_runs_in_order_on_inference_graphs_and_skips_the_gpu_passes_on_the_cpu():
+def test_the_list_runs_in_order_on_inference_graphs_and_skips_the_gpu_passes_on_the_cpu(monkeypatch):
     ran = []
-    calls = [dataclasses.replace(p, rewrite=lambda gm, value, name=p.option: ran.append(name) or {"ran": name}) for p in order.PASSES]
+    listed = order.PASSES
+    monkeypatch.setattr(order, "PASSES", tuple(dataclasses.replace(p, rewrite=lambda gm, value, name=p.option: ran.append(name) or {"ran": name}) for p in listed))
     options = Options(merge_convolutions=True, fuse_convolutions=True, depthwise_kernels=True, transpose_products=True)
     graph = torch.fx.symbolic_trace(torch.nn.Identity())
-    saved = order.PASSES
-    try:
-        order.PASSES = tuple(calls)
-        assert order.rewrite(graph, options, "forward", on_cuda=True) == {}
-        assert order.rewrite(graph, options, "backward", on_cuda=True) == {}
-        cpu = order.rewrite(graph, options, "inference", on_cuda=False)
-        assert ran == [p.option for p in saved if not p.needs_cuda] and list(cpu) == [p.report for p in saved if not p.needs_cuda]
-        ran.clear()
-        gpu = order.rewrite(graph, options, "inference", on_cuda=True)
-        assert ran == [p.option for p in saved] and list(gpu) == [p.report for p in saved]
-        ran.clear()
-        assert order.rewrite(graph, Options(depthwise_kernels=False, transpose_products=False), "inference", on_cuda=True) == {}
-    finally:
-        order.PASSES = saved
+    assert order.rewrite(graph, options, "forward", on_cuda=True) == {}
+    assert order.rewrite(graph, options, "backward", on_cuda=True) == {}
+    cpu = order.rewrite(graph, options, "inference", on_cuda=False)
+    assert ran == [p.option for p in listed if not p.needs_cuda] and list(cpu) == [p.report for p in listed if not p.needs_cuda]
+    ran.clear()
+    gpu = order.rewrite(graph, options, "inference", on_cuda=True)
+    assert ran == [p.option for p in listed] and list(gpu) == [p.report for p in listed]
+    ran.clear()
+    assert order.rewrite(graph, Options(depthwise_kernels=False, transpose_products=False), "inference", on_cuda=True) == {}
 
 
 def test_the_backend_reports_what_the_list_ran():

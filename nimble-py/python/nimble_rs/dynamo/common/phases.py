@@ -37,7 +37,8 @@ PHASES: Dict[str, str] = {
 
 Watcher = Callable[[str, str, Optional[str]], Any]
 _WATCHERS: List[Watcher] = []
-_CALL_WATCHERS: List[Callable[[Any, tuple], Any]] = []
+# (Read by the compiled graph's call itself, which checks it before anything else: the hot path.)
+CALL_WATCHERS: List[Callable[[Any, tuple], Any]] = []
 
 
 def _removal(watchers: list, watcher) -> Callable[[], None]:
@@ -56,8 +57,8 @@ def watch(watcher: Watcher) -> Callable[[], None]:
 
 def watch_calls(watcher: Callable[[Any, tuple], Any]) -> Callable[[], None]:
     """Adds ``watcher(compiled, args)`` for every call of a compiled graph; returns its removal."""
-    _CALL_WATCHERS.append(watcher)
-    return _removal(_CALL_WATCHERS, watcher)
+    CALL_WATCHERS.append(watcher)
+    return _removal(CALL_WATCHERS, watcher)
 
 
 def _tell(watchers: list, *event) -> None:
@@ -103,6 +104,6 @@ def in_phase(name: str, detail: Optional[Callable[..., Optional[str]]] = None):
 
 
 def called(compiled: Any, args: tuple) -> None:
-    """A compiled graph's call, told to every call watcher (callers check ``_CALL_WATCHERS``
+    """A compiled graph's call, told to every call watcher (callers check ``CALL_WATCHERS``
     first, so that a call with none costs a list's truth test)."""
-    _tell(_CALL_WATCHERS, compiled, args)
+    _tell(CALL_WATCHERS, compiled, args)

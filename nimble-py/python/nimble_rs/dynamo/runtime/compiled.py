@@ -74,7 +74,7 @@ class NimbleCompiled:
         return self.streams_program
 
     def __call__(self, *args):
-        if phases._CALL_WATCHERS:
+        if phases.CALL_WATCHERS:
             phases.called(self, args)
         # The common case first, with as little Python as possible: the last graph replayed.
         last = self.last
