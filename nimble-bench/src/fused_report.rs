@@ -10,12 +10,13 @@
 //! its graph: guards, input copies, the launch) is added, fitted leave-one-model-out: each
 //! model's from the other models' records only.
 //!
-//! The kernel-timed calibration was fitted on ATen-op graphs. Beside it the report fits the two
+//! The kernel-timed calibration was fitted on ATen-op graphs. Beside it the report fits the three
 //! parameters that decide a fused-kernel graph's time, leave-one-model-out (a model's graphs at
 //! every batch held out together): the latency of a dependency in the graph (each kernel's
-//! launch and drain behind the one before it, from the one-stream timings) and the least share
-//! of the GPU a running kernel takes (how far small kernels overlap, from the plans' timings);
-//! see [`fit`].
+//! launch and drain behind the one before it, from the one-stream timings), then, from the
+//! plans' timings, the latency of a dependency between streams and the least share of the GPU
+//! a running kernel takes (how far small kernels overlap); see [`fit`]. The whole call is
+//! predicted from the graph under the parameters fitted without its model.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,49 +24,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use nimble_graph::TaskGraph;
 use nimble_sched::algorithms::{Nimble, Single};
-use nimble_sched::{simulate, Analysis, LaunchMode, SimulatorConfig, StreamAssigner, StreamPlan};
+use nimble_sched::{Analysis, LaunchMode, SimulatorConfig, StreamAssigner};
 use serde_json::Value;
 
+use crate::fused_fit::{error, fit, median_and_worst, Compared, Fitted, Simulated};
 use crate::output::emit;
-
-/// One graph's comparison: (simulated, measured) µs on one stream and under the plan.
-struct Compared {
-    model: String,
-    launch_data: bool,
-    single: (f64, f64),
-    plan: (f64, f64),
-    /// The graph and its two plans, for re-simulating with fitted parameters.
-    simulated: Simulated,
-}
-
-/// A graph with its one-stream plan and nimble's.
-struct Simulated {
-    graph: TaskGraph,
-    single: StreamPlan,
-    plan: StreamPlan,
-}
-
-impl Simulated {
-    /// The makespans (one stream, plan), µs, under `config`.
-    fn makespans(&self, config: &SimulatorConfig) -> (f64, f64) {
-        (simulate(&self.graph, &self.single, config).makespan_us, simulate(&self.graph, &self.plan, config).makespan_us)
-    }
-}
-
-impl Compared {
-    fn single_error(&self) -> f64 {
-        (self.single.0 - self.single.1) / self.single.1 * 100.0
-    }
-
-    fn plan_error(&self) -> f64 {
-        (self.plan.0 - self.plan.1) / self.plan.1 * 100.0
-    }
-
-    fn speedup_error(&self) -> f64 {
-        let (predicted, measured) = (self.single.0 / self.plan.0, self.single.1 / self.plan.1);
-        (predicted - measured) / measured * 100.0
-    }
-}
 
 /// The plan's in-graph errors (%) on the graphs of `dir` with launch data and in-graph timings:
 /// the simulator's validated error on fused kernels, which `study` draws as its band.
@@ -172,9 +135,9 @@ pub fn fused_report(dir: &Path, whole_call: &[PathBuf]) -> Result<()> {
     if timed_after_profiler {
         emit("in-graph timings taken after the profiler ran in the same process (a run before kernel_graphs.py timed the backend first): they read high, on streams most")?;
     }
-    fitted_report(&averaged)?;
+    let fitted = fitted_report(&averaged)?;
     if !whole_call.is_empty() {
-        whole_call_report(&averaged, whole_call, &gpu)?;
+        whole_call_report(&averaged, &fitted, whole_call, &gpu)?;
     }
     Ok(())
 }
@@ -196,78 +159,41 @@ fn cell_of(graph: &str) -> String {
     }
 }
 
-/// The dependency latencies tried, µs (0 to 2 by 0.1), and the least SM shares (0.2 to 1 by 0.05).
-const DEPENDENCY_GRID: std::ops::RangeInclusive<u32> = 0..=20;
-const SHARE_GRID: std::ops::RangeInclusive<u32> = 4..=20;
-
-/// The kernel-timed calibration with a dependency latency of `dependency_us` (a dependency
-/// between streams `sync_extra_us` more, as calibrated) and a least SM share of `share`.
-fn with(dependency_us: f64, share: f64) -> SimulatorConfig {
-    let calibrated = SimulatorConfig::kernel_timed();
-    let sync_extra_us = calibrated.graph_sync_latency_us.unwrap_or(calibrated.graph_dependency_latency_us) - calibrated.graph_dependency_latency_us;
-    // (Rounded to the nanosecond: 0.8 + 0.4 reads 1.2, not 1.2000000000000002.)
-    let sync_us = ((dependency_us + sync_extra_us) * 1e3).round() / 1e3;
-    SimulatorConfig { graph_dependency_latency_us: dependency_us, graph_sync_latency_us: Some(sync_us), min_sm_share: share, ..calibrated }
-}
-
-/// The (median |error|, largest |error|) of `errors`, for ordering fits: the median first.
-fn score(errors: &[f64]) -> (f64, f64) {
-    median_and_worst(errors).map_or((f64::INFINITY, f64::INFINITY), |(median, worst)| (median, worst.abs()))
-}
-
-/// The parameters fitted on `graphs`: the dependency latency that brings the one-stream
-/// makespans nearest the one-stream timings (median |error|, then the worst), then with it the
-/// least SM share that brings the plans' nearest theirs. One stream has no concurrency, so the
-/// share does not change it; the two are fitted one after the other.
-fn fit(graphs: &[&Compared]) -> (f64, f64) {
-    let best = |candidates: Vec<(f64, (f64, f64))>| candidates.into_iter().min_by(|a, b| a.1.partial_cmp(&b.1).unwrap_or(std::cmp::Ordering::Equal)).map_or(0.0, |(value, _)| value);
-    let dependency_us = best(
-        DEPENDENCY_GRID
-            .map(|i| {
-                let d = f64::from(i) / 10.0;
-                let config = with(d, SimulatorConfig::kernel_timed().min_sm_share);
-                (d, score(&graphs.iter().map(|c| error(simulate(&c.simulated.graph, &c.simulated.single, &config).makespan_us, c.single.1)).collect::<Vec<_>>()))
-            })
-            .collect(),
-    );
-    let share = best(
-        SHARE_GRID
-            .map(|i| {
-                let m = f64::from(i) / 20.0;
-                let config = with(dependency_us, m);
-                (m, score(&graphs.iter().map(|c| error(simulate(&c.simulated.graph, &c.simulated.plan, &config).makespan_us, c.plan.1)).collect::<Vec<_>>()))
-            })
-            .collect(),
-    );
-    (dependency_us, share)
-}
-
-/// The error of `predicted` against `measured`, %.
-fn error(predicted: f64, measured: f64) -> f64 {
-    (predicted - measured) / measured * 100.0
-}
-
-/// The comparison again with the two parameters fitted leave-one-model-out ([`fit`]): each
+/// The comparison again with the three parameters fitted leave-one-model-out ([`fit`]): each
 /// graph simulated with the parameters fitted on the other models' graphs, then the parameters
-/// fitted on every graph, as the calibration they would give.
-fn fitted_report(averaged: &[&Compared]) -> Result<()> {
+/// fitted on every graph, as the calibration they would give. Returns each graph's makespans
+/// (one stream, plan) under the parameters fitted without its model, for the whole call.
+fn fitted_report(averaged: &[&Compared]) -> Result<Vec<(f64, f64)>> {
     let models: std::collections::BTreeSet<&str> = averaged.iter().map(|c| model_of(&c.model)).collect();
     if models.len() < 2 {
         emit(&format!("fitted leave-one-model-out: {} model(s) with launch data and in-graph timings; it needs two", models.len()))?;
-        return Ok(());
+        return Ok(averaged.iter().map(|c| (c.single.0, c.plan.0)).collect());
     }
-    emit(&format!("{:<28} {:>8} {:>6}   {:>10} {:>10} {:>7}   {:>10} {:>10} {:>7}", "fitted, model held out", "dep. µs", "share", "single µs", "measured", "error", "plan µs", "measured", "error"))?;
-    let (mut singles, mut plans, mut speedups) = (Vec::new(), Vec::new(), Vec::new());
+    emit(&format!(
+        "{:<28} {:>8} {:>8} {:>6}   {:>10} {:>10} {:>7}   {:>10} {:>10} {:>7}",
+        "fitted, model held out", "dep. µs", "sync µs", "share", "single µs", "measured", "error", "plan µs", "measured", "error"
+    ))?;
+    let (mut singles, mut plans, mut speedups, mut makespans) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for c in averaged {
         let others: Vec<&Compared> = averaged.iter().copied().filter(|o| model_of(&o.model) != model_of(&c.model)).collect();
-        let (dependency_us, share) = fit(&others);
-        let (single, plan) = c.simulated.makespans(&with(dependency_us, share));
+        let fitted = fit(&others);
+        let (single, plan) = c.simulated.makespans(&fitted.config());
+        makespans.push((single, plan));
         singles.push(error(single, c.single.1));
         plans.push(error(plan, c.plan.1));
         speedups.push(error(single / plan, c.single.1 / c.plan.1));
         emit(&format!(
-            "{:<28} {:>8.1} {:>6.2}   {:>10.1} {:>10.1} {:>+6.1}%   {:>10.1} {:>10.1} {:>+6.1}%",
-            c.model, dependency_us, share, single, c.single.1, singles[singles.len() - 1], plan, c.plan.1, plans[plans.len() - 1]
+            "{:<28} {:>8.1} {:>8.2} {:>6.2}   {:>10.1} {:>10.1} {:>+6.1}%   {:>10.1} {:>10.1} {:>+6.1}%",
+            c.model,
+            fitted.dependency_us,
+            fitted.sync_us,
+            fitted.share,
+            single,
+            c.single.1,
+            singles[singles.len() - 1],
+            plan,
+            c.plan.1,
+            plans[plans.len() - 1]
         ))?;
     }
     for (what, errors) in [("one stream", &singles), ("nimble's plan", &plans), ("speedup", &speedups)] {
@@ -275,29 +201,26 @@ fn fitted_report(averaged: &[&Compared]) -> Result<()> {
             emit(&format!("{what}, in-graph, fitted leave-one-model-out, {} graphs of {} models: median |error| {median:.1}%, worst {worst:+.1}%", errors.len(), models.len()))?;
         }
     }
-    let (dependency_us, share) = fit(averaged);
-    emit(&format!("fitted on every graph: dependency latency {dependency_us:.1} µs (calibrated {:.1}), least SM share {share:.2} (calibrated {:.2})", SimulatorConfig::kernel_timed().graph_dependency_latency_us, SimulatorConfig::kernel_timed().min_sm_share))?;
-    let fitted = with(dependency_us, share);
+    let fitted = fit(averaged);
+    let calibrated = Fitted::calibrated();
+    let edges = fitted.on_grid_edges();
+    emit(&format!(
+        "fitted on every graph: dependency latency {:.1} µs (calibrated {:.1}), between streams {:.2} µs (calibrated {:.1}), least SM share {:.2} (calibrated {:.2}){}",
+        fitted.dependency_us,
+        calibrated.dependency_us,
+        fitted.sync_us,
+        calibrated.sync_us,
+        fitted.share,
+        calibrated.share,
+        if edges.is_empty() { String::new() } else { format!("; on the edge of the grid tried: {}", edges.join(", ")) }
+    ))?;
     let overrides = serde_json::json!({
-        "graph_dependency_latency_us": fitted.graph_dependency_latency_us,
-        "graph_sync_latency_us": fitted.graph_sync_latency_us,
-        "min_sm_share": fitted.min_sm_share,
+        "graph_dependency_latency_us": fitted.dependency_us,
+        "graph_sync_latency_us": fitted.sync_us,
+        "min_sm_share": fitted.share,
     });
     emit(&format!("as --sim-config (schedulers --simulate, study): {overrides}"))?;
-    Ok(())
-}
-
-/// The median |error| and the error of largest magnitude, or none for no errors.
-pub fn median_and_worst(errors: &[f64]) -> Option<(f64, f64)> {
-    let mut magnitudes: Vec<f64> = errors.iter().map(|e| e.abs()).collect();
-    magnitudes.sort_by(f64::total_cmp);
-    let median = match magnitudes.len() {
-        0 => return None,
-        n if n % 2 == 1 => magnitudes[n / 2],
-        n => (magnitudes[n / 2 - 1] + magnitudes[n / 2]) / 2.0,
-    };
-    let worst = errors.iter().copied().max_by(|a, b| a.abs().total_cmp(&b.abs()))?;
-    Some((median, worst))
+    Ok(makespans)
 }
 
 /// One cell's whole call through the backend, from a same-process record.
@@ -364,29 +287,31 @@ fn whole_calls(paths: &[PathBuf], gpu: &str) -> Result<BTreeMap<String, WholeCal
 }
 
 /// The whole call predicted as the simulated program the backend ran (its plan, or one stream
-/// where it chose Inductor's) + a host term fitted on the other models (the median of their
-/// measured whole call minus their measured in-graph time of the same program).
-fn whole_call_report(averaged: &[&Compared], records: &[PathBuf], gpu: &str) -> Result<()> {
+/// where it chose Inductor's), each graph under the parameters fitted without its model
+/// (`fitted`: (one stream, plan) µs, one per graph of `averaged`), + a host term fitted on the
+/// other models (the median of their measured whole call minus their measured in-graph time of
+/// the same program).
+fn whole_call_report(averaged: &[&Compared], fitted: &[(f64, f64)], records: &[PathBuf], gpu: &str) -> Result<()> {
     let calls = whole_calls(records, gpu)?;
-    let ran = |c: &Compared, call: &WholeCall| if call.streams { c.plan } else { c.single };
-    let host: Vec<(&Compared, f64)> = averaged.iter().filter_map(|c| calls.get(&cell_of(&c.model)).map(|call| (*c, call.us - ran(c, call).1))).collect();
-    let models: std::collections::BTreeSet<&str> = host.iter().map(|(c, _)| model_of(&c.model)).collect();
+    let ran = |c: &Compared, call: &WholeCall| if call.streams { c.plan.1 } else { c.single.1 };
+    // (graph, its fitted makespans, its whole call, the host time measured beside it)
+    let host: Vec<(&Compared, (f64, f64), &WholeCall, f64)> = averaged
+        .iter()
+        .zip(fitted)
+        .filter_map(|(c, makespans)| calls.get(&cell_of(&c.model)).map(|call| (*c, *makespans, call, call.us - ran(c, call))))
+        .collect();
+    let models: std::collections::BTreeSet<&str> = host.iter().map(|(c, ..)| model_of(&c.model)).collect();
     if models.len() < 2 {
         emit(&format!("whole call: {} model(s) of the graphs have a whole-call record; leave-one-model-out needs two", models.len()))?;
         return Ok(());
     }
     emit(&format!("{:<28} {:>8} {:>10} {:>10} {:>10} {:>7}   {}", "whole call", "program", "host µs", "predicted", "measured", "error", "record"))?;
     let mut errors = Vec::new();
-    for (c, _) in &host {
-        let mut others: Vec<f64> = host.iter().filter(|(o, _)| model_of(&o.model) != model_of(&c.model)).map(|(_, h)| *h).collect();
-        if others.is_empty() {
-            emit(&format!("{:<28} no other model has a whole-call record: not predicted", c.model))?;
-            continue;
-        }
+    for (c, (single, plan), call, _) in &host {
+        let mut others: Vec<f64> = host.iter().filter(|(o, ..)| model_of(&o.model) != model_of(&c.model)).map(|(.., h)| *h).collect();
         others.sort_by(f64::total_cmp);
-        let fitted = others[others.len() / 2];
-        let call = &calls[&cell_of(&c.model)];
-        let predicted = ran(c, call).0 + fitted;
+        let host_us = others[others.len() / 2];
+        let predicted = if call.streams { plan } else { single } + host_us;
         let error = (predicted - call.us) / call.us * 100.0;
         errors.push(error);
         let record = call.record.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
@@ -394,7 +319,7 @@ fn whole_call_report(averaged: &[&Compared], records: &[PathBuf], gpu: &str) -> 
             "{:<28} {:>8} {:>10.1} {:>10.1} {:>10.1} {:>+6.1}%   {record}",
             c.model,
             if call.streams { "plan" } else { "one" },
-            fitted,
+            host_us,
             predicted,
             call.us,
             error
@@ -420,4 +345,6 @@ mod tests {
         assert_eq!(cell_of("googlenet-float32"), "googlenet-float32-b1");
         assert_eq!(cell_of("efficientnet-b0-float32"), "efficientnet-b0-float32-b1");
     }
+
+
 }

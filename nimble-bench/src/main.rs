@@ -19,6 +19,7 @@ mod example;
 mod figure_inference;
 mod figure_training;
 mod figures;
+mod fused_fit;
 mod fused_report;
 mod gpu;
 mod libtorch;
@@ -150,7 +151,7 @@ enum Command {
         #[arg(long, value_name = "FILE", conflicts_with = "graphs")]
         svg: Option<PathBuf>,
         /// A fused-kernel graph directory whose provenance.json has the backend's in-graph
-        /// timings (e.g. paper-figs/results/fused-kernel-graphs-launches): simulated on one
+        /// timings (e.g. paper-figs/results/fused-kernel-graphs-launches-h100): simulated on one
         /// stream and under nimble's plan, against them
         #[arg(long, value_name = "DIR")]
         graphs: Option<PathBuf>,

@@ -16,7 +16,8 @@ use nimble_sched::{simulate, Analysis, StreamAssigner};
 use serde_json::json;
 
 use crate::bars::{draw_grouped_with_bands, Group, PALETTE};
-use crate::fused_report::{median_and_worst, plan_errors};
+use crate::fused_fit::median_and_worst;
+use crate::fused_report::plan_errors;
 use crate::output::{emit, write_file};
 use crate::research::{base_name, measured_latencies, model_graphs};
 use crate::scheduling::{compare_rows, failed_rows_error, split_rows, FailedRow, Mode, SimulatorArgs};
@@ -39,7 +40,7 @@ enum Validation {
 const SETS: [GraphSet; 3] = [
     GraphSet { name: "zoo", graphs: "paper-figs/results/model-graphs", validation: Validation::Measured("paper-figs/results/schedulers.json") },
     GraphSet { name: "coverage", graphs: "paper-figs/results/coverage-graphs", validation: Validation::Measured("paper-figs/results/coverage-graphs/measured.json") },
-    GraphSet { name: "fused-kernel", graphs: "paper-figs/results/fused-kernel-graphs", validation: Validation::InGraph("paper-figs/results/fused-kernel-graphs-launches") },
+    GraphSet { name: "fused-kernel", graphs: "paper-figs/results/fused-kernel-graphs", validation: Validation::InGraph("paper-figs/results/fused-kernel-graphs-launches-h100") },
 ];
 
 /// What one policy did on one set.

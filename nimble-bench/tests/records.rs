@@ -364,39 +364,52 @@ fn the_records_index_is_in_step_with_the_files() {
     assert_eq!(committed.lines().filter(|l| l.starts_with("| [")).count(), files);
 }
 
-/// docs/research.md's table of the simulator against the backend's in-graph and whole-call
-/// timings on the fused-kernel graphs with launch data is what `simulator-report --graphs`
-/// prints today.
+/// docs/research.md's tables of the simulator against the backend's in-graph and whole-call
+/// timings on the fused-kernel graphs with launch data are what `simulator-report --graphs`
+/// prints today: the H100 set (every timing taken before the profiler ran) and the H200 set.
 #[test]
 fn the_fused_kernel_report_gives_the_published_errors() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let graphs = root.join("paper-figs/results/fused-kernel-graphs-launches");
     let whole = root.join("paper-figs/results/same-process-backend");
-    let text = stdout(&nimble_bench(&["simulator-report", "--graphs", graphs.to_str().unwrap(), "--whole-call", whole.to_str().unwrap()]));
+    let report = |dir: &str| stdout(&nimble_bench(&["simulator-report", "--graphs", root.join(dir).to_str().unwrap(), "--whole-call", whole.to_str().unwrap()]));
+    let h100 = report("paper-figs/results/fused-kernel-graphs-launches-h100");
+    for line in [
+        "one stream, in-graph, 8 graphs with launch data: median |error| 4.5%, worst -18.0%",
+        "nimble's plan, in-graph, 8 graphs with launch data: median |error| 10.3%, worst -27.4%",
+        "speedup, in-graph, 8 graphs with launch data: median |error| 5.7%, worst +27.4%",
+        // The three parameters fitted on the other models' graphs: the issue's bounds (10%, 25%).
+        "one stream, in-graph, fitted leave-one-model-out, 8 graphs of 6 models: median |error| 3.7%, worst -14.5%",
+        "nimble's plan, in-graph, fitted leave-one-model-out, 8 graphs of 6 models: median |error| 4.6%, worst -15.0%",
+        "speedup, in-graph, fitted leave-one-model-out, 8 graphs of 6 models: median |error| 6.5%, worst -25.3%",
+        "fitted on every graph: dependency latency 0.6 µs (calibrated 0.4), between streams 6.10 µs (calibrated 0.8), least SM share 0.20 (calibrated 0.35)",
+        r#"as --sim-config (schedulers --simulate, study): {"graph_dependency_latency_us":0.6,"graph_sync_latency_us":6.1,"min_sm_share":0.2}"#,
+        // Every H100 same-process record of the directory, the newest of each cell.
+        "whole call with the host term, leave-one-model-out, 8 graphs of 6 models: median |error| 14.7%, worst -36.9%",
+        "an H200's, not NVIDIA H100 80GB HBM3's, on which the graphs were timed (none is fitted for it)",
+    ] {
+        assert!(h100.contains(line), "{line}\n{h100}");
+    }
+    assert!(!h100.contains("taken after the profiler"), "{h100}");
+    // Each whole call names its record: the decoder's the newest H100 one (H200 records passed over).
+    assert!(h100.lines().any(|l| l.starts_with("llama-bfloat16 ") && l.ends_with("same-process-backend-18b2146-bfloat16-b1-llama.json")), "{h100}");
+    let h200 = report("paper-figs/results/fused-kernel-graphs-launches");
     for line in [
         "one stream, in-graph, 7 graphs with launch data: median |error| 9.8%, worst -21.3%",
         "nimble's plan, in-graph, 7 graphs with launch data: median |error| 27.2%, worst -40.2%",
-        "speedup, in-graph, 7 graphs with launch data: median |error| 23.2%, worst +32.9%",
-        // Every H200 same-process record of the directory, the newest of each cell.
-        "whole call with the host term, leave-one-model-out, 7 graphs of 5 models: median |error| 8.8%, worst -27.3%",
-        // The dependency latency and the least SM share fitted on the other models' graphs.
-        "one stream, in-graph, fitted leave-one-model-out, 7 graphs of 5 models: median |error| 2.8%, worst -14.1%",
-        "nimble's plan, in-graph, fitted leave-one-model-out, 7 graphs of 5 models: median |error| 19.9%, worst +24.2%",
-        "speedup, in-graph, fitted leave-one-model-out, 7 graphs of 5 models: median |error| 15.6%, worst +32.8%",
-        "fitted on every graph: dependency latency 0.8 µs (calibrated 0.4), least SM share 0.75 (calibrated 0.35)",
-        r#"as --sim-config (schedulers --simulate, study): {"graph_dependency_latency_us":0.8,"graph_sync_latency_us":1.2,"min_sm_share":0.75}"#,
+        "nimble's plan, in-graph, fitted leave-one-model-out, 7 graphs of 5 models: median |error| 16.3%, worst -25.4%",
+        "whole call with the host term, leave-one-model-out, 7 graphs of 5 models: median |error| 14.8%, worst +55.9%",
         "in-graph timings taken after the profiler ran in the same process",
     ] {
-        assert!(text.contains(line), "{line}\n{text}");
+        assert!(h200.contains(line), "{line}\n{h200}");
     }
-    assert!(text.contains("simulated with the kernel-timed-h200 calibration: an H200's, the GPU the graphs were timed on"), "{text}");
-    // Each whole call names its record: GoogLeNet b1's the newest H200 one (H100 records passed over).
-    assert!(text.lines().any(|l| l.starts_with("googlenet-float32 ") && l.ends_with("same-process-backend-3821af1-float32-b1-googlenet-max-autotune.json")), "{text}");
+    assert!(h200.contains("simulated with the kernel-timed-h200 calibration: an H200's, the GPU the graphs were timed on"), "{h200}");
+    assert!(h200.lines().any(|l| l.starts_with("googlenet-float32 ") && l.ends_with("same-process-backend-3821af1-float32-b1-googlenet-max-autotune.json")), "{h200}");
     // Graphs without in-graph timings are named, not compared; another GPU's records refused.
+    let graphs = root.join("paper-figs/results/fused-kernel-graphs-launches");
     let occupancy = stdout(&nimble_bench(&["simulator-report", "--graphs", root.join("paper-figs/results/fused-kernel-graphs-occupancy").to_str().unwrap()]));
     assert!(occupancy.contains("nothing to compare: inception-v3-float32-b16"), "{occupancy}");
-    let h100 = root.join("paper-figs/results/same-process-backend/771d13a/same-process-backend-771d13a-float32-b1-inception-v3.json");
-    let refused = nimble_bench(&["simulator-report", "--graphs", graphs.to_str().unwrap(), "--whole-call", h100.to_str().unwrap()]);
+    let other_gpu = root.join("paper-figs/results/same-process-backend/771d13a/same-process-backend-771d13a-float32-b1-inception-v3.json");
+    let refused = nimble_bench(&["simulator-report", "--graphs", graphs.to_str().unwrap(), "--whole-call", other_gpu.to_str().unwrap()]);
     assert_eq!(refused.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("expected records of the same GPU"));
 }
@@ -425,7 +438,7 @@ fn the_study_writes_its_table_figure_and_record_where_told() {
     // The bands: the zoo's and the coverage set's medians against their measured records, the
     // fused kernels' the plan's in-graph error docs/research.md publishes (27.2%).
     let bands: Vec<f64> = record["sets"].as_array().unwrap().iter().map(|s| s["band_pct"].as_f64().unwrap()).collect();
-    assert!((bands[2] - 27.2).abs() < 0.05 && bands[0] > 0.0 && bands[1] > 0.0, "{bands:?}");
+    assert!((bands[2] - 10.3).abs() < 0.05 && bands[0] > 0.0 && bands[1] > 0.0, "{bands:?}");
     let mut after = std::collections::BTreeMap::new();
     common::snapshot(&root.join("paper-figs"), &mut after);
     assert!(before == after, "the study wrote under paper-figs/");

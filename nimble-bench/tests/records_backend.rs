@@ -34,7 +34,12 @@ fn same_process_reports_each_systems_preparation_and_peak_memory() {
     // The compile-time bound (at most 1.5x reduce-overhead's) and peak memory for both,
     // on a line under each model, variants included.
     let figures = scratch("same-process-costs");
-    let cases: [(&str, &[&str]); 72] = [
+    let cases: [(&str, &[&str]); 75] = [
+        // 18b2146 (H100): the re-check at today's code; the first GoogLeNet run's backend prepared
+        // just after max-autotune's preparation was abandoned at its 90 s bound.
+        ("same-process-backend/18b2146/same-process-backend-18b2146-float32-b1-googlenet-max-autotune-90s.json", &["  prepare and peak: compile 20.7 s, 674 MiB; nimble 2.8 s (0.14x compile's), 433 MiB; backend 43.9 s (2.13x compile's), 90 MiB"]),
+        ("same-process-backend/18b2146/same-process-backend-18b2146-float32-b1-googlenet-max-autotune-240s.json", &["  prepare and peak: compile 23.3 s, 674 MiB; backend 18.9 s (0.81x compile's), 58 MiB"]),
+        ("same-process-backend/18b2146/same-process-backend-18b2146-bfloat16-b1-llama.json", &["  prepare and peak: compile 13.3 s, 53 MiB; backend 13.8 s (1.04x compile's), 199 MiB"]),
         ("same-process-backend/5c81c32/same-process-backend-5c81c32-float32-b16-inception-v3-nows.json", &["  prepare and peak: compile 27.7 s, 2268 MiB; backend 22.0 s (0.79x compile's), 298 MiB; backend-nows 22.1 s (0.80x compile's), 242 MiB"]),
         // The backend's peaks measured right (9bf3279: nothing resets the peak statistics any more).
         ("same-process-backend/9bf3279/same-process-backend-9bf3279-float32-b16-googlenet-inception-v3-true-peak.json", &["  prepare and peak: compile 29.3 s, 718 MiB; backend 19.2 s (0.66x compile's), 312 MiB", "  prepare and peak: compile 23.8 s, 2268 MiB; backend 29.3 s (1.23x compile's), 512 MiB"]),
