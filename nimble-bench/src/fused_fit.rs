@@ -49,10 +49,12 @@ impl Compared {
     }
 }
 
-/// The dependency latencies tried, µs (0 to 2 by 0.1); the least SM shares (0.05 to 1 by 0.05);
-/// what a dependency between streams costs beyond one on a stream, µs (0 to 10 by 0.25).
+/// The dependency latencies tried, µs (0 to 2 by 0.1); the least SM shares (0, no floor, to 1,
+/// a kernel takes the whole GPU, by 0.05); what a dependency between streams costs beyond one on
+/// a stream, µs (0 to 10 by 0.25). The latencies' upper ends are the grids' own choice, which a
+/// fit landing on them says ([`Fitted::on_grid_edges`]); the share's range is all there is.
 const DEPENDENCY_GRID: std::ops::RangeInclusive<u32> = 0..=20;
-const SHARE_GRID: std::ops::RangeInclusive<u32> = 1..=20;
+const SHARE_GRID: std::ops::RangeInclusive<u32> = 0..=20;
 const SYNC_EXTRA_GRID: std::ops::RangeInclusive<u32> = 0..=40;
 
 /// The three parameters fitted ([`fit`]).
@@ -83,20 +85,15 @@ impl Fitted {
         }
     }
 
-    /// The values that lie on an edge of the grid tried, named, for the report to say so.
+    /// The latencies that lie on the upper end of the grid tried (a larger value might fit
+    /// better), named, for the report to say so.
     pub fn on_grid_edges(&self) -> Vec<&'static str> {
-        let at_edge = |value: f64, grid: &std::ops::RangeInclusive<u32>, step: f64| {
-            let i = (value / step).round() as u32;
-            i == *grid.start() || i == *grid.end()
-        };
+        let at_end = |value: f64, grid: &std::ops::RangeInclusive<u32>, step: f64| (value / step).round() as u32 >= *grid.end();
         let mut edges = Vec::new();
-        if at_edge(self.dependency_us, &DEPENDENCY_GRID, 0.1) {
+        if at_end(self.dependency_us, &DEPENDENCY_GRID, 0.1) {
             edges.push("dependency latency");
         }
-        if at_edge(self.share, &SHARE_GRID, 0.05) {
-            edges.push("least SM share");
-        }
-        if at_edge(self.sync_us - self.dependency_us, &SYNC_EXTRA_GRID, 0.25) {
+        if at_end(self.sync_us - self.dependency_us, &SYNC_EXTRA_GRID, 0.25) {
             edges.push("latency between streams");
         }
         edges
@@ -219,8 +216,10 @@ mod tests {
     }
 
     #[test]
-    fn a_fit_on_the_grid_s_edge_is_named() {
+    fn a_fit_on_the_upper_end_of_a_latency_grid_is_named() {
         assert!(Fitted { dependency_us: 0.6, sync_us: 6.1, share: 0.2 }.on_grid_edges().is_empty());
-        assert_eq!(Fitted { dependency_us: 0.0, sync_us: 10.0, share: 1.0 }.on_grid_edges(), ["dependency latency", "least SM share", "latency between streams"]);
-        assert_eq!(Fitted { dependency_us: 2.0, sync_us: 2.5, share: 0.05 }.on_grid_edges(), ["dependency latency", "least SM share"]);
+        // Zero latencies and any share are inside what the parameters can be.
+        assert!(Fitted { dependency_us: 0.0, sync_us: 0.0, share: 0.0 }.on_grid_edges().is_empty());
+        assert!(Fitted { dependency_us: 0.0, sync_us: 10.0, share: 1.0 }.on_grid_edges() == ["latency between streams"]);
+        assert_eq!(Fitted { dependency_us: 2.0, sync_us: 2.5, share: 0.05 }.on_grid_edges(), ["dependency latency"]);
     }}
