@@ -4,10 +4,17 @@ momentum) per GPU at a per-GPU batch, one process per GPU, as `nimble-bench trai
 measures Nimble.
 
 Systems:
-  ddp-eager  DDP as users run it (25 MiB buckets, gradients all-reduced while the backward runs)
-  ddp-graph  the whole DDP step captured with torch.cuda.graph, as PyTorch documents it for
-             NCCL >= 2.9.6: DDP built on a side stream, 11 eager DDP steps on it before the
-             capture, TORCH_NCCL_ASYNC_ERROR_HANDLING=0
+  ddp-eager    DDP as users run it (25 MiB buckets, gradients all-reduced while the backward runs)
+  ddp-graph    the whole DDP step captured with torch.cuda.graph, as PyTorch documents it for
+               NCCL >= 2.9.6: DDP built on a side stream, 11 eager DDP steps on it before the
+               capture, TORCH_NCCL_ASYNC_ERROR_HANDLING=0
+  ddp-compile  torch.compile(DDP(model), mode="reduce-overhead"): Dynamo's DDP optimizer splits the
+               graph at the buckets, Inductor compiles each piece, CUDA graphs replay them
+  ddp-backend  torch.compile(DDP(model), backend="nimble"): the same pieces on Nimble's streams
+
+A compiled system's first step is checked against an eager DDP copy of the same initial weights
+on the same batch (`param_error`: the largest relative norm of a parameter's difference after
+the step); its preparation (`prepare_seconds`) includes that first step, the compile.
 
 Method as `nimble-bench train --gpus`: cuDNN benchmark on, fresh randn inputs and random labels
 for every step (made before timing), warm-ups, then each step timed with CUDA events on the
@@ -23,6 +30,7 @@ The models are torchvision's with 10 classes on 32x32 inputs, as in baselines.py
 """
 
 import argparse
+import copy
 import json
 import os
 import socket
@@ -43,6 +51,9 @@ import baselines  # noqa: E402  (summary, timed, write_record)
 
 CIFAR_MODELS = baselines.CIFAR_MODELS
 WARMUP_BEFORE_CAPTURE = 11  # PyTorch's documented minimum of eager DDP steps before a capture
+# The systems compiled by torch.compile, with its arguments.
+COMPILED = {"ddp-compile": {"mode": "reduce-overhead"}, "ddp-backend": {"backend": "nimble"}}
+SYSTEMS = ["ddp-eager", "ddp-graph", *COMPILED]
 
 
 def free_port():
@@ -71,9 +82,28 @@ def ddp_step(system, model, batch, rank):
 
     if system == "ddp-eager":
         return eager
+    if system in COMPILED:
+        run = torch.compile(ddp, **COMPILED[system])
+        return lambda x, y: baselines.sgd_step(run, optimizer, x, y)
     if system != "ddp-graph":
-        raise SystemExit(f"unknown system {system!r}; expected ddp-eager or ddp-graph")
+        raise SystemExit(f"unknown system {system!r}; expected one of {SYSTEMS}")
     return baselines.captured_step(eager, lambda x, y: F.cross_entropy(ddp(x), y), optimizer, batch, rank, WARMUP_BEFORE_CAPTURE, side)
+
+
+def first_step_error(step, model, reference, batch, rank):
+    """One step of `step` (compiling it) and of an eager DDP copy (`reference`, the same initial
+    weights) on the same batch: the largest relative norm of a parameter's difference after it."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    eager = DDP(reference, device_ids=[rank])
+    optimizer = baselines.sgd(eager.parameters())
+    generator = torch.Generator().manual_seed(rank)
+    x = torch.randn(batch, 3, 32, 32, generator=generator).to(rank)
+    y = torch.randint(10, (batch,), generator=generator).to(rank)
+    step(x, y)
+    baselines.sgd_step(eager, optimizer, x, y)
+    torch.cuda.synchronize()
+    return max(((a - b).norm() / b.norm().clamp_min(1e-12)).item() for a, b in zip(model.parameters(), reference.parameters()))
 
 
 def pipelined(step, batch, rank, warmup, iterations):
@@ -99,13 +129,16 @@ def worker(rank, world, port, args, scratch):
                 for system in args.systems:
                     torch.manual_seed(0)
                     model = getattr(tv, CIFAR_MODELS[name])(num_classes=10).to(rank).train()
+                    reference = copy.deepcopy(model) if system in COMPILED else None
                     started = time.time()
                     step = ddp_step(system, model, batch, rank)
+                    error = None if reference is None else first_step_error(step, model, reference, batch, rank)
                     seconds = time.time() - started
                     samples = pipelined(step, batch, rank, args.warmup, args.iters)
-                    rows.append({"model": name, "batch": batch, "system": system, "rank": rank, "samples_us": samples, "prepare_seconds": seconds})
+                    rows.append({"model": name, "batch": batch, "system": system, "rank": rank, "samples_us": samples, "prepare_seconds": seconds, "param_error": error})
                     if rank == 0:
-                        print(f"  {name:<14} b{batch:<4} {world} GPU {system:<10} {statistics.median(samples) / 1000:8.3f} ms", file=sys.stderr, flush=True)
+                        checked = "" if error is None else f", first step {error:.1e} from eager DDP's"
+                        print(f"  {name:<14} b{batch:<4} {world} GPU {system:<11} {statistics.median(samples) / 1000:8.3f} ms{checked}", file=sys.stderr, flush=True)
                     del step, model
                     torch.cuda.synchronize()
                     torch.cuda.empty_cache()
@@ -156,11 +189,14 @@ def main():
                 "model": first["model"], "batch": first["batch"], "gpus": world, "system": first["system"],
                 "step": baselines.summary(first["samples_us"]), "rank_medians_us": medians,
                 "samples_per_s": world * first["batch"] / (max(medians) * 1e-6), "prepare_seconds": first["prepare_seconds"],
+                "param_errors": [r["param_error"] for r in ranks],
             })
     method = ("data parallel, one process per GPU, NCCL (NCCL_NVLS_ENABLE=0); torchvision models, 10 classes, 32x32; SGD lr 0.01 momentum 0.9 "
               "weight decay 5e-4 (PyTorch's default foreach implementation); DDP default 25 MiB buckets; fresh randn inputs and random labels for every step (made before timing); "
               "CUDA events around each step with no synchronization between steps, each rank's median, the slowest rank's is the configuration's; ddp-graph: DDP built on a side stream, "
-              f"{WARMUP_BEFORE_CAPTURE} eager steps there, then the whole step captured with torch.cuda.graph")
+              f"{WARMUP_BEFORE_CAPTURE} eager steps there, then the whole step captured with torch.cuda.graph; ddp-compile: torch.compile(DDP(model), mode='reduce-overhead'); "
+              "ddp-backend: torch.compile(DDP(model), backend='nimble'); a compiled system's first step checked against an eager DDP copy of the same weights on the same batch "
+              "(param_errors, per rank: the largest relative norm of a parameter's difference after it), its prepare_seconds including that step")
     baselines.write_record(args, "pytorch-ddp", rows, [], method)
     print(f"{'model':<14} {'batch':>5} {'GPUs':>4} " + " ".join(f"{s:>12}" for s in args.systems) + "   (samples/s)")
     for world in counts:

@@ -6,6 +6,9 @@
 # nothing: uses the binaries carried in .gpu/ (scripts/build-gpu-binaries.sh). Everything lands
 # under $OUT; the tables are printed last.
 #   usage: scripts/device/run-scaling.sh [tests|nimble|ddp|allreduce|all] [MODELS] [BATCHES] [GPUS] [WARMUP] [ITERS] [TRAIN ARGS...]
+#   DDP_SYSTEMS=ddp-eager,ddp-compile,ddp-backend picks PyTorch DDP's systems (experiments/python/ddp.py; default
+#   ddp-eager,ddp-graph); with ddp-backend the carried nimble_rs wheels are installed first, and DDP_TESTS=1 runs the
+#   backend's DDP test (nimble-py/tests/test_backend_ddp.py, NIMBLE_REQUIRE_GPU=1) on the machine's GPUs before it.
 set -uo pipefail
 what=${1:-all}
 models=${2:-resnet50,mobilenet-v2}
@@ -35,7 +38,13 @@ if [ "$what" = allreduce ] || [ "$what" = all ]; then
     done
 fi
 if [ "$what" = ddp ] || [ "$what" = all ]; then
-    python3 experiments/python/ddp.py --out "$out/pytorch-ddp.json" --models "$models" --batches "$batches" --gpus "$gpus" \
+    ddp_systems=${DDP_SYSTEMS:-ddp-eager,ddp-graph}
+    case ",$ddp_systems,${DDP_TESTS:-0}" in *,ddp-backend,*|*,1) install_nimble_rs ;; esac
+    if [ "${DDP_TESTS:-0}" = 1 ]; then
+        NIMBLE_REQUIRE_GPU=1 timeout 300 python3 -m pytest -q -s -p no:cacheprovider nimble-py/tests/test_backend_ddp.py > "$out/ddp-tests.log" 2>&1 || status=1
+        tail -5 "$out/ddp-tests.log"
+    fi
+    python3 experiments/python/ddp.py --out "$out/pytorch-ddp.json" --models "$models" --batches "$batches" --gpus "$gpus" --systems "$ddp_systems" \
         --warmup "$warmup" --iters "$iters" --commit "$(cat .gpu/COMMIT)" > "$out/ddp.txt" 2> "$out/ddp-progress.log" || status=1
     grep -vE "^\s*$" "$out/ddp-progress.log" | cut -c1-300 | tail -30
 fi
