@@ -36,16 +36,15 @@ impl Simulated {
 
 impl Compared {
     pub fn single_error(&self) -> f64 {
-        (self.single.0 - self.single.1) / self.single.1 * 100.0
+        error(self.single.0, self.single.1)
     }
 
     pub fn plan_error(&self) -> f64 {
-        (self.plan.0 - self.plan.1) / self.plan.1 * 100.0
+        error(self.plan.0, self.plan.1)
     }
 
     pub fn speedup_error(&self) -> f64 {
-        let (predicted, measured) = (self.single.0 / self.plan.0, self.single.1 / self.plan.1);
-        (predicted - measured) / measured * 100.0
+        error(self.single.0 / self.plan.0, self.single.1 / self.plan.1)
     }
 }
 
@@ -222,4 +221,5 @@ mod tests {
         assert!(Fitted { dependency_us: 0.0, sync_us: 0.0, share: 0.0 }.on_grid_edges().is_empty());
         assert!(Fitted { dependency_us: 0.0, sync_us: 10.0, share: 1.0 }.on_grid_edges() == ["latency between streams"]);
         assert_eq!(Fitted { dependency_us: 2.0, sync_us: 2.5, share: 0.05 }.on_grid_edges(), ["dependency latency"]);
-    }}
+    }
+}

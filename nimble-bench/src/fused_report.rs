@@ -312,8 +312,8 @@ fn whole_call_report(averaged: &[&Compared], fitted: &[(f64, f64)], records: &[P
         others.sort_by(f64::total_cmp);
         let host_us = others[others.len() / 2];
         let predicted = if call.streams { plan } else { single } + host_us;
-        let error = (predicted - call.us) / call.us * 100.0;
-        errors.push(error);
+        let off = error(predicted, call.us);
+        errors.push(off);
         let record = call.record.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
         emit(&format!(
             "{:<28} {:>8} {:>10.1} {:>10.1} {:>10.1} {:>+6.1}%   {record}",
@@ -322,7 +322,7 @@ fn whole_call_report(averaged: &[&Compared], fitted: &[(f64, f64)], records: &[P
             host_us,
             predicted,
             call.us,
-            error
+            off
         ))?;
     }
     if let Some((median, worst)) = median_and_worst(&errors) {
@@ -345,6 +345,4 @@ mod tests {
         assert_eq!(cell_of("googlenet-float32"), "googlenet-float32-b1");
         assert_eq!(cell_of("efficientnet-b0-float32"), "efficientnet-b0-float32-b1");
     }
-
-
 }

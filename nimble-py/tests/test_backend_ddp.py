@@ -85,7 +85,11 @@ def ranked(rank, world, port, device_type, out):
 def run(world, device_type):
     with tempfile.TemporaryDirectory() as out:
         mp.start_processes(ranked, args=(world, free_port(), device_type, out), nprocs=world, join=True, start_method="spawn")
-        return [json.load(open(os.path.join(out, f"rank-{rank}.json"))) for rank in range(world)]
+        results = []
+        for rank in range(world):
+            with open(os.path.join(out, f"rank-{rank}.json")) as f:
+                results.append(json.load(f))
+        return results
 
 
 def check(results):
