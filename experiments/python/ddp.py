@@ -13,8 +13,13 @@ Systems:
   ddp-backend  torch.compile(DDP(model), backend="nimble"): the same pieces on Nimble's streams
 
 A compiled system's first step is checked against an eager DDP copy of the same initial weights
-on the same batch (`param_error`: the largest relative norm of a parameter's difference after
-the step); its preparation (`prepare_seconds`) includes that first step, the compile.
+on the same batch (`param_error`: the norm of all parameters' difference after the step relative to
+theirs; `worst_param_error`: the largest such ratio of one parameter); its preparation
+(`prepare_seconds`) includes that first step, the compile. A system that raises is its failed row
+(`failed`: the exception's first line); the others still run. With --no-optimize-ddp Dynamo
+compiles DDP's whole model as one graph (torch._dynamo.config.optimize_ddp=False) instead of one
+piece per bucket: on torch 2.11 Inductor fails its own stride check on ResNet-50's
+convolution_backward when the pieces are split (experiments/python/probes/ddp_conv_backward_probe.py).
 
 Method as `nimble-bench train --gpus`: cuDNN benchmark on, fresh randn inputs and random labels
 for every step (made before timing), warm-ups, then each step timed with CUDA events on the
@@ -24,7 +29,7 @@ the slowest rank's median is the configuration's step.
 
     python3 experiments/python/ddp.py --out OUT.json [--models resnet50,mobilenet-v2]
         [--batches 32,64,128] [--gpus 1,2] [--systems ddp-eager,ddp-graph]
-        [--warmup 50] [--iters 100] [--commit SHA]
+        [--no-optimize-ddp] [--warmup 50] [--iters 100] [--commit SHA]
 
 The models are torchvision's with 10 classes on 32x32 inputs, as in baselines.py --training.
 """
@@ -103,7 +108,10 @@ def first_step_error(step, model, reference, batch, rank):
     step(x, y)
     baselines.sgd_step(eager, optimizer, x, y)
     torch.cuda.synchronize()
-    return max(((a - b).norm() / b.norm().clamp_min(1e-12)).item() for a, b in zip(model.parameters(), reference.parameters()))
+    pairs = list(zip(model.parameters(), reference.parameters()))
+    whole = (sum((a - b).double().norm() ** 2 for a, b in pairs) ** 0.5 / sum(b.double().norm() ** 2 for _, b in pairs) ** 0.5).item()
+    worst = max(((a - b).norm() / b.norm().clamp_min(1e-12)).item() for a, b in pairs)
+    return whole, worst
 
 
 def pipelined(step, batch, rank, warmup, iterations):
@@ -122,6 +130,7 @@ def worker(rank, world, port, args, scratch):
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, device_id=torch.device("cuda", rank))
     torch.backends.cudnn.benchmark = True
+    torch._dynamo.config.optimize_ddp = args.optimize_ddp
     rows = []
     try:
         for batch in args.batches:
@@ -130,16 +139,24 @@ def worker(rank, world, port, args, scratch):
                     torch.manual_seed(0)
                     model = getattr(tv, CIFAR_MODELS[name])(num_classes=10).to(rank).train()
                     reference = copy.deepcopy(model) if system in COMPILED else None
-                    started = time.time()
-                    step = ddp_step(system, model, batch, rank)
-                    error = None if reference is None else first_step_error(step, model, reference, batch, rank)
-                    seconds = time.time() - started
-                    samples = pipelined(step, batch, rank, args.warmup, args.iters)
-                    rows.append({"model": name, "batch": batch, "system": system, "rank": rank, "samples_us": samples, "prepare_seconds": seconds, "param_error": error})
-                    if rank == 0:
-                        checked = "" if error is None else f", first step {error:.1e} from eager DDP's"
-                        print(f"  {name:<14} b{batch:<4} {world} GPU {system:<11} {statistics.median(samples) / 1000:8.3f} ms{checked}", file=sys.stderr, flush=True)
+                    step = None
+                    try:
+                        started = time.time()
+                        step = ddp_step(system, model, batch, rank)
+                        error, worst = (None, None) if reference is None else first_step_error(step, model, reference, batch, rank)
+                        seconds = time.time() - started
+                        samples = pipelined(step, batch, rank, args.warmup, args.iters)
+                    except Exception as e:  # noqa: BLE001 - a system that fails is its failed row; the others still run
+                        failure = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+                        rows.append({"model": name, "batch": batch, "system": system, "rank": rank, "failed": failure})
+                        print(f"  {name:<14} b{batch:<4} {world} GPU {system:<11} rank {rank} failed: {failure}", file=sys.stderr, flush=True)
+                    else:
+                        rows.append({"model": name, "batch": batch, "system": system, "rank": rank, "samples_us": samples, "prepare_seconds": seconds, "param_error": error, "worst_param_error": worst})
+                        if rank == 0:
+                            checked = "" if error is None else f", first step {error:.1e} from eager DDP's (worst parameter {worst:.1e})"
+                            print(f"  {name:<14} b{batch:<4} {world} GPU {system:<11} {statistics.median(samples) / 1000:8.3f} ms{checked}", file=sys.stderr, flush=True)
                     del step, model
+                    torch._dynamo.reset()
                     torch.cuda.synchronize()
                     torch.cuda.empty_cache()
                     dist.barrier()
@@ -156,6 +173,8 @@ def main():
     parser.add_argument("--batches", default="32,64,128")
     parser.add_argument("--gpus", default="1,2")
     parser.add_argument("--systems", default="ddp-eager,ddp-graph")
+    parser.add_argument("--no-optimize-ddp", dest="optimize_ddp", action="store_false",
+                        help="compile DDP's whole model as one graph (torch._dynamo.config.optimize_ddp=False), not one per bucket")
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--iters", type=int, default=100)
     parser.add_argument("--commit", default=os.environ.get("NIMBLE_COMMIT", "unknown"))
@@ -184,25 +203,31 @@ def main():
         for first in per_rank[0]:
             key = (first["model"], first["batch"], first["system"])
             ranks = [next(r for r in per_rank[k] if (r["model"], r["batch"], r["system"]) == key) for k in range(world)]
+            failures = [r["failed"] for r in ranks if "failed" in r]
+            if failures:
+                rows.append({"model": first["model"], "batch": first["batch"], "gpus": world, "system": first["system"], "failed": failures[0]})
+                continue
             medians = [statistics.median(r["samples_us"]) for r in ranks]
             rows.append({
                 "model": first["model"], "batch": first["batch"], "gpus": world, "system": first["system"],
                 "step": baselines.summary(first["samples_us"]), "rank_medians_us": medians,
                 "samples_per_s": world * first["batch"] / (max(medians) * 1e-6), "prepare_seconds": first["prepare_seconds"],
-                "param_errors": [r["param_error"] for r in ranks],
+                "param_errors": [r["param_error"] for r in ranks], "worst_param_errors": [r["worst_param_error"] for r in ranks],
             })
     method = ("data parallel, one process per GPU, NCCL (NCCL_NVLS_ENABLE=0); torchvision models, 10 classes, 32x32; SGD lr 0.01 momentum 0.9 "
               "weight decay 5e-4 (PyTorch's default foreach implementation); DDP default 25 MiB buckets; fresh randn inputs and random labels for every step (made before timing); "
               "CUDA events around each step with no synchronization between steps, each rank's median, the slowest rank's is the configuration's; ddp-graph: DDP built on a side stream, "
               f"{WARMUP_BEFORE_CAPTURE} eager steps there, then the whole step captured with torch.cuda.graph; ddp-compile: torch.compile(DDP(model), mode='reduce-overhead'); "
               "ddp-backend: torch.compile(DDP(model), backend='nimble'); a compiled system's first step checked against an eager DDP copy of the same weights on the same batch "
-              "(param_errors, per rank: the largest relative norm of a parameter's difference after it), its prepare_seconds including that step")
+              "(param_errors, per rank: the norm of all parameters' difference after it relative to theirs; worst_param_errors: the largest ratio of one parameter), its prepare_seconds "
+              "including that step; a system that raised is its failed row"
+              + ("; torch._dynamo.config.optimize_ddp=False (DDP's whole model one graph)" if not args.optimize_ddp else "; Dynamo's DDP optimizer on (one graph per bucket)"))
     baselines.write_record(args, "pytorch-ddp", rows, [], method)
     print(f"{'model':<14} {'batch':>5} {'GPUs':>4} " + " ".join(f"{s:>12}" for s in args.systems) + "   (samples/s)")
     for world in counts:
         for batch in args.batches:
             for name in args.models:
-                cells = [next((f"{r['samples_per_s']:12.0f}" for r in rows if (r["model"], r["batch"], r["gpus"], r["system"]) == (name, batch, world, s)), f"{'-':>12}") for s in args.systems]
+                cells = [next((f"{r['samples_per_s']:12.0f}" if "samples_per_s" in r else f"{'failed':>12}" for r in rows if (r["model"], r["batch"], r["gpus"], r["system"]) == (name, batch, world, s)), f"{'-':>12}") for s in args.systems]
                 print(f"{name:<14} {batch:>5} {world:>4} " + " ".join(cells))
 
 

@@ -9,6 +9,7 @@
 #   DDP_SYSTEMS=ddp-eager,ddp-compile,ddp-backend picks PyTorch DDP's systems (experiments/python/ddp.py; default
 #   ddp-eager,ddp-graph); with ddp-backend the carried nimble_rs wheels are installed first, and DDP_TESTS=1 runs the
 #   backend's DDP test (nimble-py/tests/test_backend_ddp.py, NIMBLE_REQUIRE_GPU=1) on the machine's GPUs before it.
+#   DDP_ARGS="--no-optimize-ddp" passes its options to ddp.py (there: DDP's whole model compiled as one graph).
 set -uo pipefail
 what=${1:-all}
 models=${2:-resnet50,mobilenet-v2}
@@ -44,7 +45,7 @@ if [ "$what" = ddp ] || [ "$what" = all ]; then
         NIMBLE_REQUIRE_GPU=1 timeout 300 python3 -m pytest -q -s -p no:cacheprovider nimble-py/tests/test_backend_ddp.py > "$out/ddp-tests.log" 2>&1 || status=1
         tail -5 "$out/ddp-tests.log"
     fi
-    python3 experiments/python/ddp.py --out "$out/pytorch-ddp.json" --models "$models" --batches "$batches" --gpus "$gpus" --systems "$ddp_systems" \
+    python3 experiments/python/ddp.py --out "$out/pytorch-ddp.json" --models "$models" --batches "$batches" --gpus "$gpus" --systems "$ddp_systems" ${DDP_ARGS:-} \
         --warmup "$warmup" --iters "$iters" --commit "$(cat .gpu/COMMIT)" > "$out/ddp.txt" 2> "$out/ddp-progress.log" || status=1
     grep -vE "^\s*$" "$out/ddp-progress.log" | cut -c1-300 | tail -30
 fi
