@@ -34,7 +34,8 @@ struct DdpRow {
     batch: i64,
     gpus: usize,
     system: String,
-    samples_per_s: f64,
+    /// None in a system's failed row (`failed`: what it raised).
+    samples_per_s: Option<f64>,
 }
 
 fn read<T: serde::de::DeserializeOwned>(path: &Path, what: &str) -> Result<T> {
@@ -97,7 +98,7 @@ pub fn scaling(results: &Path, ddp: Option<&PathBuf>, simulated: Option<&Simulat
     let simulated_at = |model: &str, batch: i64, gpus: usize| projected.iter().find(|(m, p)| m == model && p.batch == batch).and_then(|(_, p)| p.at(gpus));
     let ddp: Option<DdpRecord> = ddp.map(|p| read(p, "a DDP record (experiments/python/ddp.py --out)")).transpose()?;
     let ddp_at = |system: &str, model: &str, batch: i64, gpus: usize| {
-        ddp.as_ref().and_then(|d| d.rows.iter().find(|r| r.system == system && r.model == model && r.batch == batch && r.gpus == gpus)).map(|r| r.samples_per_s)
+        ddp.as_ref().and_then(|d| d.rows.iter().find(|r| r.system == system && r.model == model && r.batch == batch && r.gpus == gpus)).and_then(|r| r.samples_per_s)
     };
     let mut configs: Vec<(String, i64)> = Vec::new();
     for row in &record.rows {

@@ -218,6 +218,13 @@ fn scaling_renders_the_committed_records_with_the_simulators_projection_and_name
     // Twice the published median (2.55%).
     assert!((errors[2] + errors[3]) / 2.0 <= 5.1, "median error {errors:?}");
     assert!(figures.join("scaling.svg").exists());
+    // A DDP record with systems' failed rows (no samples): the others' numbers, the failed ones "-".
+    let failed_rows = "../paper-figs/results/scaling/pytorch-ddp-517eaef.json";
+    let output = nimble_bench(&args(graphs).iter().map(|&a| if a == ddp { failed_rows } else { a }).collect::<Vec<_>>());
+    let text = stdout(&output);
+    assert!(output.status.success(), "{text}");
+    let one = text.lines().map(|l| l.split_whitespace().collect::<Vec<_>>()).find(|w| w.len() == 11 && w[..3] == ["resnet50", "32", "1"]).unwrap_or_else(|| panic!("{text}"));
+    assert_eq!((one[8], one[9]), ("-", "1094"), "{text}");
     let output = nimble_bench(&["scaling", "--results", ddp, "--out-dir", figures.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("not a scaling record"), "{output:?}");
