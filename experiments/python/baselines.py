@@ -187,6 +187,18 @@ def prepared(system, model, shape, device):
 CIFAR_MODELS = {"resnet50": "resnet50", "mobilenet-v2": "mobilenet_v2", "efficientnet-b0": "efficientnet_b0"}
 
 
+def relative_norm(got, expected):
+    """The norm of the differences of paired tensors over the norm of the expected ones, all the
+    tensors taken as one vector (pairs whose expected tensor is None are skipped)."""
+    squared = scale = 0.0
+    for a, b in zip(got, expected):
+        if b is None:
+            continue
+        squared += float((a.double() - b.double()).pow(2).sum())
+        scale += float(b.double().pow(2).sum())
+    return (squared / max(scale, 1e-30)) ** 0.5
+
+
 def sgd(parameters, lr=0.01):
     """The optimizer of every training comparison, as the Rust side's training step has it:
     SGD with momentum 0.9 and weight decay 5e-4 (learning rate 0.01 unless given)."""

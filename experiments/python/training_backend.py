@@ -30,7 +30,7 @@ import time
 import torch
 from torch._inductor.utils import fresh_cache
 
-from baselines import CIFAR_MODELS, round_ratios, sgd, sgd_step, summary, timed_rounds, write_record
+from baselines import CIFAR_MODELS, relative_norm, round_ratios, sgd, sgd_step, summary, timed_rounds, write_record
 
 SYSTEMS = ["eager", "compile", "backend"]
 MODELS = ["resnet50", "mobilenet-v2", "encoder"]
@@ -84,13 +84,7 @@ def stepper(run, model):
 
 
 def grad_error(model, reference):
-    squared = scale = 0.0
-    for a, b in zip(model.parameters(), reference.parameters()):
-        if b.grad is None:
-            continue
-        squared += float((a.grad.float() - b.grad.float()).pow(2).sum())
-        scale += float(b.grad.float().pow(2).sum())
-    return (squared / max(scale, 1e-30)) ** 0.5
+    return relative_norm([p.grad for p in model.parameters()], [p.grad for p in reference.parameters()])
 
 
 def prepared(system, initial, make_batch, batch):

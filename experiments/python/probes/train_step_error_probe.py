@@ -1,16 +1,19 @@
 """Probe: how far apart are two eager ResNet-50 SGD steps (10 classes, 32x32, batch 32) on one GPU, and an eager and
 a torch.compile one (with and without TF32 convolutions): the relative norm of all parameters' difference after it."""
-import copy, torch, torch.nn.functional as F, torchvision.models as tv
+import copy, os, sys, torch, torch.nn.functional as F, torchvision.models as tv
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the shared modules, one folder up
+from baselines import relative_norm  # noqa: E402
 
 def step(model, run, x, y):
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
     F.cross_entropy(run(x), y).backward(); opt.step(); torch.cuda.synchronize()
 
-def error(a, b):
-    pa, pb = list(a.parameters()), list(b.parameters())
-    d = sum((p - q).double().norm() ** 2 for p, q in zip(pa, pb)) ** 0.5
-    moved = sum((q - r).double().norm() ** 2 for q, r in zip(pb, start.parameters())) ** 0.5
-    return (d / sum(q.double().norm() ** 2 for q in pb) ** 0.5).item(), (d / moved).item()
+def error(a, b, start):
+    """a's parameters from b's, relative to b's and to how far b's step moved them from start's."""
+    got, expected = list(a.parameters()), list(b.parameters())
+    moved = [q - r for q, r in zip(expected, start.parameters())]
+    return relative_norm(got, expected), relative_norm([p - r for p, r in zip(got, start.parameters())], moved)
 
 for tf32 in (True, False):
     torch.backends.cudnn.allow_tf32 = tf32
@@ -22,4 +25,4 @@ for tf32 in (True, False):
     ref, again, comp = (copy.deepcopy(start) for _ in range(3))
     step(ref, ref, x, y); step(again, again, x, y)
     torch._dynamo.reset(); step(comp, torch.compile(comp), x, y)
-    print(f"cudnn.allow_tf32={tf32}: eager again {error(again, ref)}, compile {error(comp, ref)} (of weights, of the step)", flush=True)
+    print(f"cudnn.allow_tf32={tf32}: eager again {error(again, ref, start)}, compile {error(comp, ref, start)} (of weights, of the step)", flush=True)
